@@ -1,0 +1,97 @@
+"""The library surface: load inputs, evaluate a plan. The CLI is a thin shell over this."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from nestplan.cluster import Cluster, load_cluster
+from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.prediction import Prediction
+from nestplan.errors import ConfigError
+from nestplan.job import Job
+from nestplan.model import ModelSpec, load_model
+from nestplan.report.plan_json import SearchStats, plan_to_dict
+from nestplan.strategy.dims import ParallelDims, check_against_model
+from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
+
+DEFAULT_SEQ_LEN_CAP = 8192
+
+
+def resolve_model(model: str | ModelSpec) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else load_model(model)
+
+
+def resolve_cluster(cluster: str | Cluster, devices: int | None = None) -> Cluster:
+    if isinstance(cluster, Cluster):
+        return cluster if devices is None else cluster.truncate(devices)
+    return load_cluster(cluster, devices)
+
+
+def default_seq_len(model: ModelSpec) -> int:
+    """The model's context length, capped at 8192 (a typical pre-training length)."""
+    return min(model.max_position_embeddings, DEFAULT_SEQ_LEN_CAP)
+
+
+def make_job(model: ModelSpec, global_batch_size: int, seq_len: int | None = None, **kwargs: Any) -> Job:
+    return Job(global_batch_size=global_batch_size, seq_len=seq_len or default_seq_len(model), **kwargs)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A prediction with the inputs it was made for; ``to_dict`` gives the plan JSON."""
+
+    model: ModelSpec
+    cluster: Cluster
+    job: Job
+    prediction: Prediction
+    solve_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return plan_to_dict(
+            self.prediction, model=self.model.name, cluster=self.cluster.name,
+            devices_total=self.cluster.devices, job=self.job,
+            level_names=[lv.name for lv in self.cluster.topology.levels],
+            search=SearchStats(self.solve_time_s, candidates=1, pruned_memory=0))
+
+
+def evaluate(model: str | ModelSpec, cluster: str | Cluster, plan: ParallelDims, job: Job,
+             *, devices: int | None = None, axis_order: Sequence[str] = DEFAULT_AXIS_ORDER) -> Prediction:
+    """Predict step time, its breakdown and memory per device of one plan."""
+    return evaluate_full(model, cluster, plan, job, devices=devices, axis_order=axis_order).prediction
+
+
+def evaluate_full(model: str | ModelSpec, cluster: str | Cluster, plan: ParallelDims, job: Job,
+                  *, devices: int | None = None, axis_order: Sequence[str] = DEFAULT_AXIS_ORDER) -> Evaluation:
+    """Like :func:`evaluate`, keeping the inputs for reporting.
+
+    ``devices`` takes the first N devices of the cluster and must equal the plan's
+    tp x cp x ep x pp x dp; without it the plan's product is taken.
+    """
+    spec = resolve_model(model)
+    check_against_model(plan, spec, job.seq_len)
+    n = plan.devices if devices is None else devices
+    if devices is not None and plan.devices != devices:
+        raise ConfigError(
+            f"the plan's degrees multiply to tp x cp x ep x pp x dp = {plan.tp} x {plan.cp} x {plan.ep} x "
+            f"{plan.pp} x {plan.dp} = {plan.devices}, not the {devices} devices asked for",
+            field="devices", value=plan.devices, limit=devices)
+    cl = resolve_cluster(cluster, n)
+    start = time.perf_counter()
+    pred = evaluate_plan(spec, cl, plan, job, axis_order)
+    return Evaluation(spec, cl, job, pred, time.perf_counter() - start)
+
+
+def catalog_names(kind: str) -> list[str]:
+    """Names in the catalog: 'models', 'accelerators' or 'clusters'."""
+    from nestplan.cluster import cluster_names
+    from nestplan.hardware import accelerator_names
+    from nestplan.model import model_names
+
+    listers = {"models": model_names, "accelerators": accelerator_names, "clusters": cluster_names}
+    key = kind.strip().lower()
+    if key not in listers:
+        raise ConfigError(f"cannot list '{kind}'; choose one of: {', '.join(listers)}", field="kind", value=kind,
+                          limit=list(listers))
+    return listers[key]()

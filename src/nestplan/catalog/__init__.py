@@ -1,0 +1,44 @@
+"""Data files shipped with nestplan: accelerators, interconnects, clusters, models.
+
+This module only locates files; parsing lives with the type each file describes
+(``hardware``, ``network``, ``model``). Nothing is read at import time.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from nestplan.errors import UnknownNameError
+
+_KINDS = {
+    "model": ("models", ".json"),
+    "cluster": ("clusters", ".toml"),
+}
+
+
+def _root() -> Path:
+    return Path(str(resources.files("nestplan.catalog")))
+
+
+def data_file(filename: str) -> Path:
+    """Path of a top-level catalog table such as ``accelerators.toml``."""
+    path = _root() / filename
+    assert path.is_file(), f"catalog file {filename} missing from the package"
+    return path
+
+
+def names(kind: str) -> list[str]:
+    """Sorted catalog names of one kind ('model' or 'cluster')."""
+    folder, suffix = _KINDS[kind]
+    return sorted(p.name[: -len(suffix)] for p in (_root() / folder).iterdir() if p.name.endswith(suffix))
+
+
+def entry_path(kind: str, name: str) -> Path:
+    """Path of a catalog entry; raises UnknownNameError listing the valid names."""
+    folder, suffix = _KINDS[kind]
+    key = name.strip().lower()
+    path = _root() / folder / f"{key}{suffix}"
+    if not path.is_file():
+        raise UnknownNameError(kind, name, names(kind))
+    return path

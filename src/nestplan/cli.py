@@ -1,0 +1,123 @@
+"""The ``nestplan`` command line: a thin typer shell over :mod:`nestplan.api`.
+
+Errors a user can fix print one line on stderr and exit 2 (3: the job does not fit).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import click
+import typer
+from rich.console import Console
+
+from nestplan import api
+from nestplan.errors import ConfigError, PlannerError
+from nestplan.job import Optimizer
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Network- and memory-aware planner for distributed LLM training.")
+
+
+def _layers(text: Optional[str]) -> Optional[tuple[int, ...]]:
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--layers-per-stage '{text}' must be comma-separated integers, e.g. 10,11,11,10",
+                          field="layers_per_stage", value=text) from None
+
+
+def _axis_order(text: str) -> tuple[str, ...]:
+    return tuple(a.strip() for a in text.replace("-", ",").split(","))
+
+
+@app.command()
+def evaluate(
+    model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
+    cluster: str = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file"),
+    devices: Optional[int] = typer.Option(None, "--devices", help="use the first N devices of the cluster"),
+    tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"), dp: int = typer.Option(1, "--dp"),
+    cp: int = typer.Option(1, "--cp"), ep: int = typer.Option(1, "--ep"),
+    sp: bool = typer.Option(False, "--sp", help="sequence parallelism (needs tp > 1)"),
+    zero: int = typer.Option(0, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
+    recompute: Recompute = typer.Option(Recompute.NONE, "--recompute"),
+    mbs: int = typer.Option(1, "--mbs", help="microbatch size"),
+    schedule: Schedule = typer.Option(Schedule.ONE_F_ONE_B, "--schedule"),
+    virtual_stages: int = typer.Option(1, "--virtual-stages"),
+    layers_per_stage: Optional[str] = typer.Option(None, "--layers-per-stage", help="e.g. 10,11,11,10"),
+    global_batch_size: int = typer.Option(..., "--global-batch-size", help="sequences per step"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's context, at most 8192"),
+    dtype: str = typer.Option("bf16", "--dtype"),
+    optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
+    flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
+    axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
+    as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
+) -> None:
+    """Predict step time, its breakdown and memory per device of one plan."""
+    spec = api.resolve_model(model)
+    if schedule is Schedule.ONE_F_ONE_B and virtual_stages > 1:
+        schedule = Schedule.INTERLEAVED
+    plan = ParallelDims(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, recompute=recompute,
+                        micro_batch_size=mbs, schedule=schedule, virtual_stages=virtual_stages,
+                        layers_per_stage=_layers(layers_per_stage))
+    job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash)
+    result = api.evaluate_full(spec, cluster, plan, job, devices=devices, axis_order=_axis_order(axis_order))
+    data = result.to_dict()
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    from nestplan.report.text import render_plan
+    render_plan(Console(), data, result.prediction)
+
+
+@app.command("list")
+def list_items(kind: str = typer.Argument(..., help="models, accelerators or clusters")) -> None:
+    """List the catalog's models, accelerators or clusters."""
+    names = api.catalog_names(kind)
+    sys.stdout.write("\n".join(names) + "\n")
+
+
+def _click_exceptions() -> list:
+    """The click exception modules in use: typer >= 0.20 vendors click as ``typer._click``."""
+    modules = [click.exceptions]
+    try:
+        from typer._click import exceptions as vendored  # type: ignore[import-not-found]
+        modules.append(vendored)
+    except ImportError:
+        pass
+    return modules
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Entry point: run the app, turning every user error into one line on stderr."""
+    command = typer.main.get_command(app)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    mods = _click_exceptions()
+    usage_errors = tuple(m.ClickException for m in mods)
+    exits = tuple({getattr(m, "Exit") for m in mods if hasattr(m, "Exit")} | {typer.Exit})
+    aborts = tuple({getattr(m, "Abort") for m in mods if hasattr(m, "Abort")} | {typer.Abort})
+    try:
+        command.main(args=argv, prog_name="nestplan", standalone_mode=False)
+    except PlannerError as exc:
+        err.print(f"nestplan: error: {exc}", markup=False)
+        sys.exit(exc.exit_code)
+    except usage_errors as exc:
+        message = exc.format_message().strip().replace("\n", " ")
+        if message:   # NoArgsIsHelpError has printed the help already
+            err.print(f"nestplan: error: {message}", markup=False)
+        sys.exit(2)
+    except exits as exc:
+        sys.exit(exc.exit_code)
+    except aborts:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""A cluster: one accelerator type on a network of levels, read from the catalog or a file.
+
+File format (TOML, or JSON with the same structure; DESIGN.md section 6)::
+
+    name = "my-cluster"
+    accelerator = "h100-sxm-80gb"   # catalog name, or an [accelerator] table (fields of accelerators.toml)
+
+    [[levels]]                      # innermost first; devices = product of sizes
+    name = "node"
+    size = 8
+    bandwidth_GBps = 450            # per device, one direction, 1e9 B/s
+    latency_us = 1
+    kind = "nvlink4"                # optional: interconnects.toml key, gives bus_efficiency
+    # bus_efficiency = 0.82         # optional instead of kind (default 1.0 when neither is given)
+    # oversubscription = 1.0        # optional, >= 1 (default 1)
+
+Instead of ``[[levels]]`` a file may give exactly one of::
+
+    [torus]                          # see nestplan.network.builders.torus
+    dims = [4, 4, 4]
+    link_bandwidth_GBps = 50
+    hop_latency_us = 1
+    kind = "ici"                     # or bus_efficiency = ...; optional
+
+    [graph]                          # see nestplan.network.builders.from_graph
+    devices = 4
+    edges = [[0, 1, 100, 1], [1, 4, 25, 3], ...]   # [u, v, bandwidth_GBps, latency_us]; ids >= devices are switches
+    kind = "infiniband"              # or bus_efficiency = ...; optional
+
+Optional top-level ``source`` and ``notes`` strings document the file. Unit
+conversion happens here only (through ``nestplan.units``).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from nestplan import units
+from nestplan.catalog import data_file, entry_path, names
+from nestplan.errors import ConfigError
+from nestplan.hardware.accelerator import Accelerator, accelerator_from_dict, load_accelerator
+from nestplan.network.builders import from_graph, hierarchical, torus
+from nestplan.network.topology import Topology
+
+_TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes")
+_NETWORK_KEYS = ("levels", "torus", "graph")
+_LEVEL_KEYS = ("name", "size", "bandwidth_GBps", "latency_us", "oversubscription", "kind", "bus_efficiency")
+_LEVEL_REQUIRED = ("name", "size", "bandwidth_GBps", "latency_us")
+_TORUS_KEYS = ("dims", "link_bandwidth_GBps", "hop_latency_us", "kind", "bus_efficiency")
+_TORUS_REQUIRED = ("dims", "link_bandwidth_GBps", "hop_latency_us")
+_GRAPH_KEYS = ("devices", "edges", "kind", "bus_efficiency")
+_GRAPH_REQUIRED = ("devices", "edges")
+_SUFFIXES = (".toml", ".json")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An accelerator type on a network.
+
+    device_order: for clusters built from a graph, ``device_order[rank]`` is the
+        graph's device id of each rank (see ``GraphTopology``); None means the
+        identity (ranks are the devices in file order).
+    """
+
+    name: str
+    accelerator: Accelerator
+    topology: Topology
+    device_order: tuple[int, ...] | None = None
+
+    @property
+    def devices(self) -> int:
+        return self.topology.devices
+
+    def truncate(self, devices: int) -> "Cluster":
+        """The first ``devices`` ranks (``Topology.truncate`` explains which counts are valid)."""
+        if isinstance(devices, bool) or not isinstance(devices, int):
+            raise ConfigError(f"--devices must be an integer, got {devices!r}", field="devices", value=devices,
+                              limit=f"1..{self.devices}")
+        order = None if self.device_order is None else self.device_order[:devices]
+        return replace(self, topology=self.topology.truncate(devices), device_order=order)
+
+
+# ---------------------------------------------------------------------------
+# interconnect kinds
+
+
+@lru_cache(maxsize=1)
+def _interconnects() -> Mapping[str, float]:
+    with open(data_file("interconnects.toml"), "rb") as fh:
+        table = tomllib.load(fh)
+    return MappingProxyType({kind: float(entry["bus_efficiency"]) for kind, entry in table.items()})
+
+
+def interconnect_kinds() -> list[str]:
+    """Link kinds of ``catalog/interconnects.toml``."""
+    return sorted(_interconnects())
+
+
+def interconnect_bus_efficiency(kind: str) -> float:
+    """Achievable busbw / line rate of a link kind; ConfigError naming the known kinds."""
+    table = _interconnects()
+    if not isinstance(kind, str) or kind.strip().lower() not in table:
+        raise ConfigError(f"unknown interconnect kind {kind!r}; allowed: {', '.join(sorted(table))}",
+                          field="kind", value=kind, limit=sorted(table))
+    return table[kind.strip().lower()]
+
+
+# ---------------------------------------------------------------------------
+# reading
+
+
+def cluster_names() -> list[str]:
+    """Names of the catalog clusters."""
+    return names("cluster")
+
+
+def _resolve(name_or_path: str) -> Path:
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    looks_like_path = path.suffix.lower() in _SUFFIXES or "/" in text or "\\" in text or path.is_file()
+    if not looks_like_path:
+        return entry_path("cluster", text)
+    if not path.is_file():
+        raise ConfigError(f"cluster file '{text}' not found", field="cluster", value=text, limit="an existing file")
+    if path.suffix.lower() not in _SUFFIXES:
+        raise ConfigError(f"cluster file '{text}' must end in .toml or .json", field="cluster", value=text,
+                          limit=list(_SUFFIXES))
+    return path
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cluster file '{path}' cannot be read: {exc.strerror}", field="cluster", value=str(path)) from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"cluster file '{path}': not UTF-8 text (byte {exc.start})", field="cluster",
+                              value=str(path)) from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"cluster file '{path}': invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                              field="cluster", value=str(path)) from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"cluster file '{path}': the top level must be a JSON object, got {type(data).__name__}",
+                              field="cluster", value=str(path), limit="object")
+        return data
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cluster file '{path}': not UTF-8 text (byte {exc.start})", field="cluster",
+                          value=str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"cluster file '{path}': invalid TOML: {exc}", field="cluster", value=str(path)) from None
+
+
+def load_cluster(name_or_path: str, devices: int | None = None) -> Cluster:
+    """A catalog cluster by name, or a cluster file (.toml or .json); ``devices`` keeps the first N devices."""
+    path = _resolve(name_or_path)
+    cluster = cluster_from_dict(_read(path), origin=str(path))
+    return cluster if devices is None else cluster.truncate(devices)
+
+
+# ---------------------------------------------------------------------------
+# validation and conversion
+
+
+def _check_keys(table: Any, allowed: tuple[str, ...], required: tuple[str, ...], where: str) -> Mapping[str, Any]:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table, got {table!r}", field=where, value=table)
+    unknown = [key for key in table if key not in allowed]
+    if unknown:
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}'; allowed: {', '.join(allowed)}",
+                          field=str(unknown[0]), value=table[unknown[0]], limit=list(allowed))
+    missing = [key for key in required if key not in table]
+    if missing:
+        raise ConfigError(f"{where}: missing field '{missing[0]}'; required: {', '.join(required)}",
+                          field=missing[0], limit=list(required))
+    return table
+
+
+def _number(value: Any, field: str, where: str, *, minimum: float = 0.0, strict: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or value != value or value in (float("inf"), float("-inf")) or value < minimum or (strict and value == minimum):
+        allowed = f"> {minimum:g}" if strict else f">= {minimum:g}"
+        raise ConfigError(f"{where}: {field} must be a number {allowed}, got {value!r}",
+                          field=field, value=value, limit=allowed)
+    return float(value)
+
+
+def _integer(value: Any, field: str, where: str, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: {field} must be an integer >= {minimum}, got {value!r}",
+                          field=field, value=value, limit=f">= {minimum}")
+    return value
+
+
+def _efficiency(table: Mapping[str, Any], where: str) -> float:
+    if "kind" in table and "bus_efficiency" in table:
+        raise ConfigError(f"{where}: give either kind or bus_efficiency, not both (kind = {table['kind']!r})",
+                          field="bus_efficiency", value=table["bus_efficiency"], limit="kind or bus_efficiency")
+    if "kind" in table:
+        try:
+            return interconnect_bus_efficiency(table["kind"])
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}", field="kind", value=table["kind"], limit=exc.limit) from None
+    if "bus_efficiency" in table:
+        value = _number(table["bus_efficiency"], "bus_efficiency", where, minimum=0.0, strict=True)
+        if value > 1.0:
+            raise ConfigError(f"{where}: bus_efficiency must be in (0, 1], got {value!r}", field="bus_efficiency",
+                              value=value, limit="(0, 1]")
+        return value
+    return 1.0
+
+
+def _accelerator(value: Any, cluster: str) -> Accelerator:
+    if isinstance(value, str):
+        return load_accelerator(value)
+    if isinstance(value, Mapping):
+        return accelerator_from_dict(str(value.get("name", f"{cluster}-accelerator")), value)
+    raise ConfigError(f"cluster '{cluster}': accelerator must be a catalog name or an [accelerator] table, got {value!r}",
+                      field="accelerator", value=value, limit="catalog name or table")
+
+
+def _levels_topology(name: str, levels: Any) -> Topology:
+    where = f"cluster '{name}'"
+    if not isinstance(levels, list) or not levels:
+        raise ConfigError(f"{where}: levels must be a non-empty list of [[levels]] tables, got {levels!r}",
+                          field="levels", value=levels, limit="[[levels]] tables, innermost first")
+    specs = []
+    for i, table in enumerate(levels):
+        at = f"{where}: levels[{i}]"
+        _check_keys(table, _LEVEL_KEYS, _LEVEL_REQUIRED, at)
+        specs.append(dict(
+            name=str(table["name"]),
+            size=_integer(table["size"], "size", at),
+            bandwidth_Bps=units.GBps_to_Bps(_number(table["bandwidth_GBps"], "bandwidth_GBps", at, strict=True)),
+            latency_s=units.us_to_s(_number(table["latency_us"], "latency_us", at)),
+            oversubscription=_number(table.get("oversubscription", 1.0), "oversubscription", at, minimum=1.0),
+            bus_efficiency=_efficiency(table, at),
+        ))
+    return hierarchical(name, specs)
+
+
+def _torus_topology(name: str, table: Any) -> Topology:
+    at = f"cluster '{name}': torus"
+    _check_keys(table, _TORUS_KEYS, _TORUS_REQUIRED, at)
+    dims = table["dims"]
+    if not isinstance(dims, list) or not dims:
+        raise ConfigError(f"{at}: dims must be a list of integers such as [4, 4, 4], got {dims!r}",
+                          field="dims", value=dims, limit="[X, Y] or [X, Y, Z]")
+    sizes = [_integer(d, f"dims[{i}]", at) for i, d in enumerate(dims)]
+    return torus(
+        name,
+        sizes,
+        units.GBps_to_Bps(_number(table["link_bandwidth_GBps"], "link_bandwidth_GBps", at, strict=True)),
+        units.us_to_s(_number(table["hop_latency_us"], "hop_latency_us", at)),
+        bus_efficiency=_efficiency(table, at),
+    )
+
+
+def _graph_topology(name: str, table: Any) -> tuple[Topology, tuple[int, ...]]:
+    at = f"cluster '{name}': graph"
+    _check_keys(table, _GRAPH_KEYS, _GRAPH_REQUIRED, at)
+    num_devices = _integer(table["devices"], "devices", at, minimum=2)
+    edges = table["edges"]
+    if not isinstance(edges, list) or not edges:
+        raise ConfigError(f"{at}: edges must be a non-empty list of [u, v, bandwidth_GBps, latency_us], got {edges!r}",
+                          field="edges", value=edges, limit="[[u, v, bandwidth_GBps, latency_us], ...]")
+    converted = []
+    for i, edge in enumerate(edges):
+        where = f"{at}: edges[{i}]"
+        if not isinstance(edge, list) or len(edge) != 4:
+            raise ConfigError(f"{where} must be [u, v, bandwidth_GBps, latency_us], got {edge!r}",
+                              field=f"edges[{i}]", value=edge, limit="[u, v, bandwidth_GBps, latency_us]")
+        u = _integer(edge[0], "u", where, minimum=0)
+        v = _integer(edge[1], "v", where, minimum=0)
+        bandwidth = units.GBps_to_Bps(_number(edge[2], "bandwidth_GBps", where, strict=True))
+        latency = units.us_to_s(_number(edge[3], "latency_us", where))
+        converted.append((u, v, bandwidth, latency))
+    built = from_graph(name, num_devices, converted, bus_efficiency=_efficiency(table, at))
+    return built.topology, built.device_order
+
+
+def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluster:
+    """A Cluster from the parsed contents of a cluster file (see the module docstring).
+
+    ``origin`` (a path or a label) prefixes error messages about the file as a whole.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"cluster {origin}: expected a table of fields, got {type(data).__name__}",
+                          field="cluster", value=origin)
+    _check_keys(data, _TOP_KEYS, ("name", "accelerator"), f"cluster {origin}")
+    name = data["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"cluster {origin}: name must be a non-empty string, got {name!r}", field="name", value=name,
+                          limit="non-empty string")
+    given = [key for key in _NETWORK_KEYS if key in data]
+    if len(given) != 1:
+        described = "none" if not given else " and ".join(given)
+        raise ConfigError(f"cluster '{name}': give exactly one network description of {', '.join(_NETWORK_KEYS)}; "
+                          f"found {described}", field="levels", value=given, limit=list(_NETWORK_KEYS))
+    accelerator = _accelerator(data["accelerator"], name)
+    order: tuple[int, ...] | None = None
+    if "levels" in data:
+        topology = _levels_topology(name, data["levels"])
+    elif "torus" in data:
+        topology = _torus_topology(name, data["torus"])
+    else:
+        topology, order = _graph_topology(name, data["graph"])
+    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order)

@@ -1,0 +1,108 @@
+"""Communication of a plan: intra-layer collectives (tp, sp, cp, ep), stage-boundary
+transfers, data-parallel gradient synchronisation and ZeRO gathers.
+
+Every collective goes through ``nestplan.network.collectives`` with the fan-out the
+placement gives its group, so the level a group spans sets its cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nestplan.model.layers import Shard, _kv_per_device, boundary_bytes
+from nestplan.model.spec import ModelSpec
+from nestplan.network import collectives as coll
+from nestplan.network.topology import Topology
+from nestplan.strategy.placement import GroupSpan
+
+
+@dataclass(frozen=True)
+class LayerComm:
+    """Seconds per microbatch of one layer's collectives on the critical path."""
+
+    tp_forward: float = 0.0
+    tp_backward: float = 0.0
+    cp_forward: float = 0.0   # exposed part only (ring exchange overlaps the attention core)
+    cp_backward: float = 0.0
+    ep_forward: float = 0.0
+    ep_backward: float = 0.0
+
+
+def tp_collectives(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, count: int) -> float:
+    """``count`` tensor-parallel synchronisations of the hidden states.
+
+    Without sp each is an all-reduce; with sp an all-gather plus a reduce-scatter of the
+    same buffer, which moves the same bytes (Korthikanti et al. 2022, section 4.2.2).
+    """
+    if tp.size <= 1:
+        return 0.0
+    nbytes = shard.dtype_bytes * shard.tokens * hidden
+    if shard.sp_div > 1:
+        one = coll.all_gather(topo, tp.fanout, nbytes) + coll.reduce_scatter(topo, tp.fanout, nbytes)
+    else:
+        one = coll.all_reduce(topo, tp.fanout, nbytes)
+    return count * one
+
+
+def block_comm(
+    topo: Topology,
+    spec: ModelSpec,
+    layer: int,
+    shard: Shard,
+    groups: dict[str, GroupSpan],
+    attention_forward_s: float,
+) -> LayerComm:
+    """Collectives of one transformer block: 2 tp syncs forward and 2 backward (Megatron
+    column/row-parallel pair per sub-block, Shoeybi et al. 2019 Figure 3), the context-parallel
+    K/V ring (Liu et al. 2023, ring attention), the expert all-to-alls (dispatch and combine)."""
+    tp_f = tp_collectives(topo, groups["tp"], shard, spec.hidden_size, 2)
+    cp_f = cp_b = 0.0
+    cp = groups["cp"]
+    if cp.size > 1:
+        kv_bytes = shard.dtype_bytes * shard.tokens * 2 * _kv_per_device(spec, shard.tp)
+        level = topo.span_level(cp.fanout)
+        ring = (cp.size - 1) * coll.send_recv(topo, level, kv_bytes)
+        cp_f = max(0.0, ring - attention_forward_s)
+        cp_b = max(0.0, 2 * ring - 2 * attention_forward_s)   # K/V and their gradients travel back
+    ep_f = 0.0
+    ep = groups["ep"]
+    if spec.is_moe_layer(layer) and ep.size > 1:
+        routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp
+        ep_f = 2 * coll.all_to_all(topo, ep.fanout, routed)   # dispatch + combine
+    return LayerComm(tp_forward=tp_f, tp_backward=tp_f, cp_forward=cp_f, cp_backward=cp_b,
+                     ep_forward=ep_f, ep_backward=ep_f)
+
+
+def boundary_time(topo: Topology, spec: ModelSpec, shard: Shard, level: int) -> float:
+    """One stage-boundary transfer (activations forward or gradients backward) of one microbatch."""
+    return coll.send_recv(topo, level, boundary_bytes(spec, shard))
+
+
+def grad_sync_time(topo: Topology, group: GroupSpan, grad_bytes: float, param_bytes: float, zero: int) -> float:
+    """Data-parallel gradient synchronisation of one stage's gradients at the end of a step.
+
+    ZeRO 0: all-reduce. ZeRO 1/2: reduce-scatter of the gradients (the parameter all-gather
+    after the optimizer step is costed by :func:`param_gather_time`). ZeRO 3: reduce-scatters
+    happen per microbatch (:func:`zero3_layer_time`); nothing is left for the step's end.
+    """
+    if group.size <= 1 or zero >= 3:
+        return 0.0
+    if zero == 0:
+        return coll.all_reduce(topo, group.fanout, grad_bytes)
+    return coll.reduce_scatter(topo, group.fanout, grad_bytes)
+
+
+def param_gather_time(topo: Topology, group: GroupSpan, param_bytes: float, zero: int) -> float:
+    """ZeRO 1/2: all-gather of the updated parameters after the optimizer step."""
+    if group.size <= 1 or zero not in (1, 2):
+        return 0.0
+    return coll.all_gather(topo, group.fanout, param_bytes)
+
+
+def zero3_layer_time(topo: Topology, group: GroupSpan, param_bytes: float, grad_bytes: float) -> tuple[float, float]:
+    """ZeRO 3, per microbatch: (forward, backward) seconds of gathering a layer's parameters
+    (again in backward) and reduce-scattering its gradients (Rajbhandari et al. 2020, section 7.2.2)."""
+    if group.size <= 1:
+        return 0.0, 0.0
+    gather = coll.all_gather(topo, group.fanout, param_bytes)
+    return gather, gather + coll.reduce_scatter(topo, group.fanout, grad_bytes)

@@ -1,0 +1,80 @@
+"""Memory per device of one pipeline stage (NEST eq. 1).
+
+peak = weights + gradients + optimizer state   (each divided over the ZeRO shard group
+       from the stage that shards it on; Rajbhandari et al. 2020, Figure 1)
+     + activations stored per microbatch x microbatches in flight at the stage
+       (1F1B: the stage k-th from the end holds k, GPipe: all m; interleaved per Megatron's
+       warm-up count, which reproduces Korthikanti et al. 2022 eq. in section 4.2.3)
+     + transient buffers (one layer's full activations while recomputing it; ZeRO-3's
+       gathered layer parameters, two with prefetch)
+     + a reserve for the framework, workspace and fragmentation (per accelerator).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nestplan.model.layers import ParamCount
+from nestplan.strategy.enums import Schedule, ZeroStage
+
+MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "transient", "reserved")
+
+
+@dataclass(frozen=True)
+class ShardGroups:
+    """Sizes of the groups over which ZeRO shards dense and expert states."""
+
+    dense: int
+    expert: int
+
+
+def in_flight_microbatches(schedule: Schedule, stage: int, pp: int, m: int, virtual: int) -> float:
+    """Microbatches whose activations a stage holds at its peak, in units of the whole stage.
+
+    Interleaved 1F1B warms up (pp - stage - 1) * 2 + (v - 1) * pp + 1 chunks of 1/v of the
+    stage (Megatron-LM schedules.py, forward_backward_pipelining_with_interleaving).
+    """
+    if schedule is Schedule.GPIPE:
+        return float(m)
+    if schedule is Schedule.INTERLEAVED:
+        chunks = min((pp - stage - 1) * 2 + (virtual - 1) * pp + 1, m * virtual)
+        return chunks / virtual
+    return float(min(pp - stage, m))
+
+
+def model_state_bytes(
+    params: ParamCount,
+    shards: ShardGroups,
+    zero: ZeroStage,
+    weight_bytes: int,
+    grad_bytes: int,
+    optimizer_bytes: int,
+) -> dict[str, float]:
+    """Weights, gradients and optimizer state on one device after ZeRO sharding."""
+
+    def per_device(bytes_per_param: int, sharded: bool) -> float:
+        if not sharded:
+            return bytes_per_param * params.total
+        return bytes_per_param * (params.dense / shards.dense + params.expert / shards.expert)
+
+    return {
+        "weights": per_device(weight_bytes, zero >= ZeroStage.PARAMETERS),
+        "gradients": per_device(grad_bytes, zero >= ZeroStage.GRADIENTS),
+        "optimizer": per_device(optimizer_bytes, zero >= ZeroStage.OPTIMIZER),
+    }
+
+
+def stage_memory(
+    states: dict[str, float],
+    activation_per_microbatch: float,
+    in_flight: float,
+    transient: float,
+    reserved: float,
+) -> dict[str, float]:
+    """The full breakdown (bytes per device) of one stage; keys are MEMORY_TERMS."""
+    out = dict(states)
+    out["activations"] = activation_per_microbatch * in_flight
+    out["transient"] = transient
+    out["reserved"] = reserved
+    assert tuple(out) == MEMORY_TERMS
+    return out

@@ -1,0 +1,86 @@
+"""What an evaluation returns: per-stage costs and the prediction of one plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+BREAKDOWN_TERMS = (
+    "forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
+    "zero_comm", "pp_comm", "pipeline_bubble", "dp_sync", "optimizer",
+)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One pipeline stage of one replica, per device and per microbatch."""
+
+    index: int
+    first_layer: int          # transformer blocks [first_layer, last_layer], 0-based
+    last_layer: int
+    has_embedding: bool
+    has_head: bool
+    devices: int
+    forward_s: float
+    backward_s: float
+    cycle_s: float            # forward + backward + boundary transfers, per microbatch
+    components_s: Mapping[str, float]   # cycle split over BREAKDOWN_TERMS (per microbatch)
+    memory_bytes: Mapping[str, float]   # MEMORY_TERMS -> bytes per device
+    dp_sync_s: float          # end-of-step gradient sync of this stage, before overlap
+    dp_exposed_s: float
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return float(sum(self.memory_bytes.values()))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    breakdown_s: Mapping[str, float]
+    tokens_per_s: float
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    devices_used: int
+    peak_flops_per_device: float
+    memory_capacity_bytes: float
+    num_microbatches: int
+    stages: tuple[StageCost, ...]
+    bottleneck_stage: int
+    plan: Any = None          # the ParallelDims evaluated
+    placement: Any = None     # its Placement on the cluster
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def model_tflops_per_device(self) -> float:
+        return self.model_flops_per_step / self.step_time_s / self.devices_used / 1e12
+
+    @property
+    def hardware_tflops_per_device(self) -> float:
+        return self.hardware_flops_per_step / self.step_time_s / self.devices_used / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B)."""
+        return self.model_tflops_per_device * 1e12 / self.peak_flops_per_device
+
+    @property
+    def peak_stage(self) -> StageCost:
+        return max(self.stages, key=lambda s: s.peak_memory_bytes)
+
+    @property
+    def peak_memory_bytes_per_device(self) -> float:
+        return self.peak_stage.peak_memory_bytes
+
+    @property
+    def memory_breakdown_bytes(self) -> Mapping[str, float]:
+        return MappingProxyType(dict(self.peak_stage.memory_bytes))
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes_per_device <= self.memory_capacity_bytes
+
+    @property
+    def memory_excess_bytes(self) -> float:
+        return max(0.0, self.peak_memory_bytes_per_device - self.memory_capacity_bytes)

@@ -1,0 +1,62 @@
+"""The two error channels' first half: input and feasibility errors.
+
+Every ``PlannerError`` carries the offending field, its value, the limit or the
+allowed values, and a unit where one applies. The CLI prints ``str(err)`` as one
+line and exits with ``err.exit_code`` (2 for bad input, 3 for infeasible jobs).
+Programmer invariants use ``assert`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PlannerError(Exception):
+    """Base class for errors a user can fix by changing the input."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        value: Any = None,
+        limit: Any = None,
+        unit: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.value = value
+        self.limit = limit
+        self.unit = unit
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(PlannerError):
+    """Malformed or inconsistent input: a file, a name, a flag or a plan."""
+
+
+class UnknownNameError(ConfigError):
+    """A catalog name that does not exist; ``limit`` lists the valid names."""
+
+    def __init__(self, kind: str, name: str, valid: list[str]) -> None:
+        super().__init__(
+            f"unknown {kind} '{name}'; valid {kind}s: {', '.join(valid)} (or a path to a file)",
+            field=kind,
+            value=name,
+            limit=valid,
+        )
+
+
+class InfeasibleError(PlannerError):
+    """No plan fits in device memory; ``details`` holds the best candidate's breakdown."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, details: dict | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.details = details or {}

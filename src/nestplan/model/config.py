@@ -1,0 +1,381 @@
+"""Read a Hugging Face style ``config.json`` into a :class:`ModelSpec`.
+
+The dict is read directly (no ``transformers`` import, no download), with each
+family's own field names. A field that is absent (or ``null``) takes the
+default the family's ``transformers`` configuration class gives it, except
+for the sizes that define a model (hidden size, layers, heads, FFN width,
+vocabulary, expert counts), which are required.
+
+Choices other modules rely on:
+
+* ``num_key_value_heads`` defaults to the number of attention heads for every
+  family (MHA), and ``head_dim`` (rotary families only) to hidden / heads.
+* ``ffn_hidden_size`` is the dense MLP width. Mixtral has no dense MLP: its
+  ``intermediate_size`` is the expert width and fills both ``ffn_hidden_size``
+  and ``moe_ffn_hidden_size``. Qwen MoE families fill ``ffn_hidden_size`` from
+  ``intermediate_size`` (used by the layers listed in ``mlp_only_layers`` or
+  skipped by ``decoder_sparse_step``); when every layer is MoE the field may be
+  absent and then equals the expert width.
+* ``moe_layers``: every layer for Mixtral; for Qwen MoE families the layers
+  ``i`` with ``i not in mlp_only_layers`` and ``(i + 1) % decoder_sparse_step
+  == 0`` (as in ``transformers``' Qwen2MoE/Qwen3MoE decoder layers).
+* Qwen2-MoE has one shared expert of ``shared_expert_intermediate_size``
+  (``num_shared_experts`` = 1, or 0 when that size is 0).
+* ``linear_bias``: GPT-2, GPT-NeoX and BERT have biases everywhere; Llama
+  reads ``attention_bias`` or ``mlp_bias``; Qwen3-MoE reads ``attention_bias``.
+  Qwen2 and Qwen2-MoE have biases on the Q, K and V projections only; that is
+  a few kilo-parameters per layer and is recorded as ``linear_bias=False``.
+* ``dropout`` is True when any of the family's dropout probabilities is > 0
+  (GPT-2 and BERT default to 0.1, the others to 0.0).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from nestplan import catalog
+from nestplan.errors import ConfigError
+from nestplan.model.spec import SUPPORTED_FAMILIES, ModelSpec
+
+_MISSING: Any = object()
+
+# transformers' default max_position_embeddings (n_positions for gpt2) per family
+_DEFAULT_MAX_POSITIONS = {
+    "llama": 2048,
+    "mistral": 4096 * 32,
+    "mixtral": 4096 * 32,
+    "qwen2": 32768,
+    "qwen2_moe": 32768,
+    "qwen3_moe": 32768,
+    "gpt2": 1024,
+    "gpt_neox": 2048,
+    "bert": 512,
+}
+
+
+class _Fields:
+    """Typed access to one config dict; every error names the family and the field."""
+
+    def __init__(self, data: dict, family: str) -> None:
+        self.data = data
+        self.family = family
+
+    def error(self, message: str, key: str | None = None, value: Any = None, limit: Any = None) -> ConfigError:
+        return ConfigError(f"config.json ({self.family}): {message}", field=key, value=value, limit=limit)
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise self.error(f"missing field '{key}'", key)
+            return default
+        return value
+
+    def integer(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise self.error(f"field '{key}' must be {kind}, got {value!r}", key, value, f">= {minimum}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.error(f"field '{key}' must be true or false, got {value!r}", key, value, "true, false")
+        return value
+
+    def probability(self, key: str, default: float) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise self.error(f"field '{key}' must be a probability in [0, 1], got {value!r}", key, value, "[0, 1]")
+        return float(value)
+
+    def any_dropout(self, defaults: dict[str, float]) -> bool:
+        return any(self.probability(key, default) > 0.0 for key, default in defaults.items())
+
+    def layer_indices(self, key: str, num_layers: int) -> tuple[int, ...]:
+        value = self.raw(key, [])
+        if not isinstance(value, list):
+            raise self.error(f"field '{key}' must be a list of layer indices, got {value!r}", key, value)
+        for index in value:
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
+                raise self.error(
+                    f"field '{key}' has layer index {index!r}; allowed: integers 0..{num_layers - 1}",
+                    key, index, f"0..{num_layers - 1}",
+                )
+        return tuple(sorted(set(value)))
+
+
+def _attention_shape(
+    f: _Fields, hidden_key: str, heads_key: str, kv_key: str | None, head_dim_key: str | None
+) -> tuple[int, int, int, int]:
+    """(hidden, heads, kv heads, head dim), with the divisibility checks."""
+    hidden = f.integer(hidden_key)
+    heads = f.integer(heads_key)
+    kv_heads = f.integer(kv_key, default=heads) if kv_key else heads
+    if head_dim_key and f.has(head_dim_key):
+        head_dim = f.integer(head_dim_key)
+    elif hidden % heads:
+        raise f.error(
+            f"{heads_key} {heads} does not divide {hidden_key} {hidden}"
+            + (f" (give '{head_dim_key}' explicitly)" if head_dim_key else ""),
+            heads_key, heads, hidden,
+        )
+    else:
+        head_dim = hidden // heads
+    if kv_key and heads % kv_heads:
+        raise f.error(f"{kv_key} {kv_heads} does not divide {heads_key} {heads}", kv_key, kv_heads, heads)
+    return hidden, heads, kv_heads, head_dim
+
+
+def _rotary_decoder(f: _Fields, name: str) -> dict[str, Any]:
+    """Fields shared by the Llama-style families (RMSNorm, RoPE, gated SiLU MLP, GQA)."""
+    hidden, heads, kv_heads, head_dim = _attention_shape(
+        f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"
+    )
+    return dict(
+        name=name,
+        family=f.family,
+        hidden_size=hidden,
+        num_layers=f.integer("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        gated_mlp=True,
+        vocab_size=f.integer("vocab_size"),
+        tied_embeddings=f.flag("tie_word_embeddings", False),
+        max_position_embeddings=f.integer("max_position_embeddings", _DEFAULT_MAX_POSITIONS[f.family]),
+        learned_position_embeddings=False,
+        norm="rmsnorm",
+        linear_bias=False,
+        dropout=f.any_dropout({"attention_dropout": 0.0}),
+    )
+
+
+def _experts(f: _Fields, experts_key: str) -> tuple[int, int]:
+    experts = f.integer(experts_key)
+    top_k = f.integer("num_experts_per_tok")
+    if top_k > experts:
+        raise f.error(
+            f"num_experts_per_tok {top_k} exceeds {experts_key} {experts}", "num_experts_per_tok", top_k, experts
+        )
+    return experts, top_k
+
+
+def _read_llama(f: _Fields, name: str) -> ModelSpec:
+    bias = f.flag("attention_bias", False) or f.flag("mlp_bias", False)
+    fields = _rotary_decoder(f, name) | {"linear_bias": bias}
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size"), **fields)
+
+
+def _read_dense_rotary(f: _Fields, name: str) -> ModelSpec:
+    """mistral, qwen2 (qwen2's Q/K/V-only bias is recorded as linear_bias=False)."""
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size"), **_rotary_decoder(f, name))
+
+
+def _read_mixtral(f: _Fields, name: str) -> ModelSpec:
+    fields = _rotary_decoder(f, name)
+    experts, top_k = _experts(f, "num_local_experts")
+    expert_ffn = f.integer("intermediate_size")
+    return ModelSpec(
+        ffn_hidden_size=expert_ffn,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_ffn_hidden_size=expert_ffn,
+        moe_layers=tuple(range(fields["num_layers"])),
+        **fields,
+    )
+
+
+def _read_qwen_moe(f: _Fields, name: str) -> ModelSpec:
+    """qwen2_moe (one shared expert) and qwen3_moe (no shared expert)."""
+    fields = _rotary_decoder(f, name)
+    num_layers = fields["num_layers"]
+    experts, top_k = _experts(f, "num_experts")
+    expert_ffn = f.integer("moe_intermediate_size")
+    step = f.integer("decoder_sparse_step", default=1)
+    dense_only = f.layer_indices("mlp_only_layers", num_layers)
+    moe_layers = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)
+    has_dense = len(moe_layers) < num_layers
+    dense_ffn = f.integer("intermediate_size", default=_MISSING if has_dense else expert_ffn)
+    shared_ffn = 0
+    if f.family == "qwen2_moe":
+        shared_ffn = f.integer("shared_expert_intermediate_size", minimum=0)
+    else:
+        fields["linear_bias"] = f.flag("attention_bias", False)
+    return ModelSpec(
+        ffn_hidden_size=dense_ffn,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_ffn_hidden_size=expert_ffn,
+        num_shared_experts=1 if shared_ffn > 0 else 0,
+        shared_expert_ffn_hidden_size=shared_ffn,
+        moe_layers=moe_layers,
+        **fields,
+    )
+
+
+def _read_gpt2(f: _Fields, name: str) -> ModelSpec:
+    hidden, heads, _, head_dim = _attention_shape(f, "n_embd", "n_head", None, None)
+    return ModelSpec(
+        name=name,
+        family=f.family,
+        hidden_size=hidden,
+        num_layers=f.integer("n_layer"),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=head_dim,
+        ffn_hidden_size=f.integer("n_inner", default=4 * hidden),
+        gated_mlp=False,
+        vocab_size=f.integer("vocab_size"),
+        tied_embeddings=f.flag("tie_word_embeddings", True),
+        max_position_embeddings=f.integer("n_positions", _DEFAULT_MAX_POSITIONS["gpt2"]),
+        learned_position_embeddings=True,
+        norm="layernorm",
+        linear_bias=True,
+        dropout=f.any_dropout({"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}),
+    )
+
+
+def _read_gpt_neox(f: _Fields, name: str) -> ModelSpec:
+    hidden, heads, _, head_dim = _attention_shape(f, "hidden_size", "num_attention_heads", None, None)
+    return ModelSpec(
+        name=name,
+        family=f.family,
+        hidden_size=hidden,
+        num_layers=f.integer("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=head_dim,
+        ffn_hidden_size=f.integer("intermediate_size"),
+        gated_mlp=False,
+        vocab_size=f.integer("vocab_size"),
+        tied_embeddings=f.flag("tie_word_embeddings", False),
+        max_position_embeddings=f.integer("max_position_embeddings", _DEFAULT_MAX_POSITIONS["gpt_neox"]),
+        learned_position_embeddings=False,
+        norm="layernorm",
+        linear_bias=True,
+        dropout=f.any_dropout({"attention_dropout": 0.0, "hidden_dropout": 0.0}),
+    )
+
+
+def _read_bert(f: _Fields, name: str) -> ModelSpec:
+    hidden, heads, _, head_dim = _attention_shape(f, "hidden_size", "num_attention_heads", None, None)
+    return ModelSpec(
+        name=name,
+        family=f.family,
+        hidden_size=hidden,
+        num_layers=f.integer("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=head_dim,
+        ffn_hidden_size=f.integer("intermediate_size"),
+        gated_mlp=False,
+        vocab_size=f.integer("vocab_size"),
+        tied_embeddings=f.flag("tie_word_embeddings", True),
+        max_position_embeddings=f.integer("max_position_embeddings", _DEFAULT_MAX_POSITIONS["bert"]),
+        learned_position_embeddings=True,
+        norm="layernorm",
+        linear_bias=True,
+        dropout=f.any_dropout({"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}),
+        causal=False,
+        type_vocab_size=f.integer("type_vocab_size", default=2, minimum=0),
+    )
+
+
+_READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
+    "llama": _read_llama,
+    "mistral": _read_dense_rotary,
+    "mixtral": _read_mixtral,
+    "qwen2": _read_dense_rotary,
+    "qwen2_moe": _read_qwen_moe,
+    "qwen3_moe": _read_qwen_moe,
+    "gpt2": _read_gpt2,
+    "gpt_neox": _read_gpt_neox,
+    "bert": _read_bert,
+}
+assert set(_READERS) == set(SUPPORTED_FAMILIES)
+
+
+def parse_config(data: dict, name: str) -> ModelSpec:
+    """A ModelSpec from a Hugging Face ``config.json`` dict; the family is its ``model_type``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"config.json: top level must be a JSON object, got {type(data).__name__}", field="config")
+    supported = ", ".join(SUPPORTED_FAMILIES)
+    family = data.get("model_type")
+    if family is None:
+        raise ConfigError(
+            f"config.json: missing field 'model_type'; supported families: {supported}",
+            field="model_type", limit=list(SUPPORTED_FAMILIES),
+        )
+    if not isinstance(family, str) or family not in _READERS:
+        raise ConfigError(
+            f"model_type {family!r} is not supported; supported families: {supported}",
+            field="model_type", value=family, limit=list(SUPPORTED_FAMILIES),
+        )
+    return _READERS[family](_Fields(data, family), name)
+
+
+def _read_json(path: Path) -> dict:
+    """The top-level object of a JSON file; every failure is a one-line ConfigError."""
+    if not path.is_file():
+        raise ConfigError(f"model config file '{path}' does not exist", field="model", value=str(path))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"model config file '{path}': invalid JSON at line {err.lineno} column {err.colno}: {err.msg}",
+            field="model", value=str(path),
+        ) from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"model config file '{path}' cannot be read: {err}", field="model", value=str(path)) from err
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"model config file '{path}': top level must be a JSON object, got {type(data).__name__}",
+            field="model", value=str(path),
+        )
+    return data
+
+
+def _name_for_path(data: dict, path: Path) -> str:
+    """``_name_or_path`` or ``name`` from the config, else the file stem (the folder for ``config.json``)."""
+    for key in ("_name_or_path", "name"):
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    if path.stem == "config" and path.resolve().parent.name:
+        return path.resolve().parent.name
+    return path.stem
+
+
+def _as_path(text: str) -> Path | None:
+    """The config file ``text`` designates, or None when it is a catalog name."""
+    path = Path(text).expanduser()
+    if path.is_file():
+        return path
+    if path.is_dir() and (path / "config.json").is_file():
+        return path / "config.json"
+    if text.lower().endswith(".json") or "/" in text or "\\" in text:
+        return path / "config.json" if path.is_dir() else path
+    return None
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A catalog model by name, or a Hugging Face ``config.json`` (a file, or a folder holding one)."""
+    text = str(name_or_path).strip()
+    path = _as_path(text)
+    if path is not None:
+        data = _read_json(path)
+        return parse_config(data, _name_for_path(data, path))
+    entry = catalog.entry_path("model", text)
+    return parse_config(_read_json(entry), entry.stem)
+
+
+def model_names() -> list[str]:
+    """Sorted names of the models shipped in the catalog."""
+    return catalog.names("model")

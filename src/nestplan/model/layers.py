@@ -1,0 +1,262 @@
+"""Per-layer formulas: parameters, FLOPs, GEMM shapes, activation bytes, boundary bytes.
+
+Everything here is pure arithmetic on a ModelSpec and a ``Shard`` (how one layer is
+split on one device: the sub-graph strategy plus the microbatch). Hardware and time
+live in ``nestplan.cost``. Notation follows Korthikanti et al. 2022 (arXiv 2205.05198):
+s sequence, b microbatch, h hidden, a heads, t tensor-parallel size, L layers, v vocab.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from nestplan.model.spec import ModelSpec
+
+MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, section 4.1)
+
+
+class Recomputation(str, Enum):
+    """Mirror of strategy.Recompute for the model layer (the model knows nothing of plans)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """How a layer runs on one device for one microbatch."""
+
+    tp: int = 1
+    sp: bool = False
+    cp: int = 1
+    ep: int = 1
+    micro_batch: int = 1
+    seq_len: int = 2048
+    dtype_bytes: int = 2
+    flash: bool = True
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one microbatch on one device: b * s / cp."""
+        return self.micro_batch * self.seq_len // self.cp
+
+    @property
+    def sp_div(self) -> int:
+        """Divisor of the activations that sequence parallelism splits over tp."""
+        return self.tp if (self.sp and self.tp > 1) else 1
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """``count`` GEMMs of (m x k) @ (k x n) on one device in the forward pass."""
+
+    m: float
+    n: float
+    k: float
+    count: float = 1.0
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters split by how they are replicated: dense ones over the whole stage's
+    data-parallel ranks, expert ones only over replicas that hold the same experts."""
+
+    dense: float = 0.0
+    expert: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+    def __add__(self, other: "ParamCount") -> "ParamCount":
+        return ParamCount(self.dense + other.dense, self.expert + other.expert)
+
+    def scaled(self, factor: float) -> "ParamCount":
+        return ParamCount(self.dense * factor, self.expert * factor)
+
+
+# ---------------------------------------------------------------- parameters
+def _norm_params(spec: ModelSpec) -> int:
+    return 2 * spec.hidden_size if spec.norm == "layernorm" else spec.hidden_size
+
+
+def attention_params(spec: ModelSpec) -> int:
+    """QKV and output projections (+ biases) and the pre-attention norm."""
+    h, q, kv = spec.hidden_size, spec.q_channels, spec.kv_channels
+    weights = h * (q + 2 * kv) + q * h
+    biases = (q + 2 * kv + h) if spec.linear_bias else 0
+    return weights + biases + _norm_params(spec)
+
+
+def mlp_params(spec: ModelSpec, ffn: int) -> int:
+    """One MLP (dense FFN or one expert): up (and gate) and down projections."""
+    h = spec.hidden_size
+    mats = 3 if spec.gated_mlp else 2
+    biases = (ffn * (mats - 1) + h) if spec.linear_bias else 0
+    return mats * h * ffn + biases
+
+
+def block_params(spec: ModelSpec, layer: int) -> ParamCount:
+    """Full (unsharded) parameters of transformer block ``layer``."""
+    dense = attention_params(spec) + _norm_params(spec)
+    if not spec.is_moe_layer(layer):
+        return ParamCount(dense=dense + mlp_params(spec, spec.ffn_hidden_size))
+    router = spec.hidden_size * spec.num_experts
+    shared = spec.num_shared_experts * mlp_params(spec, spec.shared_expert_ffn_hidden_size)
+    experts = spec.num_experts * mlp_params(spec, spec.moe_ffn_hidden_size)
+    return ParamCount(dense=dense + router + shared, expert=experts)
+
+
+def embedding_params(spec: ModelSpec) -> int:
+    positions = spec.max_position_embeddings if spec.learned_position_embeddings else 0
+    return spec.hidden_size * (spec.vocab_size + positions + spec.type_vocab_size)
+
+
+def head_params(spec: ModelSpec, separate_copy: bool) -> int:
+    """Final norm + output projection; a tied projection costs nothing unless the
+    head sits on another device than the embedding (then Megatron keeps a copy)."""
+    proj = spec.vocab_size * spec.hidden_size if (not spec.tied_embeddings or separate_copy) else 0
+    return proj + _norm_params(spec)
+
+
+def total_params(spec: ModelSpec) -> float:
+    blocks = sum(block_params(spec, i).total for i in range(spec.num_layers))
+    return blocks + embedding_params(spec) + head_params(spec, separate_copy=False)
+
+
+def block_params_per_device(spec: ModelSpec, layer: int, shard: Shard) -> ParamCount:
+    """Parameters a device holds: projections split over tp (norms replicated), experts over ep."""
+    full = block_params(spec, layer)
+    norms = 2 * _norm_params(spec)
+    replicated_bias = 2 * spec.hidden_size if spec.linear_bias else 0  # row-parallel output biases
+    dense_split = full.dense - norms - replicated_bias
+    dense = dense_split / shard.tp + norms + replicated_bias
+    return ParamCount(dense=dense, expert=full.expert / (shard.tp * shard.ep))
+
+
+# ---------------------------------------------------------------- GEMMs and FLOPs
+def _kv_per_device(spec: ModelSpec, tp: int) -> float:
+    """K (or V) channels per device: kv heads split over tp, replicated when tp > kv heads."""
+    return math.ceil(spec.num_kv_heads / tp) * spec.head_dim
+
+
+def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
+    """Forward GEMMs of one block on one device (Megatron column/row-parallel split)."""
+    t, h, T = shard.tp, spec.hidden_size, shard.tokens
+    gemms = [
+        Gemm(T, spec.q_channels / t + 2 * _kv_per_device(spec, t), h),   # QKV projection
+        Gemm(T, h, spec.q_channels / t),                                 # attention output projection
+    ]
+    up = 2 if spec.gated_mlp else 1
+    if not spec.is_moe_layer(layer):
+        f = spec.ffn_hidden_size / t
+        return gemms + [Gemm(T, up * f, h), Gemm(T, h, f)]
+    gemms.append(Gemm(T, spec.num_experts, h))                            # router
+    local_experts = spec.num_experts / shard.ep
+    rows = T * shard.ep * spec.experts_per_token / spec.num_experts     # tokens per expert (balanced)
+    f = spec.moe_ffn_hidden_size / t
+    gemms += [Gemm(rows, up * f, h, local_experts), Gemm(rows, h, f, local_experts)]
+    if spec.num_shared_experts:
+        fs = spec.shared_expert_ffn_hidden_size / t
+        gemms += [Gemm(T, up * fs, h, spec.num_shared_experts), Gemm(T, h, fs, spec.num_shared_experts)]
+    return gemms
+
+
+def attention_core_gemms(spec: ModelSpec, shard: Shard) -> list[Gemm]:
+    """Scores Q K^T and the weighted sum with V, per head on one device (keys span the full sequence)."""
+    heads = shard.micro_batch * spec.num_heads / shard.tp
+    s_q = shard.seq_len / shard.cp
+    s_k = shard.seq_len
+    d = spec.head_dim
+    return [Gemm(s_q, s_k, d, heads), Gemm(s_q, d, s_k, heads)]
+
+
+def block_model_flops(spec: ModelSpec, layer: int, tokens: float, seq_len: int) -> float:
+    """Forward model FLOPs of one block for ``tokens`` tokens (no parallelism, full s x s attention).
+
+    Narayanan et al. SC'21 eq. 3 counts 24 b s h^2 + 4 b s^2 h per GPT layer; this is the
+    same count generalised to GQA, gated MLPs and top-k experts.
+    """
+    per_token = sum(g.flops for g in block_gemms(spec, layer, Shard(seq_len=seq_len, micro_batch=1))) / seq_len
+    attn_per_token = 4.0 * seq_len * spec.q_channels   # Q K^T and scores x V, full s x s
+    return tokens * (per_token + attn_per_token)
+
+
+def head_gemm(spec: ModelSpec, shard: Shard) -> Gemm:
+    """The output projection onto the (vocab-parallel) vocabulary."""
+    return Gemm(shard.tokens, spec.vocab_size / shard.tp, spec.hidden_size)
+
+
+def head_model_flops(spec: ModelSpec, tokens: float) -> float:
+    return 2.0 * tokens * spec.hidden_size * spec.vocab_size
+
+
+# ---------------------------------------------------------------- activations
+def score_elements(spec: ModelSpec, shard: Shard) -> float:
+    """Elements of one s x s attention-score tensor on one device: a b s^2 / (t cp)."""
+    return spec.num_heads / shard.tp * shard.micro_batch * (shard.seq_len / shard.cp) * shard.seq_len
+
+
+def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute: Recomputation) -> float:
+    """Bytes a block stores for its backward pass, per microbatch, on one device.
+
+    Korthikanti et al. 2022 section 4 / Table 2: sbh(34 + 5as/h) without parallelism,
+    sbh(10 + 24/t + 5as/(ht)) with tp, sbh/t (34 + 5as/h) with tp + sp, the 5as/h term
+    dropped by selective recomputation, and 2sbh (the layer input) with full
+    recomputation. Generalised term by term to GQA, gated MLPs, top-k experts, no-dropout
+    models and flash attention (no s x s tensors stored).
+    """
+    B, T, h = shard.dtype_bytes, shard.tokens, spec.hidden_size
+    rep = T * h / shard.sp_div  # a replicated (or, with sp, sequence-split) hidden-sized tensor, in elements
+    if recompute is Recomputation.FULL:
+        return B * rep
+    t = shard.tp
+    mask = MASK_BYTES if spec.dropout else 0
+    # attention: norm input, QKV input (replicated); Q, K, V, output-projection input (split); mask
+    attn = 2 * B * rep + B * T * (spec.q_channels / t + 2 * _kv_per_device(spec, t)) + B * T * spec.q_channels / t
+    attn += mask * rep
+    if not (shard.flash or recompute is Recomputation.SELECTIVE):
+        per_score = B + (mask + B if spec.dropout else 0)   # softmax output, dropout mask and output
+        attn += per_score * score_elements(spec, shard)
+    mlp = 2 * B * rep + mask * rep   # norm input, MLP input, dropout mask
+    mlp += _mlp_activation_bytes(spec, layer, shard)
+    return attn + mlp
+
+
+def _mlp_activation_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
+    """The FFN's inner tensors: up-projection output(s) and the down-projection input."""
+    B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
+    up = 2 if spec.gated_mlp else 1
+    if not spec.is_moe_layer(layer):
+        return B * T * (up + 1) * spec.ffn_hidden_size / t
+    routed = T * spec.experts_per_token                      # token copies processed on this device (balanced)
+    out = B * routed * spec.hidden_size / shard.sp_div       # permuted expert inputs
+    out += B * routed * (up + 1) * spec.moe_ffn_hidden_size / t
+    out += 4.0 * T * spec.num_experts                        # fp32 router probabilities
+    if spec.num_shared_experts:
+        out += B * T * (up + 1) * spec.shared_expert_ffn_hidden_size * spec.num_shared_experts / t
+    return out
+
+
+def embedding_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """The embedding output's dropout mask (Korthikanti et al. 2022, section 4.3: s b h p / t)."""
+    return (MASK_BYTES if spec.dropout else 0) * shard.tokens * spec.hidden_size / shard.sp_div
+
+
+def head_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """Final norm input and the fp32 logits kept for the cross-entropy backward (4 s b v / t)."""
+    B, T = shard.dtype_bytes, shard.tokens
+    return B * T * spec.hidden_size / shard.sp_div + 4.0 * T * spec.vocab_size / shard.tp
+
+
+def boundary_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """Bytes one device sends across a stage boundary per microbatch: the hidden states,
+    split over the tp ranks (Megatron's scatter/gather optimisation, Narayanan et al. SC'21 4.1)."""
+    return shard.dtype_bytes * shard.tokens * spec.hidden_size / shard.tp

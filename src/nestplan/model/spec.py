@@ -1,0 +1,57 @@
+"""ModelSpec: the architecture of a transformer, read from a Hugging Face style config.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe", "gpt2", "gpt_neox", "bert")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder (or encoder) transformer stack, everything the cost model needs.
+
+    Sizes are element counts; byte sizes are derived with the job's dtype.
+    A layer is MoE when ``num_experts > 0`` and its index is in ``moe_layers``.
+    """
+
+    name: str
+    family: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int               # dense MLP intermediate size
+    gated_mlp: bool                    # SwiGLU/GeGLU: gate and up projections
+    vocab_size: int
+    tied_embeddings: bool
+    max_position_embeddings: int
+    learned_position_embeddings: bool  # gpt2, bert: a position table of max_position_embeddings x hidden
+    norm: str                          # "layernorm" or "rmsnorm"
+    linear_bias: bool                  # biases on attention and MLP projections
+    dropout: bool                      # dropout masks are stored (Korthikanti et al. 2022 counts them)
+    causal: bool = True
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_ffn_hidden_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_ffn_hidden_size: int = 0
+    moe_layers: tuple[int, ...] = field(default_factory=tuple)
+    type_vocab_size: int = 0           # bert token-type embeddings
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0 and len(self.moe_layers) > 0
+
+    @property
+    def kv_channels(self) -> int:
+        """Width of the K (and V) projection output: kv heads x head dim."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def q_channels(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def is_moe_layer(self, index: int) -> bool:
+        return self.num_experts > 0 and index in self.moe_layers

@@ -1,0 +1,118 @@
+"""Hierarchical network levels (DESIGN.md section 3).
+
+Level 0 is innermost (inside a node). A level's ``size`` counts units of the level
+below per unit of this one (for level 0: devices per node). Devices are numbered
+so that every unit of every level is a contiguous block of ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+from nestplan.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Level:
+    """One tier of the network, in SI units.
+
+    bandwidth_Bps: per-device, one-direction bandwidth for traffic that crosses
+        units of the level below but stays inside one unit of this level.
+    latency_s: one-hop latency across this level (the alpha of alpha-beta).
+    oversubscription: >= 1; bandwidth divides by it when every device crosses at once.
+    bus_efficiency: achievable fraction of bandwidth_Bps for collectives (NCCL busbw / line rate).
+    """
+
+    name: str
+    size: int
+    bandwidth_Bps: float
+    latency_s: float
+    oversubscription: float = 1.0
+    bus_efficiency: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ConfigError(f"level '{self.name}': size must be >= 1, got {self.size}", field="size", value=self.size, limit=">= 1")
+        if self.bandwidth_Bps <= 0:
+            raise ConfigError(f"level '{self.name}': bandwidth must be > 0, got {self.bandwidth_Bps}", field="bandwidth_GBps", value=self.bandwidth_Bps, limit="> 0")
+        if self.latency_s < 0:
+            raise ConfigError(f"level '{self.name}': latency must be >= 0, got {self.latency_s}", field="latency_us", value=self.latency_s, limit=">= 0")
+        if self.oversubscription < 1:
+            raise ConfigError(f"level '{self.name}': oversubscription must be >= 1, got {self.oversubscription}", field="oversubscription", value=self.oversubscription, limit=">= 1")
+        if not 0 < self.bus_efficiency <= 1:
+            raise ConfigError(f"level '{self.name}': bus_efficiency must be in (0, 1], got {self.bus_efficiency}", field="bus_efficiency", value=self.bus_efficiency, limit="(0, 1]")
+
+    @property
+    def effective_bandwidth_Bps(self) -> float:
+        """Per-device bandwidth a collective achieves when all devices cross at once."""
+        return self.bandwidth_Bps * self.bus_efficiency / self.oversubscription
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    levels: tuple[Level, ...]
+
+    def __post_init__(self) -> None:
+        assert len(self.levels) >= 1, "a topology needs at least one level"
+
+    @property
+    def devices(self) -> int:
+        return math.prod(level.size for level in self.levels)
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.levels)
+
+    def unit_devices(self, level: int) -> int:
+        """Devices in one unit of ``level`` (level 0: one node)."""
+        return math.prod(lv.size for lv in self.levels[: level + 1])
+
+    def truncate(self, devices: int) -> "Topology":
+        """The first ``devices`` devices: outer levels shrink, inner units stay whole.
+
+        ``devices`` must be a multiple of the innermost unit it spans, e.g. on 8-device
+        nodes 12 devices is refused (naming both numbers) while 4 or 16 are accepted.
+        """
+        total = self.devices
+        if devices < 1 or devices > total:
+            raise ConfigError(f"--devices {devices} is outside 1..{total} for cluster '{self.name}'",
+                              field="devices", value=devices, limit=total)
+        new_levels: list[Level] = []
+        inner = 1
+        for lv in self.levels:
+            if inner * lv.size >= devices:
+                if devices % inner:
+                    raise ConfigError(
+                        f"--devices {devices} is not a multiple of {inner} (devices per {new_levels[-1].name} "
+                        f"of cluster '{self.name}')", field="devices", value=devices, limit=inner)
+                new_levels.append(replace(lv, size=devices // inner))
+                break
+            new_levels.append(lv)
+            inner *= lv.size
+        return Topology(self.name, tuple(new_levels))
+
+    def fanout(self, ranks: Iterable[int]) -> tuple[int, ...]:
+        """Members per unit at each level for a group of ranks (product = group size).
+
+        fanout[0] = members per node, fanout[1] = nodes of the group per level-1 unit, ...
+        A group uniformly spread over units (every group of a rank grid is) gives exact
+        integers; otherwise the counts are rounded up.
+        """
+        members = sorted(set(int(r) for r in ranks))
+        assert members and members[-1] < self.devices, "rank outside the topology"
+        prev = len(members)
+        fan: list[int] = []
+        for i in range(self.num_levels):
+            unit = self.unit_devices(i)
+            n_units = len({r // unit for r in members})
+            fan.append(-(-prev // n_units))
+            prev = n_units
+        return tuple(fan)
+
+    def span_level(self, fanout: Sequence[int]) -> int:
+        """The lowest level containing every member (0 for groups inside one node or of one device)."""
+        spanned = [i for i, g in enumerate(fanout) if g > 1]
+        return spanned[-1] if spanned else 0

@@ -1,0 +1,144 @@
+"""ParallelDims: the parallel degrees of a plan, one validated value object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nestplan.errors import ConfigError
+from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
+
+AXES = ("tp", "cp", "ep", "pp", "dp")
+
+
+def _err(message: str, field: str, value: object, limit: object = None) -> ConfigError:
+    return ConfigError(message, field=field, value=value, limit=limit)
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """Degrees of every parallel axis and the graph-global choices.
+
+    Devices = tp * cp * ep * pp * dp. Expert parallelism is carved out of data
+    parallelism as in Megatron-LM: the ep ranks of a stage hold different experts
+    but run the dense parts as data-parallel replicas, so a step processes
+    dp * ep * micro_batch_size * num_microbatches sequences.
+    ``layers_per_stage`` gives uneven transformer-layer counts per stage (the
+    embedding rides with the first stage, the output head with the last).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    zero: ZeroStage = ZeroStage.NONE
+    recompute: Recompute = Recompute.NONE
+    micro_batch_size: int = 1
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    virtual_stages: int = 1
+    layers_per_stage: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in (*AXES, "micro_batch_size", "virtual_stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _err(f"{name} must be a positive integer, got {value!r}", name, value, ">= 1")
+        object.__setattr__(self, "zero", ZeroStage(self.zero))
+        object.__setattr__(self, "recompute", Recompute(self.recompute))
+        object.__setattr__(self, "schedule", Schedule(self.schedule))
+        if self.sp and self.tp == 1:
+            raise _err("sequence parallelism (sp) needs tp > 1, got tp 1", "sp", self.sp, "tp > 1")
+        if self.virtual_stages > 1 and self.schedule is not Schedule.INTERLEAVED:
+            raise _err(f"virtual stages {self.virtual_stages} need the interleaved schedule, got {self.schedule.value}",
+                       "virtual_stages", self.virtual_stages, "interleaved")
+        if self.schedule is Schedule.INTERLEAVED and self.pp == 1:
+            raise _err("the interleaved schedule needs pp > 1, got pp 1", "schedule", self.schedule.value, "pp > 1")
+        if self.layers_per_stage is not None:
+            object.__setattr__(self, "layers_per_stage", tuple(int(x) for x in self.layers_per_stage))
+            if len(self.layers_per_stage) != self.pp:
+                raise _err(f"layers-per-stage has {len(self.layers_per_stage)} entries but pp is {self.pp}",
+                           "layers_per_stage", self.layers_per_stage, self.pp)
+            if min(self.layers_per_stage) < 1:
+                raise _err(f"every stage needs at least one layer, got {self.layers_per_stage}",
+                           "layers_per_stage", self.layers_per_stage, ">= 1")
+
+    # -- derived sizes ---------------------------------------------------------
+    @property
+    def devices(self) -> int:
+        return self.tp * self.cp * self.ep * self.pp * self.dp
+
+    @property
+    def stage_devices(self) -> int:
+        """Devices of one stage of one replica: tp * cp * ep."""
+        return self.tp * self.cp * self.ep
+
+    @property
+    def batch_replicas(self) -> int:
+        """Ranks that consume distinct sequences: dp * ep."""
+        return self.dp * self.ep
+
+    @property
+    def sp_active(self) -> bool:
+        return self.sp and self.tp > 1
+
+    def degree(self, axis: str) -> int:
+        assert axis in AXES, axis
+        return int(getattr(self, axis))
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        """Microbatches per replica per step; raises when the batch does not divide."""
+        per_step = self.batch_replicas * self.micro_batch_size
+        if global_batch_size % per_step:
+            raise _err(
+                f"global batch size {global_batch_size} is not divisible by dp x ep x micro-batch size "
+                f"= {self.dp} x {self.ep} x {self.micro_batch_size} = {per_step}",
+                "global_batch_size", global_batch_size, per_step)
+        m = global_batch_size // per_step
+        if self.schedule is Schedule.INTERLEAVED and m % self.pp:
+            raise _err(f"the interleaved schedule needs the {m} microbatches to be a multiple of pp {self.pp}",
+                       "global_batch_size", global_batch_size, self.pp)
+        return m
+
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Transformer layers of each pipeline stage (even split unless given)."""
+        if self.layers_per_stage is not None:
+            if sum(self.layers_per_stage) != num_layers:
+                raise _err(f"layers-per-stage sums to {sum(self.layers_per_stage)} but the model has {num_layers} layers",
+                           "layers_per_stage", self.layers_per_stage, num_layers)
+            parts = self.layers_per_stage
+        else:
+            if self.pp > num_layers:
+                raise _err(f"pp {self.pp} exceeds the model's {num_layers} layers", "pp", self.pp, num_layers)
+            if num_layers % self.pp:
+                raise _err(f"pp {self.pp} does not divide the model's {num_layers} layers; "
+                           "give --layers-per-stage for an uneven split", "pp", self.pp, num_layers)
+            parts = (num_layers // self.pp,) * self.pp
+        if self.virtual_stages > 1:
+            bad = [n for n in parts if n % self.virtual_stages]
+            if bad:
+                raise _err(f"a stage of {bad[0]} layers does not split into {self.virtual_stages} virtual stages",
+                           "virtual_stages", self.virtual_stages, bad[0])
+        return tuple(parts)
+
+
+def check_against_model(dims: ParallelDims, model, seq_len: int) -> None:
+    """Divisibility of the sub-graph degrees against the model's shape (errors name both numbers)."""
+    if model.num_heads % dims.tp:
+        raise _err(f"tp {dims.tp} does not divide the model's {model.num_heads} attention heads",
+                   "tp", dims.tp, model.num_heads)
+    if model.num_kv_heads % dims.tp and dims.tp % model.num_kv_heads:
+        raise _err(f"tp {dims.tp} and the model's {model.num_kv_heads} key-value heads do not divide one another",
+                   "tp", dims.tp, model.num_kv_heads)
+    if model.ffn_hidden_size % dims.tp:
+        raise _err(f"tp {dims.tp} does not divide the model's FFN size {model.ffn_hidden_size}",
+                   "tp", dims.tp, model.ffn_hidden_size)
+    if dims.ep > 1 and not model.is_moe:
+        raise _err(f"ep {dims.ep} needs a mixture-of-experts model; {model.name} is dense", "ep", dims.ep, 1)
+    if model.is_moe and model.num_experts % dims.ep:
+        raise _err(f"ep {dims.ep} does not divide the model's {model.num_experts} experts",
+                   "ep", dims.ep, model.num_experts)
+    if seq_len % (2 * dims.cp) and dims.cp > 1:
+        raise _err(f"cp {dims.cp} needs the sequence length {seq_len} to be a multiple of 2 x cp = {2 * dims.cp}",
+                   "cp", dims.cp, seq_len)
+    dims.stage_layers(model.num_layers)

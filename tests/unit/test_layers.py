@@ -1,0 +1,92 @@
+"""Per-layer formulas against closed forms from the literature."""
+
+from __future__ import annotations
+
+import pytest
+
+from nestplan.model import load_model
+from nestplan.model import layers as L
+
+
+def test_gpt_layer_params_are_12h2_plus_13h() -> None:
+    """A GPT layer has 12h^2 + 13h parameters (Narayanan et al. SC'21, section 5.1)."""
+    m = load_model("korthikanti-175b")
+    h = m.hidden_size
+    assert L.block_params(m, 0).total == 12 * h * h + 13 * h
+
+
+def test_llama2_7b_total_params() -> None:
+    """Llama 2 7B: 6,738,415,616 parameters (Hugging Face model card, safetensors metadata)."""
+    assert L.total_params(load_model("llama2-7b")) == 6_738_415_616
+
+
+def test_mixtral_active_vs_total() -> None:
+    """Mixtral 8x7B: 46.7B total parameters (Jiang et al. 2024)."""
+    m = load_model("mixtral-8x7b")
+    assert L.total_params(m) == pytest.approx(46.7e9, rel=0.01)
+
+
+def test_gpt_forward_flops_match_narayanan_eq3() -> None:
+    """Forward FLOPs per layer: 24 b s h^2 + 4 b s^2 h (Narayanan et al. SC'21, eq. 3 / 3)."""
+    m = load_model("korthikanti-175b")
+    s, h = 2048, m.hidden_size
+    assert L.block_model_flops(m, 0, s, s) == pytest.approx(24 * s * h * h + 4 * s * s * h, rel=1e-3)
+
+
+def test_moe_flops_count_top_k_experts() -> None:
+    m = load_model("mixtral-8x7b")
+    s, h, f = 4096, m.hidden_size, m.moe_ffn_hidden_size
+    dense_attn = 2 * s * h * (m.q_channels + 2 * m.kv_channels) + 2 * s * m.q_channels * h + 4 * s * s * m.q_channels
+    experts = m.experts_per_token * 2 * s * 3 * h * f
+    router = 2 * s * h * m.num_experts
+    assert L.block_model_flops(m, 0, s, s) == pytest.approx(dense_attn + experts + router)
+
+
+def test_tp_shards_gemm_flops_evenly() -> None:
+    m = load_model("llama3-70b")
+    one = sum(g.flops for g in L.block_gemms(m, 0, L.Shard(tp=1, seq_len=4096)))
+    eight = sum(g.flops for g in L.block_gemms(m, 0, L.Shard(tp=8, seq_len=4096)))
+    assert eight == pytest.approx(one / 8)
+
+
+def test_ep_keeps_expert_flops_per_device() -> None:
+    """With balanced routing every device processes top-k copies of its own tokens."""
+    m = load_model("mixtral-8x7b")
+    base = sum(g.flops for g in L.block_gemms(m, 0, L.Shard(ep=1, seq_len=4096)))
+    ep8 = sum(g.flops for g in L.block_gemms(m, 0, L.Shard(ep=8, seq_len=4096)))
+    assert ep8 == pytest.approx(base)
+
+
+def test_flash_attention_drops_score_memory() -> None:
+    m = load_model("llama2-7b")
+    eager = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=False), L.Recomputation.NONE)
+    flash = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=True), L.Recomputation.NONE)
+    selective = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=False), L.Recomputation.SELECTIVE)
+    assert flash == pytest.approx(selective)
+    assert eager - flash == pytest.approx(2 * m.num_heads * 4096 * 4096)  # softmax output only: no dropout
+
+
+def test_full_recompute_keeps_layer_input_only() -> None:
+    m = load_model("llama3-8b")
+    shard = L.Shard(tp=4, sp=True, seq_len=8192, micro_batch=2)
+    assert L.block_activation_bytes(m, 0, shard, L.Recomputation.FULL) == 2 * 2 * 8192 * m.hidden_size / 4
+
+
+def test_cp_divides_activations() -> None:
+    m = load_model("llama3-8b")
+    one = L.block_activation_bytes(m, 0, L.Shard(seq_len=8192), L.Recomputation.NONE)
+    two = L.block_activation_bytes(m, 0, L.Shard(seq_len=8192, cp=2), L.Recomputation.NONE)
+    assert two == pytest.approx(one / 2)
+
+
+def test_boundary_bytes_are_hidden_states_over_tp() -> None:
+    m = load_model("gpt3-175b")
+    assert L.boundary_bytes(m, L.Shard(tp=4, seq_len=2048, micro_batch=1)) == 2 * 2048 * m.hidden_size / 4
+
+
+def test_per_device_params_split_over_tp_and_ep() -> None:
+    m = load_model("mixtral-8x7b")
+    full = L.block_params(m, 0)
+    dev = L.block_params_per_device(m, 0, L.Shard(tp=2, ep=4))
+    assert dev.expert == pytest.approx(full.expert / 8)
+    assert full.dense / 2 < dev.dense < full.dense / 2 + 4 * m.hidden_size
