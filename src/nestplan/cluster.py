@@ -34,6 +34,7 @@ conversion happens here only (through ``nestplan.units``).
 from __future__ import annotations
 
 import json
+import operator
 import tomllib
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -79,9 +80,13 @@ class Cluster:
 
     def truncate(self, devices: int) -> "Cluster":
         """The first ``devices`` ranks (``Topology.truncate`` explains which counts are valid)."""
-        if isinstance(devices, bool) or not isinstance(devices, int):
+        try:
+            if isinstance(devices, bool):
+                raise TypeError
+            devices = operator.index(devices)
+        except TypeError:
             raise ConfigError(f"--devices must be an integer, got {devices!r}", field="devices", value=devices,
-                              limit=f"1..{self.devices}")
+                              limit=f"1..{self.devices}") from None
         order = None if self.device_order is None else self.device_order[:devices]
         return replace(self, topology=self.topology.truncate(devices), device_order=order)
 
@@ -238,8 +243,11 @@ def _levels_topology(name: str, levels: Any) -> Topology:
     for i, table in enumerate(levels):
         at = f"{where}: levels[{i}]"
         _check_keys(table, _LEVEL_KEYS, _LEVEL_REQUIRED, at)
+        if not isinstance(table["name"], str) or not table["name"].strip():
+            raise ConfigError(f"{at}: name must be a non-empty string, got {table['name']!r}", field="name",
+                              value=table["name"], limit="non-empty string")
         specs.append(dict(
-            name=str(table["name"]),
+            name=table["name"],
             size=_integer(table["size"], "size", at),
             bandwidth_Bps=units.GBps_to_Bps(_number(table["bandwidth_GBps"], "bandwidth_GBps", at, strict=True)),
             latency_s=units.us_to_s(_number(table["latency_us"], "latency_us", at)),

@@ -208,7 +208,7 @@ def torus(
     Any number of dimensions >= 1 is accepted (1 = a ring); TPU-style pods are 2-D or 3-D.
     """
     where = f"torus '{name}'"
-    if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence) or len(dims) < 1:
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, (Sequence, np.ndarray)) or len(dims) < 1:
         raise ConfigError(f"{where}: dims must be a list of 1 to 3 (or more) integers, got {dims!r}",
                           field="dims", value=dims, limit="[X, Y] or [X, Y, Z]")
     sizes = [_as_int(d, f"dims[{i}]", where) for i, d in enumerate(dims)]

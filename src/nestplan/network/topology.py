@@ -73,26 +73,36 @@ class Topology:
     def truncate(self, devices: int) -> "Topology":
         """The first ``devices`` devices: outer levels shrink, inner units stay whole.
 
-        ``devices`` must be a multiple of the innermost unit it spans, e.g. on 8-device
-        nodes 12 devices is refused (naming both numbers) while 4 or 16 are accepted.
+        When ``devices`` is not a whole number of units of the level below the one it
+        spans (16,384 GPUs of 3,072-GPU pods), that level's units are split into the
+        largest equal sub-units that tile ``devices`` (pods of 1,024 GPUs here): traffic
+        between sub-units of one real unit is then costed at the outer level, a
+        pessimistic but never optimistic reading. Devices must still fill whole nodes
+        once they span more than one (12 devices of 8-device nodes are refused).
         """
         total = self.devices
         if devices < 1 or devices > total:
             raise ConfigError(f"--devices {devices} is outside 1..{total} for cluster '{self.name}'",
                               field="devices", value=devices, limit=total)
-        new_levels: list[Level] = []
+        levels = list(self.levels)
         inner = 1
-        for lv in self.levels:
+        for j, lv in enumerate(levels):
             if inner * lv.size >= devices:
-                if devices % inner:
-                    raise ConfigError(
-                        f"--devices {devices} is not a multiple of {inner} (devices per {new_levels[-1].name} "
-                        f"of cluster '{self.name}')", field="devices", value=devices, limit=inner)
-                new_levels.append(replace(lv, size=devices // inner))
                 break
-            new_levels.append(lv)
             inner *= lv.size
-        return Topology(self.name, tuple(new_levels))
+        if devices % inner:
+            node = levels[0].size
+            if j == 1 or devices % node:
+                raise ConfigError(
+                    f"--devices {devices} is not a multiple of {node} (devices per {levels[0].name} "
+                    f"of cluster '{self.name}')", field="devices", value=devices, limit=node)
+            below = levels[j - 1]
+            outer_inner = inner // below.size
+            sub = max(d for d in range(1, below.size + 1)
+                      if below.size % d == 0 and devices % (outer_inner * d) == 0)
+            levels[j - 1] = replace(below, size=sub)
+            inner = outer_inner * sub
+        return Topology(self.name, tuple(levels[:j]) + (replace(levels[j], size=devices // inner),))
 
     def fanout(self, ranks: Iterable[int]) -> tuple[int, ...]:
         """Members per unit at each level for a group of ranks (product = group size).
