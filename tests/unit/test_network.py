@@ -440,3 +440,14 @@ def test_oversubscribed_level_is_slower_by_the_ratio(op, fanout):
 
 def test_group_inside_a_unit_ignores_outer_oversubscription():
     assert all_reduce(_three_level(oversub=4.0), (8, 4, 1), 1e9) == all_reduce(_three_level(), (8, 4, 1), 1e9)
+
+
+def test_truncate_splits_partial_outer_units():
+    """16,384 GPUs of the Llama 3 cluster span 5 1/3 pods of 3,072: pods are read as 1,024-GPU
+    sub-units, so every cross-sub-unit group is costed at the (oversubscribed) outer level."""
+    from nestplan.cluster import load_cluster
+
+    topo = load_cluster("llama3-h100", 16384).topology
+    assert [lv.size for lv in topo.levels] == [8, 2, 64, 16]
+    assert topo.levels[-1].oversubscription == 7
+    assert load_cluster("llama3-h100", 6144).topology.levels[-1].size == 2   # whole pods stay whole

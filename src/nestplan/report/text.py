@@ -28,7 +28,7 @@ def render_plan(console: Console, plan: dict, pred: Prediction) -> None:
                   f"microbatch {par['micro_batch_size']} x {par['num_microbatches']}, schedule {par['schedule']}"
                   + (f" (v={par['virtual_stages']})" if par['virtual_stages'] > 1 else ""))
     names = plan["placement"]["level_names"]
-    spans = ", ".join(f"{k} {names[v]}" for k, v in plan["placement"]["levels_spanned"].items() if v is not None)
+    spans = ", ".join(f"{k} {names[v]}" for k, v in plan["placement"]["levels_spanned"].items() if par[k] > 1)
     console.print(f"placement: axis order {'-'.join(plan['placement']['axis_order'])} (fastest first); groups span: {spans}")
     console.print(f"step time [bold]{p['step_time_s']:.4f} s[/], {p['tokens_per_s']:,.0f} tokens/s, "
                   f"{p['model_tflops_per_device']:.1f} model TFLOP/s per device (MFU {p['mfu']:.1%}), "

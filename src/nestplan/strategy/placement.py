@@ -35,16 +35,11 @@ class Placement:
     groups: dict[str, GroupSpan]            # keys: "tp", "cp", "ep", "dp", "ep+dp", "cp+ep+dp", "cp+dp", ...
     pp_boundary_levels: tuple[int, ...]     # level of the link between stage i and i+1 (worst over replicas)
 
-    def levels_spanned(self) -> dict[str, int | None]:
-        """Level each axis' groups span (the worst group); None for an axis of degree 1."""
-        out: dict[str, int | None] = {}
-        for axis in AXES:
-            if axis == "pp":
-                out[axis] = max(self.pp_boundary_levels) if self.pp_boundary_levels else None
-            else:
-                group = self.groups[axis]
-                out[axis] = group.level if group.size > 1 else None
-        return out
+    def levels_spanned(self) -> dict[str, int]:
+        """Level each axis' worst group spans (a one-member group lies inside a node: 0)."""
+        out = {axis: self.groups[axis].level for axis in AXES if axis != "pp"}
+        out["pp"] = max(self.pp_boundary_levels, default=0)
+        return {axis: out[axis] for axis in AXES}
 
 
 def rank_grid(dims: ParallelDims, axis_order: Sequence[str]) -> np.ndarray:
