@@ -5,11 +5,11 @@ Errors a user can fix print one line on stderr and exit 2 (3: the job does not f
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from typing import Optional
 
-import click
 import typer
 from rich.console import Console
 
@@ -86,12 +86,13 @@ def list_items(kind: str = typer.Argument(..., help="models, accelerators or clu
 
 def _click_exceptions() -> list:
     """The click exception modules in use: typer >= 0.20 vendors click as ``typer._click``."""
-    modules = [click.exceptions]
-    try:
-        from typer._click import exceptions as vendored  # type: ignore[import-not-found]
-        modules.append(vendored)
-    except ImportError:
-        pass
+    modules = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    assert modules, "typer needs click, vendored or installed"
     return modules
 
 
