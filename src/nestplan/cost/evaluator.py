@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from typing import TYPE_CHECKING
-if TYPE_CHECKING:
-    from nestplan.cluster import Cluster
 from nestplan.cost import comm
-from nestplan.cost.compute import LayerTime, block_time, embedding_time, head_time
 from nestplan.cost.memory import ShardGroups, in_flight_microbatches, model_state_bytes, stage_memory
 from nestplan.cost.pipeline import pipeline_time
 from nestplan.cost.prediction import BREAKDOWN_TERMS, Prediction, StageCost
+from nestplan.cost.terms import GraphTerms, graph_terms, shard_of
 from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.model import layers as L
@@ -23,99 +19,35 @@ from nestplan.strategy.dims import ParallelDims, check_against_model
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, Placement, place
 
+if TYPE_CHECKING:
+    from nestplan.cluster import Cluster
+
 # bytes an optimizer step moves per parameter (Adam: read master, m, v, grad; write master, m, v, weight)
 OPTIMIZER_TRAFFIC_BYTES = {12: 4 * 4 + 3 * 4 + 2, 4: 2 * 4 + 4 + 2}
 
 
-@dataclass(frozen=True)
-class BlockProfile:
-    """Everything the evaluator needs of one kind of transformer block (dense or MoE)."""
-
-    time: LayerTime
-    comm: comm.LayerComm
-    params: L.ParamCount
-    activations: float        # stored per microbatch under the plan's recomputation
-    activations_full: float   # stored without recomputation (the transient peak when recomputing)
-    zero3: tuple[float, float]
-
-
-def _shard(dims: ParallelDims, job: Job) -> L.Shard:
-    return L.Shard(tp=dims.tp, sp=dims.sp_active, cp=dims.cp, ep=dims.ep, micro_batch=dims.micro_batch_size,
-                   seq_len=job.seq_len, dtype_bytes=job.dtype_bytes, flash=job.flash_attention)
-
-
-def _profile(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, placement: Placement,
-             layer: int) -> BlockProfile:
-    shard = _shard(dims, job)
-    acc, topo = cluster.accelerator, cluster.topology
-    t = block_time(acc, model, layer, shard, job.dtype)
-    c = comm.block_comm(topo, model, layer, shard, placement.groups, t.attention_forward)
-    params = L.block_params_per_device(model, layer, shard)
-    rc = L.Recomputation(dims.recompute.value)
-    zero3 = (0.0, 0.0)
-    if dims.zero is ZeroStage.PARAMETERS:
-        dense_g, expert_g = placement.groups["cp+ep+dp"], placement.groups["cp+dp"]
-        zf, zb = comm.zero3_layer_time(topo, dense_g, params.dense * job.dtype_bytes, params.dense * job.grad_bytes)
-        ef, eb = comm.zero3_layer_time(topo, expert_g, params.expert * job.dtype_bytes, params.expert * job.grad_bytes)
-        zero3 = (max(0.0, zf + ef - t.forward), max(0.0, zb + eb - t.backward))
-    return BlockProfile(
-        time=t, comm=c, params=params,
-        activations=L.block_activation_bytes(model, layer, shard, rc),
-        activations_full=L.block_activation_bytes(model, layer, shard, L.Recomputation.NONE),
-        zero3=zero3,
-    )
-
-
-def _block_components(p: BlockProfile, recompute: Recompute) -> dict[str, float]:
-    c = p.comm
-    if recompute is Recompute.FULL:
-        redo = p.time.forward + c.tp_forward + c.cp_forward + c.ep_forward
-    elif recompute is Recompute.SELECTIVE:
-        redo = p.time.attention_forward
-    else:
-        redo = 0.0
-    return {
-        "forward_compute": p.time.forward, "backward_compute": p.time.backward, "recompute": redo,
-        "tp_comm": c.tp_forward + c.tp_backward, "cp_comm": c.cp_forward + c.cp_backward,
-        "ep_comm": c.ep_forward + c.ep_backward, "zero_comm": p.zero3[0] + p.zero3[1],
-    }
-
-
-def _add(total: dict[str, float], part: dict[str, float], times: float = 1.0) -> None:
+def _add(total: dict[str, float], part, times: float = 1.0) -> None:
     for key, value in part.items():
         total[key] = total.get(key, 0.0) + value * times
 
 
-def _stage_compute(model, cluster, dims, job, placement, profiles, first, last, stage) -> tuple[dict, float, L.ParamCount, float]:
+def _stage_compute(model, terms: GraphTerms, pp: int, first: int, last: int, stage: int
+                   ) -> tuple[dict, float, L.ParamCount, float]:
     """Per-microbatch components (no pipeline transfers), activation bytes, params, transient bytes."""
-    shard = _shard(dims, job)
-    acc, topo = cluster.accelerator, cluster.topology
     comp: dict[str, float] = {k: 0.0 for k in BREAKDOWN_TERMS}
     acts, params, transient = 0.0, L.ParamCount(), 0.0
-    for layer in range(first, last + 1):
-        prof = profiles[model.is_moe_layer(layer)]
-        _add(comp, _block_components(prof, dims.recompute))
-        acts += prof.activations
-        params = params + prof.params
-        if dims.recompute is Recompute.FULL:
-            transient = max(transient, prof.activations_full)
-    if dims.zero is ZeroStage.PARAMETERS:
-        biggest = max(profiles[model.is_moe_layer(i)].params.total for i in range(first, last + 1))
-        transient += 2 * biggest * job.dtype_bytes   # the gathered layer and the prefetched next one
-    tp_sync = comm.tp_collectives(topo, placement.groups["tp"], shard, model.hidden_size, 1)
+    nodes = [terms.blocks[model.is_moe_layer(i)] for i in range(first, last + 1)]
     if stage == 0:
-        e = embedding_time(acc, model, shard)
-        _add(comp, {"forward_compute": e.forward, "backward_compute": e.backward, "tp_comm": tp_sync})
-        acts += L.embedding_activation_bytes(model, shard)
-        positions = model.max_position_embeddings if model.learned_position_embeddings else 0
-        vocab_rows = model.vocab_size / dims.tp + positions + model.type_vocab_size
-        params = params + L.ParamCount(dense=vocab_rows * model.hidden_size)
-    if stage == dims.pp - 1:
-        h = head_time(acc, model, shard, job.dtype)
-        _add(comp, {"forward_compute": h.forward, "backward_compute": h.backward, "tp_comm": tp_sync})
-        acts += L.head_activation_bytes(model, shard)
-        head = L.head_params(model, separate_copy=dims.pp > 1)
-        params = params + L.ParamCount(dense=head / dims.tp)
+        nodes.append(terms.embedding)
+    if stage == pp - 1:
+        nodes.append(terms.head)
+        if pp > 1:
+            params = params + terms.tied_head_copy
+    for node in nodes:
+        _add(comp, node.components)
+        acts += node.activations
+        params = params + node.params
+        transient = max(transient, node.transient)
     return comp, acts, params, transient
 
 
@@ -152,13 +84,12 @@ def evaluate_plan(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: J
                           field="devices", value=dims.devices, limit=cluster.devices)
     m = dims.num_microbatches(job.global_batch_size)
     placement = place(dims, cluster.topology, axis_order)
-    kinds = {model.is_moe_layer(i): i for i in range(model.num_layers)}
-    profiles = {moe: _profile(model, cluster, dims, job, placement, i) for moe, i in kinds.items()}
-    return _assemble(model, cluster, dims, job, placement, profiles, m)
+    terms = graph_terms(model, cluster, dims, job, placement.groups)
+    return _assemble(model, cluster, dims, job, placement, terms, m)
 
 
 def _boundary_times(model, cluster, dims, job, placement) -> list[float]:
-    shard = _shard(dims, job)
+    shard = shard_of(dims, job)
     return [comm.boundary_time(cluster.topology, model, shard, lv) for lv in placement.pp_boundary_levels]
 
 
@@ -178,7 +109,7 @@ def _stage_gather(cluster, dims, job, placement, params: L.ParamCount) -> float:
                for key, count in (("cp+ep+dp", params.dense), ("cp+dp", params.expert)))
 
 
-def _assemble(model, cluster, dims, job, placement, profiles, m) -> Prediction:
+def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Prediction:
     bounds = _boundary_times(model, cluster, dims, job, placement)
     wrap = max(bounds, default=0.0)   # interleaved chunks also pass from the last stage back to the first
     v = dims.virtual_stages
@@ -188,7 +119,7 @@ def _assemble(model, cluster, dims, job, placement, profiles, m) -> Prediction:
     pieces = []
     for i, n_layers in enumerate(dims.stage_layers(model.num_layers)):
         last = first + n_layers - 1
-        comp, acts, params, transient = _stage_compute(model, cluster, dims, job, placement, profiles, first, last, i)
+        comp, acts, params, transient = _stage_compute(model, terms, dims.pp, first, last, i)
         prev = bounds[i - 1] if i > 0 else (wrap if v > 1 else 0.0)
         nxt = bounds[i] if i < dims.pp - 1 else (wrap if v > 1 else 0.0)
         comp["pp_comm"] = v * (prev + nxt)

@@ -54,7 +54,7 @@ def rank_grid(dims: ParallelDims, axis_order: Sequence[str]) -> np.ndarray:
     return np.transpose(ranks, [slowest_first.index(a) for a in AXES])
 
 
-def _worst_span(topo: Topology, groups: np.ndarray) -> GroupSpan:
+def worst_span(topo: Topology, groups: np.ndarray) -> GroupSpan:
     """groups: (n_groups, size) rank array. Returns the group that spans highest (widest fan-out there)."""
     n_groups, size = groups.shape
     fanouts = np.empty((n_groups, topo.num_levels), dtype=np.int64)
@@ -88,11 +88,11 @@ def place(dims: ParallelDims, topo: Topology, axis_order: Sequence[str] = DEFAUL
         raise ConfigError(f"the plan needs {dims.devices} devices but the cluster has {topo.devices}",
                           field="devices", value=dims.devices, limit=topo.devices)
     grid = rank_grid(dims, axis_order)
-    groups = {key: _worst_span(topo, _groups_along(grid, key.split("+"))) for key in GROUP_KEYS}
+    groups = {key: worst_span(topo, _groups_along(grid, key.split("+"))) for key in GROUP_KEYS}
     pp_axis = AXES.index("pp")
     boundary: list[int] = []
     for stage in range(dims.pp - 1):
         a = np.take(grid, stage, axis=pp_axis).reshape(-1, 1)
         b = np.take(grid, stage + 1, axis=pp_axis).reshape(-1, 1)
-        boundary.append(_worst_span(topo, np.hstack([a, b])).level)
+        boundary.append(worst_span(topo, np.hstack([a, b])).level)
     return Placement(axis_order=tuple(axis_order), groups=groups, pp_boundary_levels=tuple(boundary))
