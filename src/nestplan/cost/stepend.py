@@ -1,0 +1,91 @@
+"""The end of a step: data-parallel gradient synchronisation, ZeRO gathers, tied-embedding
+sync and the optimizer step, and how much of it a real framework hides.
+
+Overlap (Megatron-LM --overlap-grad-reduce / --overlap-param-gather, DeepSpeed overlap_comm):
+a stage's gradient buckets are reduced while its last backward runs and while the stages
+before it drain the pipeline, so only sync - (backward + drain) is exposed; ZeRO 1/2's
+parameter all-gather hides behind the next step's first forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from nestplan.cost import comm
+from nestplan.hardware.accelerator import Accelerator
+from nestplan.job import Job
+from nestplan.model import layers as L
+from nestplan.model.spec import ModelSpec
+from nestplan.network import collectives as coll
+from nestplan.network.topology import Topology
+from nestplan.strategy.enums import ZeroStage
+from nestplan.strategy.placement import GroupSpan
+
+# bytes an optimizer step moves per parameter (Adam: read master, m, v, grad; write master, m, v, weight)
+OPTIMIZER_TRAFFIC_BYTES = {12: 4 * 4 + 3 * 4 + 2, 4: 2 * 4 + 4 + 2}
+
+
+@dataclass(frozen=True)
+class SyncContext:
+    topo: Topology
+    accelerator: Accelerator
+    job: Job
+    zero: ZeroStage
+    dense_group: GroupSpan    # ranks holding the same dense parameters: cp x ep x dp
+    expert_group: GroupSpan   # ranks holding the same experts: cp x dp
+
+    def _pairs(self, params: L.ParamCount) -> tuple[tuple[GroupSpan, float], ...]:
+        return ((self.dense_group, params.dense), (self.expert_group, params.expert))
+
+    def sync(self, params: L.ParamCount) -> float:
+        """Gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1/2) of one stage."""
+        j = self.job
+        return sum(comm.grad_sync_time(self.topo, g, n * j.grad_bytes, n * j.dtype_bytes, int(self.zero))
+                   for g, n in self._pairs(params))
+
+    def gather(self, params: L.ParamCount) -> float:
+        return sum(comm.param_gather_time(self.topo, g, n * self.job.dtype_bytes, int(self.zero))
+                   for g, n in self._pairs(params))
+
+    def optimizer(self, params: L.ParamCount) -> float:
+        """Seconds of the (memory-bound) optimizer step over this device's share of the stage."""
+        if self.zero is ZeroStage.NONE:
+            local = params.total
+        else:
+            local = params.dense / self.dense_group.size + params.expert / self.expert_group.size
+        return self.accelerator.memory_time(local * OPTIMIZER_TRAFFIC_BYTES[self.job.optimizer_state_bytes])
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    exposed_s: float                 # the worst stage's exposed sync + gather
+    optimizer_s: float               # the slowest stage's optimizer step
+    sync_s: tuple[float, ...]        # per stage, before overlap
+    exposed_per_stage_s: tuple[float, ...]
+
+
+def step_end(ctx: SyncContext, params: Sequence[L.ParamCount], forward: Sequence[float],
+             backward: Sequence[float], boundaries: Sequence[float]) -> StepEnd:
+    """Per-stage lists are first stage first; ``boundaries[i]`` is the transfer between stage i and i + 1."""
+    drain = 0.0
+    syncs, exposed = [], []
+    optimizer = 0.0
+    for i, prm in enumerate(params):
+        sync = ctx.sync(prm)
+        hidden = backward[i] + drain
+        exp = max(0.0, sync - hidden) + max(0.0, ctx.gather(prm) - forward[i])
+        syncs.append(sync)
+        exposed.append(exp)
+        drain += backward[i] + (boundaries[i] if i < len(boundaries) else 0.0)
+        optimizer = max(optimizer, ctx.optimizer(prm))
+    return StepEnd(max(exposed), optimizer, tuple(syncs), tuple(exposed))
+
+
+def tied_embedding_sync(model: ModelSpec, topo: Topology, tp: int, job: Job, boundary_levels: Sequence[int]) -> float:
+    """Megatron all-reduces the embedding and output-layer gradients between the first and last stage."""
+    if not model.tied_embeddings or not boundary_levels:
+        return 0.0
+    level = max(boundary_levels)
+    fan = tuple(2 if i == level else 1 for i in range(topo.num_levels))
+    return coll.all_reduce(topo, fan, model.vocab_size * model.hidden_size / tp * job.grad_bytes)

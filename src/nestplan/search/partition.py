@@ -1,0 +1,120 @@
+"""Splitting the layer graph into pipeline stages: the NEST dynamic program.
+
+A stage at index s of a p-stage pipeline (0 = first) costs, per microbatch,
+    cycle_s = alpha[s] + sum of its blocks' costs,
+where alpha[s] holds what depends on the stage's position: the embedding (first
+stage), the head (last), and the transfers to its successor and to its predecessor at
+the network levels the placement gives those links. Its memory is
+    mem_s = mem_fixed[s] + sum over its blocks of mem_layer[s, block],
+which grows with the microbatches in flight at s (1F1B: p - s), so feasibility depends
+on the position. With m microbatches the pipeline takes
+    T = (m - 1) * max_s cycle_s + sum_s cycle_s        (cost/pipeline.py, v = 1),
+and sum_s cycle_s = sum alpha + sum of all block costs does not depend on the split:
+minimising T over splits is minimising the bottleneck max_s cycle_s.
+
+``dp_split`` is the dynamic program over suffixes of the layer graph (NEST section 4,
+eq. 3): stages are placed backward from the last; a state is (stages placed, first block
+of the placed suffix), and the cost of the link to the not-yet-placed predecessor (the
+"deferred forward cost") is charged through alpha, because under a rank-grid placement
+its network level is fixed by the stage's index. States that break memory are pruned.
+``waterfill_split`` is its closed form when all blocks are identical (DESIGN.md section 5:
+"identical transformer layers make stage costs depend only on layer counts and boundary
+levels"): it needs only each stage's capacity in blocks. Both are exact; the property
+tests check them against each other and against enumeration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+INFEASIBLE = float("inf")
+
+
+@dataclass(frozen=True)
+class Split:
+    """Blocks per stage (first stage first) and the bottleneck cycle."""
+
+    parts: tuple[int, ...]
+    bottleneck: float
+
+
+def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fixed: np.ndarray,
+             capacity: float) -> Split | None:
+    """Min-max split of blocks ``costs`` (L,) into ``len(alpha)`` stages of >= 1 block.
+
+    mem_layer: (p, L) memory of each block when held by stage s; mem_fixed: (p,).
+    O(p L^2) with NumPy over the (start, end) pairs of each stage.
+    """
+    p, n_blocks = len(alpha), len(costs)
+    if p > n_blocks:
+        return None
+    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    start = np.arange(n_blocks + 1)[:, None]
+    end = np.arange(n_blocks + 1)[None, :]
+    valid = end > start
+    best = np.full(n_blocks + 1, INFEASIBLE)   # best[j]: placed suffix starts at block j
+    best[n_blocks] = -INFEASIBLE               # nothing placed yet
+    choice = np.zeros((p, n_blocks + 1), dtype=np.int64)
+    for s in range(p - 1, -1, -1):            # backward: the last stage first
+        mem_prefix = np.concatenate([[0.0], np.cumsum(mem_layer[s])])
+        stage_cost = alpha[s] + prefix[end] - prefix[start]
+        stage_mem = mem_fixed[s] + mem_prefix[end] - mem_prefix[start]
+        ok = valid & (stage_mem <= capacity)
+        total = np.where(ok, np.maximum(stage_cost, best[None, :]), INFEASIBLE)
+        choice[s] = np.argmin(total, axis=1)
+        best = total[np.arange(n_blocks + 1), choice[s]]
+        if s > 0:
+            best[0] = INFEASIBLE               # only the first stage may start at block 0
+    if not np.isfinite(best[0]):
+        return None
+    parts, j = [], 0
+    for s in range(p):
+        e = int(choice[s][j])
+        parts.append(e - j)
+        j = e
+    assert j == n_blocks
+    return Split(tuple(parts), float(best[0]))
+
+
+def waterfill_bottlenecks(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: int) -> np.ndarray:
+    """Smallest bottleneck per row for identical blocks of cost ``beta``; inf where no split fits.
+
+    alpha, nmax: (rows, width); a row is one pipeline (stages beyond its depth have
+    nmax = 0 and alpha = -inf). A stage holding n blocks costs alpha + n * beta and holds at
+    most nmax blocks; every real stage holds at least one. The bottleneck tau is feasible
+    when sum_s min(nmax_s, floor((tau - alpha_s) / beta)) >= L; bisection on tau, then the
+    answer is snapped to the cost of an actual split (``waterfill_split``).
+    """
+    real = nmax > 0
+    depth = real.sum(axis=1)
+    feasible = (np.where(real, nmax, 0).sum(axis=1) >= n_blocks) & (depth <= n_blocks) & (depth > 0)
+    feasible &= ~np.any((nmax <= 0) & np.isfinite(alpha), axis=1)
+    a = np.where(real, alpha, -np.inf)
+    lo = np.max(np.where(real, alpha + beta, -np.inf), axis=1)
+    hi = np.max(np.where(real, alpha + np.maximum(nmax, 1) * beta, -np.inf), axis=1)
+    lo = np.where(feasible, lo, 0.0)
+    hi = np.where(feasible, hi, 0.0)
+    for _ in range(64):
+        mid = 0.5 * (lo + hi)
+        fit = np.floor((mid[:, None] - a) / beta * (1 + 1e-12) + 1e-9)
+        count = np.where(real, np.clip(fit, 0, nmax), 0).sum(axis=1)
+        ok = count >= n_blocks
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid)
+    return np.where(feasible, hi, INFEASIBLE)
+
+
+def waterfill_split(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: int, tau: float) -> Split:
+    """A split of one pipeline whose bottleneck is at most ``tau`` (from waterfill_bottlenecks)."""
+    fit = np.floor((tau - alpha) / beta * (1 + 1e-12) + 1e-9)
+    parts = np.clip(fit, 1, nmax).astype(np.int64)
+    excess = int(parts.sum()) - n_blocks
+    assert excess >= 0, "tau is not feasible"
+    while excess > 0:   # take blocks back from the most expensive stages, later stages first on ties
+        cost = np.where(parts > 1, alpha + parts * beta, -np.inf)
+        s = int(len(cost) - 1 - np.argmax(cost[::-1]))
+        parts[s] -= 1
+        excess -= 1
+    return Split(tuple(int(x) for x in parts), float(np.max(alpha + parts * beta)))

@@ -1,0 +1,82 @@
+"""The search space: candidate generators that yield legal values only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from nestplan.job import Job
+from nestplan.model.spec import ModelSpec
+from nestplan.search.levels import SEARCH_ORDERS
+from nestplan.strategy.enums import Recompute, ZeroStage
+
+POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which values the planner may choose; the defaults are the full space."""
+
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    sp: tuple[bool, ...] = (False, True)
+    cp: tuple[int, ...] = (1, 2, 4, 8)
+    ep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    zero: tuple[ZeroStage, ...] = (ZeroStage.NONE, ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS)
+    orders: tuple[tuple[str, ...], ...] = field(default=SEARCH_ORDERS)
+    min_cp_seq_len: int = 8192   # context parallelism is offered from this sequence length on
+    max_pp: int | None = None
+
+
+@dataclass(frozen=True)
+class SubConfig:
+    """A sub-graph configuration (NEST 3.1) with the graph-global choices the search loops over."""
+
+    tp: int
+    sp: bool
+    cp: int
+    ep: int
+    micro_batch_size: int
+    recompute: Recompute
+    order: tuple[str, ...]
+
+    @property
+    def stage_devices(self) -> int:
+        return self.tp * self.cp * self.ep
+
+
+def tp_values(space: SearchSpace, model: ModelSpec, node_devices: int) -> list[int]:
+    """tp divides the heads (and the kv heads, or is divisible by them) and the FFN, inside a node."""
+    ok = []
+    for t in space.tp:
+        if t > node_devices or model.num_heads % t or model.ffn_hidden_size % t:
+            continue
+        if model.num_kv_heads % t and t % model.num_kv_heads:
+            continue
+        ok.append(t)
+    return ok
+
+
+def sub_configs(space: SearchSpace, model: ModelSpec, job: Job, node_devices: int, devices: int) -> Iterator[SubConfig]:
+    cps = [c for c in space.cp if c == 1 or (job.seq_len >= space.min_cp_seq_len and job.seq_len % (2 * c) == 0)]
+    eps = [e for e in space.ep if e == 1 or (model.is_moe and model.num_experts % e == 0)]
+    for tp in tp_values(space, model, node_devices):
+        for sp in sorted({s and tp > 1 for s in space.sp}):
+            for cp in cps:
+                for ep in eps:
+                    if tp * cp * ep > devices:
+                        continue
+                    for mbs in space.micro_batch_sizes:
+                        if job.global_batch_size % (ep * mbs):
+                            continue
+                        for rc in space.recompute:
+                            for order in space.orders:
+                                yield SubConfig(tp, sp, cp, ep, mbs, rc, order)
+
+
+def replica_counts(cfg: SubConfig, job: Job, devices: int) -> list[int]:
+    """dp values: the batch divides over dp x ep x microbatch, and a replica's stages fit the devices."""
+    per = cfg.ep * cfg.micro_batch_size
+    limit = devices // cfg.stage_devices
+    return [d for d in range(1, limit + 1) if job.global_batch_size % (d * per) == 0]
