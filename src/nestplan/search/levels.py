@@ -44,6 +44,15 @@ class SearchPlacement:
         self.topo = topo
         self.boundary_levels = lru_cache(maxsize=None)(self._boundary_levels)
         self.group = lru_cache(maxsize=None)(self._group)
+        self.level_matrix = lru_cache(maxsize=None)(self._level_matrix)
+
+    def _level_matrix(self, order: tuple[str, ...], a: int, d: int, depth: int) -> np.ndarray:
+        """(depth, depth + 1) array: [p - 1, s + 1] = level of the link between stages s and s + 1
+        of a p-stage pipeline, -1 where there is no such link."""
+        out = np.full((depth, depth + 1), -1, dtype=np.int64)
+        for p in range(2, depth + 1):
+            out[p - 1, 1:p] = self.boundary_levels(order, a, d, p)
+        return out
 
     def _boundary_levels(self, order: tuple[str, ...], a: int, d: int, p: int) -> tuple[int, ...]:
         """Level of the link between stage s and s + 1 (s = 0 .. p - 2), worst over replicas."""

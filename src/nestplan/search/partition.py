@@ -78,32 +78,44 @@ def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fi
     return Split(tuple(parts), float(best[0]))
 
 
+def _counts(tau: np.ndarray, a: np.ndarray, beta: float, cap: np.ndarray) -> np.ndarray:
+    """Blocks each stage can hold under bottleneck ``tau``: min(cap, floor((tau - alpha) / beta))."""
+    fit = np.floor((tau[:, None] - a) / beta + 1e-9)
+    return np.minimum(np.maximum(fit, 0.0), cap)
+
+
 def waterfill_bottlenecks(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: int) -> np.ndarray:
     """Smallest bottleneck per row for identical blocks of cost ``beta``; inf where no split fits.
 
     alpha, nmax: (rows, width); a row is one pipeline (stages beyond its depth have
-    nmax = 0 and alpha = -inf). A stage holding n blocks costs alpha + n * beta and holds at
-    most nmax blocks; every real stage holds at least one. The bottleneck tau is feasible
-    when sum_s min(nmax_s, floor((tau - alpha_s) / beta)) >= L; bisection on tau, then the
-    answer is snapped to the cost of an actual split (``waterfill_split``).
+    nmax = 0). A stage holding n blocks costs alpha + n * beta and holds at most nmax
+    blocks; every real stage holds at least one. The bottleneck tau is feasible when
+    sum_s min(nmax_s, floor((tau - alpha_s) / beta)) >= L. Bisection narrows tau to an
+    interval shorter than beta, inside which every stage gains at most one block; the
+    exact answer is then the threshold at which the L-th block fits.
     """
     real = nmax > 0
     depth = real.sum(axis=1)
-    feasible = (np.where(real, nmax, 0).sum(axis=1) >= n_blocks) & (depth <= n_blocks) & (depth > 0)
+    cap = np.where(real, nmax, 0).astype(float)
+    feasible = (cap.sum(axis=1) >= n_blocks) & (depth <= n_blocks) & (depth > 0)
     feasible &= ~np.any((nmax <= 0) & np.isfinite(alpha), axis=1)
-    a = np.where(real, alpha, -np.inf)
-    lo = np.max(np.where(real, alpha + beta, -np.inf), axis=1)
+    a = np.where(real, alpha, np.inf)
+    tau_min = np.max(np.where(real, alpha + beta, -np.inf), axis=1)          # every stage holds >= 1
+    lo = np.min(np.where(real, alpha, np.inf), axis=1)                         # no stage holds a block
     hi = np.max(np.where(real, alpha + np.maximum(nmax, 1) * beta, -np.inf), axis=1)
     lo = np.where(feasible, lo, 0.0)
     hi = np.where(feasible, hi, 0.0)
-    for _ in range(64):
+    while np.any(hi - lo > 0.5 * beta):
         mid = 0.5 * (lo + hi)
-        fit = np.floor((mid[:, None] - a) / beta * (1 + 1e-12) + 1e-9)
-        count = np.where(real, np.clip(fit, 0, nmax), 0).sum(axis=1)
-        ok = count >= n_blocks
+        ok = _counts(mid, a, beta, cap).sum(axis=1) >= n_blocks
         hi = np.where(ok, mid, hi)
         lo = np.where(ok, lo, mid)
-    return np.where(feasible, hi, INFEASIBLE)
+    base = _counts(lo, a, beta, cap)
+    gain_at = np.where(base < cap, a + (base + 1) * beta, np.inf)   # where each stage takes one more block
+    gain_at.sort(axis=1)
+    need = np.clip(n_blocks - base.sum(axis=1).astype(np.int64), 1, gain_at.shape[1])
+    tau = np.maximum(gain_at[np.arange(len(need)), need - 1], tau_min)
+    return np.where(feasible, tau, INFEASIBLE)
 
 
 def waterfill_split(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: int, tau: float) -> Split:

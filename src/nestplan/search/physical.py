@@ -1,0 +1,175 @@
+"""nestplan's physical cost model, seen by the search: stage tables for every pipeline depth.
+
+For one group (sub-graph configuration, ZeRO stage, replicas d) it builds, for all depths
+p = 1..P at once, the per-position quantities of search/partition.py from the same node
+terms (cost/terms.py) and step-end rules (cost/stepend.py) the evaluator uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nestplan.cost import comm
+from nestplan.cost.memory import ShardGroups, model_state_bytes
+from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
+from nestplan.cost.terms import GraphTerms, graph_terms, shard_of
+from nestplan.job import Job
+from nestplan.model import layers as L
+from nestplan.model.spec import ModelSpec
+from nestplan.search.levels import SearchPlacement
+from nestplan.search.space import SubConfig
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import ZeroStage
+
+BWD_KEYS = ("backward_compute", "recompute")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One outer-loop point: the DP runs over every pipeline depth of it."""
+
+    cfg: SubConfig
+    zero: ZeroStage
+    replicas: int
+    microbatches: int
+    max_depth: int
+
+    def dims(self, pp: int = 1, parts: tuple[int, ...] | None = None) -> ParallelDims:
+        c = self.cfg
+        return ParallelDims(tp=c.tp, pp=pp, dp=self.replicas, cp=c.cp, ep=c.ep, sp=c.sp, zero=self.zero,
+                            recompute=c.recompute, micro_batch_size=c.micro_batch_size, layers_per_stage=parts)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Stage tables of one group for depths 1..P (row p-1 = depth p; columns = stage index)."""
+
+    alpha: np.ndarray       # (P, P) seconds; -inf beyond the depth
+    nmax: np.ndarray        # (P, P) most blocks a stage can hold; 0 beyond the depth
+    beta: float             # seconds per block (identical blocks) ...
+    block_costs: np.ndarray  # ... or per block (L,)
+    mem_layer: np.ndarray   # (P, P) bytes per block at each stage
+    mem_fixed: np.ndarray   # (P, P) bytes per stage besides its blocks
+    constant: np.ndarray    # (P,) sum of alpha + all blocks: the depth-dependent part of sum_s cycle_s
+    homogeneous: bool
+
+
+class PhysicalSearchModel:
+    """The search's view of nestplan's evaluator for one (model, cluster, job)."""
+
+    def __init__(self, model: ModelSpec, cluster: Any, job: Job, devices: int) -> None:
+        self.model, self.cluster, self.job, self.devices = model, cluster, job, devices
+        self.placement = SearchPlacement(cluster.topology)
+        self.num_blocks = model.num_layers
+        self._terms: dict[tuple, GraphTerms] = {}
+
+    # ------------------------------------------------------------------ terms
+    def _groups(self, g: Group, pp: int) -> dict:
+        c = g.cfg
+        keys = ("tp", "cp", "ep", "cp+ep+dp", "cp+dp")
+        return {k: self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp) for k in keys}
+
+    def terms(self, g: Group) -> GraphTerms:
+        """Node terms; ZeRO-3's gathers are costed on the depth-1 data-parallel group (the exact
+        evaluation of the finalists uses the true group)."""
+        key = (g.cfg, g.zero, g.replicas if g.zero is ZeroStage.PARAMETERS else 0)
+        if key not in self._terms:
+            self._terms[key] = graph_terms(self.model, self.cluster, g.dims(), self.job, self._groups(g, 1))
+        return self._terms[key]
+
+    def block_params(self, t: GraphTerms) -> list[L.ParamCount]:
+        return [t.blocks[self.model.is_moe_layer(i)].params for i in range(self.num_blocks)]
+
+    # ------------------------------------------------------------------ tables
+    def _per_level_transfer(self, g: Group) -> np.ndarray:
+        """Seconds of one boundary transfer at each level, and 0 at index -1 (no link)."""
+        shard = shard_of(g.dims(), self.job)
+        topo = self.cluster.topology
+        return np.array([comm.boundary_time(topo, self.model, shard, lv) for lv in range(topo.num_levels)] + [0.0])
+
+    def boundary_times(self, g: Group, pp: int) -> np.ndarray:
+        levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
+        return self._per_level_transfer(g)[list(levels)]
+
+    def tables(self, g: Group) -> Tables:
+        t = self.terms(g)
+        P, L_ = g.max_depth, self.num_blocks
+        kinds = [self.model.is_moe_layer(i) for i in range(L_)]
+        costs = np.array([t.blocks[k].cycle for k in kinds])
+        shards = ShardGroups(g.cfg.cp * g.cfg.ep * g.replicas, g.cfg.cp * g.replicas)
+        j = self.job
+
+        def states(p: L.ParamCount) -> float:
+            return sum(model_state_bytes(p, shards, g.zero, j.dtype_bytes, j.grad_bytes, j.optimizer_state_bytes).values())
+
+        blk = t.blocks[kinds[0]]
+        per_block_states = np.array([states(t.blocks[k].params) for k in kinds])
+        per_block_acts = np.array([t.blocks[k].activations for k in kinds])
+        transient = max(t.blocks[k].transient for k in set(kinds))
+        depth = np.arange(1, P + 1)[:, None]
+        stage = np.arange(P)[None, :]
+        real = stage < depth
+        inflight = np.where(real, np.minimum(depth - stage, g.microbatches), 0)
+        first, last = real & (stage == 0), real & (stage == depth - 1)
+        # bt[p - 1, s + 1] = transfer over the link between stages s and s + 1 of a p-stage pipeline
+        bt = self._per_level_transfer(g)[self.placement.level_matrix(g.cfg.order, g.cfg.stage_devices, g.replicas, P)]
+        alpha = (t.embedding.cycle * first + t.head.cycle * last + bt[:, :P] + bt[:, 1:])
+        alpha = np.where(real, alpha, -np.inf)
+        copy = np.where(depth > 1, states(t.tied_head_copy), 0.0)
+        fixed = (self.cluster.accelerator.reserved_bytes + transient
+                 + first * (states(t.embedding.params) + t.embedding.activations * inflight)
+                 + last * (states(t.head.params) + copy + t.head.activations * inflight))
+        homogeneous = bool(np.all(costs == costs[0]) and np.all(per_block_states == per_block_states[0]))
+        mem_layer = per_block_states[0] + per_block_acts[0] * inflight
+        cap = self.cluster.accelerator.hbm_bytes
+        nmax = np.where(real, np.floor((cap - fixed) / np.maximum(mem_layer, 1.0)), 0).astype(np.int64)
+        nmax = np.where(real, np.maximum(nmax, 0), 0)
+        constant = np.where(real, alpha, 0.0).sum(axis=1) + costs.sum()
+        del blk
+        return Tables(alpha=alpha, nmax=nmax, beta=float(costs[0]), block_costs=costs, mem_layer=mem_layer,
+                      mem_fixed=np.where(real, fixed, 0.0), constant=constant, homogeneous=homogeneous)
+
+    def block_memory(self, g: Group, pp: int) -> np.ndarray:
+        """(pp, L) bytes of each block held by each stage (for the general DP)."""
+        t = self.terms(g)
+        shards = ShardGroups(g.cfg.cp * g.cfg.ep * g.replicas, g.cfg.cp * g.replicas)
+        j = self.job
+        out = np.empty((pp, self.num_blocks))
+        for i in range(self.num_blocks):
+            node = t.blocks[self.model.is_moe_layer(i)]
+            st = sum(model_state_bytes(node.params, shards, g.zero, j.dtype_bytes, j.grad_bytes,
+                                       j.optimizer_state_bytes).values())
+            for s in range(pp):
+                out[s, i] = st + node.activations * min(pp - s, g.microbatches)
+        return out
+
+    # ------------------------------------------------------------------ objective
+    def extras(self, g: Group, parts: tuple[int, ...]) -> float:
+        """Step-end seconds (exposed sync, tied-embedding sync, optimizer) of one split."""
+        t = self.terms(g)
+        pp = len(parts)
+        groups = self._groups(g, pp)
+        ctx = SyncContext(self.cluster.topology, self.cluster.accelerator, self.job, g.zero,
+                          groups["cp+ep+dp"], groups["cp+dp"])
+        params, fwd, bwd = [], [], []
+        start = 0
+        for s, n in enumerate(parts):
+            nodes = [t.blocks[self.model.is_moe_layer(i)] for i in range(start, start + n)]
+            if s == 0:
+                nodes.append(t.embedding)
+            if s == pp - 1:
+                nodes.append(t.head)
+            prm = t.tied_head_copy if (s == pp - 1 and pp > 1) else L.ParamCount()
+            for node in nodes:
+                prm = prm + node.params
+            params.append(prm)
+            fwd.append(sum(node.components["forward_compute"] for node in nodes))
+            bwd.append(sum(node.components[k] for node in nodes for k in BWD_KEYS))
+            start += n
+        end = step_end(ctx, params, fwd, bwd, list(self.boundary_times(g, pp)))
+        levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
+        tied = tied_embedding_sync(self.model, self.cluster.topology, g.cfg.tp, self.job, levels)
+        return end.exposed_s + tied + end.optimizer_s

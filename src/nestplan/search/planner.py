@@ -1,0 +1,99 @@
+"""nestplan's planner: the NEST search over nestplan's physical cost model, then exact ranking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
+
+from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.prediction import Prediction
+from nestplan.errors import ConfigError
+from nestplan.job import Job
+from nestplan.model.spec import ModelSpec
+from nestplan.search.engine import Engine, SearchStats, run
+from nestplan.search.physical import Group, PhysicalSearchModel
+from nestplan.search.space import SearchSpace, replica_counts, sub_configs
+from nestplan.strategy.enums import Schedule
+
+INTERLEAVE_CHOICES = (2, 3, 4)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    best: Prediction | None
+    runners_up: tuple[Prediction, ...]
+    stats: SearchStats
+    evaluated: int
+
+
+def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
+    node = cluster.topology.levels[0].size
+    for cfg in sub_configs(space, model, job, node, devices):
+        for zero in space.zero:
+            for d in replica_counts(cfg, job, devices):
+                depth = min(model.num_layers, devices // (cfg.stage_devices * d))
+                if space.max_pp:
+                    depth = min(depth, space.max_pp)
+                m = job.global_batch_size // (d * cfg.ep * cfg.micro_batch_size)
+                group = Group(cfg, zero, d, m, depth)
+                key = (cfg.tp, cfg.sp, cfg.cp, cfg.ep, cfg.micro_batch_size, cfg.recompute.value, cfg.order)
+                yield key, key + (int(zero), d), group, zero
+
+
+def count_configs(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> int:
+    return sum(1 for _ in sub_configs(space, model, job, cluster.topology.levels[0].size, devices))
+
+
+def check_job(model: ModelSpec, cluster, job: Job, devices: int) -> None:
+    """Bad input for planning: the batch cannot occupy the devices even with the most model parallelism."""
+    node = cluster.topology.levels[0].size
+    widest = min(node, 8) * model.num_layers * (8 if job.seq_len >= SearchSpace().min_cp_seq_len else 1)
+    if model.is_moe:
+        widest *= min(model.num_experts, 64)
+    if job.global_batch_size * widest < devices:
+        raise ConfigError(
+            f"global batch size {job.global_batch_size} cannot occupy {devices} devices: at most "
+            f"{job.global_batch_size} replicas x {widest} devices per replica = {job.global_batch_size * widest}",
+            field="global_batch_size", value=job.global_batch_size, limit=-(-devices // widest))
+
+
+def _exact(model, cluster, job, cand) -> Prediction | None:
+    g: Group = cand.group
+    dims = g.dims(len(cand.parts), cand.parts)
+    try:
+        return evaluate_plan(model, cluster, dims, job, g.cfg.order)
+    except ConfigError:
+        return None
+
+
+def _interleaved(model, cluster, job, pred: Prediction) -> list[Prediction]:
+    """Interleaved 1F1B variants of a plan (same stages, v chunks each) where Megatron allows them."""
+    dims, out = pred.plan, []
+    if dims.pp < 2 or pred.num_microbatches % dims.pp:
+        return out
+    for v in INTERLEAVE_CHOICES:
+        if any(n % v for n in dims.stage_layers(model.num_layers)):
+            continue
+        variant = replace(dims, schedule=Schedule.INTERLEAVED, virtual_stages=v)
+        out.append(evaluate_plan(model, cluster, variant, job, pred.placement.axis_order))
+    return out
+
+
+def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace | None = None,
+           top: int = 5, progress: Callable[[int], None] | None = None) -> PlanResult:
+    """Find the fastest plan that fits on the first ``devices`` devices of ``cluster``."""
+    space = space or SearchSpace()
+    cost = PhysicalSearchModel(model, cluster, job, devices)
+    engine = Engine(cost, cluster.accelerator.hbm_bytes, keep=max(32, 4 * top))
+    finalists = run(engine, _groups(model, cluster, job, devices, space), progress)
+    exact: list[Prediction] = []
+    for cand in finalists:
+        pred = _exact(model, cluster, job, cand)
+        if pred is not None:
+            exact.append(pred)
+    fitting = sorted((p for p in exact if p.fits), key=lambda p: p.step_time_s)
+    for pred in fitting[:3]:
+        fitting.extend(p for p in _interleaved(model, cluster, job, pred) if p.fits)
+    fitting.sort(key=lambda p: p.step_time_s)
+    best = fitting[0] if fitting else None
+    return PlanResult(best, tuple(fitting[1:1 + top]), engine.stats, len(exact))
