@@ -81,11 +81,12 @@ def boundary_time(topo: Topology, spec: ModelSpec, shard: Shard, level: int) -> 
 def grad_sync_time(topo: Topology, group: GroupSpan, grad_bytes: float, param_bytes: float, zero: int) -> float:
     """Data-parallel gradient synchronisation of one stage's gradients at the end of a step.
 
-    ZeRO 0: all-reduce. ZeRO 1/2: reduce-scatter of the gradients (the parameter all-gather
-    after the optimizer step is costed by :func:`param_gather_time`). ZeRO 3: reduce-scatters
-    happen per microbatch (:func:`zero3_layer_time`); nothing is left for the step's end.
+    ZeRO 0: all-reduce. ZeRO 1: reduce-scatter of the gradients (the parameter all-gather
+    after the optimizer step is costed by :func:`param_gather_time`). ZeRO 2 and 3 shard the
+    gradients, so they are reduce-scattered every microbatch (cost/terms.py); nothing is
+    left for the step's end.
     """
-    if group.size <= 1 or zero >= 3:
+    if group.size <= 1 or zero >= 2:
         return 0.0
     if zero == 0:
         return coll.all_reduce(topo, group.fanout, grad_bytes)

@@ -59,27 +59,41 @@ class SyncContext:
 
 @dataclass(frozen=True)
 class StepEnd:
-    exposed_s: float                 # the worst stage's exposed sync + gather
-    optimizer_s: float               # the slowest stage's optimizer step
+    """The step's end is set by the stage that finishes last: its exposed sync, then its
+    optimizer step (each stage updates its own parameters once its gradients are reduced)."""
+
+    exposed_s: float                 # exposed sync + gather of the stage that finishes last
+    optimizer_s: float               # that stage's optimizer step
     sync_s: tuple[float, ...]        # per stage, before overlap
     exposed_per_stage_s: tuple[float, ...]
+
+    @property
+    def total_s(self) -> float:
+        return self.exposed_s + self.optimizer_s
+
+
+def stage_end(ctx: SyncContext, params: L.ParamCount, forward: float, backward: float, drain: float
+              ) -> tuple[float, float, float]:
+    """(sync before overlap, exposed sync + gather, optimizer) of one stage; ``drain`` is the time
+    the stages before it still run after its last backward (their backwards and transfers)."""
+    sync = ctx.sync(params)
+    exposed = max(0.0, sync - (backward + drain)) + max(0.0, ctx.gather(params) - forward)
+    return sync, exposed, ctx.optimizer(params)
 
 
 def step_end(ctx: SyncContext, params: Sequence[L.ParamCount], forward: Sequence[float],
              backward: Sequence[float], boundaries: Sequence[float]) -> StepEnd:
     """Per-stage lists are first stage first; ``boundaries[i]`` is the transfer between stage i and i + 1."""
     drain = 0.0
-    syncs, exposed = [], []
-    optimizer = 0.0
+    syncs, exposed, optimizer = [], [], []
     for i, prm in enumerate(params):
-        sync = ctx.sync(prm)
-        hidden = backward[i] + drain
-        exp = max(0.0, sync - hidden) + max(0.0, ctx.gather(prm) - forward[i])
+        sync, exp, opt = stage_end(ctx, prm, forward[i], backward[i], drain)
         syncs.append(sync)
         exposed.append(exp)
+        optimizer.append(opt)
         drain += backward[i] + (boundaries[i] if i < len(boundaries) else 0.0)
-        optimizer = max(optimizer, ctx.optimizer(prm))
-    return StepEnd(max(exposed), optimizer, tuple(syncs), tuple(exposed))
+    last = max(range(len(params)), key=lambda i: exposed[i] + optimizer[i])
+    return StepEnd(exposed[last], optimizer[last], tuple(syncs), tuple(exposed))
 
 
 def tied_embedding_sync(model: ModelSpec, topo: Topology, tp: int, job: Job, boundary_levels: Sequence[int]) -> float:

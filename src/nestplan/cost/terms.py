@@ -70,7 +70,13 @@ def _block(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapp
     else:
         redo = 0.0
     zero_f = zero_b = 0.0
-    if dims.zero is ZeroStage.PARAMETERS:
+    if dims.zero is ZeroStage.GRADIENTS:
+        # sharded gradients cannot accumulate locally: every microbatch reduce-scatters them,
+        # overlapped with the backward pass (DeepSpeed ZeRO-2 with overlap_comm)
+        rs = sum(comm.zero3_layer_time(topo, groups[key], 0.0, n * job.grad_bytes)[1]
+                 for key, n in (("cp+ep+dp", params.dense), ("cp+dp", params.expert)))
+        zero_b = max(0.0, rs - t.backward)
+    elif dims.zero is ZeroStage.PARAMETERS:
         zf, zb = comm.zero3_layer_time(topo, groups["cp+ep+dp"], params.dense * job.dtype_bytes,
                                        params.dense * job.grad_bytes)
         ef, eb = comm.zero3_layer_time(topo, groups["cp+dp"], params.expert * job.dtype_bytes,

@@ -6,7 +6,9 @@ identical blocks, the dynamic program otherwise), and keeps the best candidates 
 proxy step time (m - 1) * bottleneck + sum of cycles + step-end terms. A depth whose
 pipeline time alone already exceeds the K-th best candidate is pruned (dominated), as is
 one whose stages cannot fit in memory. ZeRO is raised for a configuration only when none of
-its plans fits at the lower stage (NEST section 4).
+its plans fits at the lower stage (NEST section 4); ZeRO 1 (Megatron-LM's distributed
+optimizer) shards only optimizer state at no extra communication volume and is always
+searched beside ZeRO 0.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from typing import Callable, Iterable, Protocol
 
 import numpy as np
 
-from nestplan.search.partition import INFEASIBLE, Split, dp_split, waterfill_bottlenecks, waterfill_split
+from nestplan.search.partition import (
+    INFEASIBLE, Split, dp_split, dp_split_matrix, waterfill_bottlenecks, waterfill_split)
+
+
+def cand_bottleneck(tab, p: int, parts: tuple[int, ...]) -> float:
+    """The largest stage cycle of a split."""
+    edges = np.concatenate([[0], np.cumsum(parts)])
+    return float(np.max(tab.alpha[p - 1, :p] + np.add.reduceat(tab.block_costs, edges[:-1])))
 
 
 class SearchCostModel(Protocol):
@@ -109,20 +118,62 @@ class Engine:
             self._push(Candidate(total, key + (p,) + split.parts, group, split.parts))
         return bool(feasible.any())
 
+    def proxy(self, group, tab, parts: tuple[int, ...]) -> float:
+        """The proxy step time of one split (the objective the search ranks by)."""
+        p = len(parts)
+        edges = np.concatenate([[0], np.cumsum(parts)])
+        cycles = tab.alpha[p - 1, :p] + np.add.reduceat(tab.block_costs, edges[:-1])
+        return float((group.microbatches - 1) * cycles.max() + cycles.sum() + self.model.extras(group, parts))
+
+    def refine(self, cand: Candidate, max_thresholds: int = 400) -> Candidate:
+        """The exact proxy optimum of a finalist's (group, depth).
+
+        The proxy is (m - 1) * max_s cycle_s + sum_s cycle_s + max_s X_s + const, with X_s the
+        exposed sync and optimizer step of stage s (cost/stepend.py). For each bottleneck
+        threshold tau, in increasing order from the min-max split's, the dynamic program finds
+        the split with every cycle <= tau that minimises max_s X_s; the sweep stops when
+        (m - 1) * tau alone cannot beat the best found.
+        """
+        group, parts = cand.group, cand.parts
+        p = len(parts)
+        tab = self.model.tables(group)
+        if p < 2 or not tab.homogeneous or not hasattr(self.model, "end_matrices"):
+            return cand
+        x_mats, tied = self.model.end_matrices(group, p)
+        alpha, beta, nmax = tab.alpha[p - 1, :p], tab.beta, tab.nmax[p - 1, :p]
+        n1 = self.model.num_blocks + 1
+        n = np.arange(n1)[None, :] - np.arange(n1)[:, None]
+        cycles = alpha[:, None, None] + n[None] * beta
+        allowed = (n[None] >= 1) & (n[None] <= nmax[:, None, None])
+        const = float(alpha.sum() + self.model.num_blocks * beta + tied)
+        m1 = group.microbatches - 1
+        taus = np.unique(np.concatenate([alpha[s] + beta * np.arange(1, nmax[s] + 1) for s in range(p)]))
+        taus = taus[taus >= cand_bottleneck(tab, p, parts) * (1 - 1e-12)]
+        best_value, best_parts = cand.proxy_s, parts
+        for tau in taus[:max_thresholds]:
+            if m1 * tau + const >= best_value:
+                break
+            split = dp_split_matrix(np.where(allowed & (cycles <= tau * (1 + 1e-12)), x_mats, INFEASIBLE))
+            if split is None:
+                continue
+            value = self.proxy(group, tab, split.parts)
+            if value < best_value * (1 - 1e-12):
+                best_value, best_parts = value, split.parts
+        return Candidate(best_value, cand.key, group, best_parts)
+
     def best(self) -> list[Candidate]:
         return [item[2] for item in sorted(self._heap, reverse=True)]
 
 
-def run(engine: Engine, groups: Iterable[tuple[object, tuple, object, object]],
-        progress: Callable[[int], None] | None = None) -> list[Candidate]:
+def run(engine: Engine, groups: Iterable[tuple[object, tuple, object, int]],
+        progress: Callable[[int], None] | None = None, escalate_from: int = 2) -> list[Candidate]:
     """groups yields (configuration key, full key, group, ZeRO stage), every replica count of a
-    configuration at one ZeRO stage before the next stage."""
+    configuration at one ZeRO stage before the next stage. Stages below ``escalate_from`` are
+    always searched; higher ones only for configurations that fit nowhere below them."""
     start = time.perf_counter()
     fits: set = set()
-    tried_zero: dict = {}
     for i, (cfg_key, key, group, zero) in enumerate(groups):
-        first_zero = tried_zero.setdefault(cfg_key, zero)
-        if zero != first_zero and cfg_key in fits:
+        if zero >= escalate_from and cfg_key in fits:
             continue   # a lower ZeRO stage already fits this configuration
         if engine.run_group(group, key):
             fits.add(cfg_key)

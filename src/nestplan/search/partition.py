@@ -53,18 +53,31 @@ def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fi
     prefix = np.concatenate([[0.0], np.cumsum(costs)])
     start = np.arange(n_blocks + 1)[:, None]
     end = np.arange(n_blocks + 1)[None, :]
-    valid = end > start
-    best = np.full(n_blocks + 1, INFEASIBLE)   # best[j]: placed suffix starts at block j
-    best[n_blocks] = -INFEASIBLE               # nothing placed yet
-    choice = np.zeros((p, n_blocks + 1), dtype=np.int64)
-    for s in range(p - 1, -1, -1):            # backward: the last stage first
+    stage_costs = np.empty((p, n_blocks + 1, n_blocks + 1))
+    for s in range(p):
         mem_prefix = np.concatenate([[0.0], np.cumsum(mem_layer[s])])
-        stage_cost = alpha[s] + prefix[end] - prefix[start]
-        stage_mem = mem_fixed[s] + mem_prefix[end] - mem_prefix[start]
-        ok = valid & (stage_mem <= capacity)
-        total = np.where(ok, np.maximum(stage_cost, best[None, :]), INFEASIBLE)
+        ok = (end > start) & (mem_fixed[s] + mem_prefix[end] - mem_prefix[start] <= capacity)
+        stage_costs[s] = np.where(ok, alpha[s] + prefix[end] - prefix[start], INFEASIBLE)
+    return dp_split_matrix(stage_costs)
+
+
+def dp_split_matrix(stage_costs: np.ndarray) -> Split | None:
+    """The dynamic program on explicit stage costs: stage_costs[s, j, e] is the cost of stage s
+    holding blocks [j, e) (inf where not allowed); minimises the largest stage cost.
+
+    Backward over stages (the last first); best[j] is the bottleneck of the best placement of
+    the suffix that starts at block j on the stages placed so far.
+    """
+    p, n1, _ = stage_costs.shape
+    n_blocks = n1 - 1
+    best = np.full(n1, INFEASIBLE)
+    best[n_blocks] = -INFEASIBLE               # nothing placed yet
+    choice = np.zeros((p, n1), dtype=np.int64)
+    rows = np.arange(n1)
+    for s in range(p - 1, -1, -1):
+        total = np.maximum(stage_costs[s], best[None, :])
         choice[s] = np.argmin(total, axis=1)
-        best = total[np.arange(n_blocks + 1), choice[s]]
+        best = total[rows, choice[s]]
         if s > 0:
             best[0] = INFEASIBLE               # only the first stage may start at block 0
     if not np.isfinite(best[0]):

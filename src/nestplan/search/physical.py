@@ -147,6 +147,49 @@ class PhysicalSearchModel:
         return out
 
     # ------------------------------------------------------------------ objective
+    def _stage_nodes(self, t: GraphTerms, s: int, pp: int) -> tuple[L.ParamCount, float, float]:
+        """(params, forward, backward) of the embedding/head a stage holds besides its blocks."""
+        prm, fwd, bwd = L.ParamCount(), 0.0, 0.0
+        nodes = ([t.embedding] if s == 0 else []) + ([t.head] if s == pp - 1 else [])
+        if s == pp - 1 and pp > 1:
+            prm = prm + t.tied_head_copy
+        for node in nodes:
+            prm = prm + node.params
+            fwd += node.components["forward_compute"]
+            bwd += sum(node.components[k] for k in BWD_KEYS)
+        return prm, fwd, bwd
+
+    def end_matrices(self, g: Group, pp: int) -> tuple[np.ndarray, float]:
+        """X[s, j, e]: exposed sync + optimizer of stage s holding blocks [j, e) (identical blocks),
+        and the tied-embedding sync; step_end's max over stages of X is the proxy's step end."""
+        t = self.terms(g)
+        blk = t.blocks[self.model.is_moe_layer(0)]
+        b_fwd = blk.components["forward_compute"]
+        b_bwd = sum(blk.components[k] for k in BWD_KEYS)
+        groups = self._groups(g, pp)
+        ctx = SyncContext(self.cluster.topology, self.cluster.accelerator, self.job, g.zero,
+                          groups["cp+ep+dp"], groups["cp+dp"])
+        n1 = self.num_blocks + 1
+        j = np.arange(n1)[:, None]
+        n = np.arange(n1)[None, :] - j
+        bt = self.boundary_times(g, pp)
+        emb_bwd = self._stage_nodes(t, 0, pp)[2]
+        out = np.full((pp, n1, n1), np.inf)
+        for s in range(pp):
+            prm, fwd0, bwd0 = self._stage_nodes(t, s, pp)
+
+            def affine(fn):   # comm and optimizer times are affine in the bytes, so in the blocks held
+                one, two = fn(prm + blk.params), fn(prm + blk.params.scaled(2))
+                return one - (two - one), two - one
+
+            (s0, s1), (g0, g1), (o0, o1) = affine(ctx.sync), affine(ctx.gather), affine(ctx.optimizer)
+            drain = (j * b_bwd + emb_bwd + bt[:s].sum()) if s > 0 else 0.0
+            x = (np.maximum(0.0, s0 + s1 * n - (bwd0 + b_bwd * n) - drain)
+                 + np.maximum(0.0, g0 + g1 * n - (fwd0 + b_fwd * n)) + o0 + o1 * n)
+            out[s] = np.where(n >= 1, x, np.inf)
+        levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
+        return out, tied_embedding_sync(self.model, self.cluster.topology, g.cfg.tp, self.job, levels)
+
     def extras(self, g: Group, parts: tuple[int, ...]) -> float:
         """Step-end seconds (exposed sync, tied-embedding sync, optimizer) of one split."""
         t = self.terms(g)
@@ -172,4 +215,4 @@ class PhysicalSearchModel:
         end = step_end(ctx, params, fwd, bwd, list(self.boundary_times(g, pp)))
         levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
         tied = tied_embedding_sync(self.model, self.cluster.topology, g.cfg.tp, self.job, levels)
-        return end.exposed_s + tied + end.optimizer_s
+        return end.total_s + tied

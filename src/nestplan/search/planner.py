@@ -27,8 +27,9 @@ class PlanResult:
 
 
 def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
-    node = cluster.topology.levels[0].size
-    for cfg in sub_configs(space, model, job, node, devices):
+    topo = cluster.topology
+    units = tuple(topo.unit_devices(i) for i in range(topo.num_levels))
+    for cfg in sub_configs(space, model, job, topo.levels[0].size, devices, units):
         for zero in space.zero:
             for d in replica_counts(cfg, job, devices):
                 depth = min(model.num_layers, devices // (cfg.stage_devices * d))
@@ -40,8 +41,9 @@ def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
                 yield key, key + (int(zero), d), group, zero
 
 
-def count_configs(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> int:
-    return sum(1 for _ in sub_configs(space, model, job, cluster.topology.levels[0].size, devices))
+def count_groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> int:
+    """How many groups a search visits at most (for a progress bar)."""
+    return sum(1 for _ in _groups(model, cluster, job, devices, space))
 
 
 def check_job(model: ModelSpec, cluster, job: Job, devices: int) -> None:
@@ -85,7 +87,7 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
     space = space or SearchSpace()
     cost = PhysicalSearchModel(model, cluster, job, devices)
     engine = Engine(cost, cluster.accelerator.hbm_bytes, keep=max(32, 4 * top))
-    finalists = run(engine, _groups(model, cluster, job, devices, space), progress)
+    finalists = [engine.refine(c) for c in run(engine, _groups(model, cluster, job, devices, space), progress)]
     exact: list[Prediction] = []
     for cand in finalists:
         pred = _exact(model, cluster, job, cand)

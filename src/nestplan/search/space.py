@@ -58,7 +58,15 @@ def tp_values(space: SearchSpace, model: ModelSpec, node_devices: int) -> list[i
     return ok
 
 
-def sub_configs(space: SearchSpace, model: ModelSpec, job: Job, node_devices: int, devices: int) -> Iterator[SubConfig]:
+def aligned(size: int, unit_sizes: tuple[int, ...]) -> bool:
+    """A group of ``size`` consecutive ranks never straddles a network unit unevenly: it divides
+    every unit or is a multiple of it, so all such groups span the same levels."""
+    return all(u % size == 0 or size % u == 0 for u in unit_sizes)
+
+
+def sub_configs(space: SearchSpace, model: ModelSpec, job: Job, node_devices: int, devices: int,
+                unit_sizes: tuple[int, ...] = ()) -> Iterator[SubConfig]:
+    """Legal sub-graph configurations; tp, tp x cp and tp x cp x ep are aligned with ``unit_sizes``."""
     cps = [c for c in space.cp if c == 1 or (job.seq_len >= space.min_cp_seq_len and job.seq_len % (2 * c) == 0)]
     eps = [e for e in space.ep if e == 1 or (model.is_moe and model.num_experts % e == 0)]
     for tp in tp_values(space, model, node_devices):
@@ -66,6 +74,8 @@ def sub_configs(space: SearchSpace, model: ModelSpec, job: Job, node_devices: in
             for cp in cps:
                 for ep in eps:
                     if tp * cp * ep > devices:
+                        continue
+                    if not all(aligned(x, unit_sizes) for x in (tp, tp * cp, tp * cp * ep)):
                         continue
                     for mbs in space.micro_batch_sizes:
                         if job.global_batch_size % (ep * mbs):
