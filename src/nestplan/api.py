@@ -34,6 +34,11 @@ def default_seq_len(model: ModelSpec) -> int:
     return min(model.max_position_embeddings, DEFAULT_SEQ_LEN_CAP)
 
 
+def default_dtype(cluster: Cluster) -> str:
+    """bf16 where the accelerator has it, else fp16 (V100)."""
+    return "bf16" if "bf16" in cluster.accelerator.peak_flops else "fp16"
+
+
 def make_job(model: ModelSpec, global_batch_size: int, seq_len: int | None = None, **kwargs: Any) -> Job:
     return Job(global_batch_size=global_batch_size, seq_len=seq_len or default_seq_len(model), **kwargs)
 
@@ -95,3 +100,49 @@ def catalog_names(kind: str) -> list[str]:
         raise ConfigError(f"cannot list '{kind}'; choose one of: {', '.join(listers)}", field="kind", value=kind,
                           limit=list(listers))
     return listers[key]()
+
+
+DEFAULT_GLOBAL_BATCH = 4096   # the NEST paper's evaluation (section 5.1)
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """The best plan, the runner-ups (best first) and the search statistics."""
+
+    model: ModelSpec
+    cluster: Cluster
+    job: Job
+    best: Prediction
+    runners_up: tuple[Prediction, ...]
+    stats: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return plan_to_dict(
+            self.best, model=self.model.name, cluster=self.cluster.name, devices_total=self.cluster.devices,
+            job=self.job, level_names=[lv.name for lv in self.cluster.topology.levels],
+            search=SearchStats(self.stats.solve_time_s, candidates=self.stats.candidates,
+                               pruned_memory=self.stats.pruned_memory))
+
+
+def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None, *, devices: int | None = None,
+         global_batch_size: int | None = None, seq_len: int | None = None, top: int = 5,
+         space: Any = None, progress: Any = None) -> PlanReport:
+    """Find the plan with the highest predicted throughput that fits (NEST's dynamic program).
+
+    Raises InfeasibleError (exit code 3) explaining the leanest plan's memory when nothing fits.
+    """
+    from nestplan.search.infeasible import infeasible_error
+    from nestplan.search.planner import check_job, search
+    from nestplan.search.space import SearchSpace
+
+    spec = resolve_model(model)
+    cl = resolve_cluster(cluster, devices)
+    if job is None:
+        job = make_job(spec, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)
+    n = cl.devices
+    check_job(spec, cl, job, n)
+    space = space or SearchSpace()
+    result = search(spec, cl, job, n, space, top=top, progress=progress)
+    if result.best is None:
+        raise infeasible_error(spec, cl, job, n, space)
+    return PlanReport(spec, cl, job, result.best, result.runners_up, result.stats)

@@ -54,7 +54,7 @@ def evaluate(
     layers_per_stage: Optional[str] = typer.Option(None, "--layers-per-stage", help="e.g. 10,11,11,10"),
     global_batch_size: int = typer.Option(..., "--global-batch-size", help="sequences per step"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's context, at most 8192"),
-    dtype: str = typer.Option("bf16", "--dtype"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
@@ -67,14 +67,70 @@ def evaluate(
     plan = ParallelDims(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, recompute=recompute,
                         micro_batch_size=mbs, schedule=schedule, virtual_stages=virtual_stages,
                         layers_per_stage=_layers(layers_per_stage))
-    job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash)
-    result = api.evaluate_full(spec, cluster, plan, job, devices=devices, axis_order=_axis_order(axis_order))
+    full = api.resolve_cluster(cluster)
+    job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(full), optimizer=optimizer,
+                       flash_attention=flash)
+    result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     data = result.to_dict()
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     from nestplan.report.text import render_plan
     render_plan(Console(), data, result.prediction)
+
+
+@app.command("plan")
+def plan_command(
+    model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
+    cluster: str = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file"),
+    devices: Optional[int] = typer.Option(None, "--devices", help="use the first N devices of the cluster"),
+    global_batch_size: int = typer.Option(api.DEFAULT_GLOBAL_BATCH, "--global-batch-size",
+                                          help="sequences per step"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's context, at most 8192"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
+    optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
+    flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
+    top: int = typer.Option(5, "--top", min=0, help="runner-up plans to show"),
+    as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
+) -> None:
+    """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
+    spec = api.resolve_model(model)
+    for name, value in (("--devices", devices), ("--global-batch-size", global_batch_size), ("--seq-len", seq_len)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value}", field=name, value=value, limit=">= 1")
+    cl = api.resolve_cluster(cluster, devices)
+    job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(cl), optimizer=optimizer,
+                       flash_attention=flash)
+    with _progress() as advance:
+        report = api.plan(spec, cl, job, top=top, progress=advance)
+    data = report.to_dict()
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    from nestplan.report.text import render_plan, render_runners_up
+    console = Console()
+    render_plan(console, data, report.best)
+    render_runners_up(console, report.best, report.runners_up)
+    s = report.stats
+    console.print(f"search: {s.solve_time_s:.2f} s, {s.groups} groups, {s.depths} pipeline depths, "
+                  f"{s.pruned_memory} pruned by memory, {s.pruned_bound} by the bound, {s.candidates} splits costed")
+
+
+class _progress:
+    """A transient rich progress bar on stderr (only on a terminal): yields an advance callback."""
+
+    def __enter__(self):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed} groups"),
+                             TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                             disable=not sys.stderr.isatty())
+        self._bar.__enter__()
+        task = self._bar.add_task("plan", total=None)
+        return lambda i: self._bar.update(task, completed=i + 1) if i % 64 == 0 else None
+
+    def __exit__(self, *exc) -> None:
+        self._bar.__exit__(*exc)
 
 
 @app.command("list")

@@ -61,3 +61,36 @@ def render_plan(console: Console, plan: dict, pred: Prediction) -> None:
         console.print(f"[bold red]does not fit:[/] {_gib(p['peak_memory_bytes_per_device'])} GiB per device exceeds "
                       f"{_gib(p['memory_capacity_bytes'])} GiB by {_gib(p['memory_excess_bytes'])} GiB; "
                       f"largest term: {worst[0]} ({_gib(worst[1])} GiB)")
+
+
+def _describe(pred: Prediction) -> str:
+    d = pred.plan
+    parts = [f"tp {d.tp}{'+sp' if d.sp_active else ''}", f"pp {d.pp}", f"dp {d.dp}"]
+    if d.cp > 1:
+        parts.append(f"cp {d.cp}")
+    if d.ep > 1:
+        parts.append(f"ep {d.ep}")
+    parts += [f"mbs {d.micro_batch_size}", f"ZeRO {int(d.zero)}", f"rc {d.recompute.value}"]
+    if d.virtual_stages > 1:
+        parts.append(f"v {d.virtual_stages}")
+    parts.append("-".join(pred.placement.axis_order))
+    return ", ".join(parts)
+
+
+def why_lost(best: Prediction, other: Prediction) -> str:
+    """The step-time term that grew most against the best plan."""
+    deltas = {k: other.breakdown_s[k] - best.breakdown_s.get(k, 0.0) for k in other.breakdown_s}
+    term = max(deltas, key=deltas.get)
+    return f"{term} +{deltas[term]:.3f} s"
+
+
+def render_runners_up(console: Console, best: Prediction, others: tuple[Prediction, ...]) -> None:
+    if not others:
+        return
+    table = Table(title="runner-up plans")
+    for col in ("plan", "step s", "vs best", "why it lost", "memory GiB"):
+        table.add_column(col, justify="right" if col != "plan" else "left")
+    for pred in others:
+        table.add_row(_describe(pred), f"{pred.step_time_s:.3f}", f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
+                      why_lost(best, pred), _gib(pred.peak_memory_bytes_per_device))
+    console.print(table)
