@@ -5,19 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from nestplan.cli import main
+from cli_helpers import run_cli, with_options
 
 EXAMPLE = ["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "64", "--tp", "8", "--pp", "8",
            "--dp", "1", "--global-batch-size", "64", "--recompute", "full"]
-
-
-def _run(capsys, argv):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code or 0, out.out, out.err
 
 
 def _filled(value) -> bool:
@@ -29,7 +20,7 @@ def _filled(value) -> bool:
 
 
 def test_evaluate_json_has_every_field(capsys) -> None:
-    code, out, err = _run(capsys, EXAMPLE + ["--json"])
+    code, out, err = run_cli(capsys, EXAMPLE + ["--json"])
     assert code == 0, err
     data = json.loads(out)
     assert data["schema"] == "nestplan.plan/1"
@@ -45,7 +36,7 @@ def test_evaluate_json_has_every_field(capsys) -> None:
 
 
 def test_evaluate_readable(capsys) -> None:
-    code, out, _ = _run(capsys, EXAMPLE)
+    code, out, _ = run_cli(capsys, EXAMPLE)
     assert code == 0 and "step time" in out and "stages" in out
 
 
@@ -58,13 +49,7 @@ def test_evaluate_readable(capsys) -> None:
     (["--recompute", "sometimes"], "sometimes"),
 ])
 def test_bad_input_one_line_exit_2(capsys, argv, needle) -> None:
-    args = list(EXAMPLE)
-    for i in range(0, len(argv), 2):
-        if argv[i] in args:
-            args[args.index(argv[i]) + 1] = argv[i + 1]
-        else:
-            args += argv[i:i + 2]
-    code, out, err = _run(capsys, args)
+    code, out, err = run_cli(capsys, with_options(EXAMPLE, argv))
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1, err
@@ -76,7 +61,7 @@ def test_unsupported_family_config(capsys, tmp_path) -> None:
     path.write_text(json.dumps({"model_type": "t5", "d_model": 512}))
     args = list(EXAMPLE)
     args[args.index("--model") + 1] = str(path)
-    code, _, err = _run(capsys, args)
+    code, _, err = run_cli(capsys, args)
     assert code == 2 and "supported families" in err and "llama" in err
 
 
@@ -86,12 +71,12 @@ def test_missing_field_config(capsys, tmp_path) -> None:
                                 "intermediate_size": 11008, "vocab_size": 32000}))
     args = list(EXAMPLE)
     args[args.index("--model") + 1] = str(path)
-    code, _, err = _run(capsys, args)
+    code, _, err = run_cli(capsys, args)
     assert code == 2 and "num_attention_heads" in err
 
 
 def test_list(capsys) -> None:
-    code, out, _ = _run(capsys, ["list", "models"])
+    code, out, _ = run_cli(capsys, ["list", "models"])
     assert code == 0 and "gpt3-175b" in out.split()
-    code, out, _ = _run(capsys, ["list", "clusters"])
+    code, out, _ = run_cli(capsys, ["list", "clusters"])
     assert "dgx-a100" in out.split()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nestplan.model import load_model
 from nestplan.model import layers as L
+from nestplan.model import load_model
 
 
 def test_gpt_layer_params_are_12h2_plus_13h() -> None:

@@ -7,7 +7,13 @@ import json
 import pytest
 
 from nestplan.errors import ConfigError, UnknownNameError
-from nestplan.model import SUPPORTED_FAMILIES, ModelSpec, load_model, model_names, parse_config
+from nestplan.model import (
+    SUPPORTED_FAMILIES,
+    ModelSpec,
+    load_model,
+    model_names,
+    parse_config,
+)
 
 CATALOG = [
     "bert-large", "gpt3-175b", "gpt3-35b", "korthikanti-175b", "korthikanti-1t", "korthikanti-22b",

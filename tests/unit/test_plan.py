@@ -5,23 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import run_cli, with_options
 
 from nestplan import api
-from nestplan.cli import main
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError, InfeasibleError
 from nestplan.job import Job
 from nestplan.strategy.dims import ParallelDims
 
 SMALL = ["plan", "--model", "bert-large", "--cluster", "v100-spine-leaf", "--global-batch-size", "64"]
-
-
-def _run(capsys, argv):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code or 0, out.out, out.err
 
 
 def test_plan_beats_megatron_grid_small() -> None:
@@ -45,7 +37,7 @@ def test_plan_beats_megatron_grid_small() -> None:
 def test_plan_json_is_deterministic(capsys) -> None:
     outs = []
     for _ in range(2):
-        code, out, err = _run(capsys, SMALL + ["--json"])
+        code, out, err = run_cli(capsys, SMALL + ["--json"])
         assert code == 0, err
         data = json.loads(out)
         data["search"].pop("solve_time_s")
@@ -57,12 +49,12 @@ def test_plan_json_is_deterministic(capsys) -> None:
 
 
 def test_plan_readable_shows_runners_up(capsys) -> None:
-    code, out, _ = _run(capsys, SMALL + ["--top", "3"])
+    code, out, _ = run_cli(capsys, SMALL + ["--top", "3"])
     assert code == 0 and "runner-up plans" in out and "why it lost" in out and "search:" in out
 
 
 def test_infeasible_exit_3_explains(capsys) -> None:
-    code, out, err = _run(capsys, ["plan", "--model", "llama3-70b", "--cluster", "h100-spine-leaf", "--devices", "8",
+    code, out, err = run_cli(capsys, ["plan", "--model", "llama3-70b", "--cluster", "h100-spine-leaf", "--devices", "8",
                                    "--global-batch-size", "64"])
     assert code == 3 and out == ""
     assert "no plan fits" in err and "largest term: optimizer" in err and "would fit with" in err and "devices" in err
@@ -82,13 +74,7 @@ def test_infeasible_api_carries_details() -> None:
     (["--global-batch-size", "-4"], "must be a positive integer"),
 ])
 def test_plan_bad_input_exit_2(capsys, argv, needle) -> None:
-    args = list(SMALL)
-    for i in range(0, len(argv), 2):
-        if argv[i] in args:
-            args[args.index(argv[i]) + 1] = argv[i + 1]
-        else:
-            args += argv[i:i + 2]
-    code, out, err = _run(capsys, args)
+    code, out, err = run_cli(capsys, with_options(SMALL, argv))
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
 
 

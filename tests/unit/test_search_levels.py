@@ -6,7 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nestplan.network.topology import Level, Topology
-from nestplan.search.levels import REPLICA_MAJOR, SEARCH_ORDERS, STAGE_MAJOR, SearchPlacement
+from nestplan.search.levels import (
+    REPLICA_MAJOR,
+    SEARCH_ORDERS,
+    STAGE_MAJOR,
+    SearchPlacement,
+)
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.placement import place
 
