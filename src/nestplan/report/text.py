@@ -79,6 +79,8 @@ def _describe(pred: Prediction) -> str:
 
 def why_lost(best: Prediction, other: Prediction) -> str:
     """The step-time term that grew most against the best plan."""
+    if other.step_time_s <= best.step_time_s * (1 + 1e-9):
+        return "tie: same predicted time"
     deltas = {k: other.breakdown_s[k] - best.breakdown_s.get(k, 0.0) for k in other.breakdown_s}
     term = max(deltas, key=deltas.get)
     return f"{term} +{deltas[term]:.3f} s"
