@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -131,6 +132,74 @@ class _progress:
 
     def __exit__(self, *exc) -> None:
         self._bar.__exit__(*exc)
+
+
+PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
+PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
+
+
+def _int_list(text: str, name: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{name} '{text}' must be comma-separated integers", field=name, value=text) from None
+    if not values or min(values) < 1:
+        raise ConfigError(f"{name} '{text}' needs positive integers", field=name, value=text, limit=">= 1")
+    return values
+
+
+@app.command("compare")
+def compare_command(
+    model: Optional[str] = typer.Option(None, "--model", help="catalog name or path to a config.json"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="catalog name or path to a cluster file"),
+    devices: str = typer.Option("64,128,256", "--devices", help="device counts, e.g. 64,128,256"),
+    mbs: str = typer.Option("1", "--mbs", help="microbatch sizes, e.g. 1,2,4,8"),
+    baselines: str = typer.Option("manual,phaze,mcmc,alpa", "--baselines"),
+    global_batch_size: int = typer.Option(api.DEFAULT_GLOBAL_BATCH, "--global-batch-size"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="PNG file (with --paper: a folder)"),
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="CSV file (with --paper: a folder)"),
+    paper: bool = typer.Option(False, "--paper", help="the NEST paper's grid (Figure 5, Table 3 setting)"),
+) -> None:
+    """Compare nestplan with baseline planners over device counts (and microbatch sizes)."""
+    from nestplan.report.compare import plot as draw, write_csv
+    from nestplan.search.compare import check_baselines, normalise, run_compare
+
+    names = check_baselines(baselines.split(","))
+    if paper:
+        cases = [(m, c, n) for c, ns in PAPER_GRID for m in PAPER_MODELS for n in [ns]]
+    else:
+        if not model or not cluster:
+            raise ConfigError("compare needs --model and --cluster (or --paper)", field="model")
+        cases = [(model, cluster, _int_list(devices, "--devices"))]
+    console = Console()
+    err = Console(stderr=True)
+    for m, c, ns in cases:
+        spec = api.resolve_model(m)
+        seq = PAPER_MODELS.get(m) if paper else seq_len
+        job = api.make_job(spec, global_batch_size, seq, dtype=api.default_dtype(api.resolve_cluster(c)))
+        rows = run_compare(spec, lambda n, c=c: api.resolve_cluster(c, n), job, ns, _int_list(mbs, "--mbs"), names,
+                           progress=(lambda text: err.print(f"[dim]{text}[/]")) if sys.stderr.isatty() else None)
+        norm = normalise(rows)
+        _render_compare(console, f"{spec.name} on {c}", rows, norm)
+        tag = f"{spec.name}_{c}"
+        if csv_path:
+            write_csv(Path(csv_path) / f"{tag}.csv" if paper else Path(csv_path), rows, norm)
+        if plot:
+            draw(Path(plot) / f"{tag}.png" if paper else Path(plot), rows, norm, f"{spec.name} on {c}")
+
+
+def _render_compare(console: Console, title: str, rows, norm) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"):
+        table.add_column(col, justify="left" if col in ("planner", "plan") else "right")
+    for r, x in zip(rows, norm):
+        table.add_row(str(r.devices), str(r.micro_batch_size), r.planner,
+                      f"{r.tokens_per_s:,.0f}" if r.feasible else "-", f"{x:.2f}" if r.feasible else "-",
+                      f"{r.solve_time_s:.2f}", r.plan)
+    console.print(table)
 
 
 @app.command("list")

@@ -1,0 +1,88 @@
+"""What every baseline returns, and helpers they share."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.prediction import Prediction
+from nestplan.errors import ConfigError
+from nestplan.job import Job
+from nestplan.model.spec import ModelSpec
+from nestplan.search.levels import STAGE_MAJOR
+from nestplan.strategy.dims import ParallelDims
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """A baseline's plan (None: it found nothing that fits, the paper's dash)."""
+
+    name: str
+    prediction: Prediction | None
+    solve_time_s: float
+    evaluations: int
+
+    @property
+    def feasible(self) -> bool:
+        return self.prediction is not None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.prediction.tokens_per_s if self.prediction is not None else 0.0
+
+
+class Evaluator:
+    """Counts evaluations; returns None for plans the rules of a framework refuse."""
+
+    def __init__(self, model: ModelSpec, cluster, job: Job) -> None:
+        self.model, self.cluster, self.job = model, cluster, job
+        self.count = 0
+        self.start = time.perf_counter()
+
+    def __call__(self, dims: ParallelDims, order: tuple[str, ...] = STAGE_MAJOR) -> Prediction | None:
+        self.count += 1
+        try:
+            return evaluate_plan(self.model, self.cluster, dims, self.job, order)
+        except ConfigError:
+            return None
+
+    def result(self, name: str, best: Prediction | None) -> BaselineResult:
+        return BaselineResult(name, best, time.perf_counter() - self.start, self.count)
+
+
+def even_split(layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per stage as even as possible (earlier stages take the remainder)."""
+    return tuple(layers // stages + (1 if i < layers % stages else 0) for i in range(stages))
+
+
+def largest_dp(devices: int, per_replica: int, global_batch: int, per_sample: int) -> int:
+    """The most replicas that fit the devices and divide the batch (0 if none)."""
+    for d in range(devices // per_replica, 0, -1):
+        if global_batch % (d * per_sample) == 0:
+            return d
+    return 0
+
+
+def tp_candidates(model: ModelSpec, limit: int) -> list[int]:
+    """Powers of two up to ``limit`` that divide the heads and the FFN (largest first)."""
+    out, t = [], 1
+    while t <= limit:
+        if model.num_heads % t == 0 and model.ffn_hidden_size % t == 0 and (
+                model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0):
+            out.append(t)
+        t *= 2
+    return out[::-1]
+
+
+Best = Callable[[Prediction | None, Prediction | None], Prediction | None]
+
+
+def faster(a: Prediction | None, b: Prediction | None) -> Prediction | None:
+    """The faster of two fitting predictions (None counts as nothing)."""
+    if a is None or not a.fits:
+        return b if b is not None and b.fits else None
+    if b is None or not b.fits:
+        return a
+    return a if a.step_time_s <= b.step_time_s else b

@@ -1,0 +1,93 @@
+"""nestplan against the baselines over device counts and microbatch sizes (NEST section 5)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from nestplan.errors import ConfigError, InfeasibleError
+from nestplan.job import Job
+from nestplan.model.spec import ModelSpec
+from nestplan.search.baselines import BASELINES
+from nestplan.search.planner import search
+from nestplan.search.space import SearchSpace
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One (case, planner): the CSV row of DESIGN.md section 6 before normalisation."""
+
+    model: str
+    cluster: str
+    devices: int
+    micro_batch_size: int
+    planner: str
+    feasible: bool
+    tokens_per_s: float
+    solve_time_s: float
+    plan: str
+
+
+def describe(pred) -> str:
+    if pred is None:
+        return "-"
+    d = pred.plan
+    text = f"tp{d.tp}{'+sp' if d.sp_active else ''} pp{d.pp} dp{d.dp}"
+    text += (f" ep{d.ep}" if d.ep > 1 else "") + (f" cp{d.cp}" if d.cp > 1 else "")
+    return text + f" z{int(d.zero)} {d.recompute.value}" + (f" v{d.virtual_stages}" if d.virtual_stages > 1 else "")
+
+
+def _nestplan(model, cluster, job, devices, mbs) -> tuple[object, float]:
+    start = time.perf_counter()
+    found = search(model, cluster, job, devices, SearchSpace(micro_batch_sizes=(mbs,)), top=0)
+    return found.best, time.perf_counter() - start
+
+
+def compare_case(model: ModelSpec, cluster, job: Job, mbs: int, baselines: Sequence[str]) -> list[CompareRow]:
+    """nestplan and each baseline on one (cluster size, microbatch size)."""
+    n = cluster.devices
+    rows = []
+    best, secs = _nestplan(model, cluster, job, n, mbs)
+    rows.append(CompareRow(model.name, cluster.name, n, mbs, "nestplan", best is not None,
+                           best.tokens_per_s if best else 0.0, secs, describe(best)))
+    for name in baselines:
+        r = BASELINES[name](model, cluster, job, n, mbs)
+        rows.append(CompareRow(model.name, cluster.name, n, mbs, name, r.feasible, r.tokens_per_s, r.solve_time_s,
+                               describe(r.prediction)))
+    return rows
+
+
+def normalise(rows: list[CompareRow]) -> list[float]:
+    """Throughput over manual's at the smallest scale (the paper's convention); over nestplan's
+    there when manual finds nothing."""
+    first = min(rows, key=lambda r: (r.devices, r.micro_batch_size))
+    base_rows = [r for r in rows if (r.devices, r.micro_batch_size) == (first.devices, first.micro_batch_size)]
+    ref = next((r.tokens_per_s for r in base_rows if r.planner == "manual" and r.feasible), 0.0)
+    ref = ref or next(r.tokens_per_s for r in base_rows if r.planner == "nestplan")
+    return [r.tokens_per_s / ref if (ref and r.feasible) else 0.0 for r in rows]
+
+
+def check_baselines(names: Sequence[str]) -> list[str]:
+    out = [n.strip().lower() for n in names if n.strip()]
+    bad = [n for n in out if n not in BASELINES]
+    if bad:
+        raise ConfigError(f"unknown baseline '{bad[0]}'; choose from {', '.join(BASELINES)}", field="baselines",
+                          value=bad[0], limit=list(BASELINES))
+    return out
+
+
+def run_compare(model: ModelSpec, load_cluster: Callable[[int], object], job: Job, devices: Sequence[int],
+                micro_batch_sizes: Sequence[int], baselines: Sequence[str],
+                progress: Callable[[str], None] | None = None) -> list[CompareRow]:
+    rows: list[CompareRow] = []
+    for n in devices:
+        cluster = load_cluster(n)
+        for mbs in micro_batch_sizes:
+            if progress:
+                progress(f"{model.name} on {n} devices, microbatch {mbs}")
+            try:
+                rows.extend(compare_case(model, cluster, job, mbs, baselines))
+            except InfeasibleError:
+                raise
+    return rows
