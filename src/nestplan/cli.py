@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -163,30 +164,45 @@ def compare_command(
 ) -> None:
     """Compare nestplan with baseline planners over device counts (and microbatch sizes)."""
     from nestplan.report.compare import plot as draw, write_csv
-    from nestplan.search.compare import check_baselines, normalise, run_compare
+    from nestplan.search.compare import check_baselines, normalise
 
     names = check_baselines(baselines.split(","))
     if paper:
-        cases = [(m, c, n) for c, ns in PAPER_GRID for m in PAPER_MODELS for n in [ns]]
+        cases = [(m, c, ns) for c, ns in PAPER_GRID for m in PAPER_MODELS]
     else:
         if not model or not cluster:
             raise ConfigError("compare needs --model and --cluster (or --paper)", field="model")
         cases = [(model, cluster, _int_list(devices, "--devices"))]
     console = Console()
-    err = Console(stderr=True)
-    for m, c, ns in cases:
-        spec = api.resolve_model(m)
-        seq = PAPER_MODELS.get(m) if paper else seq_len
-        job = api.make_job(spec, global_batch_size, seq, dtype=api.default_dtype(api.resolve_cluster(c)))
-        rows = run_compare(spec, lambda n, c=c: api.resolve_cluster(c, n), job, ns, _int_list(mbs, "--mbs"), names,
-                           progress=(lambda text: err.print(f"[dim]{text}[/]")) if sys.stderr.isatty() else None)
+    mbs_list = _int_list(mbs, "--mbs")
+    jobs = [(m, c, ns, mbs_list, names, global_batch_size, PAPER_MODELS.get(m) if paper else seq_len)
+            for m, c, ns in cases]
+    if len(jobs) > 1:   # independent cases: one process per core
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+            results = list(pool.map(_compare_rows, jobs))
+    else:
+        results = [_compare_rows(jobs[0])]
+    for (m, c, *_), (title, rows) in zip(jobs, results):
         norm = normalise(rows)
-        _render_compare(console, f"{spec.name} on {c}", rows, norm)
-        tag = f"{spec.name}_{c}"
+        _render_compare(console, title, rows, norm)
+        tag = f"{rows[0].model}_{c}" if rows else f"{m}_{c}"
         if csv_path:
             write_csv(Path(csv_path) / f"{tag}.csv" if paper else Path(csv_path), rows, norm)
         if plot:
-            draw(Path(plot) / f"{tag}.png" if paper else Path(plot), rows, norm, f"{spec.name} on {c}")
+            draw(Path(plot) / f"{tag}.png" if paper else Path(plot), rows, norm, title)
+
+
+def _compare_rows(args: tuple) -> tuple[str, list]:
+    """One model x cluster of a comparison (a top-level function, so it runs in a worker process)."""
+    from nestplan.search.compare import run_compare
+
+    m, c, ns, mbs_list, names, gbs, seq = args
+    spec = api.resolve_model(m)
+    job = api.make_job(spec, gbs, seq, dtype=api.default_dtype(api.resolve_cluster(c)))
+    rows = run_compare(spec, lambda n: api.resolve_cluster(c, n), job, ns, mbs_list, names)
+    return f"{spec.name} on {c}", rows
 
 
 def _render_compare(console: Console, title: str, rows, norm) -> None:

@@ -105,7 +105,6 @@ class PhysicalSearchModel:
         def states(p: L.ParamCount) -> float:
             return sum(model_state_bytes(p, shards, g.zero, j.dtype_bytes, j.grad_bytes, j.optimizer_state_bytes).values())
 
-        blk = t.blocks[kinds[0]]
         per_block_states = np.array([states(t.blocks[k].params) for k in kinds])
         per_block_acts = np.array([t.blocks[k].activations for k in kinds])
         transient = max(t.blocks[k].transient for k in set(kinds))
@@ -128,7 +127,6 @@ class PhysicalSearchModel:
         nmax = np.where(real, np.floor((cap - fixed) / np.maximum(mem_layer, 1.0)), 0).astype(np.int64)
         nmax = np.where(real, np.maximum(nmax, 0), 0)
         constant = np.where(real, alpha, 0.0).sum(axis=1) + costs.sum()
-        del blk
         return Tables(alpha=alpha, nmax=nmax, beta=float(costs[0]), block_costs=costs, mem_layer=mem_layer,
                       mem_fixed=np.where(real, fixed, 0.0), constant=constant, homogeneous=homogeneous)
 

@@ -94,7 +94,7 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
         if pred is not None:
             exact.append(pred)
     fitting = sorted((p for p in exact if p.fits), key=lambda p: p.step_time_s)
-    for pred in fitting[:3]:
+    for pred in list(fitting):
         fitting.extend(p for p in _interleaved(model, cluster, job, pred) if p.fits)
     fitting.sort(key=lambda p: p.step_time_s)
     best = fitting[0] if fitting else None
