@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -137,6 +138,8 @@ class _progress:
 
 PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
 PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
+PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))   # Figure 6
+PAPER_ZERO_ABLATION = (("llama3-70b", 24 * 2**30), ("bert-large", 120 * 2**20))   # Table 7: device memory, bytes
 
 
 def _int_list(text: str, name: str) -> list[int]:
@@ -175,8 +178,13 @@ def compare_command(
         cases = [(model, cluster, _int_list(devices, "--devices"))]
     console = Console()
     mbs_list = _int_list(mbs, "--mbs")
-    jobs = [(m, c, ns, mbs_list, names, global_batch_size, PAPER_MODELS.get(m) if paper else seq_len)
+    jobs = [(m, c, ns, mbs_list, names, global_batch_size, PAPER_MODELS.get(m) if paper else seq_len, None)
             for m, c, ns in cases]
+    if paper:
+        models, cl, ns, sweep = PAPER_MBS_SWEEP
+        jobs += [(m, cl, ns, sweep, names, global_batch_size, PAPER_MODELS[m], None) for m in models]
+        jobs += [(m, "tpuv4-fattree", (1024,), (1,), names, global_batch_size, PAPER_MODELS[m], hbm)
+                 for m, hbm in PAPER_ZERO_ABLATION]
     if len(jobs) > 1:   # independent cases: one process per core
         from concurrent.futures import ProcessPoolExecutor
 
@@ -184,10 +192,10 @@ def compare_command(
             results = list(pool.map(_compare_rows, jobs))
     else:
         results = [_compare_rows(jobs[0])]
-    for (m, c, *_), (title, rows) in zip(jobs, results):
+    for (m, c, ns, mb, *_), (title, rows) in zip(jobs, results):
         norm = normalise(rows)
         _render_compare(console, title, rows, norm)
-        tag = f"{rows[0].model}_{c}" if rows else f"{m}_{c}"
+        tag = title.replace(" on ", "_").replace(" ", "_").replace(",", "")
         if csv_path:
             write_csv(Path(csv_path) / f"{tag}.csv" if paper else Path(csv_path), rows, norm)
         if plot:
@@ -198,11 +206,24 @@ def _compare_rows(args: tuple) -> tuple[str, list]:
     """One model x cluster of a comparison (a top-level function, so it runs in a worker process)."""
     from nestplan.search.compare import run_compare
 
-    m, c, ns, mbs_list, names, gbs, seq = args
+    m, c, ns, mbs_list, names, gbs, seq, hbm = args
     spec = api.resolve_model(m)
     job = api.make_job(spec, gbs, seq, dtype=api.default_dtype(api.resolve_cluster(c)))
-    rows = run_compare(spec, lambda n: api.resolve_cluster(c, n), job, ns, mbs_list, names)
-    return f"{spec.name} on {c}", rows
+
+    def load(n: int):
+        cluster = api.resolve_cluster(c, n)
+        if hbm is None:
+            return cluster
+        # the paper's hypothetical small devices: no framework reserve (2 GiB would exceed 120 MiB)
+        return replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=float(hbm), reserved_bytes=0.0))
+
+    rows = run_compare(spec, load, job, ns, mbs_list, names)
+    title = f"{spec.name} on {c}"
+    if hbm is not None:
+        title += f" with {hbm / 2**30:g} GiB devices" if hbm >= 2**30 else f" with {hbm / 2**20:g} MiB devices"
+    elif len(mbs_list) > 1:
+        title += f" mbs {','.join(map(str, mbs_list))}"
+    return title, rows
 
 
 def _render_compare(console: Console, title: str, rows, norm) -> None:
