@@ -17,7 +17,7 @@ POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
 class SearchSpace:
     """Which values the planner may choose; the defaults are the full space."""
 
-    tp: tuple[int, ...] = (1, 2, 4, 8)
+    tp: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     sp: tuple[bool, ...] = (False, True)
     cp: tuple[int, ...] = (1, 2, 4, 8)
     ep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -46,11 +46,12 @@ class SubConfig:
         return self.tp * self.cp * self.ep
 
 
-def tp_values(space: SearchSpace, model: ModelSpec, node_devices: int) -> list[int]:
-    """tp divides the heads (and the kv heads, or is divisible by them) and the FFN, inside a node."""
+def tp_values(space: SearchSpace, model: ModelSpec, devices: int) -> list[int]:
+    """tp divides the heads (and the kv heads, or is divisible by them) and the FFN. It may span
+    nodes (Alpa-style over-sharding is in the space, so no baseline can leave it)."""
     ok = []
     for t in space.tp:
-        if t > node_devices or model.num_heads % t or model.ffn_hidden_size % t:
+        if t > devices or model.num_heads % t or model.ffn_hidden_size % t:
             continue
         if model.num_kv_heads % t and t % model.num_kv_heads:
             continue
@@ -69,7 +70,7 @@ def sub_configs(space: SearchSpace, model: ModelSpec, job: Job, node_devices: in
     """Legal sub-graph configurations; tp, tp x cp and tp x cp x ep are aligned with ``unit_sizes``."""
     cps = [c for c in space.cp if c == 1 or (job.seq_len >= space.min_cp_seq_len and job.seq_len % (2 * c) == 0)]
     eps = [e for e in space.ep if e == 1 or (model.is_moe and model.num_experts % e == 0)]
-    for tp in tp_values(space, model, node_devices):
+    for tp in tp_values(space, model, devices):
         for sp in sorted({s and tp > 1 for s in space.sp}):
             for cp in cps:
                 for ep in eps:
