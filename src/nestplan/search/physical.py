@@ -65,6 +65,9 @@ class PhysicalSearchModel:
         self.placement = SearchPlacement(cluster.topology)
         self.num_blocks = model.num_layers
         self._terms: dict[tuple, GraphTerms] = {}
+        # index of each block's kind in sorted(GraphTerms.blocks): 0 = dense, 1 = MoE (when both exist)
+        moe = np.array([model.is_moe_layer(i) for i in range(model.num_layers)])
+        self._kinds = moe.astype(np.int64) if moe.any() and not moe.all() else np.zeros(model.num_layers, np.int64)
 
     # ------------------------------------------------------------------ terms
     def _groups(self, g: Group, pp: int) -> dict:
@@ -96,18 +99,19 @@ class PhysicalSearchModel:
 
     def tables(self, g: Group) -> Tables:
         t = self.terms(g)
-        P, L_ = g.max_depth, self.num_blocks
-        kinds = [self.model.is_moe_layer(i) for i in range(L_)]
-        costs = np.array([t.blocks[k].cycle for k in kinds])
+        P = g.max_depth
         shards = ShardGroups(g.cfg.cp * g.cfg.ep * g.replicas, g.cfg.cp * g.replicas)
         j = self.job
 
         def states(p: L.ParamCount) -> float:
             return sum(model_state_bytes(p, shards, g.zero, j.dtype_bytes, j.grad_bytes, j.optimizer_state_bytes).values())
 
-        per_block_states = np.array([states(t.blocks[k].params) for k in kinds])
-        per_block_acts = np.array([t.blocks[k].activations for k in kinds])
-        transient = max(t.blocks[k].transient for k in set(kinds))
+        kinds = self._kinds
+        kind_ids = sorted(t.blocks)   # False (dense) before True (MoE)
+        per_kind = {k: (t.blocks[k].cycle, states(t.blocks[k].params), t.blocks[k].activations) for k in kind_ids}
+        costs, per_block_states, per_block_acts = (np.array([per_kind[k][i] for k in kind_ids])[kinds]
+                                                   for i in range(3))
+        transient = max(t.blocks[k].transient for k in kind_ids)
         depth = np.arange(1, P + 1)[:, None]
         stage = np.arange(P)[None, :]
         real = stage < depth
