@@ -242,7 +242,9 @@ def _read_gpt2(f: _Fields, name: str) -> ModelSpec:
     )
 
 
-def _read_gpt_neox(f: _Fields, name: str) -> ModelSpec:
+def _read_encoder_style(f: _Fields, name: str, *, tied: bool, learned_positions: bool,
+                        dropouts: dict[str, float], causal: bool = True, token_types: bool = False) -> ModelSpec:
+    """gpt_neox and bert: LayerNorm, GeLU MLP of ``intermediate_size``, biases, MHA."""
     hidden, heads, _, head_dim = _attention_shape(f, "hidden_size", "num_attention_heads", None, None)
     return ModelSpec(
         name=name,
@@ -255,37 +257,25 @@ def _read_gpt_neox(f: _Fields, name: str) -> ModelSpec:
         ffn_hidden_size=f.integer("intermediate_size"),
         gated_mlp=False,
         vocab_size=f.integer("vocab_size"),
-        tied_embeddings=f.flag("tie_word_embeddings", False),
-        max_position_embeddings=f.integer("max_position_embeddings", _DEFAULT_MAX_POSITIONS["gpt_neox"]),
-        learned_position_embeddings=False,
+        tied_embeddings=f.flag("tie_word_embeddings", tied),
+        max_position_embeddings=f.integer("max_position_embeddings", _DEFAULT_MAX_POSITIONS[f.family]),
+        learned_position_embeddings=learned_positions,
         norm="layernorm",
         linear_bias=True,
-        dropout=f.any_dropout({"attention_dropout": 0.0, "hidden_dropout": 0.0}),
+        dropout=f.any_dropout(dropouts),
+        causal=causal,
+        type_vocab_size=f.integer("type_vocab_size", default=2, minimum=0) if token_types else 0,
     )
+
+
+def _read_gpt_neox(f: _Fields, name: str) -> ModelSpec:
+    return _read_encoder_style(f, name, tied=False, learned_positions=False,
+                               dropouts={"attention_dropout": 0.0, "hidden_dropout": 0.0})
 
 
 def _read_bert(f: _Fields, name: str) -> ModelSpec:
-    hidden, heads, _, head_dim = _attention_shape(f, "hidden_size", "num_attention_heads", None, None)
-    return ModelSpec(
-        name=name,
-        family=f.family,
-        hidden_size=hidden,
-        num_layers=f.integer("num_hidden_layers"),
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=head_dim,
-        ffn_hidden_size=f.integer("intermediate_size"),
-        gated_mlp=False,
-        vocab_size=f.integer("vocab_size"),
-        tied_embeddings=f.flag("tie_word_embeddings", True),
-        max_position_embeddings=f.integer("max_position_embeddings", _DEFAULT_MAX_POSITIONS["bert"]),
-        learned_position_embeddings=True,
-        norm="layernorm",
-        linear_bias=True,
-        dropout=f.any_dropout({"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}),
-        causal=False,
-        type_vocab_size=f.integer("type_vocab_size", default=2, minimum=0),
-    )
+    return _read_encoder_style(f, name, tied=True, learned_positions=True, causal=False, token_types=True,
+                               dropouts={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})
 
 
 _READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
