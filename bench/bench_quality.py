@@ -12,22 +12,15 @@ Run: python bench/bench_quality.py
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from nestplan import api
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.job import Job
+from nestplan.search.baselines.phaze import flat_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "validation"))
 from test_korthikanti2022 import CONFIGS, _plan  # noqa: E402
-
-
-def flat(cluster):
-    node = cluster.topology.levels[0]
-    levels = tuple(replace(lv, bandwidth_Bps=node.bandwidth_Bps, latency_s=node.latency_s, oversubscription=1.0,
-                           bus_efficiency=node.bus_efficiency) for lv in cluster.topology.levels)
-    return replace(cluster, topology=replace(cluster.topology, levels=levels))
 
 
 def network_awareness() -> None:
@@ -38,7 +31,7 @@ def network_awareness() -> None:
             cluster = api.resolve_cluster("h100-spine-leaf", n)
             job = Job(global_batch_size=4096, seq_len=seq)
             true_plan = api.plan(model, cluster, job).best
-            flat_plan = api.plan(model, flat(cluster), job).best
+            flat_plan = api.plan(model, flat_cluster(cluster), job).best
             again = evaluate_plan(model, cluster, flat_plan.plan, job, flat_plan.placement.axis_order)
             ratio = true_plan.tokens_per_s / again.tokens_per_s
             desc = lambda p: f"tp{p.plan.tp} pp{p.plan.pp} dp{p.plan.dp} ep{p.plan.ep} {'-'.join(p.placement.axis_order[3:])} {p.plan.layers_per_stage if p.plan.pp <= 8 else ''}"  # noqa: E731

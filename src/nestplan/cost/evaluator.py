@@ -22,9 +22,10 @@ from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, place
 if TYPE_CHECKING:
     from nestplan.cluster import Cluster
 
-def _add(total: dict[str, float], part, times: float = 1.0) -> None:
+
+def _add(total: dict[str, float], part) -> None:
     for key, value in part.items():
-        total[key] = total.get(key, 0.0) + value * times
+        total[key] = total.get(key, 0.0) + value
 
 
 def _stage_compute(model, terms: GraphTerms, pp: int, first: int, last: int, stage: int

@@ -24,10 +24,11 @@ from nestplan.search.partition import (
     INFEASIBLE, Split, dp_split, dp_split_matrix, waterfill_bottlenecks, waterfill_split)
 
 
-def cand_bottleneck(tab, p: int, parts: tuple[int, ...]) -> float:
-    """The largest stage cycle of a split."""
+def stage_cycles(tab, parts: tuple[int, ...]) -> np.ndarray:
+    """Per-microbatch cycle of every stage of a split."""
+    p = len(parts)
     edges = np.concatenate([[0], np.cumsum(parts)])
-    return float(np.max(tab.alpha[p - 1, :p] + np.add.reduceat(tab.block_costs, edges[:-1])))
+    return tab.alpha[p - 1, :p] + np.add.reduceat(tab.block_costs, edges[:-1])
 
 
 class SearchCostModel(Protocol):
@@ -120,9 +121,7 @@ class Engine:
 
     def proxy(self, group, tab, parts: tuple[int, ...]) -> float:
         """The proxy step time of one split (the objective the search ranks by)."""
-        p = len(parts)
-        edges = np.concatenate([[0], np.cumsum(parts)])
-        cycles = tab.alpha[p - 1, :p] + np.add.reduceat(tab.block_costs, edges[:-1])
+        cycles = stage_cycles(tab, parts)
         return float((group.microbatches - 1) * cycles.max() + cycles.sum() + self.model.extras(group, parts))
 
     def refine(self, cand: Candidate, max_thresholds: int = 400) -> Candidate:
@@ -148,7 +147,7 @@ class Engine:
         const = float(alpha.sum() + self.model.num_blocks * beta + tied)
         m1 = group.microbatches - 1
         taus = np.unique(np.concatenate([alpha[s] + beta * np.arange(1, nmax[s] + 1) for s in range(p)]))
-        taus = taus[taus >= cand_bottleneck(tab, p, parts) * (1 - 1e-12)]
+        taus = taus[taus >= stage_cycles(tab, parts).max() * (1 - 1e-12)]
         best_value, best_parts = cand.proxy_s, parts
         for tau in taus[:max_thresholds]:
             if m1 * tau + const >= best_value:

@@ -10,14 +10,10 @@ from nestplan.errors import ConfigError, InfeasibleError
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.levels import REPLICA_MAJOR
-from nestplan.search.space import SearchSpace, sub_configs
+from nestplan.search.space import SearchSpace, even_split, sub_configs
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 from nestplan.units import GiB
-
-
-def _even(n: int, p: int) -> tuple[int, ...]:
-    return tuple(n // p + (1 if i < n % p else 0) for i in range(p))
 
 
 def leanest(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> Prediction | None:
@@ -32,7 +28,7 @@ def leanest(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
         pp = min(model.num_layers, devices // cfg.stage_devices)
         dims = ParallelDims(tp=cfg.tp, pp=pp, dp=1, cp=cfg.cp, ep=cfg.ep, sp=cfg.sp, zero=max(space.zero),
                             recompute=Recompute.FULL if Recompute.FULL in space.recompute else max(space.recompute),
-                            micro_batch_size=cfg.micro_batch_size, layers_per_stage=_even(model.num_layers, pp))
+                            micro_batch_size=cfg.micro_batch_size, layers_per_stage=even_split(model.num_layers, pp))
         try:
             pred = evaluate_plan(model, cluster, dims, job, cfg.order)
         except ConfigError:

@@ -51,7 +51,6 @@ class Tables:
     nmax: np.ndarray        # (P, P) most blocks a stage can hold; 0 beyond the depth
     beta: float             # seconds per block (identical blocks) ...
     block_costs: np.ndarray  # ... or per block (L,)
-    mem_layer: np.ndarray   # (P, P) bytes per block at each stage
     mem_fixed: np.ndarray   # (P, P) bytes per stage besides its blocks
     constant: np.ndarray    # (P,) sum of alpha + all blocks: the depth-dependent part of sum_s cycle_s
     homogeneous: bool
@@ -83,8 +82,21 @@ class PhysicalSearchModel:
             self._terms[key] = graph_terms(self.model, self.cluster, g.dims(), self.job, self._groups(g, 1))
         return self._terms[key]
 
-    def block_params(self, t: GraphTerms) -> list[L.ParamCount]:
-        return [t.blocks[self.model.is_moe_layer(i)].params for i in range(self.num_blocks)]
+    def _state_bytes(self, g: Group, params: L.ParamCount) -> float:
+        """Weights + gradients + optimizer state of ``params`` on one device under the group's ZeRO."""
+        shards = ShardGroups(g.cfg.cp * g.cfg.ep * g.replicas, g.cfg.cp * g.replicas)
+        j = self.job
+        return sum(model_state_bytes(params, shards, g.zero, j.dtype_bytes, j.grad_bytes,
+                                     j.optimizer_state_bytes).values())
+
+    def _sync_context(self, g: Group, pp: int) -> SyncContext:
+        groups = self._groups(g, pp)
+        return SyncContext(self.cluster.topology, self.cluster.accelerator, self.job, g.zero,
+                           groups["cp+ep+dp"], groups["cp+dp"])
+
+    def _tied_sync(self, g: Group, pp: int) -> float:
+        levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
+        return tied_embedding_sync(self.model, self.cluster.topology, g.cfg.tp, self.job, levels)
 
     # ------------------------------------------------------------------ tables
     def _per_level_transfer(self, g: Group) -> np.ndarray:
@@ -100,11 +112,9 @@ class PhysicalSearchModel:
     def tables(self, g: Group) -> Tables:
         t = self.terms(g)
         P = g.max_depth
-        shards = ShardGroups(g.cfg.cp * g.cfg.ep * g.replicas, g.cfg.cp * g.replicas)
-        j = self.job
 
         def states(p: L.ParamCount) -> float:
-            return sum(model_state_bytes(p, shards, g.zero, j.dtype_bytes, j.grad_bytes, j.optimizer_state_bytes).values())
+            return self._state_bytes(g, p)
 
         kinds = self._kinds
         kind_ids = sorted(t.blocks)   # False (dense) before True (MoE)
@@ -131,19 +141,16 @@ class PhysicalSearchModel:
         nmax = np.where(real, np.floor((cap - fixed) / np.maximum(mem_layer, 1.0)), 0).astype(np.int64)
         nmax = np.where(real, np.maximum(nmax, 0), 0)
         constant = np.where(real, alpha, 0.0).sum(axis=1) + costs.sum()
-        return Tables(alpha=alpha, nmax=nmax, beta=float(costs[0]), block_costs=costs, mem_layer=mem_layer,
+        return Tables(alpha=alpha, nmax=nmax, beta=float(costs[0]), block_costs=costs,
                       mem_fixed=np.where(real, fixed, 0.0), constant=constant, homogeneous=homogeneous)
 
     def block_memory(self, g: Group, pp: int) -> np.ndarray:
         """(pp, L) bytes of each block held by each stage (for the general DP)."""
         t = self.terms(g)
-        shards = ShardGroups(g.cfg.cp * g.cfg.ep * g.replicas, g.cfg.cp * g.replicas)
-        j = self.job
         out = np.empty((pp, self.num_blocks))
         for i in range(self.num_blocks):
             node = t.blocks[self.model.is_moe_layer(i)]
-            st = sum(model_state_bytes(node.params, shards, g.zero, j.dtype_bytes, j.grad_bytes,
-                                       j.optimizer_state_bytes).values())
+            st = self._state_bytes(g, node.params)
             for s in range(pp):
                 out[s, i] = st + node.activations * min(pp - s, g.microbatches)
         return out
@@ -168,9 +175,7 @@ class PhysicalSearchModel:
         blk = t.blocks[self.model.is_moe_layer(0)]
         b_fwd = blk.components["forward_compute"]
         b_bwd = sum(blk.components[k] for k in BWD_KEYS)
-        groups = self._groups(g, pp)
-        ctx = SyncContext(self.cluster.topology, self.cluster.accelerator, self.job, g.zero,
-                          groups["cp+ep+dp"], groups["cp+dp"])
+        ctx = self._sync_context(g, pp)
         n1 = self.num_blocks + 1
         j = np.arange(n1)[:, None]
         n = np.arange(n1)[None, :] - j
@@ -189,32 +194,24 @@ class PhysicalSearchModel:
             x = (np.maximum(0.0, s0 + s1 * n - (bwd0 + b_bwd * n) - drain)
                  + np.maximum(0.0, g0 + g1 * n - (fwd0 + b_fwd * n)) + o0 + o1 * n)
             out[s] = np.where(n >= 1, x, np.inf)
-        levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
-        return out, tied_embedding_sync(self.model, self.cluster.topology, g.cfg.tp, self.job, levels)
+        return out, self._tied_sync(g, pp)
 
     def extras(self, g: Group, parts: tuple[int, ...]) -> float:
         """Step-end seconds (exposed sync, tied-embedding sync, optimizer) of one split."""
         t = self.terms(g)
         pp = len(parts)
-        groups = self._groups(g, pp)
-        ctx = SyncContext(self.cluster.topology, self.cluster.accelerator, self.job, g.zero,
-                          groups["cp+ep+dp"], groups["cp+dp"])
         params, fwd, bwd = [], [], []
         start = 0
         for s, n in enumerate(parts):
-            nodes = [t.blocks[self.model.is_moe_layer(i)] for i in range(start, start + n)]
-            if s == 0:
-                nodes.append(t.embedding)
-            if s == pp - 1:
-                nodes.append(t.head)
-            prm = t.tied_head_copy if (s == pp - 1 and pp > 1) else L.ParamCount()
-            for node in nodes:
+            prm, f, b = self._stage_nodes(t, s, pp)
+            for i in range(start, start + n):
+                node = t.blocks[self.model.is_moe_layer(i)]
                 prm = prm + node.params
+                f += node.components["forward_compute"]
+                b += sum(node.components[k] for k in BWD_KEYS)
             params.append(prm)
-            fwd.append(sum(node.components["forward_compute"] for node in nodes))
-            bwd.append(sum(node.components[k] for node in nodes for k in BWD_KEYS))
+            fwd.append(f)
+            bwd.append(b)
             start += n
-        end = step_end(ctx, params, fwd, bwd, list(self.boundary_times(g, pp)))
-        levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
-        tied = tied_embedding_sync(self.model, self.cluster.topology, g.cfg.tp, self.job, levels)
-        return end.total_s + tied
+        end = step_end(self._sync_context(g, pp), params, fwd, bwd, list(self.boundary_times(g, pp)))
+        return end.total_s + self._tied_sync(g, pp)

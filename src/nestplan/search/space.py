@@ -46,6 +46,11 @@ class SubConfig:
         return self.tp * self.cp * self.ep
 
 
+def even_split(layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per stage as even as possible (earlier stages take the remainder)."""
+    return tuple(layers // stages + (1 if i < layers % stages else 0) for i in range(stages))
+
+
 def tp_values(space: SearchSpace, model: ModelSpec, devices: int) -> list[int]:
     """tp divides the heads (and the kv heads, or is divisible by them) and the FFN. It may span
     nodes (Alpa-style over-sharding is in the space, so no baseline can leave it)."""

@@ -12,6 +12,7 @@ from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.levels import STAGE_MAJOR
+from nestplan.search.space import even_split as even_split  # re-exported for the baselines
 from nestplan.strategy.dims import ParallelDims
 
 
@@ -50,11 +51,6 @@ class Evaluator:
 
     def result(self, name: str, best: Prediction | None) -> BaselineResult:
         return BaselineResult(name, best, time.perf_counter() - self.start, self.count)
-
-
-def even_split(layers: int, stages: int) -> tuple[int, ...]:
-    """Layers per stage as even as possible (earlier stages take the remainder)."""
-    return tuple(layers // stages + (1 if i < layers % stages else 0) for i in range(stages))
 
 
 def largest_dp(devices: int, per_replica: int, global_batch: int, per_sample: int) -> int:
