@@ -29,10 +29,11 @@ def _add(total: dict[str, float], part) -> None:
 
 
 def _stage_compute(model, terms: GraphTerms, pp: int, first: int, last: int, stage: int
-                   ) -> tuple[dict, float, L.ParamCount, float]:
-    """Per-microbatch components (no pipeline transfers), activation bytes, params, transient bytes."""
+                   ) -> tuple[dict, float, float, L.ParamCount, float]:
+    """Per-microbatch components and forward part (no pipeline transfers), activation bytes,
+    params, transient bytes."""
     comp: dict[str, float] = {k: 0.0 for k in BREAKDOWN_TERMS}
-    acts, params, transient = 0.0, L.ParamCount(), 0.0
+    acts, fwd, params, transient = 0.0, 0.0, L.ParamCount(), 0.0
     nodes = [terms.blocks[model.is_moe_layer(i)] for i in range(first, last + 1)]
     if stage == 0:
         nodes.append(terms.embedding)
@@ -43,9 +44,10 @@ def _stage_compute(model, terms: GraphTerms, pp: int, first: int, last: int, sta
     for node in nodes:
         _add(comp, node.components)
         acts += node.activations
+        fwd += node.forward
         params = params + node.params
         transient = max(transient, node.transient)
-    return comp, acts, params, transient
+    return comp, fwd, acts, params, transient
 
 
 def _model_flops(model: ModelSpec, job: Job, recompute: Recompute) -> tuple[float, float]:
@@ -88,17 +90,19 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
     shard_groups = ShardGroups(dense=placement.groups["cp+ep+dp"].size, expert=placement.groups["cp+dp"].size)
     stages: list[StageCost] = []
     first = 0
-    pieces = []
+    pieces, forward = [], []
     for i, n_layers in enumerate(dims.stage_layers(model.num_layers)):
         last = first + n_layers - 1
-        comp, acts, params, transient = _stage_compute(model, terms, dims.pp, first, last, i)
+        comp, fwd, acts, params, transient = _stage_compute(model, terms, dims.pp, first, last, i)
         prev = bounds[i - 1] if i > 0 else (wrap if v > 1 else 0.0)
         nxt = bounds[i] if i < dims.pp - 1 else (wrap if v > 1 else 0.0)
         comp["pp_comm"] = v * (prev + nxt)
         pieces.append((first, last, comp, acts, params, transient))
+        forward.append(fwd + v * nxt)   # a stage sends its outputs forward, its input gradients back
         first = last + 1
     cycles = [sum(p[2].values()) for p in pieces]
-    pipe_s, bubble_s, slowest = pipeline_time(cycles, m, v)
+    pipe_s, bubble_s, slowest = pipeline_time(forward, [c - f for c, f in zip(cycles, forward)], m,
+                                              dims.schedule, v)
     ctx = SyncContext(cluster.topology, cluster.accelerator, job, dims.zero,
                       placement.groups["cp+ep+dp"], placement.groups["cp+dp"])
     backward = [p[2]["backward_compute"] + p[2]["recompute"] for p in pieces]
@@ -110,8 +114,7 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
         memory = stage_memory(states, acts, in_flight, transient, cluster.accelerator.reserved_bytes)
         stages.append(StageCost(
             index=i, first_layer=first, last_layer=last, has_embedding=i == 0, has_head=i == dims.pp - 1,
-            devices=dims.stage_devices, forward_s=comp["forward_compute"] + comp["tp_comm"] / 2,
-            backward_s=backward[i] + comp["tp_comm"] / 2, cycle_s=cycles[i],
+            devices=dims.stage_devices, forward_s=forward[i], backward_s=cycles[i] - forward[i], cycle_s=cycles[i],
             components_s=MappingProxyType(dict(comp)), memory_bytes=MappingProxyType(memory),
             dp_sync_s=end.sync_s[i], dp_exposed_s=end.exposed_per_stage_s[i]))
     tied = tied_embedding_sync(model, cluster.topology, dims.tp, job, placement.pp_boundary_levels)

@@ -30,6 +30,7 @@ class NodeTerms:
     components: Mapping[str, float]   # BREAKDOWN_TERMS -> seconds (pipeline terms zero)
     params: L.ParamCount              # per device, before ZeRO
     activations: float                # bytes stored per microbatch
+    forward: float = 0.0              # seconds of the components that run in the forward pass
     transient: float = 0.0            # bytes alive only while this node recomputes
 
     @property
@@ -92,7 +93,8 @@ def _block(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapp
             forward_compute=t.forward, backward_compute=t.backward, recompute=redo,
             tp_comm=c.tp_forward + c.tp_backward, cp_comm=c.cp_forward + c.cp_backward,
             ep_comm=c.ep_forward + c.ep_backward, zero_comm=zero_f + zero_b),
-        params=params, activations=L.block_activation_bytes(model, layer, shard, rc), transient=transient)
+        params=params, activations=L.block_activation_bytes(model, layer, shard, rc),
+        forward=t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f, transient=transient)
 
 
 def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:
@@ -108,12 +110,13 @@ def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups:
     embedding = NodeTerms(
         components=_components(forward_compute=e.forward, backward_compute=e.backward, tp_comm=tp_sync),
         params=L.ParamCount(dense=vocab_rows * model.hidden_size),
-        activations=L.embedding_activation_bytes(model, shard))
+        activations=L.embedding_activation_bytes(model, shard), forward=e.forward + tp_sync)
     h = head_time(acc, model, shard, job.dtype)
     head_own = L.head_params(model, separate_copy=False) / dims.tp
     head_copy = L.head_params(model, separate_copy=True) / dims.tp - head_own
     head = NodeTerms(
         components=_components(forward_compute=h.forward, backward_compute=h.backward, tp_comm=tp_sync),
-        params=L.ParamCount(dense=head_own), activations=L.head_activation_bytes(model, shard))
+        params=L.ParamCount(dense=head_own), activations=L.head_activation_bytes(model, shard),
+        forward=h.forward + tp_sync / 2)   # vocab-parallel loss: reductions forward, input gradient backward
     return GraphTerms(blocks=MappingProxyType(blocks), embedding=embedding, head=head,
                       tied_head_copy=L.ParamCount(dense=head_copy))

@@ -22,6 +22,7 @@ class Enumerated:
     group: Group
     parts: tuple[int, ...]
     pipeline_s: float     # (m - 1) * bottleneck + sum of cycles; the proxy adds cost.extras(group, parts)
+    lower_s: float        # max_s (sum of the cycles before s + m * cycle_s): no 1F1B schedule is shorter
 
 
 def compositions(n: int, k: int) -> Iterator[tuple[int, ...]]:
@@ -44,5 +45,9 @@ def enumerate_group(cost, group: Group, capacity: float) -> Iterator[Enumerated]
             memory = [fixed[s] + mem[s, edges[s]:edges[s + 1]].sum() for s in range(p)]
             if max(memory) > capacity:
                 continue
-            pipeline = (group.microbatches - 1) * max(cycles) + sum(cycles)
-            yield Enumerated(group, parts, pipeline)
+            m = group.microbatches
+            pipeline = (m - 1) * max(cycles) + sum(cycles)
+            # stage s sees its first input after the stages before it ran forward, is busy m
+            # cycles, and the stages before it still run their last backward afterwards
+            lower = max(sum(cycles[:s]) + m * cycles[s] for s in range(p))
+            yield Enumerated(group, parts, pipeline, lower)

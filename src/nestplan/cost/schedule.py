@@ -1,0 +1,259 @@
+"""Event simulation of a pipeline schedule: when every forward and backward of every
+microbatch runs on every stage.
+
+Each device runs its operations in the order its schedule prescribes (Megatron-LM
+schedules.py: GPipe-style all-forward-all-backward; 1F1B, PipeDream-Flush, Narayanan et al.
+2021; interleaved 1F1B over v model chunks, Narayanan et al. SC'21 section 2.2.2). An
+operation starts when its device is free and its input has arrived:
+    forward (s, c, j)  after forward (s - 1, c, j), or (p - 1, c - 1, j) for s = 0;
+    backward (s, c, j) after backward (s + 1, c, j), or (0, c + 1, j) for s = p - 1, and after
+                       its own forward (earlier on the same device).
+A stage's send of its output (forward) or input gradient (backward) is part of the sending
+operation's duration (blocking point-to-point, as the evaluator costs it).
+
+The makespan is the longest path through this dependency graph. Operations are processed in
+order of their index in the device's sequence; every dependency points to a lower index or, at
+the same index, to a device processed earlier (checked), so one pass over the indices suffices.
+In the steady state the sequence of operations is periodic and the finish times of consecutive
+periods differ by one constant (a max-plus linear system; Baccelli et al. 1992, ch. 3): once
+that is observed, whole periods are skipped by adding the constant, which keeps the evaluator
+O(p^2) instead of O(m p) operations. ``simulate(..., record=True)`` runs every operation (for
+the timeline plot) and gives the same makespan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from nestplan.strategy.enums import Schedule
+
+FORWARD, BACKWARD = 0, 1
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Every operation of one step's pipeline (arrays of equal length), in seconds from the start."""
+
+    stage: np.ndarray
+    kind: np.ndarray        # FORWARD or BACKWARD
+    chunk: np.ndarray       # model chunk (virtual stage) on the device
+    microbatch: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.end_s.max())
+
+    def stage_finish_s(self, stage: int) -> float:
+        return float(self.end_s[self.stage == stage].max())
+
+
+def _interleaved_slot(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
+    """(chunk, microbatch) of a device's k-th forward or backward (Megatron-LM get_model_chunk_id)."""
+    in_group = k % (p * v)
+    chunk = in_group // p
+    if backward:
+        chunk = v - 1 - chunk
+    return chunk, (k // (p * v)) * p + k % p
+
+
+def device_order(schedule: Schedule, stage: int, p: int, m: int, v: int) -> list[tuple[int, int, int]]:
+    """The (kind, chunk, microbatch) sequence one device runs."""
+    if schedule is Schedule.GPIPE:
+        return [(FORWARD, 0, j) for j in range(m)] + [(BACKWARD, 0, j) for j in range(m)]
+    total = m * v
+    if schedule is Schedule.INTERLEAVED:
+        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    else:
+        warmup = min(p - stage - 1, total)
+
+    def fwd(k: int) -> tuple[int, int, int]:
+        return (FORWARD, *_interleaved_slot(k, p, v, False)) if v > 1 else (FORWARD, 0, k)
+
+    def bwd(k: int) -> tuple[int, int, int]:
+        return (BACKWARD, *_interleaved_slot(k, p, v, True)) if v > 1 else (BACKWARD, 0, k)
+
+    order = [fwd(k) for k in range(warmup)]
+    for i in range(total - warmup):
+        order += [fwd(warmup + i), bwd(i)]
+    order += [bwd(k) for k in range(total - warmup, total)]
+    return order
+
+
+def _dependency(kind: int, stage: int, chunk: int, j: int, p: int, v: int) -> tuple | None:
+    """The (kind, stage, chunk, microbatch) whose end an operation waits for, on another device."""
+    if kind == FORWARD:
+        if stage > 0:
+            return FORWARD, stage - 1, chunk, j
+        return (FORWARD, p - 1, chunk - 1, j) if chunk > 0 else None
+    if stage < p - 1:
+        return BACKWARD, stage + 1, chunk, j
+    return (BACKWARD, 0, chunk + 1, j) if chunk < v - 1 else None
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """Per device (rows) and position in its sequence (columns): what runs and what it waits for."""
+
+    kind: np.ndarray
+    k: np.ndarray           # index of the operation among the device's forwards (or backwards)
+    chunk: np.ndarray
+    microbatch: np.ndarray
+    dep_stage: np.ndarray   # -1: no dependency on another device
+    dep_pos: np.ndarray
+
+
+def _warmups(schedule: Schedule, p: int, m: int, v: int) -> np.ndarray:
+    total = m * v
+    s = np.arange(p)
+    if schedule is Schedule.GPIPE:
+        return np.full(p, total)
+    if schedule is Schedule.INTERLEAVED:
+        return np.full(p, total) if m == p else np.minimum((p - s - 1) * 2 + (v - 1) * p, total)
+    return np.minimum(p - s - 1, total)
+
+
+def _pattern(w: np.ndarray, p: int, m: int, v: int, cols: np.ndarray) -> _Pattern:
+    """Megatron-LM's operation order at positions ``cols``, vectorised: a device with w warm-up
+    forwards runs forward k at position k (k < w) or 2k - w, and backward k at 2k + w + 1
+    (k < T - w) or T + k, T = m v."""
+    total = m * v
+    wc = w[:, None]
+    i = cols[None, :]
+    steady = (i >= wc) & (i < 2 * total - wc)
+    kind = np.where(steady & ((i - wc) % 2 == 1) | (i >= 2 * total - wc), BACKWARD, FORWARD)
+    fwd = kind == FORWARD
+    k = np.where(i < wc, i, np.where(steady, np.where(fwd, wc + (i - wc) // 2, (i - wc - 1) // 2), i - total))
+    group = (k % (p * v)) // p
+    chunk = np.where(fwd, group, v - 1 - group)
+    microbatch = (k // (p * v)) * p + k % p
+    stage = np.arange(p)[:, None]
+    inner = np.where(fwd, stage > 0, stage < p - 1)
+    wrap = ~inner & np.where(fwd, chunk > 0, chunk < v - 1)
+    dep_stage = np.where(inner, np.where(fwd, stage - 1, stage + 1), np.where(wrap, np.where(fwd, p - 1, 0), -1))
+    dep_k = np.where(inner, k, k - p)
+    dep_w = w[np.maximum(dep_stage, 0)]
+    pos_f = np.where(dep_k < dep_w, dep_k, 2 * dep_k - dep_w)
+    pos_b = np.where(dep_k < total - dep_w, 2 * dep_k + dep_w + 1, total + dep_k)
+    dep_pos = np.where(dep_stage >= 0, np.where(fwd, pos_f, pos_b), -1)
+    ahead = dep_pos == i
+    assert np.all(dep_pos <= i) and np.all(~ahead | np.where(fwd, dep_stage < stage, dep_stage > stage))
+    return _Pattern(kind, k, chunk, microbatch, dep_stage, dep_pos)
+
+
+def _steady_window(w: np.ndarray, p: int, m: int, v: int, period: int) -> tuple[int, int, int]:
+    """(a, b, lag): every device's pattern at positions [a, b) repeats the one a period earlier,
+    and no operation waits for one more than ``lag`` positions before its own.
+
+    Beyond a margin of warm-up and cool-down the pattern repeats by construction: forward k
+    waits for k or k - p at a position 2k - w', backward k for k or k - p at 2k + w' + 1, so
+    the offsets are constant. Only the head and tail of the sequence are therefore compared."""
+    n = 2 * m * v
+    margin = 2 * int(w.max()) + 2 * p + 3 * period
+    if n <= 4 * margin:
+        return n, n, n
+    head = _pattern(w, p, m, v, np.arange(0, margin))
+    tail = _pattern(w, p, m, v, np.arange(n - margin, n))
+    same_head, same_tail = _repeats(head, period), _repeats(tail, period)
+    assert same_head[-period:].all() and same_tail[period:2 * period].all()
+    first = int(np.flatnonzero(~same_head)[-1]) + 1 if (~same_head).any() else period
+    broken = np.flatnonzero(~same_tail[period:])
+    last = n - margin + period + int(broken[0]) if broken.size else n
+    lag = max(_max_offset(head, 0), _max_offset(tail, n - margin), 1)
+    return first, last, lag
+
+
+def _repeats(pt: _Pattern, period: int) -> np.ndarray:
+    """Per column: does every device repeat the column a period earlier (False for the first period)?"""
+    offset = np.arange(pt.kind.shape[1])[None, :] - pt.dep_pos
+    keys = (pt.kind, pt.chunk, pt.dep_stage, np.where(pt.dep_stage >= 0, offset, -1))
+    same = np.zeros(pt.kind.shape[1], dtype=bool)
+    same[period:] = np.logical_and.reduce([np.all(a[:, period:] == a[:, :-period], axis=0) for a in keys])
+    return same
+
+
+def _max_offset(pt: _Pattern, first_col: int) -> int:
+    cols = first_col + np.arange(pt.kind.shape[1])[None, :]
+    return int(np.where(pt.dep_stage >= 0, cols - pt.dep_pos, 0).max())
+
+
+def _period(schedule: Schedule, p: int, v: int) -> int:
+    """Positions after which a device's steady-state sequence repeats (a forward and a backward
+    per microbatch; interleaved: every chunk of p microbatches)."""
+    return 2 * p * v if schedule is Schedule.INTERLEAVED else 2
+
+
+def simulate(forward_s: Sequence[float], backward_s: Sequence[float], num_microbatches: int,
+             schedule: Schedule = Schedule.ONE_F_ONE_B, virtual_stages: int = 1,
+             record: bool = False) -> tuple[float, Timeline | None]:
+    """Makespan of one step's pipeline (and, with ``record``, every operation's start and end).
+
+    ``forward_s[s]`` and ``backward_s[s]`` are stage s's per-microbatch times including the sends
+    it makes; each of its v chunks takes 1/v of them.
+    """
+    p, m, v = len(forward_s), num_microbatches, virtual_stages
+    assert p == len(backward_s) and m >= 1 and v >= 1
+    w = _warmups(schedule, p, m, v)
+    n = 2 * m * v
+    fwd_s = np.asarray(forward_s, float)[:, None] / v
+    bwd_s = np.asarray(backward_s, float)[:, None] / v
+    end = np.zeros((p, n))
+    if record:
+        pt = _pattern(w, p, m, v, np.arange(n))
+        dur = np.where(pt.kind == FORWARD, fwd_s, bwd_s)
+        _run_block(end, pt, dur, 0)
+        start = end - dur
+        timeline = Timeline(np.repeat(np.arange(p), n), pt.kind.ravel(), pt.chunk.ravel(),
+                            pt.microbatch.ravel(), start.ravel(), end.ravel())
+        return timeline.makespan_s, timeline
+    period = _period(schedule, p, v)
+    first, last, lag = _steady_window(w, p, m, v, period)
+    block = n if first >= n else max(period, 32)
+    i = 0
+    while i < n:
+        hi = min(n, i + block)
+        pt = _pattern(w, p, m, v, np.arange(i, hi))
+        _run_block(end, pt, np.where(pt.kind == FORWARD, fwd_s, bwd_s), i)
+        i = hi
+        if i >= max(first, lag + period) and last - i >= 2 * period:
+            skip = _skippable(end, i, lag, period, last)
+            if skip:
+                shift, steps = skip
+                end[:, i + steps - lag:i + steps] = end[:, i - lag:i] + shift
+                i += steps
+    return float(end[:, n - 1].max()), None
+
+
+def _run_block(end: np.ndarray, pt: _Pattern, dur: np.ndarray, first: int) -> None:
+    kinds, deps, dpos, durs = pt.kind.T.tolist(), pt.dep_stage.T.tolist(), pt.dep_pos.T.tolist(), dur.T.tolist()
+    for c in range(len(kinds)):
+        _run_position(end, first + c, kinds[c], deps[c], dpos[c], durs[c])
+
+
+def _run_position(end: np.ndarray, i: int, kinds: list, deps: list, dpos: list, durs: list) -> None:
+    """Finish times of every device's operation at position i: forwards in increasing stage, then
+    backwards in decreasing stage, so that a dependency at the same position is computed first
+    (checked in _pattern)."""
+    p = len(kinds)
+    order = [s for s in range(p) if kinds[s] == FORWARD] + [s for s in range(p - 1, -1, -1) if kinds[s] != FORWARD]
+    for s in order:
+        ready = end[s, i - 1] if i else 0.0
+        d = deps[s]
+        if d >= 0:
+            ready = max(ready, end[d, dpos[s]])
+        end[s, i] = ready + durs[s]
+
+
+def _skippable(end: np.ndarray, i: int, lag: int, period: int, until: int) -> tuple[float, int] | None:
+    """(time shift, positions) to jump when the last `lag` finish times of every device repeat the
+    ones a period earlier shifted by one constant (then every later period does, up to `until`)."""
+    diff = end[:, i - lag:i] - end[:, i - lag - period:i - period]
+    shift = float(diff[0, -1])
+    if np.ptp(diff) > 1e-12 * max(float(end[:, i - 1].max()), 1e-300):
+        return None
+    periods = (until - i) // period - 1
+    return (periods * shift, periods * period) if periods >= 1 else None
