@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from nestplan.cluster import Cluster, load_cluster
@@ -59,6 +60,10 @@ class Evaluation:
             devices_total=self.cluster.devices, job=self.job,
             level_names=[lv.name for lv in self.cluster.topology.levels],
             search=SearchStats(self.solve_time_s, candidates=1, pruned_memory=0))
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write the plan's timeline.png, memory.png and placement.png (needs matplotlib)."""
+        return plot_plan(self.prediction, self.cluster, out_dir, title=f"{self.model.name} on {self.cluster.name}")
 
 
 def evaluate(model: str | ModelSpec, cluster: str | Cluster, plan: ParallelDims, job: Job,
@@ -123,6 +128,19 @@ class PlanReport:
             search=SearchStats(self.stats.solve_time_s, candidates=self.stats.candidates,
                                pruned_memory=self.stats.pruned_memory))
 
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write the best plan's timeline.png, memory.png and placement.png (needs matplotlib)."""
+        return plot_plan(self.best, self.cluster, out_dir, title=f"{self.model.name} on {self.cluster.name}")
+
+
+def plot_plan(pred: Prediction, cluster: str | Cluster, out_dir: str | Path, title: str = "") -> list[Path]:
+    """Figures of one evaluated plan: pipeline timeline (its length is the predicted step time),
+    memory per stage, placement of stages and replicas on the network levels."""
+    from nestplan.report.plots import write_plan_plots
+
+    cl = resolve_cluster(cluster)
+    return write_plan_plots(pred, cl.topology, Path(out_dir), title or cl.name)
+
 
 def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None, *, devices: int | None = None,
          global_batch_size: int | None = None, seq_len: int | None = None, top: int = 5,
@@ -138,7 +156,7 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
     spec = resolve_model(model)
     cl = resolve_cluster(cluster, devices)
     if job is None:
-        job = make_job(spec, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)
+        job = make_job(spec, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len, dtype=default_dtype(cl))
     n = cl.devices
     check_job(spec, cl, job, n)
     space = space or SearchSpace()

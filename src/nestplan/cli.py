@@ -62,6 +62,7 @@ def evaluate(
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
 ) -> None:
     """Predict step time, its breakdown and memory per device of one plan."""
     spec = api.resolve_model(model)
@@ -75,11 +76,14 @@ def evaluate(
                        flash_attention=flash)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     data = result.to_dict()
+    written = result.plot(plot) if plot is not None else []
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     from nestplan.report.text import render_plan
     render_plan(Console(), data, result.prediction)
+    if written:
+        Console().print("plots: " + ", ".join(str(p) for p in written))
 
 
 @app.command("plan")
@@ -95,6 +99,7 @@ def plan_command(
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
     top: int = typer.Option(5, "--top", min=0, help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
     spec = api.resolve_model(model)
@@ -107,6 +112,7 @@ def plan_command(
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance)
     data = report.to_dict()
+    written = report.plot(plot) if plot is not None else []
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
@@ -117,6 +123,8 @@ def plan_command(
     s = report.stats
     console.print(f"search: {s.solve_time_s:.2f} s, {s.groups} groups, {s.depths} pipeline depths, "
                   f"{s.pruned_memory} pruned by memory, {s.pruned_bound} by the bound, {s.candidates} splits costed")
+    if written:
+        console.print("plots: " + ", ".join(str(p) for p in written))
 
 
 class _progress:

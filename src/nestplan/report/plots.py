@@ -1,0 +1,215 @@
+"""Plots of one plan: its pipeline timeline, its memory per stage, its placement on the network.
+
+The data behind each figure comes from the evaluator's own objects (the Prediction's stages,
+the schedule simulation, the Placement's rank grid), so a figure shows what was costed:
+the timeline is the evaluator's schedule recorded operation by operation, followed by the
+step end (exposed gradient sync, tied-embedding sync, optimizer step), and its length is the
+predicted step time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nestplan.cost.memory import MEMORY_TERMS
+from nestplan.cost.prediction import Prediction
+from nestplan.cost.schedule import FORWARD, Timeline, simulate
+from nestplan.network.topology import Topology
+from nestplan.strategy.dims import AXES
+from nestplan.strategy.placement import rank_grid
+
+GiB = 2**30
+MAX_LABELLED_OPS = 400      # microbatch numbers are written in the bars up to this many operations
+MAX_NODE_ROWS = 32          # the placement figure folds the nodes into columns of this many
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    """One step as the evaluator costs it: the pipeline operations, then the step end."""
+
+    pipeline: Timeline
+    step_end_s: float       # exposed dp sync + tied embeddings + optimizer, after the pipeline
+
+    @property
+    def total_s(self) -> float:
+        return self.pipeline.makespan_s + self.step_end_s
+
+
+def step_timeline(pred: Prediction) -> StepTimeline:
+    """Record the plan's pipeline schedule, every forward and backward of every stage."""
+    dims = pred.plan
+    _, timeline = simulate([s.forward_s for s in pred.stages], [s.backward_s for s in pred.stages],
+                           pred.num_microbatches, dims.schedule, dims.virtual_stages, record=True)
+    step_end = pred.breakdown_s["dp_sync"] + pred.breakdown_s["optimizer"]
+    return StepTimeline(timeline, step_end)
+
+
+def device_map(pred: Prediction, devices: int) -> tuple[np.ndarray, np.ndarray]:
+    """(stage, replica) of every device of the cluster, -1 where a device is idle. Rank r runs
+    on device r: the rank grid of the Placement is the device order."""
+    dims = pred.plan
+    grid = rank_grid(dims, pred.placement.axis_order)
+    index = np.indices(grid.shape)
+    stage = np.full(devices, -1)
+    replica = np.full(devices, -1)
+    stage[grid.ravel()] = index[AXES.index("pp")].ravel()
+    replica[grid.ravel()] = index[AXES.index("dp")].ravel()
+    return stage, replica
+
+
+def write_plan_plots(pred: Prediction, topology: Topology, out_dir: Path, title: str) -> list[Path]:
+    """Write timeline.png, memory.png and placement.png into out_dir; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "timeline.png", out_dir / "memory.png", out_dir / "placement.png"]
+    _timeline_figure(step_timeline(pred), pred, paths[0], title)
+    _memory_figure(pred, paths[1], title)
+    _placement_figure(pred, topology, paths[2], title)
+    return paths
+
+
+def _timeline_figure(step: StepTimeline, pred: Prediction, path: Path, title: str) -> None:
+    """The whole step; when there are too many operations to see, also its start and its end
+    (warm-up, cool-down and their bubbles) at a readable scale."""
+    import matplotlib.pyplot as plt
+
+    t = step.pipeline
+    p = len(pred.stages)
+    zoom = len(t.stage) > MAX_LABELLED_OPS
+    height = 1.2 + 0.45 * min(p, 32)
+    fig = plt.figure(figsize=(13, height * (2 if zoom else 1)))
+    if zoom:
+        grid = fig.add_gridspec(2, 2)
+        axes = [fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])]
+        v = pred.plan.virtual_stages
+        window = min(step.total_s / 3, (p + 6) * max(s.cycle_s for s in pred.stages) / v)
+        axes[1].set_xlim(0, window)
+        axes[2].set_xlim(step.total_s - window, step.total_s * (1 + 1e-3))
+        axes[1].set_title("start of the step (warm-up)", fontsize=8)
+        axes[2].set_title("end of the step (cool-down, step end)", fontsize=8)
+    else:
+        axes = [fig.add_subplot(1, 1, 1)]
+    axes[0].set_xlim(0, step.total_s * 1.01)
+    for ax in axes:
+        _draw_operations(ax, step, p, labels=ax is not axes[0] or not zoom)
+    bubble = pred.breakdown_s["pipeline_bubble"]
+    axes[0].set_title(f"{title}: {pred.plan.schedule.value}, {pred.num_microbatches} microbatches, step "
+                      f"{step.total_s:.3f} s (bubble {bubble:.3f} s on the bottleneck stage {pred.bottleneck_stage})",
+                      fontsize=9)
+    axes[0].legend(fontsize=7, loc="lower right", ncol=2)
+    _save(fig, path)
+
+
+def _draw_operations(ax, step: StepTimeline, p: int, labels: bool) -> None:
+    import matplotlib.pyplot as plt
+
+    t = step.pipeline
+    v = max(int(t.chunk.max()) + 1, 1)
+    lo, hi = ax.get_xlim()
+    shown = (t.end_s > lo) & (t.start_s < hi)
+    for kind, cmap, name in ((FORWARD, plt.cm.Blues, "forward"), (1 - FORWARD, plt.cm.Oranges, "backward")):
+        for c in range(v):
+            colour = cmap(0.45 + 0.4 * c / max(v - 1, 1))
+            for s in range(p):
+                sel = shown & (t.kind == kind) & (t.chunk == c) & (t.stage == s)
+                ax.broken_barh(np.column_stack([t.start_s[sel], t.end_s[sel] - t.start_s[sel]]), (s - 0.4, 0.8),
+                               facecolors=colour, edgecolor="white", linewidth=0.3 if labels else 0.0,
+                               label=(f"{name}" + (f" (chunk {c})" if v > 1 else "")) if s == 0 else None)
+    if labels and shown.sum() <= MAX_LABELLED_OPS:
+        for s, a, e, j in zip(t.stage[shown], t.start_s[shown], t.end_s[shown], t.microbatch[shown]):
+            ax.text((max(a, lo) + min(e, hi)) / 2, s, str(j), ha="center", va="center", fontsize=6)
+    ax.barh(np.arange(p), step.step_end_s, left=t.makespan_s, height=0.8, color="0.55",
+            label="step end: exposed dp sync, tied embeddings, optimizer")
+    ax.axvline(step.total_s, color="black", linewidth=0.8)
+    ax.set_ylim(p - 0.5, -0.5)
+    ax.set_ylabel("pipeline stage")
+    ax.set_xlabel("time in the step (s)")
+
+
+def _memory_figure(pred: Prediction, path: Path, title: str) -> None:
+    import matplotlib.pyplot as plt
+
+    p = len(pred.stages)
+    fig, ax = plt.subplots(figsize=(max(6, 0.3 * p + 4), 4.5))
+    xs = np.arange(p)
+    bottom = np.zeros(p)
+    for term in MEMORY_TERMS:
+        gib = np.array([s.memory_bytes.get(term, 0.0) for s in pred.stages]) / GiB
+        ax.bar(xs, gib, bottom=bottom, label=term, width=0.8)
+        bottom += gib
+    ax.axhline(pred.memory_capacity_bytes / GiB, color="red", linestyle="--", linewidth=1, label="device memory")
+    ax.set_xlabel("pipeline stage")
+    ax.set_ylabel("GiB per device")
+    ax.set_xticks(xs if p <= 32 else xs[:: max(p // 16, 1)])
+    ax.set_title(f"{title}: memory per device by stage\n(ZeRO {pred.plan.zero.value}, "
+                 f"recompute {pred.plan.recompute.value})", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    _save(fig, path)
+
+
+def _placement_figure(pred: Prediction, topology: Topology, path: Path, title: str) -> None:
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    stage, replica = device_map(pred, topology.devices)
+    per_node = topology.levels[0].size
+    nodes = topology.devices // per_node
+    folds = -(-nodes // MAX_NODE_ROWS)
+    rows = min(nodes, MAX_NODE_ROWS)
+    fig, axes = plt.subplots(1, 2, figsize=(2 + 2 * max(3.0, 0.35 * per_node * folds), 1.5 + 0.25 * rows))
+    for ax, values, name in ((axes[0], stage, "pipeline stage"), (axes[1], replica, "data-parallel replica")):
+        image = _fold(values.astype(float), per_node, rows, folds)
+        cmap, top = _categories(matplotlib, int(values.max()) + 1)
+        ax.imshow(np.ma.masked_less(image, 0), cmap=cmap, vmin=-0.5, vmax=top - 0.5, aspect="auto",
+                  interpolation="nearest")
+        _draw_levels(ax, topology, rows, per_node, folds)
+        ax.set_title(f"{name} of every device (white: idle)", fontsize=9)
+        ax.set_xlabel(f"device in its {topology.levels[0].name}" + (f" ({folds} columns of nodes)" if folds > 1 else ""))
+        ax.set_ylabel(topology.levels[0].name)
+        ax.set_xticks([])
+    spans = pred.placement.levels_spanned()
+    names = [lv.name for lv in topology.levels]
+    groups = ", ".join(f"{a} {pred.plan.degree(a)} in {names[spans[a]]}" for a in AXES if pred.plan.degree(a) > 1)
+    fig.suptitle(f"{title}: rank order {'-'.join(pred.placement.axis_order)} (fastest first)\n{groups}", fontsize=9)
+    _save(fig, path)
+
+
+def _categories(matplotlib, n: int):
+    """A colour per category (tab20 without its greys) when there are few, else a gradient; idle white."""
+    if n <= 18:
+        colours = [c for i, c in enumerate(matplotlib.colormaps["tab20"].colors) if i not in (14, 15)]
+        return matplotlib.colors.ListedColormap(colours).with_extremes(bad="white"), 18
+    return matplotlib.colormaps["viridis"].with_extremes(bad="white"), n
+
+
+def _fold(values: np.ndarray, per_node: int, rows: int, folds: int) -> np.ndarray:
+    """Devices as an image: a row per node, nodes folded into `folds` side-by-side columns."""
+    padded = np.full(rows * folds * per_node, -1.0)
+    padded[: values.size] = values
+    blocks = padded.reshape(folds, rows, per_node)
+    return np.concatenate(list(blocks), axis=1)
+
+
+def _draw_levels(ax, topology: Topology, rows: int, per_node: int, folds: int) -> None:
+    """Lines between the units of every level above the node (thicker for outer levels)."""
+    for f in range(1, folds):
+        ax.axvline(f * per_node - 0.5, color="black", linewidth=2.5)
+    for level in range(1, topology.num_levels):
+        nodes_per_unit = topology.unit_devices(level) // per_node
+        if nodes_per_unit >= rows:
+            continue
+        for r in range(nodes_per_unit, rows, nodes_per_unit):
+            ax.axhline(r - 0.5, color="black", linewidth=0.8 * level)
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,62 @@
+"""Plots of one plan (`--plot DIR`): files written, and the timeline is the evaluator's step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cli_helpers import run_cli
+
+from nestplan import api
+from nestplan.job import Job
+from nestplan.report.plots import device_map, step_timeline
+from nestplan.strategy.dims import ParallelDims
+
+pytest.importorskip("matplotlib")
+
+PNG = b"\x89PNG\r\n\x1a\n"
+JOB = Job(global_batch_size=64, seq_len=2048)
+
+
+@pytest.mark.parametrize("dims", [
+    ParallelDims(tp=8, pp=4, dp=2, sp=True),
+    ParallelDims(tp=4, pp=8, dp=2, schedule="gpipe", recompute="full", layers_per_stage=(3, 4, 4, 4, 4, 4, 4, 5)),
+    ParallelDims(tp=8, pp=4, dp=2, schedule="interleaved", virtual_stages=2, zero=1),
+])
+def test_timeline_length_is_the_predicted_step_time(dims) -> None:
+    """The recorded schedule plus the step end (from the breakdown's dp_sync and optimizer terms)
+    is the step time the evaluator predicts with its fast (steady-state skipping) simulation."""
+    pred = api.evaluate("llama2-7b", "dgx-a100", dims, JOB)
+    step = step_timeline(pred)
+    assert step.total_s == pytest.approx(pred.step_time_s, rel=1e-9)
+    assert step.step_end_s >= 0
+    assert len(step.pipeline.stage) == 2 * dims.pp * dims.virtual_stages * pred.num_microbatches
+
+
+def test_device_map_covers_the_used_devices() -> None:
+    dims = ParallelDims(tp=4, pp=4, dp=3, sp=True)
+    pred = api.evaluate("llama2-7b", "dgx-a100", dims, Job(global_batch_size=48, seq_len=2048), devices=48)
+    stage, replica = device_map(pred, 64)
+    assert np.all(stage[:48] >= 0) and np.all(stage[48:] == -1) and np.all(replica[48:] == -1)
+    assert np.bincount(stage[:48]).tolist() == [12] * 4
+    assert np.bincount(replica[:48]).tolist() == [16] * 3
+    assert np.all(stage[:4] == stage[0])   # tp fastest: a tp group is one stage of one replica
+
+
+def test_plan_plot_files(tmp_path) -> None:
+    report = api.plan("bert-large", "v100-spine-leaf", global_batch_size=64)
+    paths = report.plot(tmp_path / "plots")
+    assert [p.name for p in paths] == ["timeline.png", "memory.png", "placement.png"]
+    for p in paths:
+        assert p.stat().st_size > 5_000 and p.read_bytes()[:8] == PNG
+
+
+def test_cli_plot_options(capsys, tmp_path) -> None:
+    code, out, _ = run_cli(capsys, ["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--tp", "8",
+                                    "--pp", "8", "--global-batch-size", "64", "--recompute", "full",
+                                    "--plot", str(tmp_path / "e")])
+    assert code == 0 and "timeline.png" in out
+    code, out, _ = run_cli(capsys, ["plan", "--model", "bert-large", "--cluster", "v100-spine-leaf",
+                                    "--global-batch-size", "64", "--json", "--plot", str(tmp_path / "p")])
+    assert code == 0 and out.lstrip().startswith("{")
+    for d in ("e", "p"):
+        assert sorted(f.name for f in (tmp_path / d).iterdir()) == ["memory.png", "placement.png", "timeline.png"]
