@@ -16,6 +16,8 @@ from nestplan.search.space import SearchSpace, replica_counts, sub_configs
 from nestplan.strategy.enums import Schedule
 
 INTERLEAVE_CHOICES = (2, 3, 4)
+POLISHED = 3            # best plans whose split is polished against the evaluator
+POLISH_BUDGET = 64      # evaluations per polished plan
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,40 @@ def _interleaved(model, cluster, job, pred: Prediction) -> list[Prediction]:
     return out
 
 
+def _moves(p: int) -> list[tuple[int, int]]:
+    """(from, to) stage pairs a layer may move between: every pair up to 8 stages; beyond, the
+    neighbours and the end stages (which carry the embedding and the head)."""
+    return [(a, b) for a in range(p) for b in range(p)
+            if a != b and (p <= 8 or abs(a - b) == 1 or {a, b} & {0, p - 1})]
+
+
+def _polish(model, cluster, job, pred: Prediction, budget: int = POLISH_BUDGET) -> Prediction:
+    """Steepest descent on the evaluator over one-layer moves between stages.
+
+    The search ranks splits by the closed-form proxy; the evaluator simulates the schedule, which
+    also sees where the bottleneck stage sits (the fill before it and the drain after it,
+    cost/pipeline.py). Moving a layer between stages of the proxy's optimum closes that gap."""
+    dims = pred.plan
+    while budget > 0 and dims.pp > 1:
+        parts = dims.stage_layers(model.num_layers)
+        best = pred
+        for src, dst in _moves(dims.pp):
+            if parts[src] <= 1 or budget <= 0:
+                continue
+            moved = list(parts)
+            moved[src] -= 1
+            moved[dst] += 1
+            budget -= 1
+            trial = evaluate_plan(model, cluster, replace(dims, layers_per_stage=tuple(moved)), job,
+                                  pred.placement.axis_order)
+            if trial.fits and trial.step_time_s < best.step_time_s * (1 - 1e-12):
+                best = trial
+        if best is pred:
+            break
+        pred, dims = best, best.plan
+    return pred
+
+
 def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace | None = None,
            top: int = 5, progress: Callable[[int], None] | None = None) -> PlanResult:
     """Find the fastest plan that fits on the first ``devices`` devices of ``cluster``."""
@@ -94,6 +130,7 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
         if pred is not None:
             exact.append(pred)
     fitting = sorted((p for p in exact if p.fits), key=lambda p: p.step_time_s)
+    fitting[:POLISHED] = [_polish(model, cluster, job, p) for p in fitting[:POLISHED]]
     for pred in list(fitting):
         fitting.extend(p for p in _interleaved(model, cluster, job, pred) if p.fits)
     fitting.sort(key=lambda p: p.step_time_s)
