@@ -67,7 +67,8 @@ def test_fast_forward_equals_full_recording(schedule, v) -> None:
 @pytest.mark.parametrize("schedule,v", SCHEDULES)
 def test_timeline_is_a_valid_schedule(schedule, v) -> None:
     """Every (stage, chunk, microbatch) runs its forward and its backward exactly once, a device
-    runs one operation at a time, and each operation starts after its input arrived."""
+    runs one operation at a time, and each starts as soon as its device is free and its input
+    has arrived (an independent check of the simulation's recurrence)."""
     p, m = 4, 8
     rng = np.random.default_rng(3)
     fwd, bwd = rng.uniform(0.1, 1.0, p), rng.uniform(0.1, 2.0, p)
@@ -78,11 +79,13 @@ def test_timeline_is_a_valid_schedule(schedule, v) -> None:
         key = (int(s), int(k), int(c), int(j))
         assert key not in end
         end[key] = (a, e)
+    previous = {}
     for s in range(p):
         mine = np.flatnonzero(t.stage == s)
         order = mine[np.argsort(t.start_s[mine])]
         assert np.all(t.start_s[order[1:]] >= t.end_s[order[:-1]] - 1e-12)
-    for (s, k, c, j), (a, _) in end.items():
+        previous.update({int(b): float(t.end_s[a]) for a, b in zip(order[:-1], order[1:])})
+    for n, ((s, k, c, j), (a, _)) in enumerate(end.items()):
         if k == FORWARD:
             dep = (s - 1, FORWARD, c, j) if s else ((p - 1, FORWARD, c - 1, j) if c else None)
         else:
@@ -90,6 +93,8 @@ def test_timeline_is_a_valid_schedule(schedule, v) -> None:
             assert a >= end[(s, FORWARD, c, j)][1] - 1e-12
         if dep is not None:
             assert a >= end[dep][1] - 1e-12
+        # as soon as possible: when the device is free and the input has arrived
+        assert a == pytest.approx(max(previous.get(n, 0.0), end[dep][1] if dep else 0.0), abs=1e-12)
 
 
 def test_pipeline_time_bubble_is_the_bottleneck_idle_time() -> None:

@@ -154,7 +154,7 @@ def _steady_window(w: np.ndarray, p: int, m: int, v: int, period: int) -> tuple[
     the offsets are constant. Only the head and tail of the sequence are therefore compared."""
     n = 2 * m * v
     margin = 2 * int(w.max()) + 2 * p + 3 * period
-    if n <= 4 * margin:
+    if n <= 2 * margin + 4 * period:
         return n, n, n
     head = _pattern(w, p, m, v, np.arange(0, margin))
     tail = _pattern(w, p, m, v, np.arange(n - margin, n))
@@ -229,9 +229,22 @@ def simulate(forward_s: Sequence[float], backward_s: Sequence[float], num_microb
 
 
 def _run_block(end: np.ndarray, pt: _Pattern, dur: np.ndarray, first: int) -> None:
-    kinds, deps, dpos, durs = pt.kind.T.tolist(), pt.dep_stage.T.tolist(), pt.dep_pos.T.tolist(), dur.T.tolist()
-    for c in range(len(kinds)):
-        _run_position(end, first + c, kinds[c], deps[c], dpos[c], durs[c])
+    """Finish times of the positions first, first + 1, ...: a position whose operations all wait
+    for earlier positions is one vectorised step; one with a dependency inside the position
+    (warm-up and cool-down chains) is run device by device."""
+    cols = first + np.arange(pt.kind.shape[1])
+    chained = ((pt.dep_pos == cols[None, :]) & (pt.dep_stage >= 0)).any(axis=0)
+    has_dep = pt.dep_stage >= 0
+    dep_stage, dep_pos = np.maximum(pt.dep_stage, 0), np.maximum(pt.dep_pos, 0)
+    for c in range(len(cols)):
+        i = first + c
+        if chained[c]:
+            _run_position(end, i, pt.kind[:, c].tolist(), pt.dep_stage[:, c].tolist(), pt.dep_pos[:, c].tolist(),
+                          dur[:, c].tolist())
+            continue
+        ready = end[:, i - 1] if i else np.zeros(end.shape[0])
+        waits = np.where(has_dep[:, c], end[dep_stage[:, c], dep_pos[:, c]], 0.0)
+        end[:, i] = np.maximum(ready, waits) + dur[:, c]
 
 
 def _run_position(end: np.ndarray, i: int, kinds: list, deps: list, dpos: list, durs: list) -> None:
