@@ -164,3 +164,30 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
     if result.best is None:
         raise infeasible_error(spec, cl, job, n, space)
     return PlanReport(spec, cl, job, result.best, result.runners_up, result.stats)
+
+
+def sweep(spec: str | Path, out_dir: str | Path, *, workers: int = 2, ray: str | None = None,
+          progress: Any = None) -> Any:
+    """Run a sweep spec (TOML) into out_dir/results.sqlite, skipping cases already there.
+
+    ``ray``: None for local processes (``workers`` of them), or ``local``, ``auto``,
+    ``ray://host:port`` to run on a Ray cluster. Returns a SweepSummary.
+    """
+    from nestplan.sweep.run import run_sweep
+    from nestplan.sweep.spec import load_spec
+
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}", field="workers", value=workers, limit=">= 1")
+    return run_sweep(load_spec(spec), Path(out_dir), workers=workers, ray_address=ray, progress=progress)
+
+
+def sweep_report(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Rows of a sweep's store (best first per model) and the CSV and plots written into out_dir."""
+    from nestplan.sweep.report import read_rows, write_csv, write_plots
+
+    out = Path(out_dir)
+    rows = read_rows(out)
+    csv_path = out / "results.csv"
+    write_csv(rows, csv_path)
+    return rows, [csv_path, *write_plots(rows, out)]
+

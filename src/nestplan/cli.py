@@ -130,15 +130,18 @@ def plan_command(
 class _progress:
     """A transient rich progress bar on stderr (only on a terminal): yields an advance callback."""
 
+    def __init__(self, unit: str = "groups", every: int = 64) -> None:
+        self._unit, self._every = unit, every
+
     def __enter__(self):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._bar = Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed} groups"),
+        self._bar = Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed} " + self._unit),
                              TimeElapsedColumn(), console=Console(stderr=True), transient=True,
                              disable=not sys.stderr.isatty())
         self._bar.__enter__()
         task = self._bar.add_task("plan", total=None)
-        return lambda i: self._bar.update(task, completed=i + 1) if i % 64 == 0 else None
+        return lambda i: self._bar.update(task, completed=i + 1) if i % self._every == 0 else None
 
     def __exit__(self, *exc) -> None:
         self._bar.__exit__(*exc)
@@ -245,6 +248,41 @@ def _render_compare(console: Console, title: str, rows, norm) -> None:
                       f"{r.tokens_per_s:,.0f}" if r.feasible else "-", f"{x:.2f}" if r.feasible else "-",
                       f"{r.solve_time_s:.2f}", r.plan)
     console.print(table)
+
+
+@app.command("sweep")
+def sweep_command(
+    target: str = typer.Argument(..., help="SPEC.toml to run, or the word 'report'"),
+    folder: Optional[Path] = typer.Argument(None, help="with 'report': the sweep's output folder"),
+    out: Path = typer.Option(Path("sweep-out"), "--out", help="folder of results.sqlite (and the report)"),
+    workers: int = typer.Option(2, "--workers", min=1, help="local worker processes"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="run on Ray: local, auto or ray://host:port"),
+) -> None:
+    """Run a sweep spec (resuming where a previous run stopped), or `sweep report DIR`."""
+    console = Console()
+    if target == "report":
+        from rich.table import Table
+
+        from nestplan.sweep.report import plan_text, variant
+        rows, written = api.sweep_report(folder or out)
+        table = Table(title=f"sweep {folder or out}: {len(rows)} cases")
+        for col in ("model", "cluster variant", "devices", "status", "tok/s/device", "MFU", "plan"):
+            table.add_column(col, justify="right" if col in ("devices", "tok/s/device", "MFU") else "left")
+        for r in rows:
+            ok = r["status"] == "ok"
+            table.add_row(r["model"], variant(r), str(r["devices"]), r["status"],
+                          f"{r['tokens_per_s_per_device']:,.0f}" if ok else "-", f"{r['mfu']:.1%}" if ok else "-",
+                          plan_text(r["plan"]))
+        console.print(table)
+        console.print("wrote " + ", ".join(str(p) for p in written))
+        return
+    if folder is not None:
+        raise ConfigError(f"unexpected argument '{folder}': use --out DIR for a sweep's output folder",
+                          field="folder", value=str(folder))
+    with _progress("cases", every=1) as advance:
+        summary = api.sweep(target, out, workers=workers, ray=ray, progress=lambda done, total: advance(done - 1))
+    console.print(f"sweep: {summary.total} cases, {summary.skipped} already done, {summary.finished} solved now "
+                  f"({summary.failed} failed) in {summary.elapsed_s:.1f} s -> {summary.store}")
 
 
 @app.command("list")

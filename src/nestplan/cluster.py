@@ -166,6 +166,12 @@ def _read(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cluster file '{path}': invalid TOML: {exc}", field="cluster", value=str(path)) from None
 
 
+def cluster_data(name_or_path: str) -> dict[str, Any]:
+    """The parsed, not yet validated, table of a catalog cluster or a cluster file (to derive
+    variants from; ``cluster_from_dict`` validates it)."""
+    return _read(_resolve(name_or_path))
+
+
 def load_cluster(name_or_path: str, devices: int | None = None) -> Cluster:
     """A catalog cluster by name, or a cluster file (.toml or .json); ``devices`` keeps the first N devices."""
     path = _resolve(name_or_path)

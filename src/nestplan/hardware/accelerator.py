@@ -7,7 +7,7 @@ they are converted once, in :func:`accelerator_from_dict`, into SI fields.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -39,6 +39,13 @@ class Accelerator:
     source: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def __reduce__(self):
+        """Picklable (a sweep ships accelerators to worker processes): the read-only peak table
+        travels as a plain dict and is frozen again on arrival."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["peak_flops"], values["extra"] = dict(self.peak_flops), dict(self.extra)
+        return _rebuild, (values,)
+
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``."""
         if dtype not in self.peak_flops:
@@ -69,6 +76,10 @@ class Accelerator:
     def memory_time(self, nbytes: float) -> float:
         """Seconds to stream ``nbytes`` through HBM at the achievable bandwidth."""
         return nbytes / (self.hbm_bandwidth_Bps * self.memory_efficiency)
+
+
+def _rebuild(values: dict[str, Any]) -> Accelerator:
+    return Accelerator(**{**values, "peak_flops": MappingProxyType(values["peak_flops"])})
 
 
 def _require(entry: Mapping[str, Any], key: str, name: str) -> Any:

@@ -1,0 +1,125 @@
+"""Summary of a sweep's result store: table rows, CSV and plots.
+
+Plots (matplotlib): throughput per device against devices, one line per cluster variant and
+one panel per model; and, for every model and every pair of swept network parameters, a heat
+map of the best plan's throughput per device at the largest device count.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from nestplan.sweep.store import Store
+
+CSV_FIELDS = ("model", "label", "overrides", "devices", "global_batch_size", "seq_len", "hbm_GiB", "status",
+              "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu", "peak_memory_GiB", "plan", "error",
+              "solve_time_s")
+
+
+def read_rows(out_dir: Path) -> list[dict[str, Any]]:
+    path = Path(out_dir) / "results.sqlite"
+    if not path.is_file():
+        from nestplan.errors import ConfigError
+        raise ConfigError(f"no sweep results in '{out_dir}' (results.sqlite not found)", field="dir",
+                          value=str(out_dir), limit="a sweep output folder")
+    store = Store(path)
+    try:
+        return list(store.rows())
+    finally:
+        store.close()
+
+
+def variant(row: dict[str, Any]) -> str:
+    swept = ", ".join(f"{k}={v:g}" for k, v in sorted(row["overrides"].items()))
+    return row["label"] + (f" [{swept}]" if swept else "") + (f" {row['hbm_GiB']:g} GiB" if row["hbm_GiB"] else "")
+
+
+def plan_text(plan: dict[str, Any] | None) -> str:
+    if not plan:
+        return "-"
+    return (f"tp{plan['tp']}{'+sp' if plan['sp'] else ''} pp{plan['pp']} dp{plan['dp']}"
+            + (f" cp{plan['cp']}" if plan["cp"] > 1 else "") + (f" ep{plan['ep']}" if plan["ep"] > 1 else "")
+            + f" mbs{plan['micro_batch_size']} z{plan['zero_stage']}")
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_FIELDS)
+        for r in rows:
+            w.writerow([variant(r) if f == "overrides" else plan_text(r["plan"]) if f == "plan" else r[f]
+                        for f in CSV_FIELDS])
+
+
+def write_plots(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r["status"] == "ok"]
+    models = sorted({r["model"] for r in ok})
+    if not models:
+        return []
+    paths = [out_dir / "throughput.png"]
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        lines = defaultdict(list)
+        for r in ok:
+            if r["model"] == model:
+                lines[variant(r)].append((r["devices"], r["tokens_per_s_per_device"]))
+        for name, pts in sorted(lines.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("devices")
+        ax.set_ylabel("tokens / s / device")
+        ax.set_title(model, fontsize=9)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(paths[0], dpi=110)
+    plt.close(fig)
+    paths += _heatmaps(ok, models, out_dir, plt)
+    return paths
+
+
+def _heatmaps(ok: list[dict], models: list[str], out_dir: Path, plt) -> list[Path]:
+    """One heat map per (model, pair of swept parameters) at the largest device count."""
+    paths = []
+    swept = sorted({k for r in ok for k in r["overrides"] if len({json_key(x["overrides"].get(k)) for x in ok}) > 1})
+    for model, (px, py) in itertools.product(models, itertools.combinations(swept, 2)):
+        mine = [r for r in ok if r["model"] == model and px in r["overrides"] and py in r["overrides"]]
+        if not mine:
+            continue
+        n = max(r["devices"] for r in mine)
+        grid: dict[tuple, float] = {}
+        for r in mine:
+            if r["devices"] == n:
+                k = (r["overrides"][px], r["overrides"][py])
+                grid[k] = max(grid.get(k, 0.0), r["tokens_per_s_per_device"])
+        xs, ys = sorted({k[0] for k in grid}), sorted({k[1] for k in grid})
+        values = [[grid.get((x, y), float("nan")) for x in xs] for y in ys]
+        fig, ax = plt.subplots(figsize=(1.5 + 0.9 * len(xs), 1.2 + 0.7 * len(ys)))
+        im = ax.imshow(values, origin="lower", cmap="viridis", aspect="auto")
+        for (i, y), (j, x) in itertools.product(enumerate(ys), enumerate(xs)):
+            ax.text(j, i, f"{values[i][j]:.0f}", ha="center", va="center", fontsize=7, color="white")
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
+        ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys])
+        ax.set_xlabel(px)
+        ax.set_ylabel(py)
+        ax.set_title(f"{model}, {n} devices: tokens/s/device", fontsize=9)
+        fig.colorbar(im, ax=ax)
+        fig.tight_layout()
+        path = out_dir / f"heatmap_{model}_{px}_{py}.png".replace("/", "_")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def json_key(value: Any) -> str:
+    return repr(value)

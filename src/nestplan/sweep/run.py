@@ -1,0 +1,152 @@
+"""Running a sweep: inputs built once, cases solved on local processes or a Ray cluster,
+each result committed by the driver as it arrives.
+
+The driver resolves every distinct model (ModelSpec) and cluster variant (Cluster, with its
+accelerator and network) once and ships those objects to the workers: with Ray they are put
+in the object store once and shared by reference. A case that fails (bad variant, nothing
+fits, any exception) is recorded with its error and the sweep goes on; a worker process that
+dies is replaced and its case retried (up to MAX_ATTEMPTS).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import copy
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from nestplan import api
+from nestplan.cluster import Cluster, cluster_data, cluster_from_dict
+from nestplan.errors import ConfigError, InfeasibleError, PlannerError
+from nestplan.sweep.spec import Case, SweepSpec, expand
+from nestplan.sweep.store import Store
+from nestplan.units import GiB_to_bytes, bytes_to_GiB
+
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    total: int
+    skipped: int          # already in the store
+    finished: int         # solved now (ok, infeasible or error)
+    failed: int           # of those, status error
+    elapsed_s: float
+    store: Path
+
+
+def build_cluster(case: Case) -> Cluster:
+    """The case's cluster variant: the base's table with the level overrides, validated as a file is."""
+    data = copy.deepcopy(cluster_data(case.cluster_base))
+    levels = {lv.get("name"): lv for lv in data.get("levels", [])}
+    for name, value in case.overrides:
+        level, _, field = name.partition(".")
+        if level not in levels:
+            raise ConfigError(f"cluster '{case.cluster_base}' has no level '{level}' (override '{name}'); "
+                              f"levels: {', '.join(map(str, levels))}", field=name, value=level, limit=list(levels))
+        levels[level][field] = value
+    data["name"] = case.cluster_label
+    cluster = cluster_from_dict(data, origin=case.cluster_label)
+    if case.hbm_GiB is not None:
+        cluster = replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=GiB_to_bytes(case.hbm_GiB)))
+    return cluster
+
+
+def solve(inputs: dict[str, Any], model, cluster) -> dict[str, Any]:
+    """Plan one case (runs in a worker). Never raises: failures become status and error."""
+    start = time.perf_counter()
+    try:
+        cl = cluster.truncate(inputs["devices"]) if inputs["devices"] <= cluster.devices else None
+        if cl is None:
+            raise PlannerError(f"cluster variant has {cluster.devices} devices, fewer than the {inputs['devices']} asked")
+        job = api.make_job(model, inputs["global_batch_size"], inputs["seq_len"], dtype=api.default_dtype(cl))
+        report = api.plan(model, cl, job, top=0)
+        best = report.best
+        out = {"status": "ok", "tokens_per_s": best.tokens_per_s,
+               "tokens_per_s_per_device": best.tokens_per_s / inputs["devices"], "step_time_s": best.step_time_s,
+               "mfu": best.mfu, "peak_memory_GiB": bytes_to_GiB(best.peak_memory_bytes_per_device),
+               "plan": report.to_dict()["parallel"], "error": None}
+    except InfeasibleError as exc:
+        out = {"status": "infeasible", "error": str(exc)}
+    except PlannerError as exc:
+        out = {"status": "error", "error": str(exc)}
+    except Exception as exc:   # a sweep records every failure and goes on
+        out = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    out["solve_time_s"] = time.perf_counter() - start
+    return out
+
+
+def _inputs(cases: list[Case]) -> tuple[dict, dict]:
+    """Every distinct model and cluster variant, built once; a bad one is a bad spec (ConfigError)."""
+    models: dict[str, Any] = {}
+    clusters: dict[tuple, Any] = {}
+    for c in cases:
+        if c.model not in models:
+            models[c.model] = api.resolve_model(c.model)
+        if _cluster_key(c) not in clusters:
+            try:
+                clusters[_cluster_key(c)] = build_cluster(c)
+            except PlannerError as exc:
+                raise ConfigError(f"sweep spec: cluster '{c.cluster_label}' with {dict(c.overrides)}: {exc}",
+                                  field="clusters", value=dict(c.overrides)) from None
+    return models, clusters
+
+
+def _cluster_key(c: Case) -> tuple:
+    return (c.cluster_base, c.cluster_label, c.overrides, c.hbm_GiB)
+
+
+def run_sweep(spec: SweepSpec, out_dir: Path, workers: int = 2, ray_address: str | None = None,
+              progress: Callable[[int, int], None] | None = None) -> SweepSummary:
+    """Solve every case of the spec not yet in out_dir/results.sqlite."""
+    start = time.perf_counter()
+    cases = expand(spec)
+    models, clusters = _inputs(cases)   # before anything is written: a bad spec leaves no trace
+    store = Store(Path(out_dir) / "results.sqlite")
+    done = store.keys()
+    todo = [c for c in cases if c.key not in done]
+    jobs = [(dict(c.inputs(), key=c.key), models[c.model], clusters[_cluster_key(c)]) for c in todo]
+    counts = {"finished": 0, "failed": 0}
+
+    def record(inputs: dict, result: dict) -> None:
+        if store.put(inputs, result):
+            counts["finished"] += 1
+            counts["failed"] += result["status"] == "error"
+        if progress is not None:
+            progress(counts["finished"], len(jobs))
+
+    try:
+        if ray_address is not None:
+            from nestplan.sweep.ray_executor import run_on_ray
+            run_on_ray(jobs, ray_address, record)
+        else:
+            _run_local(jobs, workers, record)
+    finally:
+        store.close()
+    return SweepSummary(len(cases), len(cases) - len(todo), counts["finished"], counts["failed"],
+                        time.perf_counter() - start, store.path)
+
+
+def _run_local(jobs: list[tuple], workers: int, record: Callable[[dict, dict], None]) -> None:
+    """Local processes; a pool broken by a dying worker is replaced and its cases retried."""
+    if workers <= 1:
+        for inputs, model, cluster in jobs:
+            record(inputs, solve(inputs, model, cluster))
+        return
+    pending = {inputs["key"]: (inputs, model, cluster) for inputs, model, cluster in jobs}
+    attempts = dict.fromkeys(pending, 0)
+    while pending:
+        with cf.ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(solve, *job): key for key, job in pending.items()}
+            try:
+                for fut in cf.as_completed(futures):
+                    key = futures[fut]
+                    record(pending[key][0], fut.result())
+                    del pending[key]
+            except cf.process.BrokenProcessPool:
+                for key in pending:
+                    attempts[key] += 1
+                for key in [k for k, n in attempts.items() if k in pending and n >= MAX_ATTEMPTS]:
+                    record(pending.pop(key)[0], {"status": "error", "error": "worker process died", "solve_time_s": 0.0})
