@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -76,7 +77,7 @@ def test_bad_spec_one_line_exit_2_nothing_written(capsys, tmp_path, text, named)
 
 
 def test_failures_are_recorded_and_resume_skips_finished(tmp_path) -> None:
-    spec = _write(tmp_path, SPEC.replace("devices = [8, 16, 32]", "devices = [8, 4096]")
+    spec = _write(tmp_path, 'keep = ["breakdown", "stages"]\n' + SPEC.replace("devices = [8, 16, 32]", "devices = [8, 4096]")
                   .replace('"spine.oversubscription" = [1, 2, 4]', '"spine.oversubscription" = [1]')
                   .replace('"leaf.size" = [1, 2, 4]', '"leaf.size" = [2]'))
     first = api.sweep(spec, tmp_path / "out", workers=1)
@@ -85,6 +86,10 @@ def test_failures_are_recorded_and_resume_skips_finished(tmp_path) -> None:
     statuses = sorted(v[0] for v in rows.values())
     assert statuses == ["error", "error", "ok", "ok"]   # 4,096 devices do not exist in the variant
     assert all("fewer than" in v[-1] for v in rows.values() if v[0] == "error")
+    db = sqlite3.connect(first.store)
+    details = [json.loads(d) for (d,) in db.execute("SELECT details FROM results WHERE status = 'ok'")]
+    db.close()
+    assert all(set(d) == {"breakdown", "stages"} and d["breakdown"]["optimizer"] > 0 for d in details)
     again = api.sweep(spec, tmp_path / "out", workers=2)
     assert (again.skipped, again.finished) == (4, 0)
     assert _results(first.store) == rows
@@ -143,6 +148,26 @@ def test_report_table_csv_and_plots(capsys, tmp_path) -> None:
     assert len((tmp_path / "out" / "results.csv").read_text().splitlines()) == 1 + 18
     code, _, err = run_cli(capsys, ["sweep", "report", str(tmp_path / "nothing")])
     assert code == 2 and "results.sqlite" in err
+
+
+def test_ranges_and_accelerator(tmp_path) -> None:
+    spec = load_spec(_write(tmp_path, """
+models = ["bert-large"]
+devices = {from = 8, to = 64, times = 2}
+[[clusters]]
+base = "h100-spine-leaf"
+accelerator = "h200-141gb"
+[clusters.sweep]
+"spine.oversubscription" = {from = 1, to = 4, step = 1}
+"""))
+    assert spec.devices == (8, 16, 32, 64)
+    assert spec.clusters[0].swept == (("spine.oversubscription", (1, 2, 3, 4)),)
+    from nestplan.sweep.run import build_cluster
+    case = expand(spec)[0]
+    assert build_cluster(case).accelerator.name == "h200-141gb"
+    with pytest.raises(ConfigError, match="range"):
+        load_spec(_write(tmp_path, 'models = ["bert-large"]\ndevices = {from = 8, to = 4, step = 1}\n'
+                                   '[[clusters]]\nbase = "dgx-a100"\n', "bad.toml"))
 
 
 def test_load_spec_rejects_missing_file(tmp_path) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from nestplan.sweep.store import Store
 
-CSV_FIELDS = ("model", "label", "overrides", "devices", "global_batch_size", "seq_len", "hbm_GiB", "status",
+CSV_FIELDS = ("model", "label", "accelerator", "overrides", "devices", "global_batch_size", "seq_len", "hbm_GiB", "status",
               "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu", "peak_memory_GiB", "plan", "error",
               "solve_time_s")
 
@@ -35,7 +35,7 @@ def read_rows(out_dir: Path) -> list[dict[str, Any]]:
 
 def variant(row: dict[str, Any]) -> str:
     swept = ", ".join(f"{k}={v:g}" for k, v in sorted(row["overrides"].items()))
-    return row["label"] + (f" [{swept}]" if swept else "") + (f" {row['hbm_GiB']:g} GiB" if row["hbm_GiB"] else "")
+    return (row["label"] + (f" {row['accelerator']}" if row["accelerator"] else "") + (f" [{swept}]" if swept else "") + (f" {row['hbm_GiB']:g} GiB" if row["hbm_GiB"] else ""))
 
 
 def plan_text(plan: dict[str, Any] | None) -> str:

@@ -48,6 +48,8 @@ def build_cluster(case: Case) -> Cluster:
                               f"levels: {', '.join(map(str, levels))}", field=name, value=level, limit=list(levels))
         levels[level][field] = value
     data["name"] = case.cluster_label
+    if case.accelerator is not None:
+        data["accelerator"] = case.accelerator
     cluster = cluster_from_dict(data, origin=case.cluster_label)
     if case.hbm_GiB is not None:
         cluster = replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=GiB_to_bytes(case.hbm_GiB)))
@@ -63,11 +65,11 @@ def solve(inputs: dict[str, Any], model, cluster) -> dict[str, Any]:
             raise PlannerError(f"cluster variant has {cluster.devices} devices, fewer than the {inputs['devices']} asked")
         job = api.make_job(model, inputs["global_batch_size"], inputs["seq_len"], dtype=api.default_dtype(cl))
         report = api.plan(model, cl, job, top=0)
-        best = report.best
+        best, data = report.best, report.to_dict()
         out = {"status": "ok", "tokens_per_s": best.tokens_per_s,
                "tokens_per_s_per_device": best.tokens_per_s / inputs["devices"], "step_time_s": best.step_time_s,
                "mfu": best.mfu, "peak_memory_GiB": bytes_to_GiB(best.peak_memory_bytes_per_device),
-               "plan": report.to_dict()["parallel"], "error": None}
+               "plan": data["parallel"], "error": None, "details": _details(data, inputs.get("keep", ()))}
     except InfeasibleError as exc:
         out = {"status": "infeasible", "error": str(exc)}
     except PlannerError as exc:
@@ -76,6 +78,14 @@ def solve(inputs: dict[str, Any], model, cluster) -> dict[str, Any]:
         out = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     out["solve_time_s"] = time.perf_counter() - start
     return out
+
+
+def _details(data: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any] | None:
+    """The parts of the plan JSON a spec asks to keep."""
+    pick = {"breakdown": lambda: data["prediction"]["breakdown_s"],
+            "memory": lambda: data["prediction"]["memory_breakdown_bytes"],
+            "stages": lambda: data["stages"], "placement": lambda: data["placement"]}
+    return {k: pick[k]() for k in keep} or None
 
 
 def _inputs(cases: list[Case]) -> tuple[dict, dict]:
@@ -95,7 +105,7 @@ def _inputs(cases: list[Case]) -> tuple[dict, dict]:
 
 
 def _cluster_key(c: Case) -> tuple:
-    return (c.cluster_base, c.cluster_label, c.overrides, c.hbm_GiB)
+    return (c.cluster_base, c.cluster_label, c.accelerator, c.overrides, c.hbm_GiB)
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, workers: int = 2, ray_address: str | None = None,
@@ -107,7 +117,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, workers: int = 2, ray_address: str
     store = Store(Path(out_dir) / "results.sqlite")
     done = store.keys()
     todo = [c for c in cases if c.key not in done]
-    jobs = [(dict(c.inputs(), key=c.key), models[c.model], clusters[_cluster_key(c)]) for c in todo]
+    jobs = [(dict(c.inputs(), key=c.key, keep=spec.keep), models[c.model], clusters[_cluster_key(c)]) for c in todo]
     counts = {"finished": 0, "failed": 0}
 
     def record(inputs: dict, result: dict) -> None:
