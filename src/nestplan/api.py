@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
@@ -190,4 +190,35 @@ def sweep_report(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[Path]]
     csv_path = out / "results.csv"
     write_csv(rows, csv_path)
     return rows, [csv_path, *write_plots(rows, out)]
+
+
+def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
+                model: str | ModelSpec | None = None, cluster: str | Cluster | None = None) -> tuple[list[Path], Any]:
+    """Write a framework's launch files for a plan JSON object (``PlanReport.to_dict()`` or a saved
+    ``--json`` file). Model and cluster default to the names the plan carries. Where the
+    framework's rank order differs from the one costed, the export quotes nestplan's prediction
+    under the framework's order too. Returns (paths written, the Export with its notes)."""
+    from nestplan import __version__
+    from nestplan.export import FRAMEWORK_ORDERS, build_input, check_framework, export
+    from nestplan.export.common import choose_order
+    from nestplan.export.plan import check_schema, read_plan
+
+    key = check_framework(framework)
+    check_schema(plan)
+    spec = resolve_model(model or str(plan.get("model")))
+    settings = read_plan(plan)
+    cl = resolve_cluster(cluster or str(plan.get("cluster")), settings.devices)
+    order = choose_order(settings, FRAMEWORK_ORDERS[key])
+    alternative = None
+    if order != settings.axis_order:
+        dims = ParallelDims(tp=settings.tp, pp=settings.pp, dp=settings.dp, cp=settings.cp, ep=settings.ep,
+                            sp=settings.sp, zero=settings.zero, recompute=settings.recompute,
+                            micro_batch_size=settings.micro_batch_size, schedule=settings.schedule,
+                            virtual_stages=settings.virtual_stages, layers_per_stage=settings.layers_per_stage)
+        job = make_job(spec, settings.global_batch_size, settings.seq_len, dtype=settings.dtype)
+        other = evaluate_plan(spec, cl, dims, job, order)
+        alternative = {"step_time_s": other.step_time_s, "tokens_per_s": other.tokens_per_s}
+    inp = build_input(plan, spec, cl.topology, __version__, alternative=alternative)
+    result = export(key, inp)
+    return result.write(out_dir), result
 

@@ -100,8 +100,13 @@ def plan_command(
     top: int = typer.Option(5, "--top", min=0, help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
+    export: Optional[str] = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or nemo"),
+    out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
+    if export is not None:
+        from nestplan.export import check_framework
+        check_framework(export)
     spec = api.resolve_model(model)
     for name, value in (("--devices", devices), ("--global-batch-size", global_batch_size), ("--seq-len", seq_len)):
         if value is not None and value < 1:
@@ -113,6 +118,11 @@ def plan_command(
         report = api.plan(spec, cl, job, top=top, progress=advance)
     data = report.to_dict()
     written = report.plot(plot) if plot is not None else []
+    if export is not None:
+        paths, result = api.export_plan(data, export, out, model=spec, cluster=cl)
+        written += paths
+        for note in result.notes:
+            Console(stderr=True).print(f"{export}: note: {note}", markup=False)
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
@@ -124,7 +134,7 @@ def plan_command(
     console.print(f"search: {s.solve_time_s:.2f} s, {s.groups} groups, {s.depths} pipeline depths, "
                   f"{s.pruned_memory} pruned by memory, {s.pruned_bound} by the bound, {s.candidates} splits costed")
     if written:
-        console.print("plots: " + ", ".join(str(p) for p in written))
+        console.print("wrote: " + ", ".join(str(p) for p in written))
 
 
 class _progress:
@@ -248,6 +258,26 @@ def _render_compare(console: Console, title: str, rows, norm) -> None:
                       f"{r.tokens_per_s:,.0f}" if r.feasible else "-", f"{x:.2f}" if r.feasible else "-",
                       f"{r.solve_time_s:.2f}", r.plan)
     console.print(table)
+
+
+@app.command("export")
+def export_command(
+    plan_file: Path = typer.Argument(..., help="a plan JSON file (nestplan plan --json > plan.json)"),
+    framework: str = typer.Option(..., "--framework", help="megatron, torchtitan, deepspeed or nemo"),
+    out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for the files"),
+    model: Optional[str] = typer.Option(None, "--model", help="default: the model the plan names"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="default: the cluster the plan names"),
+) -> None:
+    """Write a framework's launch settings for a saved plan."""
+    try:
+        data = json.loads(plan_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"plan file '{plan_file}' is not readable JSON: {exc}", field="plan",
+                          value=str(plan_file)) from None
+    paths, result = api.export_plan(data, framework, out, model=model, cluster=cluster)
+    for note in result.notes:
+        Console(stderr=True).print(f"{framework}: note: {note}", markup=False)
+    Console().print("wrote: " + ", ".join(str(p) for p in paths))
 
 
 @app.command("sweep")

@@ -1,0 +1,161 @@
+"""Shared by the exporters: the files an export writes, its header, the rank layout, the launcher.
+
+Every export opens with a comment header that states the nestplan version, the plan
+and its prediction, and every note an exporter raises (a feature the framework runs
+differently from how nestplan costed it, or a rank layout it cannot express).
+Exporters raise ``ConfigError`` instead where the plan cannot be launched as costed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from nestplan.errors import ConfigError
+from nestplan.export.plan import ExportInput, PlanSettings
+from nestplan.units import GiB
+
+STAGE_MAJOR = ("tp", "cp", "ep", "dp", "pp")      # Megatron-LM's default order: stage slowest
+REPLICA_MAJOR = ("tp", "cp", "ep", "pp", "dp")    # each replica's pipeline contiguous
+
+
+@dataclass(frozen=True)
+class ExportFile:
+    name: str
+    text: str
+    executable: bool = False
+
+
+@dataclass(frozen=True)
+class Export:
+    """An export: its files and the notes its header carries (also for callers to print)."""
+
+    framework: str
+    files: tuple[ExportFile, ...]
+    notes: tuple[str, ...]
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """Write the files into ``out_dir`` (created if missing); returns their paths."""
+        folder = Path(out_dir)
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"--out {folder} exists and is not a folder", field="out", value=str(folder))
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for f in self.files:
+            path = folder / f.name
+            path.write_text(f.text)
+            if f.executable:
+                path.chmod(0o755)
+            paths.append(path)
+        return paths
+
+
+def refuse(framework: str, what: str, field: str, value: object, limit: object = None) -> ConfigError:
+    """The error for a plan the framework cannot launch as nestplan costed it."""
+    return ConfigError(f"cannot export to {framework}: {what}", field=field, value=value, limit=limit)
+
+
+def dims_text(p: PlanSettings) -> str:
+    split = ",".join(map(str, p.layers_per_stage))
+    virtual = f" x {p.virtual_stages} virtual" if p.virtual_stages > 1 else ""
+    return (f"tp {p.tp}{' (sp)' if p.sp else ''} x cp {p.cp} x ep {p.ep} x pp {p.pp} x dp {p.dp}; "
+            f"ZeRO {p.zero}; recompute {p.recompute.value}; microbatch {p.micro_batch_size} x "
+            f"{p.num_microbatches}; schedule {p.schedule.value}{virtual}; layers per stage {split}")
+
+
+def prediction_text(p: PlanSettings) -> str:
+    return (f"step {p.step_time_s:.3f} s, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}, peak memory "
+            f"{p.peak_memory_bytes / GiB:.1f} of {p.memory_capacity_bytes / GiB:.1f} GiB per device")
+
+
+def header(inp: ExportInput, framework: str, pin: str, notes: Sequence[str], prefix: str = "# ") -> str:
+    """The comment block every export opens with."""
+    p = inp.plan
+    lines = [
+        f"nestplan {inp.version} export for {framework} ({pin})",
+        f"plan: {p.model} on {p.cluster}, {p.devices} devices = {inp.nodes} nodes x {inp.devices_per_node}; "
+        f"global batch {p.global_batch_size} x {p.seq_len} tokens, {p.dtype}",
+        f"parallelism: {dims_text(p)}",
+        f"rank order costed (fastest first): {'-'.join(p.axis_order)}; ranks are numbered node by node "
+        f"(global rank = node rank x {inp.devices_per_node} + local rank), nodes in network order "
+        f"({node_order_text(inp)})",
+        f"predicted by nestplan: {prediction_text(p)}",
+    ]
+    lines += [f"note: {n}" for n in notes]
+    return "".join(f"{prefix}{line}\n" for line in lines)
+
+
+def node_order_text(inp: ExportInput) -> str:
+    """Which consecutive nodes share each outer level, as nestplan's placement assumes."""
+    parts = []
+    for name, unit in zip(inp.level_names[1:], inp.level_unit_devices[1:]):
+        nodes = unit // inp.devices_per_node
+        if nodes > 1 and unit < inp.plan.devices:
+            parts.append(f"each {nodes} consecutive nodes share a {name}")
+    return "; ".join(parts) or "one level-1 unit holds all nodes"
+
+
+def rank_order_note(framework: str, inp: ExportInput, used: Sequence[str]) -> str | None:
+    """A note when the framework lays ranks out in another order than the one nestplan costed."""
+    p = inp.plan
+    if _equivalent(p, tuple(used), p.axis_order):
+        return None
+    note = (f"RANK LAYOUT DIFFERS: {framework} orders ranks {'-'.join(used)} (fastest first), nestplan costed "
+            f"{'-'.join(p.axis_order)}")
+    if inp.alternative is not None:
+        note += (f"; under {'-'.join(used)} nestplan predicts step {inp.alternative['step_time_s']:.3f} s "
+                 f"({inp.alternative['tokens_per_s']:,.0f} tokens/s) instead of {p.step_time_s:.3f} s")
+    return note + f" (nestplan evaluate ... --axis-order {','.join(used)})"
+
+
+def _equivalent(p: PlanSettings, a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Two orders give the same rank grid when they agree after dropping axes of degree 1."""
+    keep = [axis for axis in a if getattr(p, axis) > 1]
+    return keep == [axis for axis in b if getattr(p, axis) > 1]
+
+
+def choose_order(p: PlanSettings, supported: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+    """The framework order equivalent to the costed one, else the framework's default (the first)."""
+    for order in supported:
+        if _equivalent(p, order, p.axis_order):
+            return order
+    return tuple(supported[0])
+
+
+def torchrun_prologue(inp: ExportInput, port: int = 29500) -> str:
+    """Shell lines that start one copy per node under SLURM and set the torchrun rendezvous."""
+    return (
+        f"NNODES={inp.nodes}\n"
+        f"GPUS_PER_NODE={inp.devices_per_node}\n"
+        "# under sbatch, start one copy of this script per node; under srun (or by hand) run the body\n"
+        'if [[ -n "${SLURM_JOB_ID:-}" && -z "${SLURM_STEP_ID:-}" ]]; then\n'
+        '  exec srun --nodes="$NNODES" --ntasks-per-node=1 bash "$0" "$@"\n'
+        "fi\n"
+        'NODE_RANK="${NODE_RANK:-${SLURM_NODEID:-0}}"\n'
+        'if [[ -z "${MASTER_ADDR:-}" && -n "${SLURM_JOB_NODELIST:-}" ]]; then\n'
+        '  MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"\n'
+        "fi\n"
+        'MASTER_ADDR="${MASTER_ADDR:-localhost}"\n'
+        f'MASTER_PORT="${{MASTER_PORT:-{port}}}"\n'
+        'TORCHRUN=(torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --node-rank "$NODE_RANK"\n'
+        '          --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT")\n'
+    )
+
+
+def sbatch_lines(inp: ExportInput) -> str:
+    return (f"#SBATCH --nodes={inp.nodes}\n#SBATCH --ntasks-per-node=1\n"
+            f"#SBATCH --gpus-per-node={inp.devices_per_node}\n#SBATCH --exclusive\n")
+
+
+def bash_array(name: str, items: Sequence[str], comment: str = "") -> str:
+    """A bash array assignment, one flag (with its value) per line."""
+    head = f"# {comment}\n" if comment else ""
+    body = "".join(f"  {item}\n" for item in items)
+    return f"{head}{name}=(\n{body})\n"
+
+
+def flag_pairs(flags: Sequence[tuple[str, object]]) -> list[str]:
+    """('--x', 3) -> '--x 3'; ('--y', None) -> '--y' (a switch); values shell-quoted where needed."""
+    return [name if value is None else f"{name} {shlex.quote(str(value))}" for name, value in flags]

@@ -1,0 +1,184 @@
+"""Megatron-LM: a launch script with the plan's exact flags, its environment and a torchrun/SLURM header.
+
+Flag names are those of ``megatron/training/arguments.py`` at the commit named in
+``megatron_flags.txt`` (a test checks every emitted flag against that table).
+Megatron-LM lays ranks out tp-cp-ep-dp-pp (fastest first) or, with
+``--use-tp-pp-dp-mapping``, tp-cp-ep-pp-dp: the two orders nestplan's search explores.
+Expert parallelism is carved out of data parallelism in both, as in nestplan.
+"""
+
+from __future__ import annotations
+
+from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFile, bash_array, choose_order,
+                                    flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
+from nestplan.export.plan import ExportInput, PlanSettings
+from nestplan.model.spec import ModelSpec
+from nestplan.strategy.enums import Recompute, Schedule
+
+NAME = "megatron"
+TITLE = "Megatron-LM"
+PIN = "flags of NVIDIA/Megatron-LM megatron/training/arguments.py at commit 000c4ac2"
+ORDERS = {STAGE_MAJOR: (), REPLICA_MAJOR: (("--use-tp-pp-dp-mapping", None),)}
+Flags = list[tuple[str, object]]
+
+
+def _pipeline_split(p: PlanSettings) -> tuple[Flags, list[str]]:
+    """Virtual stages and uneven splits: first/last counts when the middle is even, else a layout."""
+    n, v = p.layers_per_stage, p.virtual_stages
+    if len(set(n)) == 1:
+        return ([("--num-virtual-stages-per-pipeline-rank", v)] if v > 1 else []), []
+    middle = n[1:-1]
+    if v == 1 and len(set(middle)) <= 1:
+        return [("--decoder-first-pipeline-num-layers", n[0]), ("--decoder-last-pipeline-num-layers", n[-1])], []
+    return [("--pipeline-model-parallel-layout", layout(p))], []
+
+
+def layout(p: PlanSettings) -> str:
+    """Megatron's --pipeline-model-parallel-layout: pp x v segments in model order (segment v*pp + k is
+    virtual chunk v of pipeline rank k, as Megatron's interleaved schedule places them), E = embedding
+    on the first, L = loss (head) on the last, t*n = n transformer layers."""
+    segments = []
+    for chunk in range(p.virtual_stages):
+        for stage in range(p.pp):
+            segments.append(f"t*{p.layers_per_stage[stage] // p.virtual_stages}")
+    segments[0] = "E" + segments[0]
+    segments[-1] = segments[-1] + "L"
+    return "|".join(segments)
+
+
+def _zero(p: PlanSettings) -> tuple[Flags, list[str]]:
+    """ZeRO 1: the distributed optimizer; ZeRO 2/3: Megatron-FSDP's sharding strategies."""
+    if p.zero == 0:
+        return [("--overlap-grad-reduce", None)], []
+    if p.zero == 1:
+        return [("--use-distributed-optimizer", None), ("--overlap-grad-reduce", None),
+                ("--overlap-param-gather", None)], []
+    strategy = "optim_grads" if p.zero == 2 else "optim_grads_params"
+    note = (f"ZeRO {p.zero} runs as Megatron-FSDP (--data-parallel-sharding-strategy {strategy}), which needs "
+            "--ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS other than 1")
+    return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
+            ("--ckpt-format", "fsdp_dtensor"), ("--overlap-grad-reduce", None), ("--overlap-param-gather", None)], [note]
+
+
+def _recompute(p: PlanSettings) -> Flags:
+    if p.recompute is Recompute.FULL:   # every layer's input kept, the layer re-run in backward
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                ("--recompute-num-layers", 1)]
+    if p.recompute is Recompute.SELECTIVE:   # the attention core only (Korthikanti et al. 2022)
+        return [("--recompute-granularity", "selective"), ("--recompute-modules", "core_attn")]
+    return []
+
+
+def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
+    p = inp.plan
+    order = choose_order(p, list(ORDERS))
+    flags: Flags = [("--tensor-model-parallel-size", p.tp), ("--pipeline-model-parallel-size", p.pp),
+                    ("--context-parallel-size", p.cp)]
+    notes = [n for n in [rank_order_note(TITLE, inp, order)] if n]
+    flags += list(ORDERS[order])
+    if p.sp:
+        flags.append(("--sequence-parallel", None))
+    if p.cp > 1:
+        flags.append(("--cp-comm-type", "p2p"))   # the ring exchange nestplan costs
+    if p.ep > 1:
+        flags += [("--expert-model-parallel-size", p.ep), ("--expert-tensor-parallel-size", p.tp)]
+    split, split_notes = _pipeline_split(p)
+    zero, zero_notes = _zero(p)
+    if p.schedule is Schedule.GPIPE and p.pp > 1:
+        notes.append("Megatron-LM has no GPipe schedule; it runs 1F1B, with the same bubble and no more "
+                     "activation memory than the GPipe schedule nestplan costed")
+    return flags + split + zero + _recompute(p), notes + split_notes + zero_notes
+
+
+def model_flags(m: ModelSpec, p: PlanSettings, flash: bool) -> Flags:
+    flags: Flags = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
+                    ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_heads)]
+    if m.num_kv_heads != m.num_heads:
+        flags += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
+    if m.head_dim * m.num_heads != m.hidden_size:
+        flags.append(("--kv-channels", m.head_dim))
+    flags += [("--seq-length", p.seq_len), ("--max-position-embeddings", max(m.max_position_embeddings, p.seq_len)),
+              ("--position-embedding-type", "learned_absolute" if m.learned_position_embeddings else "rope"),
+              ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
+              ("--attention-backend", "flash" if flash else "unfused")]
+    if m.gated_mlp:
+        flags.append(("--swiglu", None))
+    if not m.linear_bias:
+        flags.append(("--disable-bias-linear", None))
+    if not m.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights", None))
+    if not m.dropout:
+        flags += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
+    if m.is_moe:
+        flags += _moe_flags(m, p)
+    return flags
+
+
+def _moe_flags(m: ModelSpec, p: PlanSettings) -> Flags:
+    flags: Flags = [("--num-experts", m.num_experts), ("--moe-router-topk", m.experts_per_token),
+                    ("--moe-ffn-hidden-size", m.moe_ffn_hidden_size),
+                    ("--moe-token-dispatcher-type", "alltoall")]   # the all-to-all nestplan costs
+    if len(m.moe_layers) != m.num_layers:
+        pattern = ",".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
+        flags.append(("--moe-layer-freq", f"[{pattern}]"))
+    if m.num_shared_experts:
+        flags.append(("--moe-shared-expert-intermediate-size",
+                      m.num_shared_experts * m.shared_expert_ffn_hidden_size))
+    if p.dtype == "bf16":
+        flags.append(("--moe-grouped-gemm", None))
+    return flags
+
+
+def training_flags(inp: ExportInput) -> Flags:
+    p, x = inp.plan, inp.extras
+    flags: Flags = [("--micro-batch-size", p.micro_batch_size), ("--global-batch-size", p.global_batch_size)]
+    if p.dtype in ("bf16", "fp16"):
+        flags.append((f"--{p.dtype}", None))
+    flags.append(("--optimizer", x.optimizer))
+    if x.grad_dtype == "fp32":
+        flags.append(("--accumulate-allreduce-grads-in-fp32", None))
+    return flags
+
+
+def check(inp: ExportInput) -> None:
+    p = inp.plan
+    if p.dtype not in ("bf16", "fp16", "fp32"):
+        raise refuse(TITLE, f"Megatron-LM trains in bf16, fp16 or fp32, not {p.dtype}", "dtype", p.dtype)
+    if p.ep > 1 and p.dtype == "fp16":
+        raise refuse(TITLE, "Megatron-LM does not support expert parallelism with fp16", "ep", p.ep)
+
+
+def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
+    """Every Megatron-LM flag of the export (checked against the pinned table by the tests)."""
+    check(inp)
+    par, notes = parallel_flags(inp)
+    return par + model_flags(inp.model, inp.plan, inp.extras.flash_attention) + training_flags(inp), notes
+
+
+def _environment(p: PlanSettings) -> str:
+    if (p.tp > 1 or p.cp > 1) and p.zero < 2:
+        return ("# tp or cp > 1: Megatron-LM asserts one CUDA connection (before Blackwell) so that\n"
+                "# communication kernels are queued in order with compute\n"
+                "export CUDA_DEVICE_MAX_CONNECTIONS=1\n")
+    return ""
+
+
+def export(inp: ExportInput) -> Export:
+    p, m = inp.plan, inp.model
+    check(inp)
+    par, notes = parallel_flags(inp)
+    script = "pretrain_gpt.py" if m.causal else "pretrain_bert.py"
+    data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
+    text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
+            + "set -euo pipefail\n" + _environment(p) + torchrun_prologue(inp, 6000)
+            + 'MEGATRON_LM="${MEGATRON_LM:-/workspace/Megatron-LM}"\n\n'
+            + bash_array("PARALLEL_ARGS", flag_pairs(par), "parallelism, as nestplan costed it")
+            + bash_array("MODEL_ARGS", flag_pairs(model_flags(m, p, inp.extras.flash_attention)),
+                         f"model shape of {m.name}")
+            + bash_array("TRAINING_ARGS", flag_pairs(training_flags(inp)), "batch, precision, optimizer")
+            + bash_array("DATA_ARGS", flag_pairs(data) + ['--train-iters "${TRAIN_ITERS:-100}"',
+                                                          '--lr "${LR:-1.0e-4}"'],
+                         "yours to replace: tokenizer, data, schedule (mock data runs as is)")
+            + f'\n"${{TORCHRUN[@]}}" "$MEGATRON_LM/{script}" "${{PARALLEL_ARGS[@]}}" "${{MODEL_ARGS[@]}}" \\\n'
+            + '    "${TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" "$@"\n')
+    return Export(NAME, (ExportFile("launch_megatron.sh", text, executable=True),), tuple(notes))

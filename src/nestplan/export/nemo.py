@@ -1,0 +1,85 @@
+"""NeMo 2 / Megatron-Bridge: Hydra-style recipe overrides (``section.field=value``) for the plan.
+
+Keys are field names of Megatron-Bridge 0.3.1's ConfigContainer (``megatron_bridge_keys.txt``; a
+test checks every emitted key). Megatron-Bridge runs Megatron-core, so parallelism, recomputation
+and rank order follow the Megatron-LM exporter; the overrides go on top of a recipe for the model.
+"""
+
+from __future__ import annotations
+
+from nestplan.export import megatron
+from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFile, bash_array, choose_order,
+                                    header, rank_order_note, sbatch_lines, torchrun_prologue)
+from nestplan.export.plan import ExportInput, PlanSettings
+from nestplan.strategy.enums import Recompute
+
+NAME = "nemo"
+TITLE = "NeMo / Megatron-Bridge"
+PIN = "Megatron-Bridge 0.3.1 ConfigContainer override keys"
+
+
+def _value(v: object) -> str:
+    return "true" if v is True else "false" if v is False else "null" if v is None else str(v)
+
+
+def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
+    """(key, value) overrides and the notes."""
+    p = inp.plan
+    megatron.check(inp)
+    order = choose_order(p, [STAGE_MAJOR, REPLICA_MAJOR])
+    notes = [n for n in [rank_order_note(TITLE, inp, order)] if n]
+    out: list[tuple[str, object]] = [
+        ("model.tensor_model_parallel_size", p.tp), ("model.pipeline_model_parallel_size", p.pp),
+        ("model.context_parallel_size", p.cp), ("model.sequence_parallel", p.sp),
+        ("model.expert_model_parallel_size", p.ep), ("model.seq_length", p.seq_len),
+        ("train.global_batch_size", p.global_batch_size), ("train.micro_batch_size", p.micro_batch_size),
+        ("mixed_precision", f"{p.dtype}_mixed" if p.dtype in ("bf16", "fp16") else None)]
+    if p.ep > 1:
+        out.append(("model.expert_tensor_parallel_size", p.tp))
+    if p.virtual_stages > 1:
+        out.append(("model.virtual_pipeline_model_parallel_size", p.virtual_stages))
+    n = p.layers_per_stage
+    if len(set(n)) > 1:
+        if p.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
+            out += [("model.num_layers_in_first_pipeline_stage", n[0]),
+                    ("model.num_layers_in_last_pipeline_stage", n[-1])]
+        else:
+            out.append(("model.pipeline_model_parallel_layout", megatron.layout(p)))
+    out += _recompute(p) + _zero(p, notes)
+    if order == REPLICA_MAJOR and order != STAGE_MAJOR:
+        notes.append("Megatron-core's tp-cp-ep-pp-dp order is its use_tp_pp_dp_mapping switch, which "
+                     "Megatron-Bridge sets from the parallel state; pass it where your launcher allows")
+    return out, notes
+
+
+def _recompute(p: PlanSettings) -> list[tuple[str, object]]:
+    if p.recompute is Recompute.FULL:
+        return [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
+                ("model.recompute_num_layers", 1)]
+    if p.recompute is Recompute.SELECTIVE:
+        return [("model.recompute_granularity", "selective")]
+    return [("model.recompute_granularity", None)]
+
+
+def _zero(p: PlanSettings, notes: list[str]) -> list[tuple[str, object]]:
+    if p.zero == 0:
+        return [("ddp.use_distributed_optimizer", False), ("optimizer.use_distributed_optimizer", False)]
+    if p.zero == 1:
+        return [("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True),
+                ("ddp.overlap_grad_reduce", True), ("ddp.overlap_param_gather", True)]
+    notes.append(f"ZeRO {p.zero} runs as Megatron-FSDP")
+    strategy = "optim_grads" if p.zero == 2 else "optim_grads_params"
+    return [("ddp.use_megatron_fsdp", True), ("ddp.data_parallel_sharding_strategy", strategy),
+            ("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True)]
+
+
+def export(inp: ExportInput) -> Export:
+    items, notes = overrides(inp)
+    lines = [f"{k}={_value(v)}" for k, v in items]
+    text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes) + "set -euo pipefail\n"
+            + torchrun_prologue(inp, 29500)
+            + 'RECIPE_SCRIPT="${RECIPE_SCRIPT:-run_recipe.py}"   # your Megatron-Bridge recipe entry point\n\n'
+            + bash_array("OVERRIDES", lines, "on top of the model's recipe, as nestplan costed them")
+            + '\n"${TORCHRUN[@]}" "$RECIPE_SCRIPT" "${OVERRIDES[@]}" "$@"\n')
+    return Export(NAME, (ExportFile("launch_nemo.sh", text, executable=True),
+                         ExportFile("nemo_overrides.txt", "\n".join(lines) + "\n")), tuple(notes))
