@@ -222,3 +222,27 @@ def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
     result = export(key, inp)
     return result.write(out_dir), result
 
+
+def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2) -> tuple[Any, list[dict[str, Any]]]:
+    """Trace a model's Hugging Face config (needs the [trace] extra) and compare each traced block
+    with the closed-form formulas: (TraceResult, rows of traced and closed-form figures)."""
+    import json as _json
+
+    from nestplan.catalog import entry_path
+    from nestplan.model.layers import Recomputation, Shard, block_activation_bytes, block_model_flops
+    from nestplan.model.trace import trace_config
+
+    spec = resolve_model(model)
+    text = str(model)
+    path = Path(text) if (text.endswith(".json") or "/" in text) else entry_path("model", text)
+    config = _json.loads(path.read_text())
+    s = seq_len or min(default_seq_len(spec), 2048)
+    result = trace_config(config, seq_len=s, layers=layers)
+    rows = []
+    for b in result.blocks:
+        flops = 3 * block_model_flops(spec, b.index, s, s)
+        saved = block_activation_bytes(spec, b.index, Shard(seq_len=s), Recomputation.NONE)
+        rows.append({"block": b.index, "moe": spec.is_moe_layer(b.index), "traced_flops": b.flops,
+                     "closed_flops": flops, "traced_saved_bytes": b.saved_bytes, "closed_saved_bytes": saved})
+    return result, rows
+

@@ -102,8 +102,12 @@ def plan_command(
     plot: Optional[Path] = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
     export: Optional[str] = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or nemo"),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
+    trace: bool = typer.Option(False, "--trace", help="first check the model's formulas against its traced "
+                                                       "PyTorch graph (extra [trace])"),
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
+    if trace:
+        _print_trace(model, seq_len, Console(stderr=True))
     if export is not None:
         from nestplan.export import check_framework
         check_framework(export)
@@ -278,6 +282,29 @@ def export_command(
     for note in result.notes:
         Console(stderr=True).print(f"{framework}: note: {note}", markup=False)
     Console().print("wrote: " + ", ".join(str(p) for p in paths))
+
+
+@app.command("trace")
+def trace_command(
+    model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's context, at most 2048"),
+) -> None:
+    """Measure per-block FLOPs and saved activations from the PyTorch model (extra [trace])."""
+    _print_trace(model, seq_len, Console())
+
+
+def _print_trace(model: str, seq_len: Optional[int], console: Console) -> None:
+    from rich.table import Table
+
+    result, rows = api.trace(model, seq_len)
+    table = Table(title=f"{result.model_type}: {result.tokens} tokens, traced in {result.seconds:.1f} s")
+    for col in ("block", "traced GFLOP", "closed form GFLOP", "traced MiB saved", "closed form MiB saved"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(f"{r['block']}{' (MoE)' if r['moe'] else ''}", f"{r['traced_flops'] / 1e9:,.1f}",
+                      f"{r['closed_flops'] / 1e9:,.1f}", f"{r['traced_saved_bytes'] / 2**20:,.1f}",
+                      f"{r['closed_saved_bytes'] / 2**20:,.1f}")
+    console.print(table)
 
 
 @app.command("sweep")
