@@ -246,3 +246,13 @@ def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2) -
                      "closed_flops": flops, "traced_saved_bytes": b.saved_bytes, "closed_saved_bytes": saved})
     return result, rows
 
+
+def calibrate(model: ModelSpec, rows: Sequence[Mapping[str, Any]]) -> ModelSpec:
+    """The model with the traced/closed-form ratios of its blocks (``trace``'s rows, averaged) as
+    the cost model's block compute and activation scales."""
+    from dataclasses import replace as _replace
+
+    flops = sum(r["traced_flops"] for r in rows) / sum(r["closed_flops"] for r in rows)
+    saved = sum(r["traced_saved_bytes"] for r in rows) / sum(r["closed_saved_bytes"] for r in rows)
+    return _replace(model, traced_flops_scale=flops, traced_activation_scale=saved)
+

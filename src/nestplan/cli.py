@@ -102,16 +102,19 @@ def plan_command(
     plot: Optional[Path] = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
     export: Optional[str] = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or nemo"),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
-    trace: bool = typer.Option(False, "--trace", help="first check the model's formulas against its traced "
-                                                       "PyTorch graph (extra [trace])"),
+    trace: bool = typer.Option(False, "--trace", help="calibrate the model's block FLOPs and activations on its "
+                                                       "traced PyTorch graph first (extra [trace])"),
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
-    if trace:
-        _print_trace(model, seq_len, Console(stderr=True))
+    rows = _print_trace(model, seq_len, Console(stderr=True)) if trace else None
     if export is not None:
         from nestplan.export import check_framework
         check_framework(export)
     spec = api.resolve_model(model)
+    if rows:
+        spec = api.calibrate(spec, rows)
+        Console(stderr=True).print(f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "
+                                   f"activations x {spec.traced_activation_scale:.4f} of the formulas")
     for name, value in (("--devices", devices), ("--global-batch-size", global_batch_size), ("--seq-len", seq_len)):
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value}", field=name, value=value, limit=">= 1")
@@ -293,7 +296,7 @@ def trace_command(
     _print_trace(model, seq_len, Console())
 
 
-def _print_trace(model: str, seq_len: Optional[int], console: Console) -> None:
+def _print_trace(model: str, seq_len: Optional[int], console: Console) -> list:
     from rich.table import Table
 
     result, rows = api.trace(model, seq_len)
@@ -305,6 +308,7 @@ def _print_trace(model: str, seq_len: Optional[int], console: Console) -> None:
                       f"{r['closed_flops'] / 1e9:,.1f}", f"{r['traced_saved_bytes'] / 2**20:,.1f}",
                       f"{r['closed_saved_bytes'] / 2**20:,.1f}")
     console.print(table)
+    return rows
 
 
 @app.command("sweep")

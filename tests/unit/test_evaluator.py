@@ -100,3 +100,22 @@ def test_mfu_is_a_fraction() -> None:
     p = _eval(tp=2, pp=2, dp=4)
     assert 0.05 < p.mfu < 0.8
     assert p.hardware_tflops_per_device >= p.model_tflops_per_device
+
+
+def test_traced_scales_scale_block_compute_and_activations() -> None:
+    """A model calibrated by a trace (api.calibrate) scales block compute and activation memory."""
+    from dataclasses import replace
+
+    from nestplan import api
+    from nestplan.job import Job
+    from nestplan.strategy.dims import ParallelDims
+
+    model = api.resolve_model("llama2-7b")
+    dims, job = ParallelDims(tp=2, pp=2, dp=2, sp=True), Job(global_batch_size=16, seq_len=2048)
+    base = api.evaluate(model, "dgx-a100", dims, job)
+    rows = [{"traced_flops": 2.0, "closed_flops": 1.0, "traced_saved_bytes": 3.0, "closed_saved_bytes": 2.0}]
+    scaled = api.evaluate(api.calibrate(model, rows), "dgx-a100", dims, job)
+    assert api.calibrate(model, rows) == replace(model, traced_flops_scale=2.0, traced_activation_scale=1.5)
+    for a, b in zip(base.stages, scaled.stages):
+        assert b.memory_bytes["activations"] > 1.4 * a.memory_bytes["activations"]
+        assert b.components_s["forward_compute"] > 1.9 * a.components_s["forward_compute"]

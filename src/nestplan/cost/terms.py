@@ -84,17 +84,18 @@ def _block(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapp
                                        params.expert * job.grad_bytes)
         zero_f, zero_b = max(0.0, zf + ef - t.forward), max(0.0, zb + eb - t.backward)
     rc = L.Recomputation(dims.recompute.value)
-    full = L.block_activation_bytes(model, layer, shard, L.Recomputation.NONE)
+    fs, acts = model.traced_flops_scale, model.traced_activation_scale   # 1 unless a trace calibrated them
+    full = acts * L.block_activation_bytes(model, layer, shard, L.Recomputation.NONE)
     transient = full if dims.recompute is Recompute.FULL else 0.0
     if dims.zero is ZeroStage.PARAMETERS:
         transient += 2 * params.total * job.dtype_bytes   # the gathered layer and the prefetched next one
     return NodeTerms(
         components=_components(
-            forward_compute=t.forward, backward_compute=t.backward, recompute=redo,
+            forward_compute=fs * t.forward, backward_compute=fs * t.backward, recompute=fs * redo,
             tp_comm=c.tp_forward + c.tp_backward, cp_comm=c.cp_forward + c.cp_backward,
             ep_comm=c.ep_forward + c.ep_backward, zero_comm=zero_f + zero_b),
-        params=params, activations=L.block_activation_bytes(model, layer, shard, rc),
-        forward=t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f, transient=transient)
+        params=params, activations=acts * L.block_activation_bytes(model, layer, shard, rc),
+        forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f, transient=transient)
 
 
 def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:

@@ -39,6 +39,10 @@ class ModelSpec:
     shared_expert_ffn_hidden_size: int = 0
     moe_layers: tuple[int, ...] = field(default_factory=tuple)
     type_vocab_size: int = 0           # bert token-type embeddings
+    # measured / closed-form ratios of a block's FLOPs and saved bytes (``nestplan plan --trace``);
+    # the cost model scales block compute and activation memory by them (1: the formulas as they are)
+    traced_flops_scale: float = 1.0
+    traced_activation_scale: float = 1.0
 
     @property
     def is_moe(self) -> bool:
