@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import run_cli
 
 from nestplan import api
-from nestplan.export import build_input, deepspeed, megatron, nemo, torchtitan
+from nestplan.export import build_input, megatron, nemo, torchtitan
 from nestplan.job import Job
 from nestplan.strategy.dims import ParallelDims
 

@@ -99,6 +99,6 @@ def export(inp: ExportInput) -> Export:
             + torchrun_prologue(inp, 29500)
             + 'MODULE="${TT_MODULE:-llama3}"\nCONFIG="${TT_CONFIG:-llama3_8b}"\n\n'
             + bash_array("PARALLEL_ARGS", flag_pairs(flags), "parallelism and batch, as nestplan costed them")
-            + f'\n"${{TORCHRUN[@]}}" -m torchtitan.train --module "$MODULE" --config "$CONFIG" \\\n'
+            + '\n"${TORCHRUN[@]}" -m torchtitan.train --module "$MODULE" --config "$CONFIG" \\\n'
             + f'    "${{PARALLEL_ARGS[@]}}" "$@" {ckpt}\n')
     return Export(NAME, (ExportFile("launch_torchtitan.sh", text, executable=True),), tuple(notes))

@@ -20,7 +20,7 @@ COLUMNS = ("key", "model", "cluster", "label", "accelerator", "overrides", "devi
 RESULT_FIELDS = ("status", "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu", "peak_memory_GiB",
                  "plan", "details", "error")   # what a case produces (solve time and finish time aside)
 
-SCHEMA = f"""CREATE TABLE IF NOT EXISTS results (
+SCHEMA = """CREATE TABLE IF NOT EXISTS results (
     key TEXT PRIMARY KEY, model TEXT, cluster TEXT, label TEXT, accelerator TEXT, overrides TEXT, devices INTEGER,
     global_batch_size INTEGER, seq_len INTEGER, hbm_GiB REAL, status TEXT, tokens_per_s REAL,
     tokens_per_s_per_device REAL, step_time_s REAL, mfu REAL, peak_memory_GiB REAL, plan TEXT, details TEXT, error TEXT,
