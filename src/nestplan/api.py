@@ -199,7 +199,7 @@ def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
     framework's rank order differs from the one costed, the export quotes nestplan's prediction
     under the framework's order too. Returns (paths written, the Export with its notes)."""
     from nestplan import __version__
-    from nestplan.export import FRAMEWORK_ORDERS, build_input, check_framework, export
+    from nestplan.export import build_input, check_framework, export, framework_orders
     from nestplan.export.common import choose_order
     from nestplan.export.plan import check_schema, read_plan
 
@@ -208,7 +208,7 @@ def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
     spec = resolve_model(model or str(plan.get("model")))
     settings = read_plan(plan)
     cl = resolve_cluster(cluster or str(plan.get("cluster")), settings.devices)
-    order = choose_order(settings, FRAMEWORK_ORDERS[key])
+    order = choose_order(settings, framework_orders(key, settings))
     alternative = None
     if order != settings.axis_order:
         dims = ParallelDims(tp=settings.tp, pp=settings.pp, dp=settings.dp, cp=settings.cp, ep=settings.ep,

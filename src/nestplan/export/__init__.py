@@ -14,13 +14,18 @@ from typing import Any, Mapping
 from nestplan.errors import ConfigError
 from nestplan.export import deepspeed, megatron, nemo, torchtitan
 from nestplan.export.common import Export
-from nestplan.export.plan import ExportInput, JobExtras, check_model, read_plan
+from nestplan.export.plan import ExportInput, JobExtras, PlanSettings, check_model, read_plan
 from nestplan.model.spec import ModelSpec
 
 EXPORTERS = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
 FRAMEWORKS = tuple(EXPORTERS)
-FRAMEWORK_ORDERS = {"megatron": list(megatron.ORDERS), "nemo": list(megatron.ORDERS),
-                    "torchtitan": [torchtitan.STAGE_MAJOR], "deepspeed": [deepspeed.STAGE_MAJOR]}
+
+
+def framework_orders(framework: str, plan: PlanSettings) -> list[tuple[str, ...]]:
+    """The rank orders (fastest axis first) the framework can run this plan with, its default first."""
+    if framework in ("megatron", "nemo"):
+        return megatron.orders(plan)
+    return [torchtitan.STAGE_MAJOR if framework == "torchtitan" else deepspeed.STAGE_MAJOR]
 
 
 def check_framework(name: str) -> str:

@@ -110,6 +110,36 @@ def rank_order_note(framework: str, inp: ExportInput, used: Sequence[str]) -> st
     return note + f" (nestplan evaluate ... --axis-order {','.join(used)})"
 
 
+def expert_group_note(framework: str, inp: ExportInput, stride: int, size: int, with_tp: bool = False) -> str | None:
+    """A note when the framework's expert-parallel group (``size`` ranks ``stride`` apart) is not the
+    set of ranks nestplan costed: ep ranks spaced by the degrees of the axes ordered before ep (each
+    with its tp ranks when ``with_tp``: a framework whose expert parallelism absorbs tp). Names the
+    network level each spans: the expert all-to-all's cost depends on that level."""
+    p = inp.plan
+    costed = 1
+    for axis in p.axis_order[:p.axis_order.index("ep")]:
+        costed *= getattr(p, axis)
+    inner = p.tp if with_tp else 1
+    ours = sorted(t + k * costed for t in range(inner) for k in range(p.ep))
+    theirs = [k * stride for k in range(size)]
+    if p.ep == 1 or ours == theirs:
+        return None
+    level_ours, level_theirs = _level(inp, ours[-1] + 1), _level(inp, theirs[-1] + 1)
+    same = ("the same level, so the all-to-all costs what nestplan costed" if level_ours == level_theirs else
+            "another level: the expert all-to-all will not cost what nestplan costed")
+    tp = f", each with its {p.tp} tp ranks" if with_tp and p.tp > 1 else ""
+    return (f"{framework}'s expert-parallel group is {size} ranks {stride} apart (within a {level_theirs}); nestplan "
+            f"costed ep {p.ep} ranks {costed} apart{tp} (within a {level_ours}): {same}")
+
+
+def _level(inp: ExportInput, span: int) -> str:
+    """The innermost network level whose unit holds ``span`` consecutive ranks (from an aligned start)."""
+    for name, unit in zip(inp.level_names, inp.level_unit_devices):
+        if unit >= span:
+            return name
+    return inp.level_names[-1]
+
+
 def _equivalent(p: PlanSettings, a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     """Two orders give the same rank grid when they agree after dropping axes of degree 1."""
     keep = [axis for axis in a if getattr(p, axis) > 1]

@@ -88,7 +88,8 @@ def export(inp: ExportInput) -> Export:
     text = json.dumps(config(p), indent=2) + "\n"
     launch = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
               + "set -euo pipefail\n"
-              + f"# {inp.nodes} nodes x {inp.devices_per_node} GPUs; list them in a hostfile for the deepspeed launcher\n"
+              + f"# {inp.nodes} nodes x {inp.devices_per_node} GPUs; list them in a hostfile for the "
+              + "deepspeed launcher\n"
               + f'deepspeed --num_nodes {inp.nodes} --num_gpus {inp.devices_per_node} '
               + '"${TRAIN_SCRIPT:-train.py}" --deepspeed --deepspeed_config ds_config.json "$@"\n')
     return Export(NAME, (ExportFile("ds_config.json", text), ExportFile("launch_deepspeed.sh", launch, True)),

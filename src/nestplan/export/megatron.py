@@ -10,7 +10,8 @@ Expert parallelism is carved out of data parallelism in both, as in nestplan.
 from __future__ import annotations
 
 from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFile, bash_array, choose_order,
-                                    flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
+                                    expert_group_note, flag_pairs, header, rank_order_note, refuse, sbatch_lines,
+                                    torchrun_prologue)
 from nestplan.export.plan import ExportInput, PlanSettings
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.enums import Recompute, Schedule
@@ -20,6 +21,16 @@ TITLE = "Megatron-LM"
 PIN = "flags of NVIDIA/Megatron-LM megatron/training/arguments.py at commit 000c4ac2"
 ORDERS = {STAGE_MAJOR: (), REPLICA_MAJOR: (("--use-tp-pp-dp-mapping", None),)}
 Flags = list[tuple[str, object]]
+
+
+def orders(p: PlanSettings) -> list[tuple[str, ...]]:
+    """The rank orders Megatron-core can run for this plan. Its expert layers use their own grid
+    (etp-ep-edp-pp) under the same order, and outside a pp-last order with pp > 1 it requires the
+    expert and dense data-parallel sizes equal (cp x dp = dp x ep here), so tp-cp-ep-pp-dp needs
+    ep = cp when ep > 1 (megatron/core/parallel_state.py, initialize_model_parallel)."""
+    if p.ep > 1 and p.pp > 1 and p.cp != p.ep:
+        return [STAGE_MAJOR]
+    return list(ORDERS)
 
 
 def _pipeline_split(p: PlanSettings) -> tuple[Flags, list[str]]:
@@ -57,7 +68,8 @@ def _zero(p: PlanSettings) -> tuple[Flags, list[str]]:
     note = (f"ZeRO {p.zero} runs as Megatron-FSDP (--data-parallel-sharding-strategy {strategy}), which needs "
             "--ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS other than 1")
     return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
-            ("--ckpt-format", "fsdp_dtensor"), ("--overlap-grad-reduce", None), ("--overlap-param-gather", None)], [note]
+            ("--ckpt-format", "fsdp_dtensor"), ("--overlap-grad-reduce", None),
+            ("--overlap-param-gather", None)], [note]
 
 
 def _recompute(p: PlanSettings) -> Flags:
@@ -71,10 +83,13 @@ def _recompute(p: PlanSettings) -> Flags:
 
 def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     p = inp.plan
-    order = choose_order(p, list(ORDERS))
+    order = choose_order(p, orders(p))
     flags: Flags = [("--tensor-model-parallel-size", p.tp), ("--pipeline-model-parallel-size", p.pp),
                     ("--context-parallel-size", p.cp)]
     notes = [n for n in [rank_order_note(TITLE, inp, order)] if n]
+    if notes and len(orders(p)) < len(ORDERS):
+        notes[0] += (f"; Megatron-core's --use-tp-pp-dp-mapping needs ep = cp with experts and pp > 1 "
+                     f"(here ep {p.ep}, cp {p.cp})")
     flags += list(ORDERS[order])
     if p.sp:
         flags.append(("--sequence-parallel", None))
@@ -82,12 +97,19 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
         flags.append(("--cp-comm-type", "p2p"))   # the ring exchange nestplan costs
     if p.ep > 1:
         flags += [("--expert-model-parallel-size", p.ep), ("--expert-tensor-parallel-size", p.tp)]
+        notes += [n for n in [expert_note(inp)] if n]
     split, split_notes = _pipeline_split(p)
     zero, zero_notes = _zero(p)
     if p.schedule is Schedule.GPIPE and p.pp > 1:
         notes.append("Megatron-LM has no GPipe schedule; it runs 1F1B, with the same bubble and no more "
                      "activation memory than the GPipe schedule nestplan costed")
     return flags + split + zero + _recompute(p), notes + split_notes + zero_notes
+
+
+def expert_note(inp: ExportInput) -> str | None:
+    """Megatron-core lays expert layers out on their own grid, etp-ep-edp-pp (cp folded into ep and
+    edp): with etp = tp its expert-parallel groups are ep ranks tp apart."""
+    return expert_group_note("Megatron-core", inp, inp.plan.tp, inp.plan.ep)
 
 
 def model_flags(m: ModelSpec, p: PlanSettings, flash: bool) -> Flags:

@@ -155,7 +155,8 @@ def read_plan(data: Mapping[str, Any]) -> PlanSettings:
         micro_batch_size=ints["micro_batch_size"], num_microbatches=ints["num_microbatches"],
         schedule=_choice(Schedule, _field(par, "schedule", "parallel."), "parallel.schedule"),
         virtual_stages=ints["virtual_stages"], layers_per_stage=tuple(layers), axis_order=order,
-        step_time_s=_float(pred, "step_time_s", "prediction."), tokens_per_s=_float(pred, "tokens_per_s", "prediction."),
+        step_time_s=_float(pred, "step_time_s", "prediction."),
+        tokens_per_s=_float(pred, "tokens_per_s", "prediction."),
         mfu=_float(pred, "mfu", "prediction."),
         peak_memory_bytes=_float(pred, "peak_memory_bytes_per_device", "prediction."),
         memory_capacity_bytes=_float(pred, "memory_capacity_bytes", "prediction."))

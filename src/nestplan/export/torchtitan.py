@@ -3,15 +3,16 @@ checkpoint policy) for ``torchrun -m torchtitan.train``, with a torchrun/SLURM h
 
 Flag names are those of torchtitan 0.3.0's own parser (``torchtitan_flags.txt``; a test checks
 every emitted flag). torchtitan's device mesh is pp, dp_replicate, dp_shard, cp, tp (slowest
-first), i.e. tp-cp-ep-dp-pp fastest first, expert parallelism borrowed from dp_shard x cp.
+first), i.e. tp-cp-ep-dp-pp fastest first; expert parallelism borrows ranks from tp, cp and dp_shard (its
+expert mesh is pp, dp_replicate, efsdp, ep with ep fastest: efsdp = dp_shard x cp x tp / ep).
 ZeRO maps onto FSDP2: ZeRO 0 replicates (DDP), ZeRO 3 shards parameters and reshards after
 forward, ZeRO 1 and 2 shard without resharding (FSDP2 has no optimizer-only sharding).
 """
 
 from __future__ import annotations
 
-from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, flag_pairs, header,
-                                    rank_order_note, sbatch_lines, torchrun_prologue)
+from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, expert_group_note, flag_pairs,
+                                    header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
 from nestplan.export.plan import ExportInput, PlanSettings
 from nestplan.strategy.enums import Recompute, Schedule
 
@@ -20,6 +21,8 @@ TITLE = "torchtitan"
 PIN = "torchtitan 0.3.0 command-line flags"
 SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.GPIPE: "GPipe", Schedule.INTERLEAVED: "Interleaved1F1B"}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+MODEL_CONFIGS = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
+                 "llama3.1-405b": ("llama3", "llama3_405b")}   # torchtitan/models/llama3/config_registry.py
 Flags = list[tuple[str, object]]
 
 
@@ -41,24 +44,57 @@ def _data_parallel(p: PlanSettings) -> tuple[Flags, list[str]]:
             ("--parallelism.fsdp-reshard-after-forward", reshard)], notes
 
 
+def titan_split(num_layers: int, stages: int, first_less: int, last_less: int) -> list[int] | None:
+    """Transformer layers per (virtual) stage as torchtitan 0.3.0 splits them
+    (``generate_llm_fqn_per_model_part``): num_layers + first_less + last_less effective layers
+    spread evenly, the remainder one each to the first stages, the first stage giving up
+    ``first_less`` and the last ``last_less`` layers to the embedding and the head. None where
+    torchtitan refuses the numbers."""
+    effective = num_layers + first_less + last_less
+    per, extra = divmod(effective, stages)
+    if stages > effective or per == 0 or first_less > per or last_less > per:
+        return None
+    counts = [per + (1 if k < extra else 0) for k in range(stages)]
+    counts[0] -= first_less
+    counts[-1] -= last_less
+    return counts
+
+
+def _stage_weights(target: list[int]) -> tuple[int, int] | None:
+    """The (first_less, last_less) for which torchtitan's split equals ``target``, if any."""
+    for first in range(max(target) + 1):
+        for last in range(max(target) + 1):
+            if titan_split(sum(target), len(target), first, last) == target:
+                return first, last
+    return None
+
+
 def _pipeline(p: PlanSettings) -> tuple[Flags, list[str]]:
     if p.pp == 1:
         return [("--parallelism.pipeline-parallel-degree", 1)], []
     flags: Flags = [("--parallelism.pipeline-parallel-degree", p.pp),
                     ("--parallelism.pipeline-parallel-schedule", SCHEDULES[p.schedule]),
                     ("--parallelism.pipeline-parallel-microbatch-size", p.micro_batch_size)]
-    n, notes = p.layers_per_stage, []
-    per_rank = max(n)
-    if p.virtual_stages > 1:
-        flags.append(("--parallelism.pipeline-parallel-layers-per-stage", per_rank // p.virtual_stages))
-    middle = n[1:-1]
-    if len(set(n)) > 1:
-        if len(set(middle)) <= 1 and n[0] <= per_rank and n[-1] <= per_rank and p.virtual_stages == 1:
-            flags += [("--parallelism.pipeline-parallel-first-stage-less-layers", per_rank - n[0]),
-                      ("--parallelism.pipeline-parallel-last-stage-less-layers", per_rank - n[-1])]
-        else:
-            notes.append(f"torchtitan splits layers evenly apart from the first and last stage; nestplan's split "
-                         f"{','.join(map(str, n))} needs --parallelism.module-fqns-per-model-part")
+    v = p.virtual_stages
+    target = [n // v for _ in range(v) for n in p.layers_per_stage]   # virtual stage i runs on rank i % pp
+    weights = _stage_weights(target)
+    if weights is None:   # the closest torchtitan split: even, the embedding and head counted as nothing
+        weights = (0, 0)
+        got = titan_split(sum(target), len(target), 0, 0) or []
+        notes = [f"torchtitan's split options cannot express nestplan's layers per stage {','.join(map(str, target))} "
+                 f"(it would run {','.join(map(str, got))}); give --parallelism.module-fqns-per-model-part "
+                 "explicitly for the costed split"]
+    else:
+        notes = []
+    if v > 1:   # torchtitan makes ceil(effective layers / layers-per-stage) stages, else 2 per rank
+        lps = max(target)
+        if -(-(sum(target) + sum(weights)) // lps) == len(target):
+            flags.append(("--parallelism.pipeline-parallel-layers-per-stage", lps))
+        elif v != 2:
+            raise refuse(TITLE, f"torchtitan derives the virtual stages from one layer count per stage and "
+                         f"cannot make {len(target)} stages of {','.join(map(str, target))}", "virtual_stages", v)
+    flags += [("--parallelism.pipeline-parallel-first-stage-less-layers", weights[0]),
+              ("--parallelism.pipeline-parallel-last-stage-less-layers", weights[1])]
     return flags, notes
 
 
@@ -72,32 +108,63 @@ def _checkpoint(p: PlanSettings) -> tuple[str, list[str]]:
     return "activation-checkpoint:none", []
 
 
+def _experts(inp: ExportInput) -> tuple[int, list[str]]:
+    """torchtitan's expert-parallel degree: its experts have no tensor parallelism (EP borrows the
+    tp ranks instead), so nestplan's experts split ep x tp ways become ep x tp whole-expert shards
+    (the same expert weights and FLOPs per device)."""
+    p, m = inp.plan, inp.model
+    if p.ep == 1:
+        return 1, []
+    degree = p.ep * p.tp
+    if m.num_experts % degree:
+        raise refuse(TITLE, f"torchtitan has no expert tensor parallelism; ep {p.ep} x tp {p.tp} = {degree} does not "
+                     f"divide the {m.num_experts} experts", "ep", p.ep, m.num_experts)
+    notes = [] if p.tp == 1 else [
+        f"torchtitan has no expert tensor parallelism: expert-parallel degree {degree} (ep {p.ep} x tp {p.tp}) "
+        f"holds the same expert weights per device as nestplan's {p.tp}-way tensor-parallel experts"]
+    group = expert_group_note(TITLE, inp, 1, degree, with_tp=True)   # torchtitan's ep is the fastest mesh axis
+    return degree, notes + ([group] if group else [])
+
+
 def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
     """Every torchtitan flag of the export, the checkpoint subcommand, and the notes."""
     p = inp.plan
     notes = [n for n in [rank_order_note(TITLE, inp, STAGE_MAJOR)] if n]
+    ep, ep_notes = _experts(inp)
     flags: Flags = [("--parallelism.tensor-parallel-degree", p.tp),
                     ("--parallelism.enable-sequence-parallel" if p.sp else "--parallelism.no-enable-sequence-parallel",
                      None),
-                    ("--parallelism.context-parallel-degree", p.cp), ("--parallelism.expert-parallel-degree", p.ep)]
+                    ("--parallelism.context-parallel-degree", p.cp), ("--parallelism.expert-parallel-degree", ep)]
     dp, dp_notes = _data_parallel(p)
     pipe, pipe_notes = _pipeline(p)
+    # with pp the local batch is one pipeline flush of num_microbatches; without, one microbatch per
+    # gradient-accumulation step (torchtitan: accumulation = global / (local x dp_replicate x dp_shard))
+    local = p.global_batch_size // p.batch_replicas if p.pp > 1 else p.micro_batch_size
     flags += dp + pipe + [("--training.global-batch-size", p.global_batch_size),
-                          ("--training.local-batch-size", p.global_batch_size // (p.dp * p.ep)),
+                          ("--training.local-batch-size", local),
                           ("--training.seq-len", p.seq_len),
                           ("--training.mixed-precision-param", DTYPES.get(p.dtype, "bfloat16"))]
     ckpt, ckpt_notes = _checkpoint(p)
-    return flags, ckpt, notes + dp_notes + pipe_notes + ckpt_notes
+    return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes
+
+
+def _model_config(name: str) -> tuple[str, str] | None:
+    """torchtitan 0.3.0's own --module/--config for a catalog model, where it ships one."""
+    return MODEL_CONFIGS.get(name)
 
 
 def export(inp: ExportInput) -> Export:
     flags, ckpt, notes = all_flags(inp)
     m = inp.model
-    notes.append(f"torchtitan builds its models from its own modules: pick the --module/--config matching "
-                 f"{m.name} ({m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads)")
+    known = _model_config(m.name)
+    if known is None:
+        notes.append(f"torchtitan 0.3.0 ships no config for {m.name}: set TT_MODULE/TT_CONFIG to a module and "
+                     f"config of its shape ({m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads"
+                     f"{f', {m.num_experts} experts' if m.is_moe else ''})")
+    module, config = known or ("llama3", "llama3_debugmodel")
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes) + "set -euo pipefail\n"
             + torchrun_prologue(inp, 29500)
-            + 'MODULE="${TT_MODULE:-llama3}"\nCONFIG="${TT_CONFIG:-llama3_8b}"\n\n'
+            + f'MODULE="${{TT_MODULE:-{module}}}"\nCONFIG="${{TT_CONFIG:-{config}}}"\n\n'
             + bash_array("PARALLEL_ARGS", flag_pairs(flags), "parallelism and batch, as nestplan costed them")
             + '\n"${TORCHRUN[@]}" -m torchtitan.train --module "$MODULE" --config "$CONFIG" \\\n'
             + f'    "${{PARALLEL_ARGS[@]}}" "$@" {ckpt}\n')

@@ -6,8 +6,9 @@ per-block figures do not depend on the depth), and run forward and backward on o
 - FLOPs: torch's FlopCounterMode per block (forward + backward), with eager attention, whose
   s x s matmuls the counter sees (CPU SDPA is one kernel it does not count).
 - Saved bytes: a saved-tensors hook records every tensor autograd keeps while a block runs (the
-  bytes it spans, a storage's overlapping views once; parameters excluded), with attention as one kernel that keeps q, k, v, the output and the log-sum-exp, as
-  flash attention does (registered as transformers attention implementation "nestplan_fused_attention").
+  bytes it spans, a storage's overlapping views once; parameters excluded), with attention as one
+  kernel that keeps q, k, v, the output and the log-sum-exp, as flash attention does (registered
+  as transformers attention implementation "nestplan_fused_attention").
 Three substitutions make the graph the one training frameworks run: RMSNorm as one kernel that
 keeps its input and 1/rms (Transformer Engine, Apex), the gated MLP's activation as one kernel
 that keeps its two inputs (Megatron-LM's fused SwiGLU), and the experts of a mixture as one GEMM
@@ -202,8 +203,10 @@ def _run(model, inputs: Mapping[str, Any], torch, fn, flops: bool, blocks: list 
                 saved[current[0]].setdefault(id(storage), set()).add((start, start + t.numel() * t.element_size()))
         return t
 
+    # one pass counts FLOPs, the other saved bytes: each without the other's overhead
     counter = FlopCounterMode(display=False, depth=None)
-    with counter, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    mode = counter if flops else torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+    with mode:
         out = model(**inputs)
         _loss(out, torch).backward()
     if not flops:
