@@ -256,3 +256,24 @@ def calibrate(model: ModelSpec, rows: Sequence[Mapping[str, Any]]) -> ModelSpec:
     saved = sum(r["traced_saved_bytes"] for r in rows) / sum(r["closed_saved_bytes"] for r in rows)
     return _replace(model, traced_flops_scale=flops, traced_activation_scale=saved)
 
+
+
+def nest_solve(source: str | Path | Mapping[str, Any], *, progress: Any = None) -> tuple[Any, dict[str, Any], Any]:
+    """The NEST authors' solver, drop-in: read their input (a ``dp_input.json`` path or its
+    parsed object), search with their cost semantics on nestplan's engine, re-cost their
+    baselines. Returns (the validated input, the output object in their schema, the
+    NestResult with the plan's costs and the search statistics)."""
+    from nestplan.compat.schema import parse_input, read_input
+    from nestplan.compat.solve import solve, to_output
+
+    inp = parse_input(source) if isinstance(source, Mapping) else read_input(source)
+    result = solve(inp, progress=progress)
+    return inp, to_output(inp, result), result
+
+
+def nest_explain(inp: Any, result: Any, *, model: str | None = None, cluster: str | None = None) -> list[str]:
+    """What the authors' unit mix hides in a nest_solve result, and nestplan's physical
+    prediction of the same plan when a catalog model and cluster are named."""
+    from nestplan.compat.explain import explain
+
+    return explain(inp, result, model=model, cluster=cluster)

@@ -346,6 +346,28 @@ def sweep_command(
                   f"({summary.failed} failed) in {summary.elapsed_s:.1f} s -> {summary.store}")
 
 
+@app.command("nest-solve")
+def nest_solve_command(
+    input_path: str = typer.Argument(..., metavar="INPUT.json", help="the NEST authors' solver input (dp_input.json)"),
+    output_path: Optional[str] = typer.Argument(None, metavar="[OUTPUT.json]", help="where to write their output schema"),
+    explain: bool = typer.Option(False, "--explain", help="take the time per batch apart; nestplan's own view"),
+    model: Optional[str] = typer.Option(None, "--model", help="with --explain: catalog model of the input"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="with --explain: catalog cluster of the input"),
+) -> None:
+    """Drop-in for the NEST authors' solver: their input, their cost semantics, their output."""
+    with _progress("groups") as step:
+        inp, out, result = api.nest_solve(input_path, progress=step)
+    text = json.dumps(out, indent=2)
+    if output_path:
+        Path(output_path).write_text(text + "\n")
+    else:
+        print(text)
+    if explain:
+        console = Console(stderr=output_path is None, highlight=False, soft_wrap=True)
+        for line in api.nest_explain(inp, result, model=model, cluster=cluster):
+            console.print(line, markup=False)
+
+
 @app.command("list")
 def list_items(kind: str = typer.Argument(..., help="models, accelerators or clusters")) -> None:
     """List the catalog's models, accelerators or clusters."""

@@ -32,7 +32,17 @@ def stage_cycles(tab, parts: tuple[int, ...]) -> np.ndarray:
 
 
 class SearchCostModel(Protocol):
-    """What the engine needs of a cost model (nestplan's physical one, or the NEST authors')."""
+    """What the engine needs of a cost model (nestplan's physical one, or the NEST authors').
+
+    ``tables(group)`` returns per-depth stage tables (search/physical.py's ``Tables``).
+    Optional generalisations, absent from the physical model: ``block_costs`` may be
+    (P, P, L) (a block's cost depends on the stage holding it); ``start_costs`` and
+    ``start_memory`` (P, P, L) add what a stage costs for the edge entering its first block;
+    a ``weight`` array (P,) replaces the pipeline's bottleneck multiplier m - 1 (inf for a
+    depth the group cannot take), so that depth p ranks by weight[p - 1] * bottleneck +
+    constant[p - 1] + extras (the NEST authors' (m + p - 1) * bottleneck, compat/model.py);
+    ``split_key`` lets groups with the same stage tables share one solve of every depth.
+    """
 
     num_blocks: int
 
@@ -67,6 +77,7 @@ class Engine:
     stats: SearchStats = field(default_factory=SearchStats)
     _heap: list = field(default_factory=list)   # max-heap by (proxy, arrival): entries negated
     _arrivals: int = 0
+    _split_cache: dict = field(default_factory=dict)
 
     @property
     def threshold(self) -> float:
@@ -81,14 +92,30 @@ class Engine:
             heapq.heapreplace(self._heap, item)
 
     def _splits(self, group, tab) -> tuple[np.ndarray, dict[int, Split]]:
+        """Bottleneck and split per depth; shared by groups whose tables name the same
+        ``split_key`` (stage tables that do not depend on what differs between them)."""
+        key = getattr(tab, "split_key", None)
+        if key is not None and key in self._split_cache:
+            return self._split_cache[key]
         n = self.model.num_blocks
         if tab.homogeneous:
-            return waterfill_bottlenecks(tab.alpha, tab.beta, tab.nmax, n), {}
+            result = waterfill_bottlenecks(tab.alpha, tab.beta, tab.nmax, n), {}
+        else:
+            result = self._dp_splits(group, tab)
+        if key is not None:
+            self._split_cache[key] = result
+        return result
+
+    def _dp_splits(self, group, tab) -> tuple[np.ndarray, dict[int, Split]]:
         taus = np.full(len(tab.constant), INFEASIBLE)
         found: dict[int, Split] = {}
+        start_costs, start_memory = getattr(tab, "start_costs", None), getattr(tab, "start_memory", None)
         for p in range(1, len(tab.constant) + 1):
-            split = dp_split(tab.block_costs, tab.alpha[p - 1, :p], self.model.block_memory(group, p),
-                             tab.mem_fixed[p - 1, :p], self.capacity_bytes)
+            costs = tab.block_costs if tab.block_costs.ndim == 1 else tab.block_costs[p - 1, :p]
+            split = dp_split(costs, tab.alpha[p - 1, :p], self.model.block_memory(group, p),
+                             tab.mem_fixed[p - 1, :p], self.capacity_bytes,
+                             None if start_costs is None else start_costs[p - 1, :p],
+                             None if start_memory is None else start_memory[p - 1, :p])
             if split is not None:
                 taus[p - 1], found[p] = split.bottleneck, split
         return taus, found
@@ -99,7 +126,11 @@ class Engine:
         tab = self.model.tables(group)
         taus, found = self._splits(group, tab)
         finite = np.isfinite(taus)
-        pipe = np.where(finite, (group.microbatches - 1) * np.where(finite, taus, 0.0) + tab.constant, INFEASIBLE)
+        weight = getattr(tab, "weight", None)
+        weight = group.microbatches - 1 if weight is None else weight   # inf: a depth the group cannot take
+        with np.errstate(invalid="ignore"):
+            pipe = np.where(finite & np.isfinite(weight), weight * np.where(finite, taus, 0.0) + tab.constant,
+                            INFEASIBLE)
         depths = len(pipe)
         self.stats.depths += depths
         feasible = np.isfinite(pipe)
@@ -112,7 +143,8 @@ class Engine:
                 self.stats.pruned_bound += int(feasible[order[rank:]].sum())
                 break
             p = int(p_idx) + 1
-            split = found.get(p) or waterfill_split(tab.alpha[p_idx, :p], tab.beta, tab.nmax[p_idx, :p],
+            beta = tab.beta if np.ndim(tab.beta) == 0 else tab.beta[p_idx, :p]
+            split = found.get(p) or waterfill_split(tab.alpha[p_idx, :p], beta, tab.nmax[p_idx, :p],
                                                     self.model.num_blocks, float(taus[p_idx]))
             total = float(pipe[p_idx]) + self.model.extras(group, split.parts)
             self.stats.candidates += 1

@@ -41,24 +41,43 @@ class Split:
 
 
 def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fixed: np.ndarray,
-             capacity: float) -> Split | None:
+             capacity: float, start_costs: np.ndarray | None = None,
+             start_memory: np.ndarray | None = None) -> Split | None:
     """Min-max split of blocks ``costs`` (L,) into ``len(alpha)`` stages of >= 1 block.
 
+    costs may also be (p, L): a block's cost when held by stage s (a cost model where a
+    stage's position changes what its blocks cost, e.g. no recomputation on the last stage).
     mem_layer: (p, L) memory of each block when held by stage s; mem_fixed: (p,).
+    start_costs, start_memory: optional (p, L), what stage s adds when its first block is
+    block j (a transfer, or a stash, whose size is that of the edge entering block j).
     O(p L^2) with NumPy over the (start, end) pairs of each stage.
     """
-    p, n_blocks = len(alpha), len(costs)
-    if p > n_blocks:
+    if len(alpha) > np.shape(costs)[-1]:
         return None
-    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    return dp_split_matrix(stage_cost_matrix(costs, alpha, mem_layer, mem_fixed, capacity, start_costs, start_memory))
+
+
+def stage_cost_matrix(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fixed: np.ndarray,
+                      capacity: float, start_costs: np.ndarray | None = None,
+                      start_memory: np.ndarray | None = None) -> np.ndarray:
+    """(p, L + 1, L + 1): cost of stage s holding blocks [j, e), inf where it breaks memory
+    or holds nothing (the arguments of dp_split)."""
+    costs = np.asarray(costs)
+    p, n_blocks = len(alpha), costs.shape[-1]
+    per_stage = costs.ndim == 2
+    prefix = np.concatenate([[0.0], np.cumsum(costs)]) if not per_stage else None
     start = np.arange(n_blocks + 1)[:, None]
     end = np.arange(n_blocks + 1)[None, :]
     stage_costs = np.empty((p, n_blocks + 1, n_blocks + 1))
     for s in range(p):
+        if per_stage:
+            prefix = np.concatenate([[0.0], np.cumsum(costs[s])])
         mem_prefix = np.concatenate([[0.0], np.cumsum(mem_layer[s])])
-        ok = (end > start) & (mem_fixed[s] + mem_prefix[end] - mem_prefix[start] <= capacity)
-        stage_costs[s] = np.where(ok, alpha[s] + prefix[end] - prefix[start], INFEASIBLE)
-    return dp_split_matrix(stage_costs)
+        extra_mem = 0.0 if start_memory is None else np.append(start_memory[s], 0.0)[:, None]
+        extra_cost = 0.0 if start_costs is None else np.append(start_costs[s], 0.0)[:, None]
+        ok = (end > start) & (mem_fixed[s] + extra_mem + mem_prefix[end] - mem_prefix[start] <= capacity)
+        stage_costs[s] = np.where(ok, alpha[s] + extra_cost + prefix[end] - prefix[start], INFEASIBLE)
+    return stage_costs
 
 
 def dp_split_matrix(stage_costs: np.ndarray) -> Split | None:
@@ -70,16 +89,7 @@ def dp_split_matrix(stage_costs: np.ndarray) -> Split | None:
     """
     p, n1, _ = stage_costs.shape
     n_blocks = n1 - 1
-    best = np.full(n1, INFEASIBLE)
-    best[n_blocks] = -INFEASIBLE               # nothing placed yet
-    choice = np.zeros((p, n1), dtype=np.int64)
-    rows = np.arange(n1)
-    for s in range(p - 1, -1, -1):
-        total = np.maximum(stage_costs[s], best[None, :])
-        choice[s] = np.argmin(total, axis=1)
-        best = total[rows, choice[s]]
-        if s > 0:
-            best[0] = INFEASIBLE               # only the first stage may start at block 0
+    best, choice = _backward(stage_costs, 0)
     if not np.isfinite(best[0]):
         return None
     parts, j = [], 0
@@ -91,21 +101,45 @@ def dp_split_matrix(stage_costs: np.ndarray) -> Split | None:
     return Split(tuple(parts), float(best[0]))
 
 
-def _counts(tau: np.ndarray, a: np.ndarray, beta: float, cap: np.ndarray) -> np.ndarray:
+def suffix_bottlenecks(stage_costs: np.ndarray) -> np.ndarray:
+    """best[j]: the smallest bottleneck of stages 1..p-1 holding blocks [j, L) (inf where none
+    fits), from which a caller can choose the first stage [0, j) by another criterion."""
+    return _backward(stage_costs, 1)[0]
+
+
+def _backward(stage_costs: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
+    """The backward recursion over stages p-1 .. last: best suffix bottleneck per start block."""
+    p, n1, _ = stage_costs.shape
+    best = np.full(n1, INFEASIBLE)
+    best[n1 - 1] = -INFEASIBLE                 # nothing placed yet
+    choice = np.zeros((p, n1), dtype=np.int64)
+    rows = np.arange(n1)
+    for s in range(p - 1, last - 1, -1):
+        total = np.maximum(stage_costs[s], best[None, :])
+        choice[s] = np.argmin(total, axis=1)
+        best = total[rows, choice[s]]
+        if s > 0:
+            best[0] = INFEASIBLE               # only the first stage may start at block 0
+    return best, choice
+
+
+def _counts(tau: np.ndarray, a: np.ndarray, beta, cap: np.ndarray) -> np.ndarray:
     """Blocks each stage can hold under bottleneck ``tau``: min(cap, floor((tau - alpha) / beta))."""
     fit = np.floor((tau[:, None] - a) / beta + 1e-9)
     return np.minimum(np.maximum(fit, 0.0), cap)
 
 
-def waterfill_bottlenecks(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: int) -> np.ndarray:
+def waterfill_bottlenecks(alpha: np.ndarray, beta, nmax: np.ndarray, n_blocks: int) -> np.ndarray:
     """Smallest bottleneck per row for identical blocks of cost ``beta``; inf where no split fits.
 
     alpha, nmax: (rows, width); a row is one pipeline (stages beyond its depth have
     nmax = 0). A stage holding n blocks costs alpha + n * beta and holds at most nmax
-    blocks; every real stage holds at least one. The bottleneck tau is feasible when
-    sum_s min(nmax_s, floor((tau - alpha_s) / beta)) >= L. Bisection narrows tau to an
-    interval shorter than beta, inside which every stage gains at most one block; the
-    exact answer is then the threshold at which the L-th block fits.
+    blocks; every real stage holds at least one. ``beta`` is one number, or (rows, width)
+    when a block's cost depends on the stage holding it (positive where the stage is real).
+    The bottleneck tau is feasible when sum_s min(nmax_s, floor((tau - alpha_s) / beta_s)) >= L.
+    Bisection narrows tau to an interval shorter than the smallest beta, inside which every
+    stage gains at most one block; the exact answer is then the threshold at which the L-th
+    block fits.
     """
     real = nmax > 0
     depth = real.sum(axis=1)
@@ -118,7 +152,8 @@ def waterfill_bottlenecks(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_bl
     hi = np.max(np.where(real, alpha + np.maximum(nmax, 1) * beta, -np.inf), axis=1)
     lo = np.where(feasible, lo, 0.0)
     hi = np.where(feasible, hi, 0.0)
-    while np.any(hi - lo > 0.5 * beta):
+    step = beta if np.ndim(beta) == 0 else np.min(np.where(real, beta, np.inf), axis=1, initial=np.inf)
+    while np.any(hi - lo > 0.5 * step):
         mid = 0.5 * (lo + hi)
         ok = _counts(mid, a, beta, cap).sum(axis=1) >= n_blocks
         hi = np.where(ok, mid, hi)
@@ -131,8 +166,9 @@ def waterfill_bottlenecks(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_bl
     return np.where(feasible, tau, INFEASIBLE)
 
 
-def waterfill_split(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: int, tau: float) -> Split:
-    """A split of one pipeline whose bottleneck is at most ``tau`` (from waterfill_bottlenecks)."""
+def waterfill_split(alpha: np.ndarray, beta, nmax: np.ndarray, n_blocks: int, tau: float) -> Split:
+    """A split of one pipeline whose bottleneck is at most ``tau`` (from waterfill_bottlenecks);
+    ``beta`` is one number or one per stage."""
     fit = np.floor((tau - alpha) / beta * (1 + 1e-12) + 1e-9)
     parts = np.clip(fit, 1, nmax).astype(np.int64)
     excess = int(parts.sum()) - n_blocks
