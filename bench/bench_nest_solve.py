@@ -44,7 +44,8 @@ def main() -> None:
         total, slowest = total + wall, max(slowest, wall)
         ref = row["reference_dp_wall_s_2core"]
         ref_text = "-" if ref is None else ", ".join("-" if x is None else f"{x:g}" for x in ref)
-        print(f"{row['case']:36s} {wall:10.3f} {ref_text:>24s} {out['finalTimePerBatch'] / row['finalTimePerBatch'] - 1:+18.2e}")
+        rel = out["finalTimePerBatch"] / row["finalTimePerBatch"] - 1
+        print(f"{row['case']:36s} {wall:10.3f} {ref_text:>24s} {rel:+18.2e}")
     print(f"{'all 17':36s} {total:10.3f}   (slowest {slowest:.3f} s)")
     raw = json.loads((CASES / "tpuv4_fatTree_gpt3_256_mbs1_seq" / "dp_input.json").read_text())
     raw["devices_per_level"], raw["maxDevices"] = [8, 4, 32], 1024

@@ -101,7 +101,8 @@ def physical(inp: NestInput, plan: NestPlan, model: str | None, cluster: str | N
         return f"nestplan's physical model cannot run this plan: {exc}"
     peak, limit = pred.peak_memory_bytes_per_device, pred.memory_capacity_bytes
     fit = "" if peak <= limit else f" (does not fit: {limit / 2 ** 30:.0f} GiB devices)"
-    comm = sum(pred.breakdown_s.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "zero_comm", "pp_comm", "dp_sync"))
+    comm_terms = ("tp_comm", "cp_comm", "ep_comm", "zero_comm", "pp_comm", "dp_sync")
+    comm = sum(pred.breakdown_s.get(k, 0.0) for k in comm_terms)
     return (f"nestplan's physical model ({spec.name} on {cluster}, {inp.max_devices} devices): step "
             f"{pred.step_time_s:.4g} s for 4096 samples, {pred.tokens_per_s:,.0f} tokens/s, MFU {100 * pred.mfu:.1f}%, "
             f"communication and sync {100 * comm / pred.step_time_s:.1f}% of the step, peak memory "

@@ -136,7 +136,8 @@ class NestCostModel:
             return self._chains[width]
         g: NestGraph = self.inp.graph(width)
         nodes = (g.embedding,) + g.layers
-        return self._chains.setdefault(width, {"fw": np.array([x.fw for x in nodes]), "bw": np.array([x.bw for x in nodes]),
+        return self._chains.setdefault(width, {
+                "fw": np.array([x.fw for x in nodes]), "bw": np.array([x.bw for x in nodes]),
                 "params": np.array([x.param_bytes for x in nodes]),
                 "act": np.array([x.activation_bytes for x in nodes]),
                 "entering": np.array((0.0,) + g.entering_bytes)})

@@ -75,7 +75,8 @@ def evaluate(model: NestCostModel, width: int, replicas: int, parts: tuple[int, 
             load = float(tab.block_costs[stages - 1, s, lo:hi].sum())
         move = 0.0
         if s > 0:
-            move = float(tab.start_costs[stages - 1, s, lo]) if placed else transfer_s(inp.network, c["entering"][lo], 0)
+            move = (float(tab.start_costs[stages - 1, s, lo]) if placed
+                    else transfer_s(inp.network, c["entering"][lo], 0))
         stash = (stages - s - 1) * c["entering"][lo] if (inp.recompute and s > 0) else 0.0
         loads.append(load + move)
         transfers.append(move)
