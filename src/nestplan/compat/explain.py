@@ -10,7 +10,6 @@ the same plan shows its real network share, and the search may choose another pl
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from nestplan.compat.schema import NestInput
 from nestplan.compat.solve import NestPlan, NestResult, solve
@@ -108,8 +107,3 @@ def physical(inp: NestInput, plan: NestPlan, model: str | None, cluster: str | N
             f"communication and sync {100 * comm / pred.step_time_s:.1f}% of the step, peak memory "
             f"{peak / 2 ** 30:.1f} GiB{fit}")
 
-
-def as_dict(inp: NestInput, result: NestResult) -> dict[str, Any]:
-    """The breakdowns in machine form (for tests and the API)."""
-    return {"authors_units": breakdown(inp, result.plan),
-            "seconds": breakdown(inp, result.plan, ESTIMATOR_UNIT_S)}

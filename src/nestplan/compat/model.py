@@ -82,7 +82,7 @@ def transfer_s(network: NestNetwork, nbytes: float, level: int) -> float:
 def group_shape(network: NestNetwork, members: list[int]) -> list[int]:
     """Per level, how many parts of the level below the group spans inside one unit
     (level 0: members per innermost unit); 1 where the level adds nothing."""
-    shape, below = [], [m for m in members]   # level -1: every member its own part
+    shape, below = [], list(members)   # level -1: every member its own part
     for level in range(len(network.devices_per_level)):
         unit = network.unit(level)
         parts: dict[int, set[int]] = {}

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from nestplan.compat.model import (NestCostModel, NestGroup, allreduce_s, first_stage_members, transfer_s)
+from nestplan.compat.model import NestCostModel, NestGroup, transfer_s
 from nestplan.compat.schema import NestBaseline, NestInput
 from nestplan.errors import InfeasibleError
 from nestplan.search.engine import Candidate, Engine, SearchStats, run
@@ -55,37 +55,46 @@ class NestResult:
 
 
 def evaluate(model: NestCostModel, width: int, replicas: int, parts: tuple[int, ...], *, depth: int | None = None,
-             placed: bool = True, rerun_last: bool = False, zero: bool = False) -> NestPlan:
-    """Cost one plan. ``placed`` False charges every transfer at the innermost level and
-    ``rerun_last`` the recomputation on the last stage too: how the authors cost baselines."""
+             placed: bool = True, zero: bool = False) -> NestPlan:
+    """Cost one plan with the stage tables the search uses. ``placed`` False costs it as the
+    authors cost baselines: every transfer at the innermost level, recomputation on every stage."""
     inp = model.inp
-    c = model.chain(width)
-    p = depth or len(parts)
-    stages = len(parts)
+    p, stages = depth or len(parts), len(parts)
     group = NestGroup(width, replicas, -(-inp.microbatches // replicas), p, zero)
-    tab = model.tables(group) if placed else None
+    costs, starts, stashes = (_table_rows(model, group, stages) if placed else _baseline_rows(model, width, p, stages))
     edges = np.concatenate([[0], np.cumsum(parts)])
     mem_rows = model.block_memory(group, stages)
     loads, transfers, memory = [], [], []
     for s in range(stages):
         lo, hi = int(edges[s]), int(edges[s + 1])
-        rerun = inp.recompute and p > 1 and (s < stages - 1 or rerun_last)
-        load = float(c["fw"][lo:hi].sum() + c["bw"][lo:hi].sum() * (2.0 if rerun else 1.0))
-        if zero and placed:
-            load = float(tab.block_costs[stages - 1, s, lo:hi].sum())
-        move = 0.0
-        if s > 0:
-            move = (float(tab.start_costs[stages - 1, s, lo]) if placed
-                    else transfer_s(inp.network, c["entering"][lo], 0))
-        stash = (stages - s - 1) * c["entering"][lo] if (inp.recompute and s > 0) else 0.0
-        loads.append(load + move)
+        move = float(starts[s, lo])
+        loads.append(float(costs[s, lo:hi].sum()) + move)
         transfers.append(move)
-        memory.append(float(mem_rows[s, lo:hi].sum() + stash))
-    members = first_stage_members(inp.network, replicas, stages, inp.stage_devices(width))
-    reduce = allreduce_s(inp.network, float(c["params"][:parts[0]].sum()), members)
+        memory.append(float(mem_rows[s, lo:hi].sum() + stashes[s, lo]))
+    reduce = model.extras(group, tuple(parts))
     time_per_batch = max(loads) * (group.microbatches + p - 1) + reduce
     return NestPlan(width, replicas, p, tuple(int(x) for x in parts), tuple(loads), tuple(transfers), reduce,
                     tuple(memory), zero, time_per_batch)
+
+
+def _table_rows(model: NestCostModel, group: NestGroup, stages: int) -> tuple[np.ndarray, ...]:
+    """Block costs, entering transfers and stashes of a ``stages``-deep pipeline, as searched."""
+    tab = model.tables(group)
+    return tab.block_costs[stages - 1], tab.start_costs[stages - 1], tab.start_memory[stages - 1]
+
+
+def _baseline_rows(model: NestCostModel, width: int, depth: int, stages: int) -> tuple[np.ndarray, ...]:
+    """The same rows as the authors cost a baseline: recomputation charged on every stage when
+    the nominal depth is > 1, every transfer at the innermost level."""
+    inp, c = model.inp, model.chain(width)
+    rerun = 2.0 if inp.recompute and depth > 1 else 1.0
+    costs = np.broadcast_to(c["fw"] + c["bw"] * rerun, (stages, model.num_blocks))
+    starts = np.zeros((stages, model.num_blocks))
+    starts[1:] = [transfer_s(inp.network, b, 0) for b in c["entering"]]
+    stashes = np.zeros((stages, model.num_blocks))
+    if inp.recompute:
+        stashes[1:] = (stages - 1 - np.arange(1, stages))[:, None] * c["entering"][None, :]
+    return costs, starts, stashes
 
 
 def fits(inp: NestInput, plan: NestPlan) -> bool:
@@ -117,7 +126,7 @@ def cost_baseline(model: NestCostModel, b: NestBaseline) -> NestPlan | None:
     if inp.graph(b.t) is None or b.p * inp.stage_devices(b.t) * b.d > inp.max_devices:
         return None
     parts = baseline_parts(model.num_blocks, b.p, b.layer_partition)
-    plan = evaluate(model, b.t, b.d, parts, depth=b.p, placed=False, rerun_last=True)
+    plan = evaluate(model, b.t, b.d, parts, depth=b.p, placed=False)
     return plan if fits(inp, plan) else None
 
 

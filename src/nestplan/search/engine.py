@@ -143,8 +143,7 @@ class Engine:
                 self.stats.pruned_bound += int(feasible[order[rank:]].sum())
                 break
             p = int(p_idx) + 1
-            beta = tab.beta if np.ndim(tab.beta) == 0 else tab.beta[p_idx, :p]
-            split = found.get(p) or waterfill_split(tab.alpha[p_idx, :p], beta, tab.nmax[p_idx, :p],
+            split = found.get(p) or waterfill_split(tab.alpha[p_idx, :p], tab.beta, tab.nmax[p_idx, :p],
                                                     self.model.num_blocks, float(taus[p_idx]))
             total = float(pipe[p_idx]) + self.model.extras(group, split.parts)
             self.stats.candidates += 1

@@ -123,23 +123,21 @@ def _backward(stage_costs: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarra
     return best, choice
 
 
-def _counts(tau: np.ndarray, a: np.ndarray, beta, cap: np.ndarray) -> np.ndarray:
+def _counts(tau: np.ndarray, a: np.ndarray, beta: float, cap: np.ndarray) -> np.ndarray:
     """Blocks each stage can hold under bottleneck ``tau``: min(cap, floor((tau - alpha) / beta))."""
     fit = np.floor((tau[:, None] - a) / beta + 1e-9)
     return np.minimum(np.maximum(fit, 0.0), cap)
 
 
-def waterfill_bottlenecks(alpha: np.ndarray, beta, nmax: np.ndarray, n_blocks: int) -> np.ndarray:
+def waterfill_bottlenecks(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: int) -> np.ndarray:
     """Smallest bottleneck per row for identical blocks of cost ``beta``; inf where no split fits.
 
     alpha, nmax: (rows, width); a row is one pipeline (stages beyond its depth have
     nmax = 0). A stage holding n blocks costs alpha + n * beta and holds at most nmax
-    blocks; every real stage holds at least one. ``beta`` is one number, or (rows, width)
-    when a block's cost depends on the stage holding it (positive where the stage is real).
-    The bottleneck tau is feasible when sum_s min(nmax_s, floor((tau - alpha_s) / beta_s)) >= L.
-    Bisection narrows tau to an interval shorter than the smallest beta, inside which every
-    stage gains at most one block; the exact answer is then the threshold at which the L-th
-    block fits.
+    blocks; every real stage holds at least one. The bottleneck tau is feasible when
+    sum_s min(nmax_s, floor((tau - alpha_s) / beta)) >= L. Bisection narrows tau to an
+    interval shorter than beta, inside which every stage gains at most one block; the
+    exact answer is then the threshold at which the L-th block fits.
     """
     real = nmax > 0
     depth = real.sum(axis=1)
@@ -152,8 +150,7 @@ def waterfill_bottlenecks(alpha: np.ndarray, beta, nmax: np.ndarray, n_blocks: i
     hi = np.max(np.where(real, alpha + np.maximum(nmax, 1) * beta, -np.inf), axis=1)
     lo = np.where(feasible, lo, 0.0)
     hi = np.where(feasible, hi, 0.0)
-    step = beta if np.ndim(beta) == 0 else np.min(np.where(real, beta, np.inf), axis=1, initial=np.inf)
-    while np.any(hi - lo > 0.5 * step):
+    while np.any(hi - lo > 0.5 * beta):
         mid = 0.5 * (lo + hi)
         ok = _counts(mid, a, beta, cap).sum(axis=1) >= n_blocks
         hi = np.where(ok, mid, hi)
@@ -166,9 +163,8 @@ def waterfill_bottlenecks(alpha: np.ndarray, beta, nmax: np.ndarray, n_blocks: i
     return np.where(feasible, tau, INFEASIBLE)
 
 
-def waterfill_split(alpha: np.ndarray, beta, nmax: np.ndarray, n_blocks: int, tau: float) -> Split:
-    """A split of one pipeline whose bottleneck is at most ``tau`` (from waterfill_bottlenecks);
-    ``beta`` is one number or one per stage."""
+def waterfill_split(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: int, tau: float) -> Split:
+    """A split of one pipeline whose bottleneck is at most ``tau`` (from waterfill_bottlenecks)."""
     fit = np.floor((tau - alpha) / beta * (1 + 1e-12) + 1e-9)
     parts = np.clip(fit, 1, nmax).astype(np.int64)
     excess = int(parts.sum()) - n_blocks
