@@ -81,15 +81,27 @@ def _recompute(p: PlanSettings) -> Flags:
     return []
 
 
+def rank_layout(inp: ExportInput, title: str, mapping: str) -> tuple[tuple[str, ...], list[str]]:
+    """The rank order Megatron-core runs this plan with and its layout notes (rank order, the
+    tp-pp-dp mapping's ep = cp condition, the expert grid), for Megatron-LM and NeMo alike;
+    ``mapping`` names the framework's switch for the tp-pp-dp order."""
+    p = inp.plan
+    allowed = orders(p)
+    order = choose_order(p, allowed)
+    notes = [n for n in [rank_order_note(title, inp, order)] if n]
+    if notes and len(allowed) < len(ORDERS):
+        notes[0] += (f"; Megatron-core's {mapping} needs ep = cp with experts and pp > 1 "
+                     f"(here ep {p.ep}, cp {p.cp})")
+    if p.ep > 1:
+        notes += [n for n in [expert_note(inp)] if n]
+    return order, notes
+
+
 def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     p = inp.plan
-    order = choose_order(p, orders(p))
+    order, notes = rank_layout(inp, TITLE, "--use-tp-pp-dp-mapping")
     flags: Flags = [("--tensor-model-parallel-size", p.tp), ("--pipeline-model-parallel-size", p.pp),
                     ("--context-parallel-size", p.cp)]
-    notes = [n for n in [rank_order_note(TITLE, inp, order)] if n]
-    if notes and len(orders(p)) < len(ORDERS):
-        notes[0] += (f"; Megatron-core's --use-tp-pp-dp-mapping needs ep = cp with experts and pp > 1 "
-                     f"(here ep {p.ep}, cp {p.cp})")
     flags += list(ORDERS[order])
     if p.sp:
         flags.append(("--sequence-parallel", None))
@@ -97,7 +109,6 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
         flags.append(("--cp-comm-type", "p2p"))   # the ring exchange nestplan costs
     if p.ep > 1:
         flags += [("--expert-model-parallel-size", p.ep), ("--expert-tensor-parallel-size", p.tp)]
-        notes += [n for n in [expert_note(inp)] if n]
     split, split_notes = _pipeline_split(p)
     zero, zero_notes = _zero(p)
     if p.schedule is Schedule.GPIPE and p.pp > 1:

@@ -8,8 +8,8 @@ and rank order follow the Megatron-LM exporter; the overrides go on top of a rec
 from __future__ import annotations
 
 from nestplan.export import megatron
-from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, choose_order,
-                                    header, rank_order_note, sbatch_lines, torchrun_prologue)
+from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, sbatch_lines,
+                                    torchrun_prologue)
 from nestplan.export.plan import ExportInput, PlanSettings
 from nestplan.strategy.enums import Recompute
 
@@ -26,11 +26,7 @@ def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
     """(key, value) overrides and the notes."""
     p = inp.plan
     megatron.check(inp)
-    order = choose_order(p, megatron.orders(p))
-    notes = [n for n in [rank_order_note(TITLE, inp, order)] if n]
-    if notes and len(megatron.orders(p)) < len(megatron.ORDERS):
-        notes[0] += (f"; Megatron-core's tp-pp-dp mapping needs ep = cp with experts and pp > 1 "
-                     f"(here ep {p.ep}, cp {p.cp})")
+    order, notes = megatron.rank_layout(inp, TITLE, "tp-pp-dp mapping")
     out: list[tuple[str, object]] = [
         ("model.tensor_model_parallel_size", p.tp), ("model.pipeline_model_parallel_size", p.pp),
         ("model.context_parallel_size", p.cp), ("model.sequence_parallel", p.sp),
@@ -39,7 +35,6 @@ def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
         ("mixed_precision", f"{p.dtype}_mixed" if p.dtype in ("bf16", "fp16") else None)]
     if p.ep > 1:
         out.append(("model.expert_tensor_parallel_size", p.tp))
-        notes += [n for n in [megatron.expert_note(inp)] if n]
     if p.virtual_stages > 1:
         out.append(("model.virtual_pipeline_model_parallel_size", p.virtual_stages))
     n = p.layers_per_stage
