@@ -8,7 +8,16 @@ Programmer invariants use ``assert`` instead.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``), so that an
+    error or a label stays one line and never drives the terminal."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 class PlannerError(Exception):
@@ -33,7 +42,7 @@ class PlannerError(Exception):
         self.unit = unit
 
     def __str__(self) -> str:
-        return self.message
+        return printable(self.message)
 
 
 class ConfigError(PlannerError):
