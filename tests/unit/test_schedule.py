@@ -109,3 +109,27 @@ def test_bad_input_is_a_programmer_error() -> None:
         simulate([1.0, 1.0], [1.0], 4)
     with pytest.raises(AssertionError):
         simulate([1.0], [1.0], 0)
+
+
+@pytest.mark.parametrize("schedule,v", SCHEDULES)
+def test_billions_of_microbatches_take_bounded_memory(schedule, v) -> None:
+    """A step of 2^32 microbatches (a global batch of 2^32 sequences) is simulated in memory that
+    does not grow with the microbatches (a ring of recent periods; GPipe in closed form) and
+    still gives the closed form of equal stages."""
+    import tracemalloc
+
+    p, m, f, b = 8, 2**32, 0.3, 0.7
+    tracemalloc.start()
+    total, _ = simulate([f] * p, [b] * p, m, schedule, v)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert total == pytest.approx(m * (f + b) + (p - 1) * (f + b) / v, rel=1e-9)
+    assert peak < 16 * 2**20
+
+
+def test_recording_a_huge_timeline_is_refused_in_one_line() -> None:
+    from nestplan.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="at most .* are recorded") as err:
+        simulate([0.1] * 8, [0.2] * 8, 2**30, Schedule.ONE_F_ONE_B, record=True)
+    assert "\n" not in str(err.value)

@@ -17,8 +17,11 @@ the same index, to a device processed earlier (checked), so one pass over the in
 In the steady state the sequence of operations is periodic and the finish times of consecutive
 periods differ by one constant (a max-plus linear system; Baccelli et al. 1992, ch. 3): once
 that is observed, whole periods are skipped by adding the constant, which keeps the evaluator
-O(p^2) instead of O(m p) operations. ``simulate(..., record=True)`` runs every operation (for
-the timeline plot) and gives the same makespan.
+O(p^2) instead of O(m p) operations. Finish times are kept in a ring of the last few periods,
+so memory does not grow with the microbatches either. GPipe, whose forward phase drifts at a
+different rate on every stage (no common period), has a closed form instead (``_gpipe_makespan``).
+``simulate(..., record=True)`` runs every operation (for the timeline plot; at most
+``MAX_RECORDED_OPERATIONS``) and gives the same makespan.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from typing import Sequence
 
 import numpy as np
 
+from nestplan.errors import ConfigError
 from nestplan.strategy.enums import Schedule
 
 FORWARD, BACKWARD = 0, 1
+MAX_RECORDED_OPERATIONS = 2**22  # a recorded timeline keeps 6 arrays per operation: ~200 MB at this bound
 
 
 @dataclass(frozen=True)
@@ -50,49 +55,6 @@ class Timeline:
 
     def stage_finish_s(self, stage: int) -> float:
         return float(self.end_s[self.stage == stage].max())
-
-
-def _interleaved_slot(k: int, p: int, v: int, backward: bool) -> tuple[int, int]:
-    """(chunk, microbatch) of a device's k-th forward or backward (Megatron-LM get_model_chunk_id)."""
-    in_group = k % (p * v)
-    chunk = in_group // p
-    if backward:
-        chunk = v - 1 - chunk
-    return chunk, (k // (p * v)) * p + k % p
-
-
-def device_order(schedule: Schedule, stage: int, p: int, m: int, v: int) -> list[tuple[int, int, int]]:
-    """The (kind, chunk, microbatch) sequence one device runs."""
-    if schedule is Schedule.GPIPE:
-        return [(FORWARD, 0, j) for j in range(m)] + [(BACKWARD, 0, j) for j in range(m)]
-    total = m * v
-    if schedule is Schedule.INTERLEAVED:
-        warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
-    else:
-        warmup = min(p - stage - 1, total)
-
-    def fwd(k: int) -> tuple[int, int, int]:
-        return (FORWARD, *_interleaved_slot(k, p, v, False)) if v > 1 else (FORWARD, 0, k)
-
-    def bwd(k: int) -> tuple[int, int, int]:
-        return (BACKWARD, *_interleaved_slot(k, p, v, True)) if v > 1 else (BACKWARD, 0, k)
-
-    order = [fwd(k) for k in range(warmup)]
-    for i in range(total - warmup):
-        order += [fwd(warmup + i), bwd(i)]
-    order += [bwd(k) for k in range(total - warmup, total)]
-    return order
-
-
-def _dependency(kind: int, stage: int, chunk: int, j: int, p: int, v: int) -> tuple | None:
-    """The (kind, stage, chunk, microbatch) whose end an operation waits for, on another device."""
-    if kind == FORWARD:
-        if stage > 0:
-            return FORWARD, stage - 1, chunk, j
-        return (FORWARD, p - 1, chunk - 1, j) if chunk > 0 else None
-    if stage < p - 1:
-        return BACKWARD, stage + 1, chunk, j
-    return (BACKWARD, 0, chunk + 1, j) if chunk < v - 1 else None
 
 
 @dataclass(frozen=True)
@@ -201,18 +163,14 @@ def simulate(forward_s: Sequence[float], backward_s: Sequence[float], num_microb
     n = 2 * m * v
     fwd_s = np.asarray(forward_s, float)[:, None] / v
     bwd_s = np.asarray(backward_s, float)[:, None] / v
-    end = np.zeros((p, n))
     if record:
-        pt = _pattern(w, p, m, v, np.arange(n))
-        dur = np.where(pt.kind == FORWARD, fwd_s, bwd_s)
-        _run_block(end, pt, dur, 0)
-        start = end - dur
-        timeline = Timeline(np.repeat(np.arange(p), n), pt.kind.ravel(), pt.chunk.ravel(),
-                            pt.microbatch.ravel(), start.ravel(), end.ravel())
-        return timeline.makespan_s, timeline
+        return _record(w, p, m, v, fwd_s, bwd_s)
+    if schedule is Schedule.GPIPE:
+        return _gpipe_makespan(fwd_s[:, 0], bwd_s[:, 0], m), None
     period = _period(schedule, p, v)
     first, last, lag = _steady_window(w, p, m, v, period)
     block = n if first >= n else max(period, 32)
+    end = _Ring(p, min(n, lag + period + block + 1))
     i = 0
     while i < n:
         hi = min(n, i + block)
@@ -223,12 +181,65 @@ def simulate(forward_s: Sequence[float], backward_s: Sequence[float], num_microb
             skip = _skippable(end, i, lag, period, last)
             if skip:
                 shift, steps = skip
-                end[:, i + steps - lag:i + steps] = end[:, i - lag:i] + shift
+                end.put(np.arange(i + steps - lag, i + steps), end.get(np.arange(i - lag, i)) + shift)
                 i += steps
-    return float(end[:, n - 1].max()), None
+    return float(end.column(n - 1).max()), None
 
 
-def _run_block(end: np.ndarray, pt: _Pattern, dur: np.ndarray, first: int) -> None:
+def _record(w: np.ndarray, p: int, m: int, v: int, fwd_s: np.ndarray, bwd_s: np.ndarray) -> tuple[float, Timeline]:
+    """Every operation of the step, run one by one (for the timeline plot)."""
+    n = 2 * m * v
+    if p * n > MAX_RECORDED_OPERATIONS:
+        raise ConfigError(f"the pipeline timeline has {p * n:,} operations ({p} stages x {n:,}); at most "
+                          f"{MAX_RECORDED_OPERATIONS:,} are recorded for a plot: plot a step with fewer microbatches",
+                          field="num_microbatches", value=m, limit=MAX_RECORDED_OPERATIONS // (2 * p * v))
+    end = _Ring(p, n)
+    pt = _pattern(w, p, m, v, np.arange(n))
+    dur = np.where(pt.kind == FORWARD, fwd_s, bwd_s)
+    _run_block(end, pt, dur, 0)
+    start = end.values - dur
+    timeline = Timeline(np.repeat(np.arange(p), n), pt.kind.ravel(), pt.chunk.ravel(),
+                        pt.microbatch.ravel(), start.ravel(), end.values.ravel())
+    return timeline.makespan_s, timeline
+
+
+def _gpipe_makespan(fwd_s: np.ndarray, bwd_s: np.ndarray, m: int) -> float:
+    """GPipe's makespan in closed form (a flow shop of m identical jobs, forward then backward).
+
+    Forward j ends on stage s at sum_{u <= s} F_u + j max_{u <= s} F_u: the longest staircase path
+    spends its j extra jobs on the slowest stage it crosses. Stage t starts its backwards when its
+    last forward ends, R_t; backward m - 1 ends on stage s at
+    max_{t >= s} R_t + sum_{s <= u <= t} B_u + (m - 1) max_{s <= u <= t} B_u by the same argument
+    (checked against the operation-by-operation run in tests/unit/test_schedule.py)."""
+    p = len(fwd_s)
+    release = np.cumsum(fwd_s) + (m - 1) * np.maximum.accumulate(fwd_s)
+    finish = 0.0
+    for s in range(p):
+        path = np.cumsum(bwd_s[s:]) + (m - 1) * np.maximum.accumulate(bwd_s[s:])
+        finish = max(finish, float((release[s:] + path).max()))
+    return finish
+
+
+class _Ring:
+    """Finish times per device of the last ``width`` positions (position i lives in column i mod width)."""
+
+    def __init__(self, p: int, width: int) -> None:
+        self.values = np.zeros((p, width))
+        self.width = width
+
+    def column(self, i: int) -> np.ndarray:
+        return self.values[:, i % self.width]
+
+    def get(self, cols: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        if rows is None:
+            return self.values[:, cols % self.width]
+        return self.values[rows, cols % self.width]
+
+    def put(self, cols: np.ndarray, values: np.ndarray) -> None:
+        self.values[:, cols % self.width] = values
+
+
+def _run_block(end: _Ring, pt: _Pattern, dur: np.ndarray, first: int) -> None:
     """Finish times of the positions first, first + 1, ...: a position whose operations all wait
     for earlier positions is one vectorised step; one with a dependency inside the position
     (warm-up and cool-down chains) is run device by device."""
@@ -236,37 +247,38 @@ def _run_block(end: np.ndarray, pt: _Pattern, dur: np.ndarray, first: int) -> No
     chained = ((pt.dep_pos == cols[None, :]) & (pt.dep_stage >= 0)).any(axis=0)
     has_dep = pt.dep_stage >= 0
     dep_stage, dep_pos = np.maximum(pt.dep_stage, 0), np.maximum(pt.dep_pos, 0)
+    p = end.values.shape[0]
     for c in range(len(cols)):
         i = first + c
         if chained[c]:
             _run_position(end, i, pt.kind[:, c].tolist(), pt.dep_stage[:, c].tolist(), pt.dep_pos[:, c].tolist(),
                           dur[:, c].tolist())
             continue
-        ready = end[:, i - 1] if i else np.zeros(end.shape[0])
-        waits = np.where(has_dep[:, c], end[dep_stage[:, c], dep_pos[:, c]], 0.0)
-        end[:, i] = np.maximum(ready, waits) + dur[:, c]
+        ready = end.column(i - 1) if i else np.zeros(p)
+        waits = np.where(has_dep[:, c], end.get(dep_pos[:, c], dep_stage[:, c]), 0.0)
+        end.values[:, i % end.width] = np.maximum(ready, waits) + dur[:, c]
 
 
-def _run_position(end: np.ndarray, i: int, kinds: list, deps: list, dpos: list, durs: list) -> None:
+def _run_position(end: _Ring, i: int, kinds: list, deps: list, dpos: list, durs: list) -> None:
     """Finish times of every device's operation at position i: forwards in increasing stage, then
     backwards in decreasing stage, so that a dependency at the same position is computed first
     (checked in _pattern)."""
-    p = len(kinds)
+    p, width, values = len(kinds), end.width, end.values
     order = [s for s in range(p) if kinds[s] == FORWARD] + [s for s in range(p - 1, -1, -1) if kinds[s] != FORWARD]
     for s in order:
-        ready = end[s, i - 1] if i else 0.0
+        ready = values[s, (i - 1) % width] if i else 0.0
         d = deps[s]
         if d >= 0:
-            ready = max(ready, end[d, dpos[s]])
-        end[s, i] = ready + durs[s]
+            ready = max(ready, values[d, dpos[s] % width])
+        values[s, i % width] = ready + durs[s]
 
 
-def _skippable(end: np.ndarray, i: int, lag: int, period: int, until: int) -> tuple[float, int] | None:
+def _skippable(end: _Ring, i: int, lag: int, period: int, until: int) -> tuple[float, int] | None:
     """(time shift, positions) to jump when the last `lag` finish times of every device repeat the
     ones a period earlier shifted by one constant (then every later period does, up to `until`)."""
-    diff = end[:, i - lag:i] - end[:, i - lag - period:i - period]
+    diff = end.get(np.arange(i - lag, i)) - end.get(np.arange(i - lag - period, i - period))
     shift = float(diff[0, -1])
-    if np.ptp(diff) > 1e-12 * max(float(end[:, i - 1].max()), 1e-300):
+    if np.ptp(diff) > 1e-12 * max(float(end.column(i - 1).max()), 1e-300):
         return None
     periods = (until - i) // period - 1
     return (periods * shift, periods * period) if periods >= 1 else None
