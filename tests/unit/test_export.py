@@ -10,6 +10,7 @@ import pytest
 from cli_helpers import run_cli
 
 from nestplan import api
+from nestplan.errors import ConfigError
 from nestplan.export import build_input, megatron, nemo, torchtitan
 from nestplan.job import Job
 from nestplan.strategy.dims import ParallelDims
@@ -124,6 +125,18 @@ def test_rank_order_the_framework_cannot_express_is_noted(tmp_path) -> None:
 @pytest.mark.parametrize("change,named", [
     (lambda d: d.update(schema="nestplan.plan/0"), "schema"),
     (lambda d: d["parallel"].update(zero_stage=2), "ZeRO"),
+    (lambda d: d["parallel"].update(zero_stage=4), "parallel.zero_stage"),
+    (lambda d: d.update(model=7), "'model'"),
+    (lambda d: d.update(cluster="h100\nrm -rf ~"), "cluster"),
+    (lambda d: d["job"].update(dtype="int4"), "job.dtype"),
+    (lambda d: d["parallel"].update(tp=True), "parallel.tp"),
+    (lambda d: d["parallel"].update(tp=2.0), "parallel.tp"),
+    (lambda d: d["job"].update(seq_len=10**30), "job.seq_len"),
+    (lambda d: d["parallel"].update(sp="yes"), "parallel.sp"),
+    (lambda d: d["parallel"].update(recompute=["full"]), "parallel.recompute"),
+    (lambda d: d["parallel"]["layers_per_stage"].__setitem__(0, 8.0), "parallel.layers_per_stage[0]"),
+    (lambda d: d["placement"]["axis_order"].__setitem__(0, ["tp"]), "placement.axis_order"),
+    (lambda d: d["placement"].update(axis_order="tpcpepdppp"), "placement.axis_order"),
 ])
 def test_bad_plans_one_line_exit_2(capsys, tmp_path, change, named) -> None:
     plan = _plan("llama2-7b", 64, ParallelDims(tp=2, pp=4, dp=8), 4096)
@@ -133,6 +146,15 @@ def test_bad_plans_one_line_exit_2(capsys, tmp_path, change, named) -> None:
     code, _, err = run_cli(capsys, ["export", str(saved), "--framework", "deepspeed", "--out", str(tmp_path / "o")])
     assert code == 2 and len(err.strip().splitlines()) == 1 and named in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, "0.5"])
+def test_plan_object_prediction_must_be_finite(tmp_path, value) -> None:
+    """A plan object handed to the API (no file reader in between) is checked by the plan reader."""
+    plan = _plan("llama2-7b", 64, ParallelDims(tp=2, pp=4, dp=8), 4096)
+    plan["prediction"]["mfu"] = value
+    with pytest.raises(ConfigError, match="prediction.mfu"):
+        api.export_plan(plan, "deepspeed", tmp_path)
 
 
 def test_unknown_framework(capsys, tmp_path) -> None:

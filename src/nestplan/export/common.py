@@ -4,16 +4,21 @@ Every export opens with a comment header that states the nestplan version, the p
 and its prediction, and every note an exporter raises (a feature the framework runs
 differently from how nestplan costed it, or a rank layout it cannot express).
 Exporters raise ``ConfigError`` instead where the plan cannot be launched as costed.
+
+Names in a plan come from files a user may not have written (a model's ``config.json``, a
+cluster file): nothing from them may run when a generated script runs. Every text a script
+puts on a comment line goes through :func:`comment_text` (one line, control characters
+escaped) and every value on a command line or in an assignment through :func:`shell_word`.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from nestplan.errors import ConfigError
+from nestplan.errors import ConfigError, printable
 from nestplan.export.plan import ExportInput, PlanSettings
 from nestplan.units import GiB
 
@@ -52,6 +57,19 @@ class Export:
         return paths
 
 
+def comment_text(text: object) -> str:
+    """``text`` as it may stand on one comment line of a generated file: every control character
+    written as an escape, so that no newline ends the comment and starts a command."""
+    line = printable(str(text))
+    assert "\n" not in line and "\r" not in line, "printable() must escape line breaks"
+    return line
+
+
+def shell_word(value: object) -> str:
+    """``value`` as one shell word that the shell takes literally (no expansion, no second command)."""
+    return shlex.quote(str(value))
+
+
 def refuse(framework: str, what: str, field: str, value: object, limit: object = None) -> ConfigError:
     """The error for a plan the framework cannot launch as nestplan costed it."""
     return ConfigError(f"cannot export to {framework}: {what}", field=field, value=value, limit=limit)
@@ -75,16 +93,16 @@ def header(inp: ExportInput, framework: str, pin: str, notes: Sequence[str], pre
     p = inp.plan
     lines = [
         f"nestplan {inp.version} export for {framework} ({pin})",
-        f"plan: {p.model} on {p.cluster}, {p.devices} devices = {inp.nodes} nodes x {inp.devices_per_node}; "
-        f"global batch {p.global_batch_size} x {p.seq_len} tokens, {p.dtype}",
+        (f"plan: {p.model} on {p.cluster}, {p.devices} devices = {inp.nodes} nodes x {inp.devices_per_node}; "
+         f"global batch {p.global_batch_size} x {p.seq_len} tokens, {p.dtype}"),
         f"parallelism: {dims_text(p)}",
-        f"rank order costed (fastest first): {'-'.join(p.axis_order)}; ranks are numbered node by node "
-        f"(global rank = node rank x {inp.devices_per_node} + local rank), nodes in network order "
-        f"({node_order_text(inp)})",
+        (f"rank order costed (fastest first): {'-'.join(p.axis_order)}; ranks are numbered node by node "
+         f"(global rank = node rank x {inp.devices_per_node} + local rank), nodes in network order "
+         f"({node_order_text(inp)})"),
         f"predicted by nestplan: {prediction_text(p)}",
     ]
     lines += [f"note: {n}" for n in notes]
-    return "".join(f"{prefix}{line}\n" for line in lines)
+    return "".join(f"{prefix}{comment_text(line)}\n" for line in lines)
 
 
 def node_order_text(inp: ExportInput) -> str:
@@ -157,8 +175,8 @@ def choose_order(p: PlanSettings, supported: Sequence[tuple[str, ...]]) -> tuple
 def torchrun_prologue(inp: ExportInput, port: int = 29500) -> str:
     """Shell lines that start one copy per node under SLURM and set the torchrun rendezvous."""
     return (
-        f"NNODES={inp.nodes}\n"
-        f"GPUS_PER_NODE={inp.devices_per_node}\n"
+        f"NNODES={shell_word(inp.nodes)}\n"
+        f"GPUS_PER_NODE={shell_word(inp.devices_per_node)}\n"
         "# under sbatch, start one copy of this script per node; under srun (or by hand) run the body\n"
         'if [[ -n "${SLURM_JOB_ID:-}" && -z "${SLURM_STEP_ID:-}" ]]; then\n'
         '  exec srun --nodes="$NNODES" --ntasks-per-node=1 bash "$0" "$@"\n'
@@ -175,17 +193,20 @@ def torchrun_prologue(inp: ExportInput, port: int = 29500) -> str:
 
 
 def sbatch_lines(inp: ExportInput) -> str:
-    return (f"#SBATCH --nodes={inp.nodes}\n#SBATCH --ntasks-per-node=1\n"
-            f"#SBATCH --gpus-per-node={inp.devices_per_node}\n#SBATCH --exclusive\n")
+    """SLURM's directives (comment lines to bash, read by sbatch)."""
+    options = (f"--nodes={inp.nodes}", "--ntasks-per-node=1", f"--gpus-per-node={inp.devices_per_node}",
+               "--exclusive")
+    return "".join(f"#SBATCH {comment_text(option)}\n" for option in options)
 
 
 def bash_array(name: str, items: Sequence[str], comment: str = "") -> str:
-    """A bash array assignment, one flag (with its value) per line."""
-    head = f"# {comment}\n" if comment else ""
+    """A bash array assignment, one flag (with its value) per line; ``items`` are shell text
+    already (from :func:`flag_pairs` or :func:`shell_word`)."""
+    head = f"# {comment_text(comment)}\n" if comment else ""
     body = "".join(f"  {item}\n" for item in items)
     return f"{head}{name}=(\n{body})\n"
 
 
 def flag_pairs(flags: Sequence[tuple[str, object]]) -> list[str]:
-    """('--x', 3) -> '--x 3'; ('--y', None) -> '--y' (a switch); values shell-quoted where needed."""
-    return [name if value is None else f"{name} {shlex.quote(str(value))}" for name, value in flags]
+    """('--x', 3) -> '--x 3'; ('--y', None) -> '--y' (a switch); each value one literal shell word."""
+    return [name if value is None else f"{name} {shell_word(value)}" for name, value in flags]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 
-from nestplan.export.common import STAGE_MAJOR, Export, ExportFile, header, rank_order_note, refuse, sbatch_lines
+from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, comment_text, header, rank_order_note, refuse,
+                                    sbatch_lines, shell_word)
 from nestplan.export.plan import ExportInput, PlanSettings
 from nestplan.strategy.enums import Recompute, Schedule
 
@@ -88,9 +89,9 @@ def export(inp: ExportInput) -> Export:
     text = json.dumps(config(p), indent=2) + "\n"
     launch = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
               + "set -euo pipefail\n"
-              + f"# {inp.nodes} nodes x {inp.devices_per_node} GPUs; list them in a hostfile for the "
-              + "deepspeed launcher\n"
-              + f'deepspeed --num_nodes {inp.nodes} --num_gpus {inp.devices_per_node} '
+              + f"# {comment_text(f'{inp.nodes} nodes x {inp.devices_per_node} GPUs')}; list them in a hostfile "
+              + "for the deepspeed launcher\n"
+              + f"deepspeed --num_nodes {shell_word(inp.nodes)} --num_gpus {shell_word(inp.devices_per_node)} "
               + '"${TRAIN_SCRIPT:-train.py}" --deepspeed --deepspeed_config ds_config.json "$@"\n')
     return Export(NAME, (ExportFile("ds_config.json", text), ExportFile("launch_deepspeed.sh", launch, True)),
                   tuple(notes))

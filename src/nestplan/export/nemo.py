@@ -7,8 +7,10 @@ and rank order follow the Megatron-LM exporter; the overrides go on top of a rec
 
 from __future__ import annotations
 
+import re
+
 from nestplan.export import megatron
-from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, sbatch_lines,
+from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, sbatch_lines, shell_word,
                                     torchrun_prologue)
 from nestplan.export.plan import ExportInput, PlanSettings
 from nestplan.strategy.enums import Recompute
@@ -16,10 +18,22 @@ from nestplan.strategy.enums import Recompute
 NAME = "nemo"
 TITLE = "NeMo / Megatron-Bridge"
 PIN = "Megatron-Bridge 0.3.1 ConfigContainer override keys"
+_HYDRA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a string Hydra's override grammar reads unquoted
+_HYDRA_QUOTABLE = re.compile(r"[A-Za-z0-9_.*|+-]*")   # no quote, backslash or $: literal in Hydra's double quotes
 
 
 def _value(v: object) -> str:
-    return "true" if v is True else "false" if v is False else "null" if v is None else str(v)
+    """An override value in Hydra's grammar: booleans, null and integers as literals; other strings
+    double-quoted unless a plain identifier (the pipeline layout's '|' and '*' need the quotes)."""
+    if isinstance(v, bool) or v is None:
+        return "true" if v is True else "false" if v is False else "null"
+    if isinstance(v, int):
+        return str(v)
+    text = str(v)
+    if _HYDRA_WORD.fullmatch(text) and text.lower() not in ("true", "false", "null", "nan", "inf"):
+        return text
+    assert _HYDRA_QUOTABLE.fullmatch(text), f"override values are nestplan's own words: {text!r}"
+    return f'"{text}"'
 
 
 def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
@@ -77,7 +91,8 @@ def export(inp: ExportInput) -> Export:
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes) + "set -euo pipefail\n"
             + torchrun_prologue(inp, 29500)
             + 'RECIPE_SCRIPT="${RECIPE_SCRIPT:-run_recipe.py}"   # your Megatron-Bridge recipe entry point\n\n'
-            + bash_array("OVERRIDES", lines, "on top of the model's recipe, as nestplan costed them")
+            + bash_array("OVERRIDES", [shell_word(line) for line in lines],
+                         "on top of the model's recipe, as nestplan costed them")
             + '\n"${TORCHRUN[@]}" "$RECIPE_SCRIPT" "${OVERRIDES[@]}" "$@"\n')
     return Export(NAME, (ExportFile("launch_nemo.sh", text, executable=True),
                          ExportFile("nemo_overrides.txt", "\n".join(lines) + "\n")), tuple(notes))

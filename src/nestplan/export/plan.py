@@ -2,23 +2,29 @@
 
 Exports work from the plan object of DESIGN.md section 6, whether it comes from a
 fresh search or from a saved file, so both paths share one reader. Every field an
-exporter needs is checked here, once; a plan of another schema version, or one with
-a missing or malformed field, is a ``ConfigError`` naming it.
+exporter needs is checked here, once: names without control characters, integers
+(not bools or floats) within bounds, categorical settings among their allowed values.
+A plan of another schema version, or one with a missing or malformed field, is a
+``ConfigError`` naming the field and what is allowed.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from nestplan.errors import ConfigError
+from nestplan.inputs import check_string
 from nestplan.model.spec import ModelSpec
 from nestplan.report.plan_json import SCHEMA
 from nestplan.strategy.dims import AXES
 from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.units import DTYPE_BYTES
 
-_PARALLEL_INTS = ("tp", "pp", "dp", "cp", "ep", "zero_stage", "micro_batch_size", "num_microbatches",
-                  "virtual_stages")
+_PARALLEL_INTS = ("tp", "pp", "dp", "cp", "ep", "micro_batch_size", "num_microbatches", "virtual_stages")
+MAX_COUNT = 2**24   # the largest count a plan may give (devices, batch, tokens, degrees, layers): 16,777,216
 
 
 @dataclass(frozen=True)
@@ -94,33 +100,71 @@ def _field(data: Mapping[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
-def _int(data: Mapping[str, Any], key: str, where: str) -> int:
-    value = _field(data, key, where)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"plan JSON field '{where}{key}' must be a non-negative integer, got {value!r}",
-                          field=f"{where}{key}", value=value, limit=">= 0")
+def _count(value: Any, field: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """An integer (not a bool, not a float) in ``minimum..maximum``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise ConfigError(f"plan JSON field '{field}' must be an integer in {minimum}..{maximum}, got {value!r}",
+                          field=field, value=value, limit=f"{minimum}..{maximum}")
     return value
+
+
+def _int(data: Mapping[str, Any], key: str, where: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    return _count(_field(data, key, where), f"{where}{key}", minimum, maximum)
 
 
 def _float(data: Mapping[str, Any], key: str, where: str) -> float:
     value = _field(data, key, where)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ConfigError(f"plan JSON field '{where}{key}' must be a number, got {value!r}",
-                          field=f"{where}{key}", value=value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
+        raise ConfigError(f"plan JSON field '{where}{key}' must be a finite number >= 0, got {value!r}",
+                          field=f"{where}{key}", value=value, limit="a finite number >= 0")
     return float(value)
 
 
-def _choice(enum: type, value: Any, field: str) -> Any:
-    try:
-        return enum(value)
-    except ValueError:
-        allowed = [e.value for e in enum]
-        raise ConfigError(f"plan JSON field '{field}' is '{value}'; allowed: {', '.join(allowed)}",
-                          field=field, value=value, limit=allowed) from None
+def _bool(data: Mapping[str, Any], key: str, where: str) -> bool:
+    value = _field(data, key, where)
+    if not isinstance(value, bool):
+        raise ConfigError(f"plan JSON field '{where}{key}' must be true or false, got {value!r}",
+                          field=f"{where}{key}", value=value, limit=[True, False])
+    return value
+
+
+def _choice(data: Mapping[str, Any], key: str, where: str, allowed: Sequence[str]) -> str:
+    """A categorical setting: one of ``allowed``."""
+    value = _field(data, key, where)
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"plan JSON field '{where}{key}' is {value!r}; allowed: {', '.join(allowed)}",
+                          field=f"{where}{key}", value=value, limit=list(allowed))
+    return value
+
+
+def _name(data: Mapping[str, Any], key: str) -> str:
+    """The model or cluster a plan is for: a non-empty string without control characters."""
+    value = _field(data, key, "")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"plan JSON field '{key}' must be a non-empty string, got {value!r}",
+                          field=key, value=value, limit="a name or a path")
+    return check_string(value, key, "plan JSON")
+
+
+def _layers(par: Mapping[str, Any], pp: int) -> tuple[int, ...]:
+    layers = _field(par, "layers_per_stage", "parallel.")
+    if not isinstance(layers, list) or len(layers) != pp:
+        raise ConfigError(f"plan JSON field 'parallel.layers_per_stage' must list pp = {pp} layer counts, "
+                          f"got {layers!r}", field="parallel.layers_per_stage", value=layers, limit=pp)
+    return tuple(_count(n, f"parallel.layers_per_stage[{i}]") for i, n in enumerate(layers))
+
+
+def _axis_order(placement: Mapping[str, Any]) -> tuple[str, ...]:
+    order = _field(placement, "axis_order", "placement.")
+    if not isinstance(order, list) or not all(isinstance(a, str) for a in order) or sorted(order) != sorted(AXES):
+        raise ConfigError(f"plan JSON field 'placement.axis_order' must list each of {', '.join(AXES)} once, "
+                          f"got {order!r}", field="placement.axis_order", value=order, limit=list(AXES))
+    return tuple(order)
 
 
 def check_schema(data: Any) -> None:
-    """One clear line for anything that is not a ``nestplan.plan/1`` object."""
+    """One clear line for anything that is not a ``nestplan.plan/1`` object, or whose model or
+    cluster is not a clean name (checked here, before a caller resolves them)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"a plan file must hold a JSON object of schema {SCHEMA}, got {type(data).__name__}",
                           field="schema", limit=SCHEMA)
@@ -128,33 +172,27 @@ def check_schema(data: Any) -> None:
     if schema != SCHEMA:
         raise ConfigError(f"plan JSON schema is {schema!r}; this nestplan exports {SCHEMA} plans only",
                           field="schema", value=schema, limit=SCHEMA)
+    _name(data, "model")
+    _name(data, "cluster")
 
 
 def read_plan(data: Mapping[str, Any]) -> PlanSettings:
-    """The settings of a plan JSON object (schema checked first)."""
+    """The settings of a plan JSON object (a parsed file or ``PlanReport.to_dict()``), every field
+    checked: its type, its range or allowed values, and the arithmetic between them."""
     check_schema(data)
     job, par, pred = (_field(data, k, "") for k in ("job", "parallel", "prediction"))
-    placement = _field(data, "placement", "")
     ints = {k: _int(par, k, "parallel.") for k in _PARALLEL_INTS}
-    layers = _field(par, "layers_per_stage", "parallel.")
-    if not isinstance(layers, list) or len(layers) != ints["pp"] or not all(
-            isinstance(n, int) and n >= 1 for n in layers):
-        raise ConfigError(f"plan JSON field 'parallel.layers_per_stage' must list pp = {ints['pp']} positive "
-                          f"layer counts, got {layers!r}", field="parallel.layers_per_stage", value=layers)
-    order = tuple(_field(placement, "axis_order", "placement."))
-    if sorted(order) != sorted(AXES):
-        raise ConfigError(f"plan JSON field 'placement.axis_order' must be a permutation of {','.join(AXES)}, "
-                          f"got {order!r}", field="placement.axis_order", value=order, limit=AXES)
     settings = PlanSettings(
-        model=str(_field(data, "model", "")), cluster=str(_field(data, "cluster", "")),
+        model=data["model"], cluster=data["cluster"],
         devices=_int(data, "devices_used", ""), global_batch_size=_int(job, "global_batch_size", "job."),
-        seq_len=_int(job, "seq_len", "job."), dtype=str(_field(job, "dtype", "job.")),
+        seq_len=_int(job, "seq_len", "job."), dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)),
         tp=ints["tp"], pp=ints["pp"], dp=ints["dp"], cp=ints["cp"], ep=ints["ep"],
-        sp=bool(_field(par, "sp", "parallel.")), zero=ints["zero_stage"],
-        recompute=_choice(Recompute, _field(par, "recompute", "parallel."), "parallel.recompute"),
+        sp=_bool(par, "sp", "parallel."), zero=_int(par, "zero_stage", "parallel.", 0, 3),
+        recompute=Recompute(_choice(par, "recompute", "parallel.", [e.value for e in Recompute])),
         micro_batch_size=ints["micro_batch_size"], num_microbatches=ints["num_microbatches"],
-        schedule=_choice(Schedule, _field(par, "schedule", "parallel."), "parallel.schedule"),
-        virtual_stages=ints["virtual_stages"], layers_per_stage=tuple(layers), axis_order=order,
+        schedule=Schedule(_choice(par, "schedule", "parallel.", [e.value for e in Schedule])),
+        virtual_stages=ints["virtual_stages"], layers_per_stage=_layers(par, ints["pp"]),
+        axis_order=_axis_order(_field(data, "placement", "")),
         step_time_s=_float(pred, "step_time_s", "prediction."),
         tokens_per_s=_float(pred, "tokens_per_s", "prediction."),
         mfu=_float(pred, "mfu", "prediction."),
@@ -167,9 +205,6 @@ def read_plan(data: Mapping[str, Any]) -> PlanSettings:
 def _check_consistent(p: PlanSettings) -> None:
     """The batch and device arithmetic an exporter relies on."""
     product = p.tp * p.cp * p.ep * p.pp * p.dp
-    if min(p.tp, p.pp, p.dp, p.cp, p.ep, p.micro_batch_size, p.num_microbatches, p.virtual_stages) < 1:
-        raise ConfigError("plan JSON parallel degrees, microbatch size and count must be >= 1",
-                          field="parallel", limit=">= 1")
     if product != p.devices:
         raise ConfigError(f"plan JSON degrees multiply to tp x cp x ep x pp x dp = {product}, "
                           f"not devices_used = {p.devices}", field="devices_used", value=p.devices, limit=product)
@@ -178,9 +213,6 @@ def _check_consistent(p: PlanSettings) -> None:
         raise ConfigError(f"plan JSON batch: dp x ep x micro-batch size x microbatches = {per_step}, "
                           f"not the global batch size {p.global_batch_size}",
                           field="job.global_batch_size", value=p.global_batch_size, limit=per_step)
-    if not 0 <= p.zero <= 3:
-        raise ConfigError(f"plan JSON ZeRO stage {p.zero} is not 0-3", field="parallel.zero_stage", value=p.zero,
-                          limit="0-3")
     bad = [n for n in p.layers_per_stage if n % p.virtual_stages]
     if bad:
         raise ConfigError(f"plan JSON stage of {bad[0]} layers does not split into {p.virtual_stages} virtual stages",

@@ -1,0 +1,240 @@
+"""Nothing from input runs when a generated launch script runs.
+
+Hostile names reach the exporters four ways: a model's config.json (``_name_or_path`` or
+``name``), a cluster file (its ``name`` or a level's), a saved plan JSON (``model``, ``cluster``,
+``job.dtype``, the axis order), and objects built in Python that no reader checked. Each either is
+refused with a one-line ConfigError or is exported; every shell script written is then run with
+bash in a sandbox (stub launchers, a temporary HOME and working folder) and must neither touch
+the canary file nor fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+
+from nestplan import api
+from nestplan.catalog import entry_path
+from nestplan.errors import ConfigError, printable
+from nestplan.export import FRAMEWORKS, export
+from nestplan.export.common import comment_text, shell_word
+from nestplan.export.plan import ExportInput, JobExtras, read_plan
+from nestplan.inputs import has_control
+from nestplan.job import Job
+from nestplan.strategy.dims import ParallelDims
+
+HOSTILE = ["x\ntouch $CANARY\n#", "$(touch $CANARY)", "`touch $CANARY`", "'; touch $CANARY; '",
+           "a\r\ntouch $CANARY #\u2028"]
+STUBS = ("torchrun", "srun", "python", "python3", "deepspeed", "sbatch", "scontrol", "hostname")
+LAUNCHERS = {"megatron": "torchrun", "torchtitan": "torchrun", "nemo": "torchrun", "deepspeed": "deepspeed"}
+DIMS = ParallelDims(tp=2, pp=4, dp=2, layers_per_stage=(7, 9, 8, 8))   # uneven middle: Megatron's layout
+DEVICES = 16
+JOB = Job(global_batch_size=64, seq_len=2048)
+
+
+def _sandbox_run(script: Path, tmp: Path, extra_env: dict[str, str] | None = None) -> tuple[Path, list[str]]:
+    """Run ``script`` with bash: a fresh folder as working folder and HOME, PATH = stub launchers
+    (each logs its name and exits 0) + /usr/bin:/bin, CANARY = a path the script must not create.
+    Returns the canary path and the stubs called; a failing script fails the test."""
+    box = tmp / f"box-{script.parent.name}-{script.stem}"
+    bin_dir, home = box / "bin", box / "home"
+    bin_dir.mkdir(parents=True)
+    home.mkdir()
+    log = box / "calls.log"
+    for name in STUBS:
+        stub = bin_dir / name
+        stub.write_text(f'#!/bin/sh\necho {name} >> "$STUB_LOG"\nexit 0\n')
+        stub.chmod(0o755)
+    canary = box / "canary"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "CANARY": str(canary), "STUB_LOG": str(log),
+           **(extra_env or {})}
+    done = subprocess.run(["bash", str(script)], cwd=home, env=env, capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.returncode == 0, f"{script.name} failed: {done.stderr}"
+    return canary, log.read_text().split() if log.exists() else []
+
+
+def _check_scripts(paths: list[Path], framework: str, tmp: Path) -> None:
+    """Every written shell script runs to its launcher without touching the canary, with and without
+    a SLURM node list (the branch that asks scontrol for the master address)."""
+    scripts = [p for p in paths if p.suffix == ".sh"]
+    assert scripts, paths
+    for script in scripts:
+        for env in ({}, {"SLURM_JOB_NODELIST": "node[1-2]"}):
+            canary, calls = _sandbox_run(script, tmp / ("slurm" if env else "plain"), env)
+            assert not canary.exists(), f"{script.name} ran injected text"
+            assert LAUNCHERS[framework] in calls, (script.name, calls)
+    for p in paths:
+        if p.suffix == ".json":
+            json.loads(p.read_text())
+
+
+def _check_refusal(err: ConfigError) -> None:
+    assert "\n" not in str(err) and err.exit_code == 2, str(err)
+
+
+def _export_and_run(build: Callable[[], tuple[dict, dict]], tmp: Path) -> None:
+    """``build()`` gives a plan and ``api.export_plan``'s options (or refuses its input); every
+    framework then exports it (or refuses it) and every script written runs inert."""
+    try:
+        data, options = build()
+    except ConfigError as err:
+        _check_refusal(err)
+        return
+    for framework in FRAMEWORKS:
+        try:
+            paths, _ = api.export_plan(data, framework, tmp / framework, **options)
+        except ConfigError as err:
+            _check_refusal(err)
+            continue
+        _check_scripts(paths, framework, tmp / framework)
+
+
+def _clean_plan(model="llama2-7b", cluster="h100-spine-leaf") -> dict:
+    return api.evaluate_full(model, cluster, DIMS, JOB, devices=DEVICES).to_dict()
+
+
+@pytest.fixture(scope="module")
+def plan() -> dict:
+    return _clean_plan()
+
+
+def test_the_sandbox_sees_an_injection(tmp_path) -> None:
+    """The harness itself: a script that does run a hostile line touches the canary."""
+    script = tmp_path / "evil" / "launch.sh"
+    script.parent.mkdir()
+    script.write_text(f"#!/usr/bin/env bash\n# plan: {HOSTILE[0]}\ntorchrun\n")
+    canary, calls = _sandbox_run(script, tmp_path)
+    assert canary.exists() and calls == ["torchrun"]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_helpers_keep_text_inert(text, tmp_path) -> None:
+    """A comment line stays one line; a shell word is read back literally."""
+    assert "\n" not in comment_text(text) and "\r" not in comment_text(text)
+    script = tmp_path / "echo.sh"
+    script.write_text(f"# {comment_text(text)}\nprintf %s {shell_word(text)}\n")
+    done = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin", "CANARY": str(tmp_path / "c")},
+                          capture_output=True, timeout=30, check=True)
+    assert done.stdout.decode() == text and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("key", ["_name_or_path", "name"])
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_model_config(key, text, tmp_path) -> None:
+    config = json.loads(entry_path("model", "llama2-7b").read_text())
+    config[key] = text
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+
+    def build() -> tuple[dict, dict]:
+        spec = api.resolve_model(str(path))
+        return api.evaluate_full(spec, "h100-spine-leaf", DIMS, JOB, devices=DEVICES).to_dict(), {"model": spec}
+
+    _export_and_run(build, tmp_path)
+
+
+def _cluster_file(tmp: Path, name: str, leaf: str) -> Path:
+    """16 H100s: nodes of 4, two nodes to a leaf (so the header names the leaf), two leaves."""
+    levels = [{"name": "node", "size": 4, "bandwidth_GBps": 450, "latency_us": 1},
+              {"name": leaf, "size": 2, "bandwidth_GBps": 50, "latency_us": 3},
+              {"name": "spine", "size": 2, "bandwidth_GBps": 25, "latency_us": 5}]
+    path = tmp / "cluster.json"
+    path.write_text(json.dumps({"name": name, "accelerator": "h100-sxm-80gb", "levels": levels}))
+    return path
+
+
+@pytest.mark.parametrize("where", ["name", "level"])
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_cluster_file(where, text, tmp_path) -> None:
+    path = _cluster_file(tmp_path, text if where == "name" else "c", text if where == "level" else "leaf")
+
+    def build() -> tuple[dict, dict]:
+        cluster = api.resolve_cluster(str(path), DEVICES)
+        return _clean_plan(cluster=cluster), {"cluster": cluster}
+
+    _export_and_run(build, tmp_path)
+
+
+def _set(plan: dict, field: str, value) -> dict:
+    changed = json.loads(json.dumps(plan))
+    if field == "placement.axis_order":
+        changed["placement"]["axis_order"][-1] = value
+    elif field == "job.dtype":
+        changed["job"]["dtype"] = value
+    else:
+        changed[field] = value
+    return changed
+
+
+@pytest.mark.parametrize("field", ["model", "cluster", "job.dtype", "placement.axis_order"])
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_plan_file(field, text, plan, capsys, tmp_path) -> None:
+    """``nestplan export plan.json`` with the model and cluster given, so that the plan's own names
+    only label the files: a dtype or axis not allowed, or a name with a control character, is
+    refused with one line naming the field and nothing written; other names are exported, inert."""
+    saved = tmp_path / "plan.json"
+    saved.write_text(json.dumps(_set(plan, field, text)))
+    refused = field in ("job.dtype", "placement.axis_order") or has_control(text)
+    for framework in FRAMEWORKS:
+        out = tmp_path / framework
+        code, _, err = run_cli(capsys, ["export", str(saved), "--framework", framework, "--out", str(out),
+                                        "--model", "llama2-7b", "--cluster", "h100-spine-leaf"])
+        if refused:
+            assert code == 2 and len(err.strip().splitlines()) == 1 and field in err, err
+            assert not out.exists()
+        else:
+            assert code == 0, err
+            _check_scripts(sorted(out.iterdir()), framework, out)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_exporters_quote_on_their_own(text, plan, tmp_path) -> None:
+    """Defence in depth: hostile names in objects no reader checked (the plan's model and cluster,
+    the model spec, the network's level names, the nestplan version, the optimizer flag) are
+    exported, shown escaped, and inert."""
+    settings = dataclasses.replace(read_plan(plan), model=text, cluster=text)
+    spec = dataclasses.replace(api.resolve_model("llama2-7b"), name=text)
+    inp = ExportInput(settings, spec, ("node", text, "spine"), (4, 8, 16), JobExtras(optimizer=text), text)
+    for framework in FRAMEWORKS:
+        result = export(framework, inp)
+        paths = result.write(tmp_path / framework)
+        launcher = next(p for p in paths if p.suffix == ".sh").read_text()
+        assert f"# plan: {printable(text)} on {printable(text)}," in launcher
+        assert f"share a {printable(text)}" in launcher
+        _check_scripts(paths, framework, tmp_path / framework)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_dtype_in_settings_is_refused_or_inert(text, plan, tmp_path) -> None:
+    inp = ExportInput(dataclasses.replace(read_plan(plan), dtype=text), api.resolve_model("llama2-7b"),
+                      ("node", "leaf", "spine"), (8, 32, DEVICES), version="test")
+    for framework in FRAMEWORKS:
+        try:
+            paths = export(framework, inp).write(tmp_path / framework)
+        except ConfigError as err:
+            _check_refusal(err)
+            continue
+        _check_scripts(paths, framework, tmp_path / framework)
+
+
+def test_megatron_layout_survives_the_shell(plan, tmp_path) -> None:
+    """The pipeline layout ('Et*7|t*9|t*8|t*8L') reaches Megatron-LM and NeMo as one argument."""
+    for framework in ("megatron", "nemo"):
+        paths, _ = api.export_plan(plan, framework, tmp_path / framework)
+        script = next(p for p in paths if p.suffix == ".sh")
+        stub = tmp_path / framework / "args.sh"
+        stub.write_text('printf "%s\\n" "$@" > "$HOME/args"\n')
+        text = script.read_text().replace('"${TORCHRUN[@]}"', f"bash {shell_word(stub)}")
+        script.write_text(text)
+        _sandbox_run(script, tmp_path / framework)
+        home = tmp_path / framework / f"box-{framework}-{script.stem}" / "home"
+        args = (home / "args").read_text().splitlines()
+        assert ("Et*7|t*9|t*8|t*8L" in args if framework == "megatron"
+                else 'model.pipeline_model_parallel_layout="Et*7|t*9|t*8|t*8L"' in args), args
