@@ -1,4 +1,7 @@
-"""Summary of a sweep's result store: table rows, CSV and plots.
+"""Summary of a sweep's result store: table, CSV and plots.
+
+The table's cells are plain text (names and swept values are shown as written, never read
+as rich markup).
 
 Plots (matplotlib): throughput per device against devices, one line per cluster variant and
 one panel per model; and, for every model and every pair of swept network parameters, a heat
@@ -10,9 +13,15 @@ from __future__ import annotations
 import csv
 import itertools
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from rich.table import Table
+from rich.text import Text
+
+from nestplan.errors import ConfigError, printable
 from nestplan.sweep.store import Store
 
 CSV_FIELDS = ("model", "label", "accelerator", "overrides", "devices", "global_batch_size", "seq_len", "hbm_GiB", "status",
@@ -23,14 +32,31 @@ CSV_FIELDS = ("model", "label", "accelerator", "overrides", "devices", "global_b
 def read_rows(out_dir: Path) -> list[dict[str, Any]]:
     path = Path(out_dir) / "results.sqlite"
     if not path.is_file():
-        from nestplan.errors import ConfigError
-        raise ConfigError(f"no sweep results in '{out_dir}' (results.sqlite not found)", field="dir",
-                          value=str(out_dir), limit="a sweep output folder")
+        raise ConfigError(f"no sweep results in '{printable(str(out_dir))}' (results.sqlite not found)", field="dir",
+                          value=printable(str(out_dir)), limit="a sweep output folder")
     store = Store(path)
     try:
-        return list(store.rows())
+        return store.rows()
     finally:
         store.close()
+
+
+TABLE_COLUMNS = ("model", "cluster variant", "devices", "status", "tok/s/device", "MFU", "plan")
+RIGHT_ALIGNED = ("devices", "tok/s/device", "MFU")
+
+
+def report_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
+    """The report's table, one row per case; every cell and the title are plain text."""
+    table = Table(title=Text(printable(title)))
+    for col in TABLE_COLUMNS:
+        table.add_column(col, justify="right" if col in RIGHT_ALIGNED else "left")
+    for r in rows:
+        ok = r["status"] == "ok"
+        cells = (r["model"], variant(r), str(r["devices"]), r["status"],
+                 f"{r['tokens_per_s_per_device']:,.0f}" if ok else "-", f"{r['mfu']:.1%}" if ok else "-",
+                 plan_text(r["plan"]))
+        table.add_row(*(Text(printable(cell)) for cell in cells))
+    return table
 
 
 def variant(row: dict[str, Any]) -> str:
@@ -46,8 +72,18 @@ def plan_text(plan: dict[str, Any] | None) -> str:
             + f" mbs{plan['micro_batch_size']} z{plan['zero_stage']}")
 
 
+@contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An OSError while writing ``path`` (a read-only folder, a full disk) as one ConfigError naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigError(f"sweep report: cannot write '{printable(str(path))}': {printable(exc.strerror or str(exc))}",
+                          field="out", value=printable(str(path)), limit="a writable folder") from None
+
+
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    with open(path, "w", newline="") as fh:
+    with _writing(path), open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(CSV_FIELDS)
         for r in rows:
@@ -81,7 +117,8 @@ def write_plots(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
         ax.set_title(model, fontsize=9)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(paths[0], dpi=110)
+    with _writing(paths[0]):
+        fig.savefig(paths[0], dpi=110)
     plt.close(fig)
     paths += _heatmaps(ok, models, out_dir, plt)
     return paths
@@ -115,7 +152,8 @@ def _heatmaps(ok: list[dict], models: list[str], out_dir: Path, plt) -> list[Pat
         fig.colorbar(im, ax=ax)
         fig.tight_layout()
         path = out_dir / f"heatmap_{model}_{px}_{py}.png".replace("/", "_")
-        fig.savefig(path, dpi=110)
+        with _writing(path):
+            fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -5,17 +5,22 @@ The driver resolves every distinct model (ModelSpec) and cluster variant (Cluste
 accelerator and network) once and ships those objects to the workers: with Ray they are put
 in the object store once and shared by reference. A case that fails (bad variant, nothing
 fits, any exception) is recorded with its error and the sweep goes on; a worker process that
-dies is replaced and its case retried (up to MAX_ATTEMPTS).
+dies is replaced and its case retried (up to MAX_ATTEMPTS). A local worker exits by itself
+within a second of its driver's death (even ``kill -9`` of the driver alone), so no worker is
+left behind waiting for cases that will never come.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import copy
+import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nestplan import api
 from nestplan.cluster import Cluster, cluster_data, cluster_from_dict
@@ -25,6 +30,7 @@ from nestplan.sweep.store import Store
 from nestplan.units import GiB_to_bytes, bytes_to_GiB
 
 MAX_ATTEMPTS = 3
+PARENT_CHECK_S = 1.0   # how often a local worker checks that its driver is alive
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ def solve(inputs: dict[str, Any], model, cluster) -> dict[str, Any]:
         out = {"status": "infeasible", "error": str(exc)}
     except PlannerError as exc:
         out = {"status": "error", "error": str(exc)}
-    except Exception as exc:   # a sweep records every failure and goes on
+    except Exception as exc:  # noqa: BLE001 (a sweep records every failure and goes on)
         out = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     out["solve_time_s"] = time.perf_counter() - start
     return out
@@ -148,15 +154,28 @@ def _run_local(jobs: list[tuple], workers: int, record: Callable[[dict, dict], N
     pending = {inputs["key"]: (inputs, model, cluster) for inputs, model, cluster in jobs}
     attempts = dict.fromkeys(pending, 0)
     while pending:
-        with cf.ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=exit_with_parent, initargs=(os.getpid(),))
+        try:
             futures = {pool.submit(solve, *job): key for key, job in pending.items()}
-            try:
-                for fut in cf.as_completed(futures):
-                    key = futures[fut]
-                    record(pending[key][0], fut.result())
-                    del pending[key]
-            except cf.process.BrokenProcessPool:
-                for key in pending:
-                    attempts[key] += 1
-                for key in [k for k, n in attempts.items() if k in pending and n >= MAX_ATTEMPTS]:
-                    record(pending.pop(key)[0], {"status": "error", "error": "worker process died", "solve_time_s": 0.0})
+            for fut in cf.as_completed(futures):
+                key = futures[fut]
+                record(pending[key][0], fut.result())
+                del pending[key]
+        except cf.process.BrokenProcessPool:
+            for key in pending:
+                attempts[key] += 1
+            for key in [k for k, n in attempts.items() if k in pending and n >= MAX_ATTEMPTS]:
+                record(pending.pop(key)[0], {"status": "error", "error": "worker process died", "solve_time_s": 0.0})
+        finally:
+            pool.shutdown(cancel_futures=True)   # a driver that stops (a full disk) waits only for running cases
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Worker initializer: a daemon thread ends this process once its driver is gone (its parent changes)."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="nestplan-exit-with-parent", daemon=True).start()

@@ -29,19 +29,28 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import tomllib
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from nestplan import __version__
-from nestplan.errors import ConfigError
+from nestplan.errors import ConfigError, printable
+from nestplan.inputs import check_string, load_object
 
 TOP_KEYS = ("name", "models", "devices", "global_batch_size", "seq_len", "hbm_GiB", "keep", "clusters")
 KEEP_CHOICES = ("breakdown", "memory", "stages", "placement")   # parts of the plan JSON kept per case
 CLUSTER_KEYS = ("base", "label", "accelerator", "set", "sweep")
 LEVEL_FIELDS = ("size", "bandwidth_GBps", "latency_us", "oversubscription")
 DEFAULT_GLOBAL_BATCH = 4096
+MAX_CASES = 100_000          # cases one spec may expand to
+MAX_RANGE_VALUES = 10_000    # values one {from, to, step|times} range may give
+MAX_DEVICES = 2**24          # largest device count swept
+MAX_GLOBAL_BATCH = 2**24     # sequences per step
+MAX_SEQ_LEN = 2**21          # tokens per sequence
+MAX_HBM_GiB = 2**20          # device memory
+MAX_LEVEL_VALUE = 2**24      # any level field (units, GB/s, us or a ratio)
 
 
 @dataclass(frozen=True)
@@ -97,35 +106,59 @@ def _fail(message: str, field: str, value: Any, allowed: Any = None) -> ConfigEr
     return ConfigError(message, field=field, value=value, limit=allowed)
 
 
-def _list(data: Mapping[str, Any], key: str, kind: type, default: list | None = None, minimum: float = 1) -> tuple:
+def _shown(value: Any) -> str:
+    """A value as an error line quotes it: one line, at most 80 characters."""
+    text = printable(repr(value))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _number_ok(v: Any, integer: bool, minimum: float, maximum: float) -> bool:
+    """A finite number in [minimum, maximum], whole where ``integer`` (compared before any conversion)."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or math.isfinite(v))
+            and minimum <= v <= maximum and (not integer or isinstance(v, int) or v.is_integer()))
+
+
+def _values(value: Any, key: str) -> list:
+    """A list, a range table or a single value, as a list."""
+    if isinstance(value, Mapping):
+        return _range(value, key)
+    return value if isinstance(value, list) else [value]
+
+
+def _list(data: Mapping[str, Any], key: str, kind: type, default: list | None = None, minimum: float = 1,
+          maximum: float = math.inf) -> tuple:
     value = data.get(key, default)
     if value is None:
         raise _fail(f"sweep spec: '{key}' is required", key, None)
-    values = _range(value, key) if isinstance(value, Mapping) else value if isinstance(value, list) else [value]
+    values = _values(value, key)
     if not values:
         raise _fail(f"sweep spec: '{key}' must not be empty", key, value)
     for v in values:
-        ok = isinstance(v, str) if kind is str else (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                      and (kind is float or float(v).is_integer()) and v >= minimum)
-        if not ok:
-            what = "a string" if kind is str else f"a number >= {minimum}" + (" (integer)" if kind is int else "")
-            raise _fail(f"sweep spec: '{key}' value {v!r} must be {what}", key, v, what)
+        if kind is str and isinstance(v, str) and v:
+            check_string(v, f"'{key}' value", "sweep spec")
+        elif kind is str or not _number_ok(v, kind is int, minimum, maximum):
+            what = ("a non-empty string" if kind is str
+                    else f"{'an integer' if kind is int else 'a number'} from {minimum:g} to {maximum:g}")
+            raise _fail(f"sweep spec: '{key}' value {_shown(v)} must be {what}", key, v, what)
     return tuple(kind(v) for v in values)
 
 
 def _range(table: Mapping[str, Any], key: str) -> list[float]:
-    """{from, to, step} (arithmetic) or {from, to, times} (geometric), both ends included."""
+    """{from, to, step} (arithmetic) or {from, to, times} (geometric, from > 0), both ends included."""
     _unknown(table, ("from", "to", "step", "times"), f"'{key}' range")
     lo, hi = table.get("from"), table.get("to")
     step, times = table.get("step"), table.get("times")
     numbers = [x for x in (lo, hi, step, times) if x is not None]
     if (lo is None or hi is None or (step is None) == (times is None)
-            or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in numbers)
-            or hi < lo or (step is not None and step <= 0) or (times is not None and times <= 1)):
-        raise _fail(f"sweep spec: '{key}' range {dict(table)} needs from <= to and exactly one of step > 0 or "
-                    f"times > 1", key, dict(table), "{from, to, step} or {from, to, times}")
+            or not all(_number_ok(x, False, -math.inf, math.inf) for x in numbers)
+            or hi < lo or (step is not None and step <= 0) or (times is not None and (times <= 1 or lo <= 0))):
+        raise _fail(f"sweep spec: '{key}' range {_shown(dict(table))} needs from <= to and exactly one of "
+                    f"step > 0 or times > 1 (with from > 0)", key, dict(table), "{from, to, step} or {from, to, times}")
     out, x = [], lo
-    while x <= hi * (1 + 1e-12) and len(out) <= 10_000:
+    while x <= hi or math.isclose(x, hi, rel_tol=1e-12):
+        if len(out) == MAX_RANGE_VALUES:
+            raise _fail(f"sweep spec: '{key}' range {_shown(dict(table))} gives more than {MAX_RANGE_VALUES:,} "
+                        "values", key, dict(table), MAX_RANGE_VALUES)
         out.append(x)
         x = x + step if step is not None else x * times
     return out
@@ -134,8 +167,8 @@ def _range(table: Mapping[str, Any], key: str) -> list[float]:
 def _unknown(table: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     for key in table:
         if key not in allowed:
-            raise _fail(f"sweep spec: unknown key '{key}' in {where}; allowed: {', '.join(allowed)}", key, key,
-                        list(allowed))
+            raise _fail(f"sweep spec: unknown key '{printable(str(key))}' in {where}; allowed: {', '.join(allowed)}",
+                        key, key, list(allowed))
 
 
 def _level_items(table: Any, where: str, swept: bool) -> tuple:
@@ -145,14 +178,26 @@ def _level_items(table: Any, where: str, swept: bool) -> tuple:
     for key, value in table.items():
         level, _, fld = key.partition(".")
         if not level or fld not in LEVEL_FIELDS:
-            raise _fail(f"sweep spec: '{key}' in {where} must be \"<level name>.<field>\" with field one of "
+            raise _fail(f"sweep spec: '{printable(key)}' in {where} must be \"<level name>.<field>\" with field one of "
                         f"{', '.join(LEVEL_FIELDS)}", key, key, list(LEVEL_FIELDS))
-        values = _range(value, key) if isinstance(value, Mapping) else value if isinstance(value, list) else [value]
-        if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in values):
-            raise _fail(f"sweep spec: '{key}' in {where} must be {'a list of ' if swept else ''}non-negative "
-                        f"numbers, got {value!r}", key, value)
-        items.append((key, tuple(values)) if swept else (key, values[0]))
+        values = _values(value, key) if swept else [value]
+        if not values or not all(_number_ok(v, False, 0, MAX_LEVEL_VALUE) for v in values):
+            allowed = f"{'a list of ' if swept else 'one '}number{'s' if swept else ''} from 0 to {MAX_LEVEL_VALUE:,}"
+            raise _fail(f"sweep spec: '{printable(key)}' in {where} must be {allowed}, got {_shown(value)}", key,
+                        value, allowed)
+        items.append((key, tuple(values)) if swept else (key, value))
     return tuple(items)
+
+
+def _text(table: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str | None:
+    """An optional non-empty string field, free of control characters."""
+    value = table.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _fail(f"sweep spec: {where}.{key} must be a non-empty string, got {_shown(value)}", key, value,
+                    "a non-empty string")
+    return check_string(value, f"{where}.{key}", "sweep spec")
 
 
 def _family(table: Any, i: int) -> ClusterFamily:
@@ -160,54 +205,52 @@ def _family(table: Any, i: int) -> ClusterFamily:
     if not isinstance(table, Mapping):
         raise _fail(f"sweep spec: {where} must be a table", "clusters", table)
     _unknown(table, CLUSTER_KEYS, where)
-    base = table.get("base")
-    if not isinstance(base, str) or not base:
-        raise _fail(f"sweep spec: {where}.base must be a cluster name or file", "base", base)
-    label = table.get("label", base)
-    if not isinstance(label, str) or not label:
-        raise _fail(f"sweep spec: {where}.label must be a non-empty string", "label", label)
-    accelerator = table.get("accelerator")
-    if accelerator is not None and (not isinstance(accelerator, str) or not accelerator):
-        raise _fail(f"sweep spec: {where}.accelerator must be a catalog name", "accelerator", accelerator)
-    return ClusterFamily(base, label, accelerator, _level_items(table.get("set", {}), f"{where}.set", False),
+    base = _text(table, "base", where)
+    if base is None:
+        raise _fail(f"sweep spec: {where}.base must be a cluster name or file", "base", None)
+    return ClusterFamily(base, _text(table, "label", where, base), _text(table, "accelerator", where),
+                         _level_items(table.get("set", {}), f"{where}.set", False),
                          _level_items(table.get("sweep", {}), f"{where}.sweep", True))
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
     _unknown(data, TOP_KEYS, "the spec")
-    name = data.get("name", "sweep")
-    if not isinstance(name, str) or not name:
-        raise _fail("sweep spec: 'name' must be a non-empty string", "name", name)
+    name = _text(data, "name", "spec", "sweep")
     clusters = data.get("clusters")
     if not isinstance(clusters, list) or not clusters:
         raise _fail("sweep spec: at least one [[clusters]] table is required", "clusters", clusters)
-    return SweepSpec(
-        name=name, models=_list(data, "models", str), devices=_list(data, "devices", int),
-        global_batch_sizes=_list(data, "global_batch_size", int, [DEFAULT_GLOBAL_BATCH]),
-        seq_lens=_list(data, "seq_len", int) if "seq_len" in data else (None,),
-        hbm_GiB=_list(data, "hbm_GiB", float, minimum=1e-3) if "hbm_GiB" in data else (None,),
+    spec = SweepSpec(
+        name=name, models=_list(data, "models", str), devices=_list(data, "devices", int, maximum=MAX_DEVICES),
+        global_batch_sizes=_list(data, "global_batch_size", int, [DEFAULT_GLOBAL_BATCH], maximum=MAX_GLOBAL_BATCH),
+        seq_lens=_list(data, "seq_len", int, maximum=MAX_SEQ_LEN) if "seq_len" in data else (None,),
+        hbm_GiB=_list(data, "hbm_GiB", float, minimum=1e-3, maximum=MAX_HBM_GiB) if "hbm_GiB" in data else (None,),
         clusters=tuple(_family(t, i) for i, t in enumerate(clusters)),
         keep=_keep(data.get("keep", [])))
+    cases = case_count(spec)
+    if cases > MAX_CASES:
+        raise _fail(f"sweep spec: expands to {cases:,} cases; at most {MAX_CASES:,} allowed (split it into several "
+                    "specs)", "cases", cases, MAX_CASES)
+    return spec
 
 
 def _keep(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or any(v not in KEEP_CHOICES for v in value):
         bad = [v for v in value if v not in KEEP_CHOICES] if isinstance(value, list) else value
-        raise _fail(f"sweep spec: keep {bad!r} must list some of {', '.join(KEEP_CHOICES)}", "keep", bad,
+        raise _fail(f"sweep spec: keep {_shown(bad)} must list some of {', '.join(KEEP_CHOICES)}", "keep", bad,
                     list(KEEP_CHOICES))
     return tuple(value)
 
 
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep spec; a bad one raises ConfigError naming the key or value."""
-    p = Path(path)
-    if not p.is_file():
-        raise _fail(f"sweep spec '{p}' not found", "spec", str(p), "an existing TOML file")
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise _fail(f"sweep spec '{p}': invalid TOML: {exc}", "spec", str(p)) from None
-    return spec_from_dict(data)
+    return spec_from_dict(load_object(path, "sweep spec", "toml"))
+
+
+def case_count(spec: SweepSpec) -> int:
+    """How many cases :func:`expand` gives, without building them."""
+    variants = sum(math.prod(len(values) for _, values in fam.swept) for fam in spec.clusters)
+    return (len(spec.models) * variants * len(spec.devices) * len(spec.global_batch_sizes) * len(spec.seq_lens)
+            * len(spec.hbm_GiB))
 
 
 def expand(spec: SweepSpec) -> list[Case]:
@@ -216,9 +259,9 @@ def expand(spec: SweepSpec) -> list[Case]:
     for model, fam in itertools.product(spec.models, spec.clusters):
         names = [k for k, _ in fam.swept]
         for values in itertools.product(*(v for _, v in fam.swept)):
-            overrides = dict(fam.fixed) | dict(zip(names, values))
+            overrides = tuple(sorted((dict(fam.fixed) | dict(zip(names, values))).items()))
             for n, gbs, seq, hbm in itertools.product(spec.devices, spec.global_batch_sizes, spec.seq_lens,
                                                       spec.hbm_GiB):
-                cases.append(Case(model, fam.base, fam.label, fam.accelerator, tuple(sorted(overrides.items())), tuple(names), n,
-                                  gbs, seq, hbm))
+                cases.append(Case(model, fam.base, fam.label, fam.accelerator, overrides, tuple(names), n, gbs, seq,
+                                  hbm))
     return cases
