@@ -64,7 +64,8 @@ def test_oversubscribed_dp_is_slower() -> None:
 def test_gpipe_holds_all_microbatches() -> None:
     one = _eval(pp=4, dp=1, gbs=32, schedule="1f1b")
     gpipe = _eval(pp=4, dp=1, gbs=32, schedule="gpipe")
-    assert gpipe.stages[0].memory_bytes["activations"] == pytest.approx(one.stages[0].memory_bytes["activations"] * 32 / 4)
+    one_f_one_b = one.stages[0].memory_bytes["activations"]
+    assert gpipe.stages[0].memory_bytes["activations"] == pytest.approx(one_f_one_b * 32 / 4)
     assert one.stages[0].memory_bytes["activations"] > one.stages[-1].memory_bytes["activations"]
 
 
