@@ -9,6 +9,8 @@ Library surface (see :mod:`nestplan.api`)::
     pred = nestplan.evaluate(model, cluster, nestplan.ParallelDims(tp=8, pp=8, recompute="full"), job)
 """
 
+from importlib import metadata as _metadata
+
 from nestplan.api import evaluate, evaluate_full, make_job
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.errors import ConfigError, InfeasibleError, PlannerError
@@ -17,10 +19,27 @@ from nestplan.model import ModelSpec, load_model
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("nestplan")
+except _metadata.PackageNotFoundError:   # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
-    "Cluster", "ConfigError", "InfeasibleError", "Job", "ModelSpec", "Optimizer", "ParallelDims",
-    "PlannerError", "Recompute", "Schedule", "ZeroStage", "evaluate", "evaluate_full", "load_cluster",
-    "load_model", "make_job", "__version__",
+    "Cluster",
+    "ConfigError",
+    "InfeasibleError",
+    "Job",
+    "ModelSpec",
+    "Optimizer",
+    "ParallelDims",
+    "PlannerError",
+    "Recompute",
+    "Schedule",
+    "ZeroStage",
+    "__version__",
+    "evaluate",
+    "evaluate_full",
+    "load_cluster",
+    "load_model",
+    "make_job",
 ]

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
-from nestplan.errors import ConfigError
-from nestplan.job import Job
+from nestplan.errors import ConfigError, printable
+from nestplan.job import MAX_SEQ_LEN, Job, check_count
 from nestplan.model import ModelSpec, load_model
 from nestplan.report.plan_json import SearchStats, plan_to_dict
 from nestplan.strategy.dims import ParallelDims, check_against_model
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 
 DEFAULT_SEQ_LEN_CAP = 8192
+MAX_TOP = 100        # runner-up plans a search keeps: each costs finalists kept and simulated
+MAX_WORKERS = 1024   # local worker processes of a sweep
 
 
 def resolve_model(model: str | ModelSpec) -> ModelSpec:
@@ -41,7 +45,17 @@ def default_dtype(cluster: Cluster) -> str:
 
 
 def make_job(model: ModelSpec, global_batch_size: int, seq_len: int | None = None, **kwargs: Any) -> Job:
-    return Job(global_batch_size=global_batch_size, seq_len=seq_len or default_seq_len(model), **kwargs)
+    """A Job for ``model``; ``seq_len`` None means :func:`default_seq_len` (0 is refused, not a default)."""
+    job = Job(global_batch_size=global_batch_size,
+              seq_len=default_seq_len(model) if seq_len is None else seq_len, **kwargs)
+    check_context(model, job.seq_len)
+    return job
+
+
+def check_context(model: ModelSpec, seq_len: int) -> None:
+    """Refuse a sequence longer than the model can take (a model with learned absolute positions
+    has none beyond its table)."""
+    check_count(seq_len, "seq_len", MAX_SEQ_LEN)
 
 
 @dataclass(frozen=True)
@@ -80,17 +94,40 @@ def evaluate_full(model: str | ModelSpec, cluster: str | Cluster, plan: Parallel
     tp x cp x ep x pp x dp; without it the plan's product is taken.
     """
     spec = resolve_model(model)
+    check_context(spec, job.seq_len)
     check_against_model(plan, spec, job.seq_len)
-    n = plan.devices if devices is None else devices
     if devices is not None and plan.devices != devices:
         raise ConfigError(
             f"the plan's degrees multiply to tp x cp x ep x pp x dp = {plan.tp} x {plan.cp} x {plan.ep} x "
-            f"{plan.pp} x {plan.dp} = {plan.devices}, not the {devices} devices asked for",
+            f"{plan.pp} x {plan.dp} = {plan.devices}, not the {devices} devices asked for"
+            + (_expert_dp_hint(plan, devices) if plan.ep > 1 else ""),
             field="devices", value=plan.devices, limit=devices)
-    cl = resolve_cluster(cluster, n)
+    cl = resolve_cluster(cluster, plan.devices)
     start = time.perf_counter()
     pred = evaluate_plan(spec, cl, plan, job, axis_order)
     return Evaluation(spec, cl, job, pred, time.perf_counter() - start)
+
+
+def _expert_dp_hint(plan: ParallelDims, devices: int) -> str:
+    """Both conventions for dp beside ep, with the numbers: nestplan's dp excludes the expert
+    ranks, Megatron-LM's (``--data-parallel-size``) counts them."""
+    others = plan.tp * plan.cp * plan.pp
+    text = (f"; nestplan's dp excludes the {plan.ep} expert ranks (devices = tp x cp x ep x pp x dp), "
+            f"Megatron-LM's dp counts them (devices = tp x cp x pp x dp, ep dividing dp)")
+    if devices % (others * plan.ep):
+        return text + f": neither fills {devices} devices with tp x cp x pp = {others} and ep {plan.ep}"
+    dp = devices // (others * plan.ep)
+    return text + f": {devices} devices take nestplan's dp {dp}, which is Megatron-LM's dp {dp * plan.ep}"
+
+
+def megatron_dp(plan: ParallelDims, devices: int | None) -> ParallelDims | None:
+    """``plan`` with its dp read in Megatron-LM's convention (dp counting the ep expert ranks) and
+    converted to nestplan's (dp / ep), when only that reading fills ``devices``; None otherwise."""
+    if devices is None or plan.ep == 1 or plan.devices == devices or plan.dp % plan.ep:
+        return None
+    if plan.tp * plan.cp * plan.pp * plan.dp != devices:
+        return None
+    return replace(plan, dp=plan.dp // plan.ep)
 
 
 def catalog_names(kind: str) -> list[str]:
@@ -100,11 +137,55 @@ def catalog_names(kind: str) -> list[str]:
     from nestplan.model import model_names
 
     listers = {"models": model_names, "accelerators": accelerator_names, "clusters": cluster_names}
+    return listers[_catalog_kind(kind)]()
+
+
+def _catalog_kind(kind: str) -> str:
     key = kind.strip().lower()
-    if key not in listers:
-        raise ConfigError(f"cannot list '{kind}'; choose one of: {', '.join(listers)}", field="kind", value=kind,
-                          limit=list(listers))
-    return listers[key]()
+    if key not in CATALOG_KINDS:
+        raise ConfigError(f"cannot list '{printable(kind)}'; choose one of: {', '.join(CATALOG_KINDS)}",
+                          field="kind", value=printable(kind), limit=list(CATALOG_KINDS))
+    return key
+
+
+CATALOG_KINDS = ("models", "accelerators", "clusters")
+
+
+def catalog_entries(kind: str) -> list[dict[str, Any]]:
+    """The catalog's 'models', 'accelerators' or 'clusters', one dict each: name, sizes, source."""
+    key = _catalog_kind(kind)
+    describe = {"models": _model_entry, "accelerators": _accelerator_entry, "clusters": _cluster_entry}[key]
+    return [describe(name) for name in catalog_names(key)]
+
+
+def _model_entry(name: str) -> dict[str, Any]:
+    from nestplan.catalog import entry_path
+    from nestplan.inputs import load_object
+    from nestplan.model.layers import total_params
+
+    spec = load_model(name)
+    return {"name": name, "family": spec.family, "layers": spec.num_layers, "hidden_size": spec.hidden_size,
+            "parameters_B": total_params(spec) / 1e9, "experts": spec.num_experts,
+            "max_position_embeddings": spec.max_position_embeddings,
+            "source": str(load_object(entry_path("model", name), "model config").get("_source", ""))}
+
+
+def _accelerator_entry(name: str) -> dict[str, Any]:
+    from nestplan.hardware import load_accelerator
+
+    acc = load_accelerator(name)
+    return {"name": name, "peak_TFLOPS": {dtype: flops / 1e12 for dtype, flops in acc.peak_flops.items()},
+            "hbm_GiB": acc.hbm_bytes / 2**30, "hbm_bandwidth_TBps": acc.hbm_bandwidth_Bps / 1e12,
+            "source": acc.source}
+
+
+def _cluster_entry(name: str) -> dict[str, Any]:
+    from nestplan.cluster import cluster_data
+
+    cl = load_cluster(name)
+    return {"name": name, "accelerator": cl.accelerator.name, "devices": cl.devices,
+            "levels": [{"name": lv.name, "size": lv.size} for lv in cl.topology.levels],
+            "source": str(cluster_data(name).get("source", ""))}
 
 
 DEFAULT_GLOBAL_BATCH = 4096   # the NEST paper's evaluation (section 5.1)
@@ -153,10 +234,14 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
     from nestplan.search.planner import check_job, search
     from nestplan.search.space import SearchSpace
 
+    if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP:
+        raise ConfigError(f"top must be an integer in 0..{MAX_TOP} (runner-up plans), got {top!r}",
+                          field="top", value=top, limit=f"0..{MAX_TOP}")
     spec = resolve_model(model)
     cl = resolve_cluster(cluster, devices)
     if job is None:
         job = make_job(spec, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len, dtype=default_dtype(cl))
+    check_context(spec, job.seq_len)
     n = cl.devices
     check_job(spec, cl, job, n)
     space = space or SearchSpace()
@@ -164,6 +249,92 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
     if result.best is None:
         raise infeasible_error(spec, cl, job, n, space)
     return PlanReport(spec, cl, job, result.best, result.runners_up, result.stats)
+
+
+PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
+PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
+PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))   # Figure 6
+PAPER_ZERO_ABLATION = (("llama3-70b", 24 * 2**30), ("bert-large", 120 * 2**20))   # Table 7: device memory, bytes
+
+
+@dataclass(frozen=True)
+class CompareCase:
+    """One model on one cluster of a comparison, planned at each device count and microbatch size.
+
+    hbm_bytes: device memory to plan with instead of the accelerator's, without a framework
+        reserve (the paper's hypothetical small devices); None keeps the accelerator as it is.
+    """
+
+    model: str
+    cluster: str
+    devices: tuple[int, ...]
+    micro_batch_sizes: tuple[int, ...] = (1,)
+    seq_len: int | None = None
+    hbm_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The rows of one CompareCase (``search.compare.CompareRow``) and their normalised throughput."""
+
+    title: str
+    rows: list[Any]
+    normalised: list[float]
+
+    @property
+    def tag(self) -> str:
+        """The title as a file name stem."""
+        return self.title.replace(" on ", "_").replace(" ", "_").replace(",", "")
+
+
+def paper_cases() -> list[CompareCase]:
+    """The NEST paper's comparison: Figure 5's grid, Figure 6's microbatch sweep, Table 7's small devices."""
+    cases = [CompareCase(m, c, ns, seq_len=seq) for c, ns in PAPER_GRID for m, seq in PAPER_MODELS.items()]
+    models, cluster, devices, sweep_mbs = PAPER_MBS_SWEEP
+    cases += [CompareCase(m, cluster, devices, sweep_mbs, PAPER_MODELS[m]) for m in models]
+    cases += [CompareCase(m, "tpuv4-fattree", (1024,), (1,), PAPER_MODELS[m], float(hbm))
+              for m, hbm in PAPER_ZERO_ABLATION]
+    return cases
+
+
+def compare(cases: Sequence[CompareCase], baselines: Sequence[str] = ("manual", "phaze", "mcmc", "alpa"),
+            global_batch_size: int = DEFAULT_GLOBAL_BATCH) -> list[Comparison]:
+    """nestplan against baseline planners on each case, independent cases in parallel processes
+    (one per core); each baseline runs once however often it is named."""
+    from nestplan.search.compare import check_baselines
+
+    names = list(dict.fromkeys(check_baselines(baselines)))
+    jobs = [(case, names, global_batch_size) for case in cases]
+    if len(jobs) == 1:
+        return [_compare_case(jobs[0])]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        return list(pool.map(_compare_case, jobs))
+
+
+def _compare_case(args: tuple[CompareCase, list[str], int]) -> Comparison:
+    """One case of :func:`compare` (a top-level function, so that it runs in a worker process)."""
+    from nestplan.search.compare import normalise, run_compare
+
+    case, names, global_batch_size = args
+    spec = resolve_model(case.model)
+    job = make_job(spec, global_batch_size, case.seq_len, dtype=default_dtype(resolve_cluster(case.cluster)))
+
+    def load(n: int) -> Cluster:
+        cl = resolve_cluster(case.cluster, n)
+        if case.hbm_bytes is None:
+            return cl
+        return replace(cl, accelerator=replace(cl.accelerator, hbm_bytes=case.hbm_bytes, reserved_bytes=0.0))
+
+    rows = run_compare(spec, load, job, case.devices, case.micro_batch_sizes, names)
+    title = f"{spec.name} on {case.cluster}"
+    if case.hbm_bytes is not None:
+        gib = case.hbm_bytes / 2**30
+        title += f" with {gib:g} GiB devices" if gib >= 1 else f" with {case.hbm_bytes / 2**20:g} MiB devices"
+    elif len(case.micro_batch_sizes) > 1:
+        title += f" mbs {','.join(map(str, case.micro_batch_sizes))}"
+    return Comparison(title, rows, normalise(rows))
 
 
 def sweep(spec: str | Path, out_dir: str | Path, *, workers: int = 2, ray: str | None = None,
@@ -176,8 +347,9 @@ def sweep(spec: str | Path, out_dir: str | Path, *, workers: int = 2, ray: str |
     from nestplan.sweep.run import run_sweep
     from nestplan.sweep.spec import load_spec
 
-    if workers < 1:
-        raise ConfigError(f"workers must be >= 1, got {workers}", field="workers", value=workers, limit=">= 1")
+    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"workers must be an integer in 1..{MAX_WORKERS}, got {workers!r}", field="workers",
+                          value=workers, limit=f"1..{MAX_WORKERS}")
     return run_sweep(load_spec(spec), Path(out_dir), workers=workers, ray_address=ray, progress=progress)
 
 
@@ -236,7 +408,8 @@ def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2) -
     text = str(model)
     path = Path(text) if (text.endswith(".json") or "/" in text) else entry_path("model", text)
     config = _json.loads(path.read_text())
-    s = seq_len or min(default_seq_len(spec), 2048)
+    s = min(default_seq_len(spec), 2048) if seq_len is None else seq_len
+    check_context(spec, s)
     result = trace_config(config, seq_len=s, layers=layers)
     rows = []
     for b in result.blocks:
@@ -250,12 +423,9 @@ def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2) -
 def calibrate(model: ModelSpec, rows: Sequence[Mapping[str, Any]]) -> ModelSpec:
     """The model with the traced/closed-form ratios of its blocks (``trace``'s rows, averaged) as
     the cost model's block compute and activation scales."""
-    from dataclasses import replace as _replace
-
     flops = sum(r["traced_flops"] for r in rows) / sum(r["closed_flops"] for r in rows)
     saved = sum(r["traced_saved_bytes"] for r in rows) / sum(r["closed_saved_bytes"] for r in rows)
-    return _replace(model, traced_flops_scale=flops, traced_activation_scale=saved)
-
+    return replace(model, traced_flops_scale=flops, traced_activation_scale=saved)
 
 
 def nest_solve(source: str | Path | Mapping[str, Any], *, progress: Any = None) -> tuple[Any, dict[str, Any], Any]:

@@ -1,6 +1,10 @@
 """The ``nestplan`` command line: a thin typer shell over :mod:`nestplan.api`.
 
-Errors a user can fix print one line on stderr and exit 2 (3: the job does not fit).
+Exit codes: 0 done; 2 bad input, one line on stderr naming the option or field, the value and
+what is allowed; 3 the job fits nowhere, one line. Integer options take plain decimal digits
+within the bounds below. Output paths are checked before any work, and a file nestplan writes
+itself appears whole or not at all. Text from the input is printed with its control characters
+escaped, and on a pipe rich output never wraps.
 """
 
 from __future__ import annotations
@@ -8,140 +12,308 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
 
-from nestplan import api
-from nestplan.errors import ConfigError, PlannerError
-from nestplan.job import Optimizer
+from nestplan import __version__, api
+from nestplan.errors import ConfigError, PlannerError, printable
+from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Optimizer
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 
+MAX_DEVICES = 2**20               # --devices, and each parallel degree
+MAX_MICRO_BATCH = MAX_GLOBAL_BATCH_SIZE
+MAX_VIRTUAL_STAGES = 1024         # model chunks per pipeline stage
+MAX_STAGES = 4096                 # entries of --layers-per-stage
+MAX_LIST_ENTRIES = 64             # entries of compare's --devices and --mbs
+PIPE_WIDTH = 10_000               # columns of rich output that is not on a terminal: rows stay one line
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,   # help text is plain: "[trace]" is an extra's name, not markup
                   help="Network- and memory-aware planner for distributed LLM training.")
 
 
-def _layers(text: Optional[str]) -> Optional[tuple[int, ...]]:
-    if not text:
-        return None
+# -- integers: plain decimal digits within bounds --------------------------------------------------
+_DIGITS = re.compile(r"-?[0-9]+")
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    text = printable(text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _parse_int(option: str, text: str, low: int, high: int) -> int:
+    """``text`` as an integer in low..high: digits 0-9 only (a minus sign reads as out of range);
+    no '+', '_', exponent, decimal point or space."""
+    if not _DIGITS.fullmatch(text):
+        raise ConfigError(f"{option} '{_shown(text)}' is not a plain decimal integer (digits 0-9 only); "
+                          f"allowed: {low}..{high}", field=option, value=_shown(text), limit=f"{low}..{high}")
+    if len(text.lstrip("-0")) > len(str(high)) or not low <= int(text) <= high:
+        raise ConfigError(f"{option} {_shown(text)} is out of range; allowed: {low}..{high}", field=option,
+                          value=_shown(text), limit=f"{low}..{high}")
+    return int(text)
+
+
+def _integer(option: str, low: int, high: int) -> Callable[[object], int]:
+    """A typer parser for the integer option ``option`` (its default passes as it is)."""
+    def parse(value: object) -> int:
+        return value if isinstance(value, int) else _parse_int(option, str(value), low, high)
+    return parse
+
+
+def _int_list(text: str, option: str, high: int, entries: int) -> tuple[int, ...]:
+    """Comma-separated integers in 1..high, at most ``entries`` of them."""
+    items = [x.strip() for x in text.split(",")]
+    if len(items) > entries:
+        raise ConfigError(f"{option} has {len(items)} entries; at most {entries} allowed", field=option,
+                          value=len(items), limit=entries)
+    if not any(items):
+        raise ConfigError(f"{option} '{_shown(text)}' needs comma-separated integers, e.g. 64,128", field=option,
+                          value=_shown(text))
+    return tuple(_parse_int(option, x, 1, high) for x in items)
+
+
+DEVICES = _integer("--devices", 1, MAX_DEVICES)
+GLOBAL_BATCH = _integer("--global-batch-size", 1, MAX_GLOBAL_BATCH_SIZE)
+SEQ_LEN = _integer("--seq-len", 1, MAX_SEQ_LEN)
+
+
+# -- output: rich consoles, stderr lines, JSON --------------------------------------------------
+def _console(stderr: bool = False) -> Console:
+    """A rich Console as wide as the terminal, or on a pipe so wide that nothing wraps."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else PIPE_WIDTH)
+
+
+def _say(text: str) -> None:
+    """One line on stderr, control characters escaped."""
+    sys.stderr.write(printable(text) + "\n")
+
+
+def _print_json(data: object) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def _print_paths(console: Console, label: str, paths: list[Path]) -> None:
+    if paths:
+        console.print(f"{label}: " + ", ".join(printable(str(p)) for p in paths), markup=False)
+
+
+# -- output paths ---------------------------------------------------------------------------------
+def _os_reason(exc: OSError, path: Path | None = None) -> str:
+    """The system's reason, naming the file when it is not ``path`` itself."""
+    named = exc.filename is not None and (path is None or str(exc.filename) != str(path))
+    return (exc.strerror or printable(str(exc))) + (f" ('{printable(str(exc.filename))}')" if named else "")
+
+
+@contextmanager
+def _output(option: str, path: Path) -> Iterator[None]:
+    """Failures while writing ``path`` (given by ``option``) as one ConfigError naming both: an
+    OSError, or a missing plotting library."""
     try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError(f"--layers-per-stage '{text}' must be comma-separated integers, e.g. 10,11,11,10",
-                          field="layers_per_stage", value=text) from None
+        yield
+    except OSError as exc:
+        raise ConfigError(f"{option} '{printable(str(path))}' cannot be written: {_os_reason(exc, path)}",
+                          field=option, value=printable(str(path))) from None
+    except ImportError as exc:
+        raise ConfigError(f"{option} '{printable(str(path))}' needs {exc.name or 'a missing module'} "
+                          f"(pip install matplotlib): {printable(str(exc))}", field=option,
+                          value=printable(str(path))) from None
+
+
+def _check_output(option: str, path: Path, folder: bool) -> None:
+    """Refuse, before any work, an output that cannot be written: a file where a folder is wanted
+    or the reverse, a name too long, a parent that is a file or not writable."""
+    shown = printable(str(path))
+    with _output(option, path):
+        probe = path
+        while not probe.exists() and probe.parent != probe:
+            probe = probe.parent
+        if probe == path and folder and not path.is_dir():
+            raise ConfigError(f"{option} '{shown}' is not a folder", field=option, value=shown)
+        if probe == path and not folder and path.is_dir():
+            raise ConfigError(f"{option} '{shown}' is a folder; a file name is needed", field=option, value=shown)
+        if probe != path and not probe.is_dir():
+            raise ConfigError(f"{option} '{shown}': '{printable(str(probe))}' is not a folder",
+                              field=option, value=shown)
+        if not os.access(probe, os.W_OK):
+            raise ConfigError(f"{option} '{shown}': '{printable(str(probe))}' is not writable", field=option,
+                              value=shown)
+
+
+@contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write, moved over ``path`` once complete, so that a
+    failure (a full disk) leaves no half-written file; a special file (/dev/stdout) is written as it is."""
+    if path.exists() and not path.is_file():
+        yield path
+        return
+    temporary = path.with_name(f".nestplan-{os.getpid()}.partial{path.suffix}")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _plots(out: Path, draw: Callable[[Path], list[Path]]) -> list[Path]:
+    """The plan's figures written into ``out`` (``--plot``); a failure is one ConfigError."""
+    with _output("--plot", out):
+        return draw(out)
+
+
+# -- commands -------------------------------------------------------------------------------------
+def _layers(text: str | None) -> tuple[int, ...] | None:
+    return _int_list(text, "--layers-per-stage", MAX_DEVICES, MAX_STAGES) if text else None
 
 
 def _axis_order(text: str) -> tuple[str, ...]:
     return tuple(a.strip() for a in text.replace("-", ",").split(","))
 
 
+def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> ParallelDims:
+    """``plan``, or, where only Megatron-LM's reading of --dp (counting the expert ranks) fills the
+    devices, the plan converted to nestplan's dp with a note on stderr."""
+    converted = api.megatron_dp(plan, devices)
+    if converted is None:
+        return plan
+    _say(f"nestplan: note: --dp {plan.dp} read as Megatron-LM's data-parallel size, which counts the "
+         f"{plan.ep} expert ranks (tp x cp x pp x dp = {devices}); nestplan's dp excludes them: "
+         f"dp {plan.dp} / ep {plan.ep} = {converted.dp}")
+    return converted
+
+
 @app.command()
 def evaluate(
     model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
     cluster: str = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file"),
-    devices: Optional[int] = typer.Option(None, "--devices", help="use the first N devices of the cluster"),
-    tp: int = typer.Option(1, "--tp"), pp: int = typer.Option(1, "--pp"), dp: int = typer.Option(1, "--dp"),
-    cp: int = typer.Option(1, "--cp"), ep: int = typer.Option(1, "--ep"),
+    devices: int | None = typer.Option(None, "--devices", parser=DEVICES, help="use the first N devices"),
+    tp: int = typer.Option(1, "--tp", parser=_integer("--tp", 1, MAX_DEVICES)),
+    pp: int = typer.Option(1, "--pp", parser=_integer("--pp", 1, MAX_DEVICES)),
+    dp: int = typer.Option(1, "--dp", parser=_integer("--dp", 1, MAX_DEVICES),
+                           help="data-parallel replicas, not counting ep (Megatron-LM's count is converted)"),
+    cp: int = typer.Option(1, "--cp", parser=_integer("--cp", 1, MAX_DEVICES)),
+    ep: int = typer.Option(1, "--ep", parser=_integer("--ep", 1, MAX_DEVICES)),
     sp: bool = typer.Option(False, "--sp", help="sequence parallelism (needs tp > 1)"),
-    zero: int = typer.Option(0, "--zero", min=0, max=3, help="ZeRO stage 0-3"),
+    zero: int = typer.Option(0, "--zero", parser=_integer("--zero", 0, 3), help="ZeRO stage 0-3"),
     recompute: Recompute = typer.Option(Recompute.NONE, "--recompute"),
-    mbs: int = typer.Option(1, "--mbs", help="microbatch size"),
+    mbs: int = typer.Option(1, "--mbs", parser=_integer("--mbs", 1, MAX_MICRO_BATCH), help="microbatch size"),
     schedule: Schedule = typer.Option(Schedule.ONE_F_ONE_B, "--schedule"),
-    virtual_stages: int = typer.Option(1, "--virtual-stages"),
-    layers_per_stage: Optional[str] = typer.Option(None, "--layers-per-stage", help="e.g. 10,11,11,10"),
-    global_batch_size: int = typer.Option(..., "--global-batch-size", help="sequences per step"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's context, at most 8192"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
+    virtual_stages: int = typer.Option(1, "--virtual-stages",
+                                       parser=_integer("--virtual-stages", 1, MAX_VIRTUAL_STAGES)),
+    layers_per_stage: str | None = typer.Option(None, "--layers-per-stage", help="e.g. 10,11,11,10"),
+    global_batch_size: int = typer.Option(..., "--global-batch-size", parser=GLOBAL_BATCH,
+                                          help="sequences per step"),
+    seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN,
+                                       help="default: the model's context, at most 8192"),
+    dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
+    plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
 ) -> None:
-    """Predict step time, its breakdown and memory per device of one plan."""
+    """Predict step time, its breakdown and memory per device of one plan. A plan that does not fit
+    is still predicted (exit 0): a warning on stderr, the verdict in the first line, "fits" in JSON."""
+    if plot is not None:
+        _check_output("--plot", plot, folder=True)
     spec = api.resolve_model(model)
     if schedule is Schedule.ONE_F_ONE_B and virtual_stages > 1:
         schedule = Schedule.INTERLEAVED
     plan = ParallelDims(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, recompute=recompute,
                         micro_batch_size=mbs, schedule=schedule, virtual_stages=virtual_stages,
                         layers_per_stage=_layers(layers_per_stage))
+    plan = _from_megatron_dp(plan, devices)
     full = api.resolve_cluster(cluster)
     job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(full), optimizer=optimizer,
                        flash_attention=flash)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     data = result.to_dict()
-    written = result.plot(plot) if plot is not None else []
+    from nestplan.report.text import fit_verdict, render_plan
+
+    if not data["prediction"]["fits"]:
+        _say(f"nestplan: warning: the plan {fit_verdict(data['prediction'])}")
+    console = _console()
     if as_json:
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        return
-    from nestplan.report.text import render_plan
-    render_plan(Console(), data, result.prediction)
-    if written:
-        Console().print("plots: " + ", ".join(str(p) for p in written))
+        _print_json(data)
+    else:
+        render_plan(console, data, result.prediction)
+    written = _plots(plot, result.plot) if plot is not None else []
+    if not as_json:
+        _print_paths(console, "plots", written)
 
 
 @app.command("plan")
 def plan_command(
     model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
     cluster: str = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file"),
-    devices: Optional[int] = typer.Option(None, "--devices", help="use the first N devices of the cluster"),
-    global_batch_size: int = typer.Option(api.DEFAULT_GLOBAL_BATCH, "--global-batch-size",
+    devices: int | None = typer.Option(None, "--devices", parser=DEVICES, help="use the first N devices"),
+    global_batch_size: int = typer.Option(api.DEFAULT_GLOBAL_BATCH, "--global-batch-size", parser=GLOBAL_BATCH,
                                           help="sequences per step"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's context, at most 8192"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
+    seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN,
+                                       help="default: the model's context, at most 8192"),
+    dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
-    top: int = typer.Option(5, "--top", min=0, help="runner-up plans to show"),
+    top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
-    export: Optional[str] = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or nemo"),
+    plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
+    export: str | None = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or nemo"),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
     trace: bool = typer.Option(False, "--trace", help="calibrate the model's block FLOPs and activations on its "
                                                        "traced PyTorch graph first (extra [trace])"),
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
-    rows = _print_trace(model, seq_len, Console(stderr=True)) if trace else None
+    if plot is not None:
+        _check_output("--plot", plot, folder=True)
     if export is not None:
         from nestplan.export import check_framework
+
         check_framework(export)
+        _check_output("--out", out, folder=True)
+    rows = _print_trace(model, seq_len, _console(stderr=True)) if trace else None
     spec = api.resolve_model(model)
     if rows:
         spec = api.calibrate(spec, rows)
-        Console(stderr=True).print(f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "
-                                   f"activations x {spec.traced_activation_scale:.4f} of the formulas")
-    for name, value in (("--devices", devices), ("--global-batch-size", global_batch_size), ("--seq-len", seq_len)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {value}", field=name, value=value, limit=">= 1")
+        _say(f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "
+             f"activations x {spec.traced_activation_scale:.4f} of the formulas")
     cl = api.resolve_cluster(cluster, devices)
     job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(cl), optimizer=optimizer,
                        flash_attention=flash)
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance)
     data = report.to_dict()
-    written = report.plot(plot) if plot is not None else []
+    console = _console()
+    if as_json:
+        _print_json(data)
+    else:
+        _render_report(console, data, report)
+    written = _plots(plot, report.plot) if plot is not None else []
     if export is not None:
-        paths, result = api.export_plan(data, export, out, model=spec, cluster=cl)
+        with _output("--out", out):
+            paths, result = api.export_plan(data, export, out, model=spec, cluster=cl)
         written += paths
         for note in result.notes:
-            Console(stderr=True).print(f"{export}: note: {note}", markup=False)
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        return
+            _say(f"{export}: note: {note}")
+    if not as_json:
+        _print_paths(console, "wrote", written)
+
+
+def _render_report(console: Console, data: dict, report: api.PlanReport) -> None:
     from nestplan.report.text import render_plan, render_runners_up
-    console = Console()
+
     render_plan(console, data, report.best)
     render_runners_up(console, report.best, report.runners_up)
     s = report.stats
     console.print(f"search: {s.solve_time_s:.2f} s, {s.groups} groups, {s.depths} pipeline depths, "
                   f"{s.pruned_memory} pruned by memory, {s.pruned_bound} by the bound, {s.candidates} splits costed")
-    if written:
-        console.print("wrote: " + ", ".join(str(p) for p in written))
 
 
 class _progress:
@@ -164,107 +336,46 @@ class _progress:
         self._bar.__exit__(*exc)
 
 
-PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
-PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
-PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))   # Figure 6
-PAPER_ZERO_ABLATION = (("llama3-70b", 24 * 2**30), ("bert-large", 120 * 2**20))   # Table 7: device memory, bytes
-
-
-def _int_list(text: str, name: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"{name} '{text}' must be comma-separated integers", field=name, value=text) from None
-    if not values or min(values) < 1:
-        raise ConfigError(f"{name} '{text}' needs positive integers", field=name, value=text, limit=">= 1")
-    return values
-
-
 @app.command("compare")
 def compare_command(
-    model: Optional[str] = typer.Option(None, "--model", help="catalog name or path to a config.json"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="catalog name or path to a cluster file"),
+    model: str | None = typer.Option(None, "--model", help="catalog name or path to a config.json"),
+    cluster: str | None = typer.Option(None, "--cluster", help="catalog name or path to a cluster file"),
     devices: str = typer.Option("64,128,256", "--devices", help="device counts, e.g. 64,128,256"),
     mbs: str = typer.Option("1", "--mbs", help="microbatch sizes, e.g. 1,2,4,8"),
     baselines: str = typer.Option("manual,phaze,mcmc,alpa", "--baselines"),
-    global_batch_size: int = typer.Option(api.DEFAULT_GLOBAL_BATCH, "--global-batch-size"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="PNG file (with --paper: a folder)"),
-    csv_path: Optional[str] = typer.Option(None, "--csv", help="CSV file (with --paper: a folder)"),
+    global_batch_size: int = typer.Option(api.DEFAULT_GLOBAL_BATCH, "--global-batch-size", parser=GLOBAL_BATCH),
+    seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN),
+    plot: Path | None = typer.Option(None, "--plot", help="PNG file (with --paper: a folder)"),
+    csv_path: Path | None = typer.Option(None, "--csv", help="CSV file (with --paper: a folder)"),
     paper: bool = typer.Option(False, "--paper", help="the NEST paper's grid (Figure 5, Table 3 setting)"),
 ) -> None:
     """Compare nestplan with baseline planners over device counts (and microbatch sizes)."""
-    from nestplan.report.compare import plot as draw, write_csv
-    from nestplan.search.compare import check_baselines, normalise
+    from nestplan.report.compare import plot as draw
+    from nestplan.report.compare import write_csv
+    from nestplan.report.text import render_compare
 
-    names = check_baselines(baselines.split(","))
+    mbs_list = _int_list(mbs, "--mbs", MAX_MICRO_BATCH, MAX_LIST_ENTRIES)
     if paper:
-        cases = [(m, c, ns) for c, ns in PAPER_GRID for m in PAPER_MODELS]
+        cases = api.paper_cases()
+    elif not model or not cluster:
+        raise ConfigError("compare needs --model and --cluster (or --paper)", field="model")
     else:
-        if not model or not cluster:
-            raise ConfigError("compare needs --model and --cluster (or --paper)", field="model")
-        cases = [(model, cluster, _int_list(devices, "--devices"))]
-    console = Console()
-    mbs_list = _int_list(mbs, "--mbs")
-    jobs = [(m, c, ns, mbs_list, names, global_batch_size, PAPER_MODELS.get(m) if paper else seq_len, None)
-            for m, c, ns in cases]
-    if paper:
-        models, cl, ns, sweep = PAPER_MBS_SWEEP
-        jobs += [(m, cl, ns, sweep, names, global_batch_size, PAPER_MODELS[m], None) for m in models]
-        jobs += [(m, "tpuv4-fattree", (1024,), (1,), names, global_batch_size, PAPER_MODELS[m], hbm)
-                 for m, hbm in PAPER_ZERO_ABLATION]
-    if len(jobs) > 1:   # independent cases: one process per core
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
-            results = list(pool.map(_compare_rows, jobs))
-    else:
-        results = [_compare_rows(jobs[0])]
-    for (m, c, ns, mb, *_), (title, rows) in zip(jobs, results):
-        norm = normalise(rows)
-        _render_compare(console, title, rows, norm)
-        tag = title.replace(" on ", "_").replace(" ", "_").replace(",", "")
-        if csv_path:
-            write_csv(Path(csv_path) / f"{tag}.csv" if paper else Path(csv_path), rows, norm)
-        if plot:
-            draw(Path(plot) / f"{tag}.png" if paper else Path(plot), rows, norm, title)
-
-
-def _compare_rows(args: tuple) -> tuple[str, list]:
-    """One model x cluster of a comparison (a top-level function, so it runs in a worker process)."""
-    from nestplan.search.compare import run_compare
-
-    m, c, ns, mbs_list, names, gbs, seq, hbm = args
-    spec = api.resolve_model(m)
-    job = api.make_job(spec, gbs, seq, dtype=api.default_dtype(api.resolve_cluster(c)))
-
-    def load(n: int):
-        cluster = api.resolve_cluster(c, n)
-        if hbm is None:
-            return cluster
-        # the paper's hypothetical small devices: no framework reserve (2 GiB would exceed 120 MiB)
-        return replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=float(hbm), reserved_bytes=0.0))
-
-    rows = run_compare(spec, load, job, ns, mbs_list, names)
-    title = f"{spec.name} on {c}"
-    if hbm is not None:
-        title += f" with {hbm / 2**30:g} GiB devices" if hbm >= 2**30 else f" with {hbm / 2**20:g} MiB devices"
-    elif len(mbs_list) > 1:
-        title += f" mbs {','.join(map(str, mbs_list))}"
-    return title, rows
-
-
-def _render_compare(console: Console, title: str, rows, norm) -> None:
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"):
-        table.add_column(col, justify="left" if col in ("planner", "plan") else "right")
-    for r, x in zip(rows, norm):
-        table.add_row(str(r.devices), str(r.micro_batch_size), r.planner,
-                      f"{r.tokens_per_s:,.0f}" if r.feasible else "-", f"{x:.2f}" if r.feasible else "-",
-                      f"{r.solve_time_s:.2f}", r.plan)
-    console.print(table)
+        cases = [api.CompareCase(model, cluster, _int_list(devices, "--devices", MAX_DEVICES, MAX_LIST_ENTRIES),
+                                 mbs_list, seq_len)]
+    for option, path in (("--plot", plot), ("--csv", csv_path)):
+        if path is not None:
+            _check_output(option, path, folder=paper)
+    console = _console()
+    for result in api.compare(cases, baselines.split(","), global_batch_size):
+        render_compare(console, result.title, result.rows, result.normalised)
+        if csv_path is not None:
+            target = csv_path / f"{result.tag}.csv" if paper else csv_path
+            with _output("--csv", target), _replacing(target) as partial:
+                write_csv(partial, result.rows, result.normalised)
+        if plot is not None:
+            target = plot / f"{result.tag}.png" if paper else plot
+            with _output("--plot", target), _replacing(target) as partial:
+                draw(partial, result.rows, result.normalised, result.title)
 
 
 @app.command("export")
@@ -272,31 +383,32 @@ def export_command(
     plan_file: Path = typer.Argument(..., help="a plan JSON file (nestplan plan --json > plan.json)"),
     framework: str = typer.Option(..., "--framework", help="megatron, torchtitan, deepspeed or nemo"),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for the files"),
-    model: Optional[str] = typer.Option(None, "--model", help="default: the model the plan names"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="default: the cluster the plan names"),
+    model: str | None = typer.Option(None, "--model", help="default: the model the plan names"),
+    cluster: str | None = typer.Option(None, "--cluster", help="default: the cluster the plan names"),
 ) -> None:
     """Write a framework's launch settings for a saved plan."""
-    try:
-        data = json.loads(plan_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"plan file '{plan_file}' is not readable JSON: {exc}", field="plan",
-                          value=str(plan_file)) from None
-    paths, result = api.export_plan(data, framework, out, model=model, cluster=cluster)
+    from nestplan.inputs import load_object
+
+    data = load_object(plan_file, "plan file")
+    _check_output("--out", out, folder=True)
+    with _output("--out", out):
+        paths, result = api.export_plan(data, framework, out, model=model, cluster=cluster)
     for note in result.notes:
-        Console(stderr=True).print(f"{framework}: note: {note}", markup=False)
-    Console().print("wrote: " + ", ".join(str(p) for p in paths))
+        _say(f"{framework}: note: {note}")
+    _print_paths(_console(), "wrote", paths)
 
 
 @app.command("trace")
 def trace_command(
     model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="default: the model's context, at most 2048"),
+    seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN,
+                                       help="default: the model's context, at most 2048"),
 ) -> None:
     """Measure per-block FLOPs and saved activations from the PyTorch model (extra [trace])."""
-    _print_trace(model, seq_len, Console())
+    _print_trace(model, seq_len, _console())
 
 
-def _print_trace(model: str, seq_len: Optional[int], console: Console) -> list:
+def _print_trace(model: str, seq_len: int | None, console: Console) -> list:
     from rich.table import Table
 
     result, rows = api.trace(model, seq_len)
@@ -314,13 +426,14 @@ def _print_trace(model: str, seq_len: Optional[int], console: Console) -> list:
 @app.command("sweep")
 def sweep_command(
     target: str = typer.Argument(..., help="SPEC.toml to run, or the word 'report'"),
-    folder: Optional[Path] = typer.Argument(None, help="with 'report': the sweep's output folder"),
+    folder: Path | None = typer.Argument(None, help="with 'report': the sweep's output folder"),
     out: Path = typer.Option(Path("sweep-out"), "--out", help="folder of results.sqlite (and the report)"),
-    workers: int = typer.Option(2, "--workers", min=1, help="local worker processes"),
-    ray: Optional[str] = typer.Option(None, "--ray", help="run on Ray: local, auto or ray://host:port"),
+    workers: int = typer.Option(2, "--workers", parser=_integer("--workers", 1, api.MAX_WORKERS),
+                                help="local worker processes"),
+    ray: str | None = typer.Option(None, "--ray", help="run on Ray: local, auto or ray://host:port"),
 ) -> None:
     """Run a sweep spec (resuming where a previous run stopped), or `sweep report DIR`."""
-    console = Console()
+    console = _console()
     if target == "report":
         from rich.table import Table
 
@@ -338,43 +451,76 @@ def sweep_command(
         console.print("wrote " + ", ".join(str(p) for p in written))
         return
     if folder is not None:
-        raise ConfigError(f"unexpected argument '{folder}': use --out DIR for a sweep's output folder",
-                          field="folder", value=str(folder))
+        raise ConfigError(f"unexpected argument '{printable(str(folder))}': use --out DIR for a sweep's output folder",
+                          field="folder", value=printable(str(folder)))
+    _check_output("--out", out, folder=True)
     with _progress("cases", every=1) as advance:
         summary = api.sweep(target, out, workers=workers, ray=ray, progress=lambda done, total: advance(done - 1))
     console.print(f"sweep: {summary.total} cases, {summary.skipped} already done, {summary.finished} solved now "
-                  f"({summary.failed} failed) in {summary.elapsed_s:.1f} s -> {summary.store}")
+                  f"({summary.failed} failed) in {summary.elapsed_s:.1f} s -> {printable(str(summary.store))}",
+                  markup=False)
 
 
 @app.command("nest-solve")
 def nest_solve_command(
     input_path: str = typer.Argument(..., metavar="INPUT.json", help="the NEST authors' solver input (dp_input.json)"),
-    output_path: Optional[str] = typer.Argument(None, metavar="[OUTPUT.json]", help="where to write their output schema"),
+    output_path: Path | None = typer.Argument(None, metavar="[OUTPUT.json]",
+                                              help="where to write their output schema"),
     explain: bool = typer.Option(False, "--explain", help="take the time per batch apart; nestplan's own view"),
-    model: Optional[str] = typer.Option(None, "--model", help="with --explain: catalog model of the input"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="with --explain: catalog cluster of the input"),
+    model: str | None = typer.Option(None, "--model", help="with --explain: catalog model of the input"),
+    cluster: str | None = typer.Option(None, "--cluster", help="with --explain: catalog cluster of the input"),
 ) -> None:
     """Drop-in for the NEST authors' solver: their input, their cost semantics, their output."""
+    if output_path is not None:
+        _check_output("OUTPUT.json", output_path, folder=False)
     with _progress("groups") as step:
         inp, out, result = api.nest_solve(input_path, progress=step)
-    text = json.dumps(out, indent=2)
-    if output_path:
-        Path(output_path).write_text(text + "\n")
+    text = json.dumps(out, indent=2, allow_nan=False) + "\n"
+    if output_path is not None:
+        with _output("OUTPUT.json", output_path), _replacing(output_path) as partial:
+            partial.write_text(text)
     else:
-        print(text)
+        sys.stdout.write(text)
     if explain:
-        console = Console(stderr=output_path is None, highlight=False, soft_wrap=True)
-        for line in api.nest_explain(inp, result, model=model, cluster=cluster):
-            console.print(line, markup=False)
+        lines = api.nest_explain(inp, result, model=model, cluster=cluster)
+        stream = sys.stderr if output_path is None else sys.stdout
+        stream.write("".join(printable(line) + "\n" for line in lines))
 
 
 @app.command("list")
-def list_items(kind: str = typer.Argument(..., help="models, accelerators or clusters")) -> None:
-    """List the catalog's models, accelerators or clusters."""
-    names = api.catalog_names(kind)
-    sys.stdout.write("\n".join(names) + "\n")
+def list_items(
+    kind: str = typer.Argument(..., help="models, accelerators or clusters"),
+    as_json: bool = typer.Option(False, "--json", help="print the entries as JSON"),
+    names: bool = typer.Option(False, "--names", help="print the names only, one a line"),
+) -> None:
+    """List the catalog's models, accelerators or clusters with their sizes and sources."""
+    if names:
+        sys.stdout.write("\n".join(api.catalog_names(kind)) + "\n")
+        return
+    entries = api.catalog_entries(kind)
+    if as_json:
+        _print_json(entries)
+        return
+    from nestplan.report.text import render_catalog
+
+    render_catalog(_console(), kind.strip().lower(), entries)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"nestplan {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="print nestplan's version and exit"),
+) -> None:
+    """Network- and memory-aware planner for distributed LLM training."""
+
+
+# -- entry point ----------------------------------------------------------------------------------
 def _click_exceptions() -> list:
     """The click exception modules in use: typer >= 0.20 vendors click as ``typer._click``."""
     modules = []
@@ -387,28 +533,30 @@ def _click_exceptions() -> list:
     return modules
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning every user error into one line on stderr."""
     command = typer.main.get_command(app)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
     mods = _click_exceptions()
     usage_errors = tuple(m.ClickException for m in mods)
-    exits = tuple({getattr(m, "Exit") for m in mods if hasattr(m, "Exit")} | {typer.Exit})
-    aborts = tuple({getattr(m, "Abort") for m in mods if hasattr(m, "Abort")} | {typer.Abort})
+    exits = tuple({m.Exit for m in mods if hasattr(m, "Exit")} | {typer.Exit})
+    aborts = tuple({m.Abort for m in mods if hasattr(m, "Abort")} | {typer.Abort})
     try:
         command.main(args=argv, prog_name="nestplan", standalone_mode=False)
     except PlannerError as exc:
-        err.print(f"nestplan: error: {exc}", markup=False)
+        _say(f"nestplan: error: {exc}")
         sys.exit(exc.exit_code)
     except usage_errors as exc:
-        message = exc.format_message().strip().replace("\n", " ")
+        message = exc.format_message().strip()
         if message:   # NoArgsIsHelpError has printed the help already
-            err.print(f"nestplan: error: {message}", markup=False)
+            _say(f"nestplan: error: {message}")
         sys.exit(2)
     except exits as exc:
         sys.exit(exc.exit_code)
     except aborts:
         sys.exit(130)
+    except OSError as exc:   # a file the commands did not foresee failing (their outputs are checked)
+        _say(f"nestplan: error: {_os_reason(exc)}")
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,17 @@ from enum import Enum
 from nestplan.errors import ConfigError
 from nestplan.units import DTYPE_BYTES
 
+MAX_GLOBAL_BATCH_SIZE = 2**24   # sequences per step (published pre-training batches reach 2^14)
+MAX_SEQ_LEN = 2**21             # tokens per sequence (long-context training reaches 2^20)
+
+
+def check_count(value: object, field: str, limit: int) -> int:
+    """``value`` itself when it is an integer in 1..limit; a ConfigError naming ``field`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+        raise ConfigError(f"{field} must be a positive integer up to {limit:,}, got {value!r}",
+                          field=field, value=value, limit=f"1..{limit}")
+    return value
+
 
 class Optimizer(str, Enum):
     """Optimizer, by the per-parameter state it keeps in fp32 (beside the fp32 master copy)."""
@@ -36,11 +47,8 @@ class Job:
     flash_attention: bool = True
 
     def __post_init__(self) -> None:
-        for field_name in ("global_batch_size", "seq_len"):
-            value = getattr(self, field_name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{field_name.replace('_', '-')} must be a positive integer, got {value!r}",
-                                  field=field_name, value=value, limit=">= 1")
+        check_count(self.global_batch_size, "global_batch_size", MAX_GLOBAL_BATCH_SIZE)
+        check_count(self.seq_len, "seq_len", MAX_SEQ_LEN)
         for field_name in ("dtype", "grad_dtype"):
             value = getattr(self, field_name)
             if value not in DTYPE_BYTES:

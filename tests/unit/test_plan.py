@@ -70,8 +70,8 @@ def test_infeasible_api_carries_details() -> None:
     (["--model", "gpt-9"], "unknown model 'gpt-9'"),
     (["--cluster", "moon"], "unknown cluster 'moon'"),
     (["--devices", "64"], "outside 1..16"),
-    (["--devices", "0"], "must be a positive integer"),
-    (["--global-batch-size", "-4"], "must be a positive integer"),
+    (["--devices", "0"], "--devices 0 is out of range; allowed: 1..1048576"),
+    (["--global-batch-size", "-4"], "--global-batch-size -4 is out of range; allowed: 1..16777216"),
 ])
 def test_plan_bad_input_exit_2(capsys, argv, needle) -> None:
     code, out, err = run_cli(capsys, with_options(SMALL, argv))

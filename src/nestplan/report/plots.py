@@ -9,6 +9,7 @@ predicted step time.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,8 +209,14 @@ def _draw_levels(ax, topology: Topology, rows: int, per_node: int, folds: int) -
 
 
 def _save(fig, path: Path) -> None:
+    """Write the figure whole or not at all: into a temporary file beside ``path``, then moved over it."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    partial = path.with_name(f".nestplan-{os.getpid()}.partial.png")
+    try:
+        fig.tight_layout()
+        fig.savefig(partial, dpi=110, format="png")
+        os.replace(partial, path)
+    finally:
+        plt.close(fig)
+        partial.unlink(missing_ok=True)

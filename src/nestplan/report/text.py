@@ -1,11 +1,21 @@
-"""Readable output of one plan (rich tables)."""
+"""Readable output: one plan, its runner-ups, a comparison, the catalog (rich tables).
+
+Names and titles that come from input files are printed as text, never as rich markup, and with
+their control characters escaped.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from nestplan.cost.prediction import Prediction
+from nestplan.errors import printable
 from nestplan.units import GiB
 
 
@@ -17,12 +27,29 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.2f}"
 
 
+def _name(text: str) -> str:
+    """A name from the input, safe inside rich markup: brackets escaped, control characters written out."""
+    return escape(printable(str(text)))
+
+
+def fit_verdict(prediction: dict) -> str:
+    """'fits in memory (...)' or 'does not fit: ... exceeds ... by ...; largest term: ...', one line."""
+    peak, capacity = prediction["peak_memory_bytes_per_device"], prediction["memory_capacity_bytes"]
+    if prediction["fits"]:
+        return f"fits in memory ({_gib(peak)} of {_gib(capacity)} GiB per device)"
+    worst = max(prediction["memory_breakdown_bytes"].items(), key=lambda kv: kv[1])
+    return (f"does not fit: {_gib(peak)} GiB per device exceeds {_gib(capacity)} GiB by "
+            f"{_gib(prediction['memory_excess_bytes'])} GiB; largest term: {worst[0]} ({_gib(worst[1])} GiB)")
+
+
 def render_plan(console: Console, plan: dict, pred: Prediction) -> None:
-    """Print the plan, its stage table, the step-time and memory breakdowns, and a fit verdict."""
+    """Print the plan (its first line ending with the fit verdict), its stage table, the step-time
+    and memory breakdowns and, for a plan that does not fit, the verdict again under the memory table."""
     par, p = plan["parallel"], plan["prediction"]
-    console.print(f"[bold]{plan['model']}[/] on [bold]{plan['cluster']}[/]: {plan['devices_used']} of "
+    verdict = escape(fit_verdict(p)) if p["fits"] else f"[bold red]{escape(fit_verdict(p))}[/]"
+    console.print(f"[bold]{_name(plan['model'])}[/] on [bold]{_name(plan['cluster'])}[/]: {plan['devices_used']} of "
                   f"{plan['devices_total']} devices, global batch {plan['job']['global_batch_size']}, "
-                  f"sequence {plan['job']['seq_len']}, {plan['job']['dtype']}")
+                  f"sequence {plan['job']['seq_len']}, {plan['job']['dtype']}; {verdict}")
     console.print(f"plan: tp {par['tp']}{' +sp' if par['sp'] else ''}, cp {par['cp']}, ep {par['ep']}, "
                   f"pp {par['pp']}, dp {par['dp']}, ZeRO {par['zero_stage']}, recompute {par['recompute']}, "
                   f"microbatch {par['micro_batch_size']} x {par['num_microbatches']}, schedule {par['schedule']}"
@@ -57,10 +84,7 @@ def render_plan(console: Console, plan: dict, pred: Prediction) -> None:
     console.print(bd)
     console.print(mem)
     if not p["fits"]:
-        worst = max(p["memory_breakdown_bytes"].items(), key=lambda kv: kv[1])
-        console.print(f"[bold red]does not fit:[/] {_gib(p['peak_memory_bytes_per_device'])} GiB per device exceeds "
-                      f"{_gib(p['memory_capacity_bytes'])} GiB by {_gib(p['memory_excess_bytes'])} GiB; "
-                      f"largest term: {worst[0]} ({_gib(worst[1])} GiB)")
+        console.print(verdict)
 
 
 def _describe(pred: Prediction) -> str:
@@ -96,3 +120,54 @@ def render_runners_up(console: Console, best: Prediction, others: tuple[Predicti
         table.add_row(_describe(pred), f"{pred.step_time_s:.3f}", f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
                       why_lost(best, pred), _gib(pred.peak_memory_bytes_per_device))
     console.print(table)
+
+
+def render_compare(console: Console, title: str, rows: Sequence[Any], normalised: Sequence[float]) -> None:
+    """One comparison: a row per (devices, microbatch size, planner)."""
+    table = Table(title=Text(printable(title)))
+    for col in ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"):
+        table.add_column(col, justify="left" if col in ("planner", "plan") else "right")
+    for r, x in zip(rows, normalised):
+        table.add_row(str(r.devices), str(r.micro_batch_size), r.planner,
+                      f"{r.tokens_per_s:,.0f}" if r.feasible else "-", f"{x:.2f}" if r.feasible else "-",
+                      f"{r.solve_time_s:.2f}", Text(r.plan))
+    console.print(table)
+
+
+SOURCE_COLUMN_WIDTH = 60   # the catalog's source column, cut with an ellipsis (``--json`` has it whole)
+
+
+def render_catalog(console: Console, kind: str, entries: Sequence[dict]) -> None:
+    """The catalog's models, accelerators or clusters (``api.catalog_entries``) as a table."""
+    columns, cells = _CATALOG_TABLES[kind]
+    table = Table(title=f"{len(entries)} {kind}")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("name", "family", "accelerator", "levels") else "right")
+    table.add_column("source", no_wrap=True, overflow="ellipsis", max_width=SOURCE_COLUMN_WIDTH)
+    for entry in entries:
+        table.add_row(*cells(entry), Text(printable(entry["source"])))
+    console.print(table)
+
+
+def _model_cells(m: dict) -> list[str]:
+    return [m["name"], m["family"], str(m["layers"]), f"{m['hidden_size']:,}", f"{m['parameters_B']:,.1f}",
+            str(m["experts"]) if m["experts"] else "-", f"{m['max_position_embeddings']:,}"]
+
+
+def _accelerator_cells(a: dict) -> list[str]:
+    peaks = a["peak_TFLOPS"]
+    return [a["name"], *(f"{peaks[d]:,.0f}" if d in peaks else "-" for d in ("bf16", "fp16", "fp8")),
+            f"{a['hbm_GiB']:.0f}", f"{a['hbm_bandwidth_TBps']:.2f}"]
+
+
+def _cluster_cells(c: dict) -> list[str]:
+    return [c["name"], c["accelerator"], f"{c['devices']:,}",
+            " x ".join(f"{lv['name']} {lv['size']}" for lv in c["levels"])]
+
+
+_CATALOG_TABLES = {
+    "models": (("name", "family", "layers", "hidden", "params B", "experts", "positions"), _model_cells),
+    "accelerators": (("name", "bf16 TFLOP/s", "fp16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM TB/s"),
+                     _accelerator_cells),
+    "clusters": (("name", "accelerator", "devices", "levels"), _cluster_cells),
+}

@@ -1,0 +1,5 @@
+"""``python -m nestplan``: the same command line as ``nestplan``."""
+
+from nestplan.cli import main
+
+main()
