@@ -53,9 +53,14 @@ def make_job(model: ModelSpec, global_batch_size: int, seq_len: int | None = Non
 
 
 def check_context(model: ModelSpec, seq_len: int) -> None:
-    """Refuse a sequence longer than the model can take (a model with learned absolute positions
-    has none beyond its table)."""
+    """Refuse a sequence length outside 1..MAX_SEQ_LEN or beyond the model's learned absolute
+    position table (``ModelSpec.max_seq_len``: gpt2 and bert families; rotary models have none)."""
     check_count(seq_len, "seq_len", MAX_SEQ_LEN)
+    limit = getattr(model, "max_seq_len", None)
+    if limit is not None and seq_len > limit:
+        raise ConfigError(f"seq-len {seq_len} exceeds the {limit} positions {printable(model.name)} has learned "
+                          f"(learned absolute position embeddings); at most {limit}", field="seq_len",
+                          value=seq_len, limit=limit, unit="tokens")
 
 
 @dataclass(frozen=True)

@@ -115,17 +115,23 @@ def _os_reason(exc: OSError, path: Path | None = None) -> str:
 
 @contextmanager
 def _output(option: str, path: Path) -> Iterator[None]:
-    """Failures while writing ``path`` (given by ``option``) as one ConfigError naming both: an
-    OSError, or a missing plotting library."""
+    """An OSError while writing ``path`` (given by ``option``) as one ConfigError naming both."""
     try:
         yield
     except OSError as exc:
         raise ConfigError(f"{option} '{printable(str(path))}' cannot be written: {_os_reason(exc, path)}",
                           field=option, value=printable(str(path))) from None
-    except ImportError as exc:
-        raise ConfigError(f"{option} '{printable(str(path))}' needs {exc.name or 'a missing module'} "
-                          f"(pip install matplotlib): {printable(str(exc))}", field=option,
-                          value=printable(str(path))) from None
+
+
+@contextmanager
+def _drawing(option: str, path: Path) -> Iterator[None]:
+    """:func:`_output` for figures, a missing matplotlib included."""
+    with _output(option, path):
+        try:
+            yield
+        except ImportError as exc:
+            raise ConfigError(f"{option} '{printable(str(path))}' needs matplotlib (pip install matplotlib): "
+                              f"{printable(str(exc))}", field=option, value=printable(str(path))) from None
 
 
 def _check_output(option: str, path: Path, folder: bool) -> None:
@@ -151,8 +157,9 @@ def _check_output(option: str, path: Path, folder: bool) -> None:
 @contextmanager
 def _replacing(path: Path) -> Iterator[Path]:
     """A temporary file beside ``path`` to write, moved over ``path`` once complete, so that a
-    failure (a full disk) leaves no half-written file; a special file (/dev/stdout) is written as it is."""
-    if path.exists() and not path.is_file():
+    failure (a full disk) leaves no half-written file; a link or a special file (/dev/stdout) is
+    written through."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
         yield path
         return
     temporary = path.with_name(f".nestplan-{os.getpid()}.partial{path.suffix}")
@@ -165,7 +172,7 @@ def _replacing(path: Path) -> Iterator[Path]:
 
 def _plots(out: Path, draw: Callable[[Path], list[Path]]) -> list[Path]:
     """The plan's figures written into ``out`` (``--plot``); a failure is one ConfigError."""
-    with _output("--plot", out):
+    with _drawing("--plot", out):
         return draw(out)
 
 
@@ -374,7 +381,7 @@ def compare_command(
                 write_csv(partial, result.rows, result.normalised)
         if plot is not None:
             target = plot / f"{result.tag}.png" if paper else plot
-            with _output("--plot", target), _replacing(target) as partial:
+            with _drawing("--plot", target), _replacing(target) as partial:
                 draw(partial, result.rows, result.normalised, result.title)
 
 
@@ -538,6 +545,7 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     mods = _click_exceptions()
     usage_errors = tuple(m.ClickException for m in mods)
+    help_requests = tuple(m.NoArgsIsHelpError for m in mods if hasattr(m, "NoArgsIsHelpError"))
     exits = tuple({m.Exit for m in mods if hasattr(m, "Exit")} | {typer.Exit})
     aborts = tuple({m.Abort for m in mods if hasattr(m, "Abort")} | {typer.Abort})
     try:
@@ -545,10 +553,12 @@ def main(argv: list[str] | None = None) -> None:
     except PlannerError as exc:
         _say(f"nestplan: error: {exc}")
         sys.exit(exc.exit_code)
+    except help_requests as exc:   # no command: the help on stdout, the error on stderr
+        sys.stdout.write(exc.format_message().rstrip("\n") + "\n")
+        _say("nestplan: error: no command given; choose one of the commands listed above")
+        sys.exit(2)
     except usage_errors as exc:
-        message = exc.format_message().strip()
-        if message:   # NoArgsIsHelpError has printed the help already
-            _say(f"nestplan: error: {message}")
+        _say(f"nestplan: error: {exc.format_message().strip()}")
         sys.exit(2)
     except exits as exc:
         sys.exit(exc.exit_code)

@@ -87,6 +87,16 @@ def test_api_enforces_the_job_bounds() -> None:
         api.sweep("spec.toml", "out", workers=10**6)
 
 
+def test_sequence_beyond_the_learned_positions(capsys) -> None:
+    bert, llama = api.resolve_model("bert-large"), api.resolve_model("llama3-8b")
+    with pytest.raises(ConfigError, match="seq-len 1024 exceeds the 512 positions bert-large has learned"):
+        api.make_job(bert, 64, 1024)
+    assert api.make_job(bert, 64, 512).seq_len == 512
+    assert api.make_job(llama, 64, 65536).seq_len == 65536      # rotary positions: no table to run out of
+    _fails(capsys, with_options(PLAN, ["--seq-len", "513"]), "seq-len 513 exceeds the 512 positions")
+    _fails(capsys, with_options(EVALUATE, ["--seq-len", "4096"]), "seq-len 4096 exceeds the 2048 positions gpt3-175b")
+
+
 # -- 2. strict integers ---------------------------------------------------------------------------
 @pytest.mark.parametrize("value", ["1_000", "+4", "2.0", " 4", "4 ", "1e3", "0x10", "\u0664", "four", ""])
 def test_integers_are_plain_decimal_digits(capsys, value) -> None:
@@ -275,6 +285,12 @@ def test_piped_rows_stay_one_line(capsys) -> None:
 def test_help_shows_the_extra_name(capsys) -> None:
     code, out, _ = run_cli(capsys, ["plan", "--help"])
     assert code == 0 and "(extra [trace])" in " ".join(out.split())
+
+
+def test_no_arguments_print_the_help(capsys) -> None:
+    code, out, err = run_cli(capsys, [])
+    assert code == 2 and out.startswith("Usage: nestplan") and "\n  list " in out
+    assert _one_line(err) == "nestplan: error: no command given; choose one of the commands listed above"
 
 
 # -- 9. evaluate of a plan that does not fit ------------------------------------------------------
