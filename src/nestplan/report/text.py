@@ -134,18 +134,25 @@ def render_compare(console: Console, title: str, rows: Sequence[Any], normalised
     console.print(table)
 
 
-SOURCE_COLUMN_WIDTH = 60   # the catalog's source column, cut with an ellipsis (``--json`` has it whole)
+SOURCE_COLUMN_WIDTH = 60   # the catalog's source column at most, cut with an ellipsis (``--json`` has it whole)
 
 
 def render_catalog(console: Console, kind: str, entries: Sequence[dict]) -> None:
-    """The catalog's models, accelerators or clusters (``api.catalog_entries``) as a table."""
+    """The catalog's models, accelerators or clusters (``api.catalog_entries``) as a table; the
+    source column takes the width the others leave (none on a very narrow terminal)."""
     columns, cells = _CATALOG_TABLES[kind]
+    rows = [cells(entry) for entry in entries]
+    widths = [max([len(col), *(len(row[i]) for row in rows)]) for i, col in enumerate(columns)]
+    source_width = min(SOURCE_COLUMN_WIDTH, console.width - sum(widths) - 3 * (len(columns) + 1) - 1)
     table = Table(title=f"{len(entries)} {kind}")
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("name", "family", "accelerator", "levels") else "right")
-    table.add_column("source", no_wrap=True, overflow="ellipsis", max_width=SOURCE_COLUMN_WIDTH)
-    for entry in entries:
-        table.add_row(*cells(entry), Text(printable(entry["source"])))
+    for col, width in zip(columns, widths):
+        table.add_column(col, justify="left" if col in ("name", "family", "accelerator", "levels") else "right",
+                         width=width, no_wrap=True)
+    if source_width >= len("source"):
+        table.add_column("source", width=source_width, no_wrap=True, overflow="ellipsis")
+        rows = [[*row, Text(printable(entry["source"]))] for row, entry in zip(rows, entries)]
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 
