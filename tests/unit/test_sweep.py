@@ -81,7 +81,8 @@ def test_bad_spec_one_line_exit_2_nothing_written(capsys, tmp_path, text, named)
 
 
 def test_failures_are_recorded_and_resume_skips_finished(tmp_path) -> None:
-    spec = _write(tmp_path, 'keep = ["breakdown", "stages"]\n' + SPEC.replace("devices = [8, 16, 32]", "devices = [8, 4096]")
+    spec = _write(tmp_path, 'keep = ["breakdown", "stages"]\n'
+                  + SPEC.replace("devices = [8, 16, 32]", "devices = [8, 4096]")
                   .replace('"spine.oversubscription" = [1, 2, 4]', '"spine.oversubscription" = [1]')
                   .replace('"leaf.size" = [1, 2, 4]', '"leaf.size" = [2]'))
     first = api.sweep(spec, tmp_path / "out", workers=1)

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from nestplan import api
 from nestplan.errors import ConfigError
+from nestplan.sweep import run as run_module
 from nestplan.sweep import store as store_module
 from nestplan.sweep.report import report_table
 from nestplan.sweep.spec import MAX_CASES, MAX_RANGE_VALUES, load_spec, spec_from_dict
@@ -100,11 +101,23 @@ def test_store_with_another_schema_is_refused_and_left_unchanged(tmp_path) -> No
     db.close()
 
 
-def test_output_folder_that_is_a_file(capsys, tmp_path) -> None:
+def test_output_folder_that_is_a_file(tmp_path) -> None:
     out = tmp_path / "out"
     out.write_text("a file\n")
-    err = _one_line_exit_2(capsys, ["sweep", str(_spec(tmp_path, SMALL)), "--out", str(out), "--workers", "1"])
-    assert str(out) in err
+    with pytest.raises(ConfigError, match="folder .*out' cannot be made"):
+        api.sweep(_spec(tmp_path, SMALL), out, workers=1)
+
+
+def test_read_only_store_is_one_config_error(monkeypatch, tmp_path) -> None:
+    Store(tmp_path / "results.sqlite").close()
+    connect = sqlite3.connect
+    monkeypatch.setattr(store_module.sqlite3, "connect",   # what a read-only file or folder gives, even to root
+                        lambda path, **kwargs: connect(f"file:{path}?mode=ro", uri=True, **kwargs))
+    solved = []
+    monkeypatch.setattr(run_module, "solve", lambda *args: solved.append(args))
+    with pytest.raises(ConfigError, match="results.sqlite.*readonly"):
+        api.sweep(_spec(tmp_path, SMALL), tmp_path, workers=1)
+    assert solved == []   # refused before the first case, not after it
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")

@@ -24,9 +24,9 @@ from rich.text import Text
 from nestplan.errors import ConfigError, printable
 from nestplan.sweep.store import Store
 
-CSV_FIELDS = ("model", "label", "accelerator", "overrides", "devices", "global_batch_size", "seq_len", "hbm_GiB", "status",
-              "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu", "peak_memory_GiB", "plan", "error",
-              "solve_time_s")
+CSV_FIELDS = ("model", "label", "accelerator", "overrides", "devices", "global_batch_size", "seq_len", "hbm_GiB",
+              "status", "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu", "peak_memory_GiB", "plan",
+              "error", "solve_time_s")
 
 
 def read_rows(out_dir: Path) -> list[dict[str, Any]]:
@@ -60,8 +60,10 @@ def report_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
 
 
 def variant(row: dict[str, Any]) -> str:
+    """A cluster variant's name: label, accelerator, level overrides in brackets, device memory."""
     swept = ", ".join(f"{k}={v:g}" for k, v in sorted(row["overrides"].items()))
-    return (row["label"] + (f" {row['accelerator']}" if row["accelerator"] else "") + (f" [{swept}]" if swept else "") + (f" {row['hbm_GiB']:g} GiB" if row["hbm_GiB"] else ""))
+    return (row["label"] + (f" {row['accelerator']}" if row["accelerator"] else "") + (f" [{swept}]" if swept else "")
+            + (f" {row['hbm_GiB']:g} GiB" if row["hbm_GiB"] else ""))
 
 
 def plan_text(plan: dict[str, Any] | None) -> str:

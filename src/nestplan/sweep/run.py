@@ -68,7 +68,8 @@ def solve(inputs: dict[str, Any], model, cluster) -> dict[str, Any]:
     try:
         cl = cluster.truncate(inputs["devices"]) if inputs["devices"] <= cluster.devices else None
         if cl is None:
-            raise PlannerError(f"cluster variant has {cluster.devices} devices, fewer than the {inputs['devices']} asked")
+            raise PlannerError(f"cluster variant has {cluster.devices} devices, fewer than the {inputs['devices']} "
+                               "asked")
         job = api.make_job(model, inputs["global_batch_size"], inputs["seq_len"], dtype=api.default_dtype(cl))
         report = api.plan(model, cl, job, top=0)
         best, data = report.best, report.to_dict()
@@ -121,19 +122,21 @@ def run_sweep(spec: SweepSpec, out_dir: Path, workers: int = 2, ray_address: str
     cases = expand(spec)
     models, clusters = _inputs(cases)   # before anything is written: a bad spec leaves no trace
     store = Store(Path(out_dir) / "results.sqlite")
-    done = store.keys()
-    todo = [c for c in cases if c.key not in done]
-    jobs = [(dict(c.inputs(), key=c.key, keep=spec.keep), models[c.model], clusters[_cluster_key(c)]) for c in todo]
-    counts = {"finished": 0, "failed": 0}
+    counts = {"todo": 0, "finished": 0, "failed": 0}
 
     def record(inputs: dict, result: dict) -> None:
         if store.put(inputs, result):
             counts["finished"] += 1
             counts["failed"] += result["status"] == "error"
         if progress is not None:
-            progress(counts["finished"], len(jobs))
+            progress(counts["finished"], counts["todo"])
 
     try:
+        store.check_writable()   # a read-only store fails before any case is solved
+        done = store.keys()
+        jobs = [(dict(c.inputs(), key=c.key, keep=spec.keep), models[c.model], clusters[_cluster_key(c)])
+                for c in cases if c.key not in done]
+        counts["todo"] = len(jobs)
         if ray_address is not None:
             from nestplan.sweep.ray_executor import run_on_ray
             run_on_ray(jobs, ray_address, record)
@@ -141,7 +144,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, workers: int = 2, ray_address: str
             _run_local(jobs, workers, record)
     finally:
         store.close()
-    return SweepSummary(len(cases), len(cases) - len(todo), counts["finished"], counts["failed"],
+    return SweepSummary(len(cases), len(cases) - counts["todo"], counts["finished"], counts["failed"],
                         time.perf_counter() - start, store.path)
 
 

@@ -38,6 +38,7 @@ from typing import Any
 from nestplan import __version__
 from nestplan.errors import ConfigError, printable
 from nestplan.inputs import check_string, load_object
+from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN
 
 TOP_KEYS = ("name", "models", "devices", "global_batch_size", "seq_len", "hbm_GiB", "keep", "clusters")
 KEEP_CHOICES = ("breakdown", "memory", "stages", "placement")   # parts of the plan JSON kept per case
@@ -46,9 +47,7 @@ LEVEL_FIELDS = ("size", "bandwidth_GBps", "latency_us", "oversubscription")
 DEFAULT_GLOBAL_BATCH = 4096
 MAX_CASES = 100_000          # cases one spec may expand to
 MAX_RANGE_VALUES = 10_000    # values one {from, to, step|times} range may give
-MAX_DEVICES = 2**24          # largest device count swept
-MAX_GLOBAL_BATCH = 2**24     # sequences per step
-MAX_SEQ_LEN = 2**21          # tokens per sequence
+MAX_DEVICES = 2**20          # largest device count swept (a network holds at most 2^20 devices)
 MAX_HBM_GiB = 2**20          # device memory
 MAX_LEVEL_VALUE = 2**24      # any level field (units, GB/s, us or a ratio)
 
@@ -221,7 +220,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
         raise _fail("sweep spec: at least one [[clusters]] table is required", "clusters", clusters)
     spec = SweepSpec(
         name=name, models=_list(data, "models", str), devices=_list(data, "devices", int, maximum=MAX_DEVICES),
-        global_batch_sizes=_list(data, "global_batch_size", int, [DEFAULT_GLOBAL_BATCH], maximum=MAX_GLOBAL_BATCH),
+        global_batch_sizes=_list(data, "global_batch_size", int, [DEFAULT_GLOBAL_BATCH], maximum=MAX_GLOBAL_BATCH_SIZE),
         seq_lens=_list(data, "seq_len", int, maximum=MAX_SEQ_LEN) if "seq_len" in data else (None,),
         hbm_GiB=_list(data, "hbm_GiB", float, minimum=1e-3, maximum=MAX_HBM_GiB) if "hbm_GiB" in data else (None,),
         clusters=tuple(_family(t, i) for i, t in enumerate(clusters)),

@@ -86,6 +86,12 @@ class Store:
                               "use another --out folder", field="out", value=printable(str(self.path)),
                               limit="a results table written by nestplan sweep")
 
+    def check_writable(self) -> None:
+        """Fail now, before any case is solved, when the file cannot be written (read-only, locked)."""
+        with self._guard():
+            self._db.execute("DELETE FROM results WHERE 0")   # a write that changes nothing
+            self._db.rollback()
+
     def keys(self) -> set[str]:
         with self._guard():
             return {row[0] for row in self._db.execute("SELECT key FROM results")}
