@@ -22,6 +22,10 @@ A list may also be a range: {from = 256, to = 1024, times = 2} or {from = 1, to 
 Level fields are those of a cluster file's [[levels]] tables (size, bandwidth_GBps,
 latency_us, oversubscription). Every case is keyed by a hash of its inputs and nestplan's
 version, so a re-run finds the cases it already finished.
+
+Work is bounded before anything runs: a range gives at most MAX_RANGE_VALUES values, a spec
+at most MAX_CASES cases, every number is finite and within its MAX_* bound, every name free of
+control characters; anything else is one ConfigError naming the key and the value.
 """
 
 from __future__ import annotations
