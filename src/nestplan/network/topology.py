@@ -1,4 +1,4 @@
-"""Hierarchical network levels (DESIGN.md section 3).
+"""Hierarchical network levels (docs/design.md section 3).
 
 Level 0 is innermost (inside a node). A level's ``size`` counts units of the level
 below per unit of this one (for level 0: devices per node). Devices are numbered

@@ -1,4 +1,4 @@
-"""The plan object of DESIGN.md section 6, schema ``nestplan.plan/1``."""
+"""The plan object, schema ``nestplan.plan/1`` (every field: docs/formats.md)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from nestplan.search.space import SearchSpace
 
 @dataclass(frozen=True)
 class CompareRow:
-    """One (case, planner): the CSV row of DESIGN.md section 6 before normalisation."""
+    """One (case, planner): a row of the comparison CSV before normalisation."""
 
     model: str
     cluster: str

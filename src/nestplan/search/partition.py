@@ -17,7 +17,7 @@ eq. 3): stages are placed backward from the last; a state is (stages placed, fir
 of the placed suffix), and the cost of the link to the not-yet-placed predecessor (the
 "deferred forward cost") is charged through alpha, because under a rank-grid placement
 its network level is fixed by the stage's index. States that break memory are pruned.
-``waterfill_split`` is its closed form when all blocks are identical (DESIGN.md section 5:
+``waterfill_split`` is its closed form when all blocks are identical (docs/design.md section 5:
 "identical transformer layers make stage costs depend only on layer counts and boundary
 levels"): it needs only each stage's capacity in blocks. Both are exact; the property
 tests check them against each other and against enumeration.

@@ -1,4 +1,4 @@
-"""Baseline planners over the same evaluator as nestplan (DESIGN.md section 5): manual
+"""Baseline planners over the same evaluator as nestplan (docs/design.md section 5): manual
 (Megatron-style rules), phaze (the dynamic program blind to the network), mcmc (a random
 walk) and alpa (a 2-D mesh with memory checked after choosing)."""
 
