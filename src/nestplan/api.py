@@ -135,6 +135,9 @@ def megatron_dp(plan: ParallelDims, devices: int | None) -> ParallelDims | None:
     return replace(plan, dp=plan.dp // plan.ep)
 
 
+CATALOG_KINDS = ("models", "accelerators", "clusters")
+
+
 def catalog_names(kind: str) -> list[str]:
     """Names in the catalog: 'models', 'accelerators' or 'clusters'."""
     from nestplan.cluster import cluster_names
@@ -151,9 +154,6 @@ def _catalog_kind(kind: str) -> str:
         raise ConfigError(f"cannot list '{printable(kind)}'; choose one of: {', '.join(CATALOG_KINDS)}",
                           field="kind", value=printable(kind), limit=list(CATALOG_KINDS))
     return key
-
-
-CATALOG_KINDS = ("models", "accelerators", "clusters")
 
 
 def catalog_entries(kind: str) -> list[dict[str, Any]]:
