@@ -56,7 +56,8 @@ def _one_line_exit_2(capsys, argv: list[str]) -> str:
     (SMALL + '[clusters.set]\n"node.size" = [4, 8]\n', "node.size"),   # a fixed field is one number
     ("x = " + "[" * 500 + "]" * 500 + "\n" + SMALL, "nested"),
     (SMALL.replace('["bert-large"]', '["bert-\\u001b[31mlarge"]'), "control"),
-])
+], ids=["range-1e9", "cases", "range-stuck", "times-from-0", "devices-2^63", "devices-1e300", "seq-len",
+        "hbm-1e308", "bandwidth-1e300", "fixed-list", "nested", "escape-in-name"])
 def test_bad_spec_is_one_line_and_writes_nothing(capsys, tmp_path, text, named) -> None:
     out = tmp_path / "out"
     err = _one_line_exit_2(capsys, ["sweep", str(_spec(tmp_path, text)), "--out", str(out), "--workers", "1"])
