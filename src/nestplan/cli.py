@@ -442,20 +442,11 @@ def sweep_command(
     """Run a sweep spec (resuming where a previous run stopped), or `sweep report DIR`."""
     console = _console()
     if target == "report":
-        from rich.table import Table
+        from nestplan.sweep.report import report_table
 
-        from nestplan.sweep.report import plan_text, variant
         rows, written = api.sweep_report(folder or out)
-        table = Table(title=f"sweep {folder or out}: {len(rows)} cases")
-        for col in ("model", "cluster variant", "devices", "status", "tok/s/device", "MFU", "plan"):
-            table.add_column(col, justify="right" if col in ("devices", "tok/s/device", "MFU") else "left")
-        for r in rows:
-            ok = r["status"] == "ok"
-            table.add_row(r["model"], variant(r), str(r["devices"]), r["status"],
-                          f"{r['tokens_per_s_per_device']:,.0f}" if ok else "-", f"{r['mfu']:.1%}" if ok else "-",
-                          plan_text(r["plan"]))
-        console.print(table)
-        console.print("wrote " + ", ".join(str(p) for p in written))
+        console.print(report_table(rows, f"sweep {folder or out}: {len(rows)} cases"))
+        console.print("wrote " + ", ".join(printable(str(p)) for p in written), markup=False)
         return
     if folder is not None:
         raise ConfigError(f"unexpected argument '{printable(str(folder))}': use --out DIR for a sweep's output folder",
