@@ -11,8 +11,6 @@ from nestplan.job import Job
 from nestplan.report.plots import device_map, step_timeline
 from nestplan.strategy.dims import ParallelDims
 
-pytest.importorskip("matplotlib")
-
 PNG = b"\x89PNG\r\n\x1a\n"
 JOB = Job(global_batch_size=64, seq_len=2048)
 

@@ -134,7 +134,7 @@ def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_ray_and_local_processes_give_identical_results(tmp_path) -> None:
-    pytest.importorskip("ray")
+    pytest.importorskip("ray", reason="needs the [ray] extra: pip install -e '.[ray]'")
     spec = _write(tmp_path, QUICK_SPEC)
     local = api.sweep(spec, tmp_path / "local", workers=2)
     on_ray = api.sweep(spec, tmp_path / "ray", ray="local")
@@ -143,7 +143,6 @@ def test_ray_and_local_processes_give_identical_results(tmp_path) -> None:
 
 
 def test_report_table_csv_and_plots(capsys, tmp_path) -> None:
-    pytest.importorskip("matplotlib")
     spec = _write(tmp_path, QUICK_SPEC.replace('models = ["bert-large", "llama2-7b"]', 'models = ["bert-large"]'))
     api.sweep(spec, tmp_path / "out", workers=2)
     code, out, _ = run_cli(capsys, ["sweep", "report", str(tmp_path / "out")])
