@@ -13,7 +13,7 @@ from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, printable
-from nestplan.job import MAX_SEQ_LEN, Job, check_count
+from nestplan.job import MAX_SEQ_LEN, Job, Optimizer, check_count
 from nestplan.model import ModelSpec, load_model
 from nestplan.report.plan_json import SearchStats, plan_to_dict
 from nestplan.strategy.dims import ParallelDims, check_against_model
@@ -372,9 +372,11 @@ def sweep_report(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[Path]]
 def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
                 model: str | ModelSpec | None = None, cluster: str | Cluster | None = None) -> tuple[list[Path], Any]:
     """Write a framework's launch files for a plan JSON object (``PlanReport.to_dict()`` or a saved
-    ``--json`` file). Model and cluster default to the names the plan carries. Where the
-    framework's rank order differs from the one costed, the export quotes nestplan's prediction
-    under the framework's order too. Returns (paths written, the Export with its notes)."""
+    ``--json`` file). Model and cluster default to the names the plan carries; a cluster named is
+    loaded with the plan's ``devices_total`` (the cluster it was planned on), a ``Cluster`` given is
+    used as it is. Where the framework's rank order differs from the one costed, the export quotes
+    nestplan's prediction under the framework's order too. Returns (paths written, the Export with
+    its notes)."""
     from nestplan import __version__
     from nestplan.export import build_input, check_framework, export, framework_orders
     from nestplan.export.common import choose_order
@@ -384,7 +386,10 @@ def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
     check_schema(plan)
     spec = resolve_model(model or str(plan.get("model")))
     settings = read_plan(plan)
-    cl = resolve_cluster(cluster or str(plan.get("cluster")), settings.devices)
+    cl = cluster if isinstance(cluster, Cluster) else load_cluster(cluster or settings.cluster, settings.cluster_devices)
+    if cl.devices < settings.devices:
+        raise ConfigError(f"the plan uses {settings.devices} devices but cluster {printable(cl.name)} has "
+                          f"{cl.devices}", field="cluster", value=printable(cl.name), limit=settings.devices)
     order = choose_order(settings, framework_orders(key, settings))
     alternative = None
     if order != settings.axis_order:
@@ -392,7 +397,9 @@ def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
                             sp=settings.sp, zero=settings.zero, recompute=settings.recompute,
                             micro_batch_size=settings.micro_batch_size, schedule=settings.schedule,
                             virtual_stages=settings.virtual_stages, layers_per_stage=settings.layers_per_stage)
-        job = make_job(spec, settings.global_batch_size, settings.seq_len, dtype=settings.dtype)
+        job = make_job(spec, settings.global_batch_size, settings.seq_len, dtype=settings.dtype,
+                       grad_dtype=settings.grad_dtype, optimizer=Optimizer(settings.optimizer),
+                       flash_attention=settings.flash_attention)
         other = evaluate_plan(spec, cl, dims, job, order)
         alternative = {"step_time_s": other.step_time_s, "tokens_per_s": other.tokens_per_s}
     inp = build_input(plan, spec, cl.topology, __version__, alternative=alternative)

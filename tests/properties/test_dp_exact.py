@@ -3,13 +3,16 @@
 Random small instances: <= 12 layers, <= 32 devices, 2-4 network levels with random
 bandwidths and latencies, device memory chosen so that it binds. For every group the
 planner visits, its split solver's optimum equals the enumeration's under the same proxy
-objective; the evaluator's 1F1B simulation lies between a lower bound and
+objective, and the node terms its cost model caches are the group's own (at every ZeRO
+stage); the evaluator's 1F1B simulation lies between a lower bound and
 (m - 1) * (max forward + max backward) + sum of cycles (the proxy's bottleneck cycle split
 into its worst forward and worst backward); and the plan the planner returns, evaluated exactly,
 is within 1% of the best plan of the enumeration evaluated exactly (slow: not in the default run).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from hypothesis import strategies as st
 
 from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.terms import graph_terms
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
@@ -31,6 +35,7 @@ from nestplan.strategy.enums import Recompute, ZeroStage
 
 SMALL_SPACE = SearchSpace(tp=(1, 2), sp=(False, True), cp=(1,), ep=(1,), micro_batch_sizes=(1, 2),
                           recompute=(Recompute.NONE, Recompute.FULL), zero=(ZeroStage.NONE, ZeroStage.OPTIMIZER))
+EVERY_ZERO_SPACE = replace(SMALL_SPACE, zero=tuple(ZeroStage))
 
 
 @st.composite
@@ -137,6 +142,18 @@ def test_planner_within_one_percent_of_enumeration(inst) -> None:
     assert step <= proxy_exact * 1.01, (step, proxy_exact, result.best.plan)
     gap = step / best_exact - 1
     assert gap <= 0.10, (gap, result.best.plan, result.best.placement.axis_order, best_plan)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_cached_terms_are_each_groups_own(inst) -> None:
+    """Every group the planner visits, at every ZeRO stage and in the planner's order: the node
+    terms the search model caches equal those built afresh for that group (ZeRO 2's per-microbatch
+    reduce-scatter and ZeRO 3's gathers depend on the replica count)."""
+    model, cluster, job = inst
+    cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
+    for _, _, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
+        assert cost.terms(group) == graph_terms(model, cluster, group.dims(), job, cost._groups(group, 1)), group
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

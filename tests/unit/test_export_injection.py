@@ -24,7 +24,7 @@ from nestplan.catalog import entry_path
 from nestplan.errors import ConfigError, printable
 from nestplan.export import FRAMEWORKS, export
 from nestplan.export.common import comment_text, shell_word
-from nestplan.export.plan import ExportInput, JobExtras, read_plan
+from nestplan.export.plan import ExportInput, read_plan
 from nestplan.inputs import has_control
 from nestplan.job import Job
 from nestplan.strategy.dims import ParallelDims
@@ -166,14 +166,17 @@ def _set(plan: dict, field: str, value) -> dict:
     changed = json.loads(json.dumps(plan))
     if field == "placement.axis_order":
         changed["placement"]["axis_order"][-1] = value
-    elif field == "job.dtype":
-        changed["job"]["dtype"] = value
+    elif field.startswith("job."):
+        changed["job"][field.removeprefix("job.")] = value
     else:
         changed[field] = value
     return changed
 
 
-@pytest.mark.parametrize("field", ["model", "cluster", "job.dtype", "placement.axis_order"])
+CHOICES = ("job.dtype", "job.grad_dtype", "job.optimizer", "placement.axis_order")   # fields with allowed values
+
+
+@pytest.mark.parametrize("field", ["model", "cluster", *CHOICES])
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_plan_file(field, text, plan, capsys, tmp_path) -> None:
     """``nestplan export plan.json`` with the model and cluster given, so that the plan's own names
@@ -181,7 +184,7 @@ def test_hostile_plan_file(field, text, plan, capsys, tmp_path) -> None:
     refused with one line naming the field and nothing written; other names are exported, inert."""
     saved = tmp_path / "plan.json"
     saved.write_text(json.dumps(_set(plan, field, text)))
-    refused = field in ("job.dtype", "placement.axis_order") or has_control(text)
+    refused = field in CHOICES or has_control(text)
     for framework in FRAMEWORKS:
         out = tmp_path / framework
         code, _, err = run_cli(capsys, ["export", str(saved), "--framework", framework, "--out", str(out),
@@ -197,11 +200,11 @@ def test_hostile_plan_file(field, text, plan, capsys, tmp_path) -> None:
 @pytest.mark.parametrize("text", HOSTILE)
 def test_exporters_quote_on_their_own(text, plan, tmp_path) -> None:
     """Defence in depth: hostile names in objects no reader checked (the plan's model and cluster,
-    the model spec, the network's level names, the nestplan version, the optimizer flag) are
-    exported, shown escaped, and inert."""
+    the model spec, the network's level names, the nestplan version) are exported, shown escaped,
+    and inert."""
     settings = dataclasses.replace(read_plan(plan), model=text, cluster=text)
     spec = dataclasses.replace(api.resolve_model("llama2-7b"), name=text)
-    inp = ExportInput(settings, spec, ("node", text, "spine"), (4, 8, 16), JobExtras(optimizer=text), text)
+    inp = ExportInput(settings, spec, ("node", text, "spine"), (4, 8, 16), text)
     for framework in FRAMEWORKS:
         result = export(framework, inp)
         paths = result.write(tmp_path / framework)
@@ -211,9 +214,11 @@ def test_exporters_quote_on_their_own(text, plan, tmp_path) -> None:
         _check_scripts(paths, framework, tmp_path / framework)
 
 
+@pytest.mark.parametrize("field", ["dtype", "grad_dtype", "optimizer"])
 @pytest.mark.parametrize("text", HOSTILE)
-def test_hostile_dtype_in_settings_is_refused_or_inert(text, plan, tmp_path) -> None:
-    inp = ExportInput(dataclasses.replace(read_plan(plan), dtype=text), api.resolve_model("llama2-7b"),
+def test_hostile_job_setting_in_settings_is_refused_or_inert(field, text, plan, tmp_path) -> None:
+    """A job setting no reader checked: each exporter refuses it with one line or writes it inert."""
+    inp = ExportInput(dataclasses.replace(read_plan(plan), **{field: text}), api.resolve_model("llama2-7b"),
                       ("node", "leaf", "spine"), (8, 32, DEVICES), version="test")
     for framework in FRAMEWORKS:
         try:

@@ -4,7 +4,9 @@ peak = weights + gradients + optimizer state   (each divided over the ZeRO shard
        from the stage that shards it on; Rajbhandari et al. 2020, Figure 1)
      + activations stored per microbatch x microbatches in flight at the stage
        (1F1B: the stage k-th from the end holds k, GPipe: all m; interleaved per Megatron's
-       warm-up count, which reproduces Korthikanti et al. 2022 eq. in section 4.2.3)
+       warm-up count, which reproduces Korthikanti et al. 2022 eq. in section 4.2.3, and all m
+       when m equals the stages: :func:`in_flight_microbatches`, checked against the schedule
+       simulation's timeline)
      + transient buffers (one layer's full activations while recomputing it; ZeRO-3's
        gathered layer parameters, two with prefetch)
      + a reserve for the framework, workspace and fragmentation (per accelerator).
@@ -13,6 +15,8 @@ peak = weights + gradients + optimizer state   (each divided over the ZeRO shard
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from nestplan.model.layers import ParamCount
 from nestplan.strategy.enums import Schedule, ZeroStage
@@ -28,18 +32,27 @@ class ShardGroups:
     expert: int
 
 
-def in_flight_microbatches(schedule: Schedule, stage: int, pp: int, m: int, virtual: int) -> float:
+def in_flight_microbatches(schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int,
+                           virtual: int) -> float | np.ndarray:
     """Microbatches whose activations a stage holds at its peak, in units of the whole stage.
 
-    Interleaved 1F1B warms up (pp - stage - 1) * 2 + (v - 1) * pp + 1 chunks of 1/v of the
-    stage (Megatron-LM schedules.py, forward_backward_pipelining_with_interleaving).
+    A stage runs w warm-up forwards, then one more before its first backward, and from then on
+    alternates, so it holds at most min(w + 1, m v) model chunks of 1/v of the stage each. The
+    warm-up counts are Megatron-LM's (schedules.py), the ones cost/schedule.py simulates:
+    GPipe all m v; 1F1B pp - stage - 1; interleaved 1F1B (forward_backward_pipelining_with_interleaving)
+    (pp - stage - 1) * 2 + (v - 1) * pp, or all m v when m == pp (every forward runs first).
+    ``stage`` and ``pp`` may be arrays (the search's tables): the count is then elementwise, an array.
     """
+    total = m * virtual
+    stage, pp = np.asarray(stage), np.asarray(pp)
     if schedule is Schedule.GPIPE:
-        return float(m)
-    if schedule is Schedule.INTERLEAVED:
-        chunks = min((pp - stage - 1) * 2 + (virtual - 1) * pp + 1, m * virtual)
-        return chunks / virtual
-    return float(min(pp - stage, m))
+        warmup = np.full(np.broadcast(stage, pp).shape, total)
+    elif schedule is Schedule.INTERLEAVED:
+        warmup = np.where(pp == m, total, (pp - stage - 1) * 2 + (virtual - 1) * pp)
+    else:
+        warmup = pp - stage - 1
+    chunks = np.minimum(warmup + 1, total) / virtual
+    return float(chunks) if chunks.ndim == 0 else chunks
 
 
 def model_state_bytes(

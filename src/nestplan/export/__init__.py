@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from nestplan.errors import ConfigError
 from nestplan.export import deepspeed, megatron, nemo, torchtitan
 from nestplan.export.common import Export
-from nestplan.export.plan import ExportInput, JobExtras, PlanSettings, check_model, read_plan
+from nestplan.export.plan import ExportInput, PlanSettings, check_model, read_plan
 from nestplan.model.spec import ModelSpec
 
 EXPORTERS = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
@@ -37,12 +37,12 @@ def check_framework(name: str) -> str:
 
 
 def build_input(plan: Mapping[str, Any], model: ModelSpec, topology, version: str,
-                extras: JobExtras = JobExtras(), alternative: Mapping[str, float] | None = None) -> ExportInput:
+                alternative: Mapping[str, float] | None = None) -> ExportInput:
     settings = read_plan(plan)
     check_model(settings, model)
     names = tuple(lv.name for lv in topology.levels)
     units = tuple(topology.unit_devices(i) for i in range(topology.num_levels))
-    return ExportInput(settings, model, names, units, extras, version, alternative)
+    return ExportInput(settings, model, names, units, version, alternative)
 
 
 def export(framework: str, inp: ExportInput) -> Export:

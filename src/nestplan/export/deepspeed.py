@@ -1,5 +1,6 @@
-"""DeepSpeed: the JSON config (batch arithmetic, ZeRO stage, precision, activation checkpointing,
-AutoTP width) and a launch script that states what the user's code must pass.
+"""DeepSpeed: the JSON config (batch arithmetic, ZeRO stage, precision, optimizer, gradient
+accumulation dtype, activation checkpointing, AutoTP width) and a launch script that states what
+the user's code must pass.
 
 DeepSpeed's pipeline engine takes the stage count from the user's ``PipelineModule(num_stages=...)``
 and the expert-parallel width from ``deepspeed.moe.layer.MoE(ep_size=...)``, not from the config;
@@ -21,6 +22,8 @@ from nestplan.strategy.enums import Recompute, Schedule
 NAME = "deepspeed"
 TITLE = "DeepSpeed"
 PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deepspeed 0.19"
+OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}   # DeepSpeed's FusedAdam; torch.optim.SGD
+ZERO_TESTED = ("adam",)                       # ZeRO refuses other optimizers unless allowed
 
 
 def config(p: PlanSettings) -> dict:
@@ -37,6 +40,11 @@ def config(p: PlanSettings) -> dict:
     }
     if p.dtype in ("bf16", "fp16"):
         cfg[p.dtype] = {"enabled": True}
+    cfg["optimizer"] = {"type": OPTIMIZERS[p.optimizer]}
+    if p.optimizer not in ZERO_TESTED and p.zero:
+        cfg["zero_allow_untested_optimizer"] = True
+    if _grad_accumulation_expressible(p):
+        cfg["data_types"] = {"grad_accum_dtype": p.grad_dtype}
     if p.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": p.tp}
     if p.cp > 1:
@@ -47,7 +55,20 @@ def config(p: PlanSettings) -> dict:
     return cfg
 
 
+def _model_dtype(p: PlanSettings) -> str:
+    return p.dtype if p.dtype in ("bf16", "fp16") else "fp32"
+
+
+def _grad_accumulation_expressible(p: PlanSettings) -> bool:
+    """DeepSpeed accumulates gradients in ``data_types.grad_accum_dtype`` (fp32, fp16 or bf16); without
+    ZeRO only in the model's own dtype (DeepSpeedEngine._do_optimizer_sanity_check)."""
+    return p.grad_dtype in ("fp32", "fp16", "bf16") and (p.zero >= 1 or p.grad_dtype == _model_dtype(p))
+
+
 def check(p: PlanSettings, heads: int) -> None:
+    if p.optimizer not in OPTIMIZERS:
+        raise refuse(TITLE, f"the optimizers exported are {' and '.join(OPTIMIZERS)}, not {p.optimizer}",
+                     "optimizer", p.optimizer, list(OPTIMIZERS))
     if p.cp > 1 and heads % (p.cp * p.tp):
         raise refuse(TITLE, f"Ulysses sequence parallelism of {p.cp} with tp {p.tp} needs the {heads} attention "
                      f"heads divisible by {p.cp * p.tp}", "cp", p.cp)
@@ -79,6 +100,19 @@ def notes_for(inp: ExportInput) -> list[str]:
         notes.append(f"DeepSpeed's pipeline engine runs 1F1B; nestplan costed {p.schedule.value}")
     if p.zero == 1 and p.pp == 1:
         notes.append("ZeRO 1 shards optimizer state over the data-parallel ranks as nestplan costed")
+    return notes + _job_notes(p)
+
+
+def _job_notes(p: PlanSettings) -> list[str]:
+    """The job settings ds_config.json cannot carry (the config names the optimizer, which an optimizer
+    the user's code passes to deepspeed.initialize replaces)."""
+    notes = []
+    if not _grad_accumulation_expressible(p):
+        notes.append(f"DeepSpeed without ZeRO accumulates gradients in the model's {_model_dtype(p)}, not in "
+                     f"{p.grad_dtype} as nestplan costed")
+    if not p.flash_attention:
+        notes.append("nestplan costed attention without a fused kernel (the score matrices stored): your model "
+                     "code decides which attention runs")
     return notes
 
 

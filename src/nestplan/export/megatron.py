@@ -20,6 +20,7 @@ NAME = "megatron"
 TITLE = "Megatron-LM"
 PIN = "flags of NVIDIA/Megatron-LM megatron/training/arguments.py at commit 000c4ac2"
 ORDERS = {STAGE_MAJOR: (), REPLICA_MAJOR: (("--use-tp-pp-dp-mapping", None),)}
+OPTIMIZERS = ("adam", "sgd")   # --optimizer's choices that nestplan costs (nestplan.job.Optimizer)
 Flags = list[tuple[str, object]]
 
 
@@ -123,7 +124,7 @@ def expert_note(inp: ExportInput) -> str | None:
     return expert_group_note("Megatron-core", inp, inp.plan.tp, inp.plan.ep)
 
 
-def model_flags(m: ModelSpec, p: PlanSettings, flash: bool) -> Flags:
+def model_flags(m: ModelSpec, p: PlanSettings) -> Flags:
     flags: Flags = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                     ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_heads)]
     if m.num_kv_heads != m.num_heads:
@@ -133,7 +134,7 @@ def model_flags(m: ModelSpec, p: PlanSettings, flash: bool) -> Flags:
     flags += [("--seq-length", p.seq_len), ("--max-position-embeddings", max(m.max_position_embeddings, p.seq_len)),
               ("--position-embedding-type", "learned_absolute" if m.learned_position_embeddings else "rope"),
               ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
-              ("--attention-backend", "flash" if flash else "unfused")]
+              ("--attention-backend", "flash" if p.flash_attention else "unfused")]
     if m.gated_mlp:
         flags.append(("--swiglu", None))
     if not m.linear_bias:
@@ -162,15 +163,23 @@ def _moe_flags(m: ModelSpec, p: PlanSettings) -> Flags:
     return flags
 
 
-def training_flags(inp: ExportInput) -> Flags:
-    p, x = inp.plan, inp.extras
+def training_flags(p: PlanSettings) -> tuple[Flags, list[str]]:
+    """Batch, precision, optimizer and the gradients' dtype: bf16 training accumulates and reduces
+    gradients in fp32 unless told --grad-reduce-in-bf16, fp16 training in fp16 unless told
+    --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py, validate_args)."""
     flags: Flags = [("--micro-batch-size", p.micro_batch_size), ("--global-batch-size", p.global_batch_size)]
     if p.dtype in ("bf16", "fp16"):
         flags.append((f"--{p.dtype}", None))
-    flags.append(("--optimizer", x.optimizer))
-    if x.grad_dtype == "fp32":
+    flags.append(("--optimizer", p.optimizer))
+    notes = []
+    if p.grad_dtype == "fp32":
         flags.append(("--accumulate-allreduce-grads-in-fp32", None))
-    return flags
+    elif p.grad_dtype == p.dtype == "bf16":
+        flags.append(("--grad-reduce-in-bf16", None))
+    elif p.grad_dtype != p.dtype:
+        notes.append(f"Megatron-LM accumulates gradients in fp32 or in the training dtype ({p.dtype}), "
+                     f"not in {p.grad_dtype} as nestplan costed")
+    return flags, notes
 
 
 def check(inp: ExportInput) -> None:
@@ -179,13 +188,17 @@ def check(inp: ExportInput) -> None:
         raise refuse(TITLE, f"Megatron-LM trains in bf16, fp16 or fp32, not {p.dtype}", "dtype", p.dtype)
     if p.ep > 1 and p.dtype == "fp16":
         raise refuse(TITLE, "Megatron-LM does not support expert parallelism with fp16", "ep", p.ep)
+    if p.optimizer not in OPTIMIZERS:
+        raise refuse(TITLE, f"Megatron-LM's --optimizer takes {' or '.join(OPTIMIZERS)}, not {p.optimizer}",
+                     "optimizer", p.optimizer, list(OPTIMIZERS))
 
 
 def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     """Every Megatron-LM flag of the export (checked against the pinned table by the tests)."""
     check(inp)
     par, notes = parallel_flags(inp)
-    return par + model_flags(inp.model, inp.plan, inp.extras.flash_attention) + training_flags(inp), notes
+    train, train_notes = training_flags(inp.plan)
+    return par + model_flags(inp.model, inp.plan) + train, notes + train_notes
 
 
 def _environment(p: PlanSettings) -> str:
@@ -200,15 +213,16 @@ def export(inp: ExportInput) -> Export:
     p, m = inp.plan, inp.model
     check(inp)
     par, notes = parallel_flags(inp)
+    train, train_notes = training_flags(p)
+    notes += train_notes
     script = "pretrain_gpt.py" if m.causal else "pretrain_bert.py"
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
             + "set -euo pipefail\n" + _environment(p) + torchrun_prologue(inp, 6000)
             + 'MEGATRON_LM="${MEGATRON_LM:-/workspace/Megatron-LM}"\n\n'
             + bash_array("PARALLEL_ARGS", flag_pairs(par), "parallelism, as nestplan costed it")
-            + bash_array("MODEL_ARGS", flag_pairs(model_flags(m, p, inp.extras.flash_attention)),
-                         f"model shape of {m.name}")
-            + bash_array("TRAINING_ARGS", flag_pairs(training_flags(inp)), "batch, precision, optimizer")
+            + bash_array("MODEL_ARGS", flag_pairs(model_flags(m, p)), f"model shape of {m.name}")
+            + bash_array("TRAINING_ARGS", flag_pairs(train), "batch, precision, optimizer")
             + bash_array("DATA_ARGS", flag_pairs(data) + ['--train-iters "${TRAIN_ITERS:-100}"',
                                                           '--lr "${LR:-1.0e-4}"'],
                          "yours to replace: tokenizer, data, schedule (mock data runs as is)")

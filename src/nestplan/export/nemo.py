@@ -58,7 +58,7 @@ def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
                     ("model.num_layers_in_last_pipeline_stage", n[-1])]
         else:
             out.append(("model.pipeline_model_parallel_layout", megatron.layout(p)))
-    out += _recompute(p) + _zero(p, notes)
+    out += _recompute(p) + _zero(p, notes) + _job(p, notes)
     if order == REPLICA_MAJOR:   # Megatron-core's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping)
         out.append(("dist.use_tp_pp_dp_mapping", True))
     return out, notes
@@ -71,6 +71,17 @@ def _recompute(p: PlanSettings) -> list[tuple[str, object]]:
     if p.recompute is Recompute.SELECTIVE:
         return [("model.recompute_granularity", "selective")]
     return [("model.recompute_granularity", None)]
+
+
+def _job(p: PlanSettings, notes: list[str]) -> list[tuple[str, object]]:
+    """Optimizer and attention kernel as costed. The gradients' dtype comes with the mixed-precision
+    recipe (bf16_mixed reduces in fp32, fp16_mixed in fp16; it overwrites the ddp section's choice):
+    a note where that is not the dtype costed."""
+    recipe_grads = "fp16" if p.dtype == "fp16" else "fp32"
+    if p.grad_dtype != recipe_grads:
+        notes.append(f"Megatron-Bridge's mixed-precision recipe for {p.dtype} keeps gradients in {recipe_grads}; "
+                     f"nestplan costed {p.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)")
+    return [("optimizer.optimizer", p.optimizer), ("model.attention_backend", "flash" if p.flash_attention else "unfused")]
 
 
 def _zero(p: PlanSettings, notes: list[str]) -> list[tuple[str, object]]:

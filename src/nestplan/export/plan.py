@@ -17,12 +17,15 @@ from typing import Any
 
 from nestplan.errors import ConfigError
 from nestplan.inputs import check_string
+from nestplan.job import Optimizer
 from nestplan.model.spec import ModelSpec
 from nestplan.report.plan_json import SCHEMA
 from nestplan.strategy.dims import AXES
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.units import DTYPE_BYTES
 
+# The job settings plan files did not always carry, and what exports assumed for them before they did.
+UNSAVED_JOB_SETTINGS = {"grad_dtype": "fp32", "optimizer": "adam", "flash_attention": True}
 _PARALLEL_INTS = ("tp", "pp", "dp", "cp", "ep", "micro_batch_size", "num_microbatches", "virtual_stages")
 MAX_COUNT = 2**24   # the largest count a plan may give (devices, batch, tokens, degrees, layers): 16,777,216
 
@@ -33,10 +36,14 @@ class PlanSettings:
 
     model: str
     cluster: str
-    devices: int
+    devices: int                     # devices the plan uses
+    cluster_devices: int             # devices of the cluster it was planned on (devices_total)
     global_batch_size: int
     seq_len: int
     dtype: str
+    grad_dtype: str
+    optimizer: str                   # a nestplan.job.Optimizer value
+    flash_attention: bool
     tp: int
     pp: int
     dp: int
@@ -64,15 +71,6 @@ class PlanSettings:
 
 
 @dataclass(frozen=True)
-class JobExtras:
-    """Job choices the plan JSON does not carry (defaults: those of ``nestplan.Job``)."""
-
-    optimizer: str = "adam"
-    grad_dtype: str = "fp32"
-    flash_attention: bool = True
-
-
-@dataclass(frozen=True)
 class ExportInput:
     """Everything an exporter needs: the plan, the model's shape, the cluster's node layout."""
 
@@ -80,7 +78,6 @@ class ExportInput:
     model: ModelSpec
     level_names: tuple[str, ...]
     level_unit_devices: tuple[int, ...]   # devices per unit of each level (node first)
-    extras: JobExtras = JobExtras()
     version: str = ""
     alternative: Mapping[str, float] | None = None   # the plan's prediction under the framework's rank order
 
@@ -162,6 +159,15 @@ def _axis_order(placement: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(order)
 
 
+def _job_settings(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Gradient dtype, optimizer and flash attention, each checked; absent (a plan written before the
+    plan JSON carried them): ``UNSAVED_JOB_SETTINGS``."""
+    read = {"grad_dtype": lambda: _choice(job, "grad_dtype", "job.", tuple(DTYPE_BYTES)),
+            "optimizer": lambda: _choice(job, "optimizer", "job.", [o.value for o in Optimizer]),
+            "flash_attention": lambda: _bool(job, "flash_attention", "job.")}
+    return {key: value() if key in job else UNSAVED_JOB_SETTINGS[key] for key, value in read.items()}
+
+
 def check_schema(data: Any) -> None:
     """One clear line for anything that is not a ``nestplan.plan/1`` object, or whose model or
     cluster is not a clean name (checked here, before a caller resolves them)."""
@@ -184,8 +190,10 @@ def read_plan(data: Mapping[str, Any]) -> PlanSettings:
     ints = {k: _int(par, k, "parallel.") for k in _PARALLEL_INTS}
     settings = PlanSettings(
         model=data["model"], cluster=data["cluster"],
-        devices=_int(data, "devices_used", ""), global_batch_size=_int(job, "global_batch_size", "job."),
+        devices=_int(data, "devices_used", ""), cluster_devices=_int(data, "devices_total", ""),
+        global_batch_size=_int(job, "global_batch_size", "job."),
         seq_len=_int(job, "seq_len", "job."), dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)),
+        **_job_settings(job),
         tp=ints["tp"], pp=ints["pp"], dp=ints["dp"], cp=ints["cp"], ep=ints["ep"],
         sp=_bool(par, "sp", "parallel."), zero=_int(par, "zero_stage", "parallel.", 0, 3),
         recompute=Recompute(_choice(par, "recompute", "parallel.", [e.value for e in Recompute])),
@@ -208,6 +216,9 @@ def _check_consistent(p: PlanSettings) -> None:
     if product != p.devices:
         raise ConfigError(f"plan JSON degrees multiply to tp x cp x ep x pp x dp = {product}, "
                           f"not devices_used = {p.devices}", field="devices_used", value=p.devices, limit=product)
+    if p.cluster_devices < p.devices:
+        raise ConfigError(f"plan JSON devices_total = {p.cluster_devices} is fewer than the devices_used = "
+                          f"{p.devices}", field="devices_total", value=p.cluster_devices, limit=f">= {p.devices}")
     per_step = p.batch_replicas * p.micro_batch_size * p.num_microbatches
     if per_step != p.global_batch_size:
         raise ConfigError(f"plan JSON batch: dp x ep x micro-batch size x microbatches = {per_step}, "

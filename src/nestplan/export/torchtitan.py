@@ -108,6 +108,22 @@ def _checkpoint(p: PlanSettings) -> tuple[str, list[str]]:
     return "activation-checkpoint:none", []
 
 
+def _job_notes(p: PlanSettings) -> list[str]:
+    """What torchtitan 0.3.0 cannot be told: its optimizers are Adam and AdamW (the default, the same
+    state as Adam), its attention a fused kernel (SDPA), its FSDP reductions in float32."""
+    notes = []
+    if p.optimizer != "adam":
+        notes.append(f"torchtitan's optimizers are Adam and AdamW: nestplan costed {p.optimizer} (less optimizer "
+                     "state); AdamW will hold more memory than predicted")
+    if not p.flash_attention:
+        notes.append("torchtitan runs attention as a fused kernel (scaled_dot_product_attention): nestplan costed "
+                     "attention without one (the score matrices stored), more memory and time than it will take")
+    if p.grad_dtype != "fp32":
+        notes.append(f"torchtitan reduces gradients in float32 (--training.mixed-precision-reduce); nestplan costed "
+                     f"{p.grad_dtype} gradients")
+    return notes
+
+
 def _experts(inp: ExportInput) -> tuple[int, list[str]]:
     """torchtitan's expert-parallel degree: its experts have no tensor parallelism (EP borrows the
     tp ranks instead), so nestplan's experts split ep x tp ways become ep x tp whole-expert shards
@@ -145,7 +161,7 @@ def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
                           ("--training.seq-len", p.seq_len),
                           ("--training.mixed-precision-param", DTYPES.get(p.dtype, "bfloat16"))]
     ckpt, ckpt_notes = _checkpoint(p)
-    return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes
+    return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes + _job_notes(p)
 
 
 def _model_config(name: str) -> tuple[str, str] | None:

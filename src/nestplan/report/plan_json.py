@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestplan.cost.prediction import Prediction
-from nestplan.job import Job
+from nestplan.job import Job, Optimizer
 
 SCHEMA = "nestplan.plan/1"
 
@@ -16,6 +16,13 @@ class SearchStats:
     solve_time_s: float
     candidates: int
     pruned_memory: int
+
+
+def _job(job: Job) -> dict[str, Any]:
+    """Every setting of the job, so that an export of the saved plan runs what was costed."""
+    return {"global_batch_size": job.global_batch_size, "seq_len": job.seq_len, "dtype": job.dtype,
+            "grad_dtype": job.grad_dtype, "optimizer": Optimizer(job.optimizer).value,
+            "flash_attention": job.flash_attention}
 
 
 def _parallel(pred: Prediction, job: Job) -> dict[str, Any]:
@@ -71,7 +78,7 @@ def plan_to_dict(pred: Prediction, *, model: str, cluster: str, devices_total: i
         "cluster": cluster,
         "devices_total": devices_total,
         "devices_used": pred.devices_used,
-        "job": {"global_batch_size": job.global_batch_size, "seq_len": job.seq_len, "dtype": job.dtype},
+        "job": _job(job),
         "parallel": _parallel(pred, job),
         "stages": _stages(pred),
         "placement": _placement(pred, level_names),

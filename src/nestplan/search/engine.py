@@ -6,9 +6,9 @@ identical blocks, the dynamic program otherwise), and keeps the best candidates 
 proxy step time (m - 1) * bottleneck + sum of cycles + step-end terms. A depth whose
 pipeline time alone already exceeds the K-th best candidate is pruned (dominated), as is
 one whose stages cannot fit in memory. ZeRO is raised for a configuration only when none of
-its plans fits at the lower stage (NEST section 4); ZeRO 1 (Megatron-LM's distributed
-optimizer) shards only optimizer state at no extra communication volume and is always
-searched beside ZeRO 0.
+its plans fits at a lower stage (NEST section 4), and then with every replica count; ZeRO 1
+(Megatron-LM's distributed optimizer) shards only optimizer state at no extra communication
+volume and is always searched beside ZeRO 0.
 """
 
 from __future__ import annotations
@@ -199,14 +199,15 @@ def run(engine: Engine, groups: Iterable[tuple[object, tuple, object, int]],
         progress: Callable[[int], None] | None = None, escalate_from: int = 2) -> list[Candidate]:
     """groups yields (configuration key, full key, group, ZeRO stage), every replica count of a
     configuration at one ZeRO stage before the next stage. Stages below ``escalate_from`` are
-    always searched; higher ones only for configurations that fit nowhere below them."""
+    always searched; a higher one, with every replica count, for a configuration that fits
+    nowhere at a lower stage."""
     start = time.perf_counter()
-    fits: set = set()
+    lowest_fit: dict = {}   # configuration key -> the lowest ZeRO stage at which one of its groups fits
     for i, (cfg_key, key, group, zero) in enumerate(groups):
-        if zero >= escalate_from and cfg_key in fits:
+        if zero >= escalate_from and lowest_fit.get(cfg_key, zero) < zero:
             continue   # a lower ZeRO stage already fits this configuration
         if engine.run_group(group, key):
-            fits.add(cfg_key)
+            lowest_fit[cfg_key] = min(zero, lowest_fit.get(cfg_key, zero))
         if progress is not None:
             progress(i)
     engine.stats.solve_time_s = time.perf_counter() - start

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from nestplan.cost import comm
-from nestplan.cost.memory import ShardGroups, model_state_bytes
+from nestplan.cost.memory import ShardGroups, in_flight_microbatches, model_state_bytes
 from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import GraphTerms, graph_terms, shard_of
 from nestplan.job import Job
@@ -22,7 +22,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.search.levels import SearchPlacement
 from nestplan.search.space import SubConfig
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.enums import ZeroStage
+from nestplan.strategy.enums import Schedule, ZeroStage
 
 BWD_KEYS = ("backward_compute", "recompute")
 
@@ -75,9 +75,10 @@ class PhysicalSearchModel:
         return {k: self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp) for k in keys}
 
     def terms(self, g: Group) -> GraphTerms:
-        """Node terms; ZeRO-3's gathers are costed on the depth-1 data-parallel group (the exact
-        evaluation of the finalists uses the true group)."""
-        key = (g.cfg, g.zero, g.replicas if g.zero is ZeroStage.PARAMETERS else 0)
+        """Node terms; ZeRO-2's per-microbatch reduce-scatters and ZeRO-3's gathers depend on the
+        replicas, so their terms are cached per replica count. Both are costed on the depth-1
+        data-parallel group (the exact evaluation of the finalists uses the true group)."""
+        key = (g.cfg, g.zero, g.replicas if g.zero >= ZeroStage.GRADIENTS else 0)
         if key not in self._terms:
             self._terms[key] = graph_terms(self.model, self.cluster, g.dims(), self.job, self._groups(g, 1))
         return self._terms[key]
@@ -125,7 +126,7 @@ class PhysicalSearchModel:
         depth = np.arange(1, P + 1)[:, None]
         stage = np.arange(P)[None, :]
         real = stage < depth
-        inflight = np.where(real, np.minimum(depth - stage, g.microbatches), 0)
+        inflight = np.where(real, in_flight_microbatches(Schedule.ONE_F_ONE_B, stage, depth, g.microbatches, 1), 0)
         first, last = real & (stage == 0), real & (stage == depth - 1)
         # bt[p - 1, s + 1] = transfer over the link between stages s and s + 1 of a p-stage pipeline
         bt = self._per_level_transfer(g)[self.placement.level_matrix(g.cfg.order, g.cfg.stage_devices, g.replicas, P)]
@@ -147,12 +148,11 @@ class PhysicalSearchModel:
     def block_memory(self, g: Group, pp: int) -> np.ndarray:
         """(pp, L) bytes of each block held by each stage (for the general DP)."""
         t = self.terms(g)
+        inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, g.microbatches, 1)
         out = np.empty((pp, self.num_blocks))
         for i in range(self.num_blocks):
             node = t.blocks[self.model.is_moe_layer(i)]
-            st = self._state_bytes(g, node.params)
-            for s in range(pp):
-                out[s, i] = st + node.activations * min(pp - s, g.microbatches)
+            out[:, i] = self._state_bytes(g, node.params) + node.activations * inflight
         return out
 
     # ------------------------------------------------------------------ objective
