@@ -12,7 +12,7 @@ from cli_helpers import run_cli
 from nestplan import api
 from nestplan.errors import ConfigError
 from nestplan.export import build_input, megatron, nemo, torchtitan
-from nestplan.job import Job
+from nestplan.job import Job, Optimizer
 from nestplan.strategy.dims import ParallelDims
 
 TABLES = Path(megatron.__file__).parent
@@ -100,6 +100,22 @@ def test_deepspeed_accepts_the_config(plans, name, tmp_path, deepspeed_config) -
     assert config.gradient_accumulation_steps == p["num_microbatches"]
     assert config.zero_optimization_stage == p["zero_stage"]
     assert config.bfloat16_config.enabled
+
+
+def test_deepspeed_accepts_the_job_settings(tmp_path, deepspeed_config) -> None:
+    """SGD (torch.optim.SGD, outside ZeRO's tested optimizers) with bf16 gradient accumulation, ZeRO 1."""
+    job = Job(global_batch_size=4096, seq_len=4096, optimizer=Optimizer.SGD, grad_dtype="bf16")
+    plan = api.evaluate_full("llama2-7b", "h100-spine-leaf", ParallelDims(tp=2, sp=True, dp=32, zero=1), job,
+                             devices=64).to_dict()
+    paths, _ = api.export_plan(plan, "deepspeed", tmp_path)
+
+    class Mpu:
+        def get_data_parallel_world_size(self) -> int:
+            return 32
+
+    config = deepspeed_config.DeepSpeedConfig(json.loads(paths[0].read_text()), mpu=Mpu())
+    assert config.optimizer_name == "SGD" and config.zero_allow_untested_optimizer
+    assert config.grad_accum_dtype == "bf16" and config.zero_optimization_stage == 1
 
 
 def test_saved_plan_exports_like_a_fresh_one(capsys, plans, tmp_path) -> None:

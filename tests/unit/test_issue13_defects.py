@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,13 +117,20 @@ def _inputs(job: Job):
     return build_input(plan, api.resolve_model("llama3-8b"), cluster.topology, "test")
 
 
+def _pinned(name: str) -> set[str]:
+    lines = (Path(megatron.__file__).parent / name).read_text().splitlines()
+    return {line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()}
+
+
 def test_every_exporter_uses_the_job_settings() -> None:
     inp = _inputs(SGD_EAGER)
     flags = dict(megatron.all_flags(inp)[0])
     assert flags["--optimizer"] == "sgd" and flags["--attention-backend"] == "unfused"
     assert "--grad-reduce-in-bf16" in flags and "--accumulate-allreduce-grads-in-fp32" not in flags
+    assert set(flags) <= _pinned("megatron_flags.txt")
     items = dict(nemo.overrides(inp)[0])
     assert items["optimizer.optimizer"] == "sgd" and items["model.attention_backend"] == "unfused"
+    assert set(items) <= _pinned("megatron_bridge_keys.txt")
     _, _, notes = torchtitan.all_flags(inp)
     assert any("costed sgd" in n for n in notes) and any("attention without one" in n for n in notes)
     assert any("costed bf16 gradients" in n for n in notes)

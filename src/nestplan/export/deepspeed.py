@@ -108,8 +108,8 @@ def _job_notes(p: PlanSettings) -> list[str]:
     the user's code passes to deepspeed.initialize replaces)."""
     notes = []
     if not _grad_accumulation_expressible(p):
-        notes.append(f"DeepSpeed without ZeRO accumulates gradients in the model's {_model_dtype(p)}, not in "
-                     f"{p.grad_dtype} as nestplan costed")
+        notes.append(f"DeepSpeed accumulates gradients in fp32, fp16 or bf16, without ZeRO in the model's "
+                     f"{_model_dtype(p)} only: not in {p.grad_dtype} as nestplan costed")
     if not p.flash_attention:
         notes.append("nestplan costed attention without a fused kernel (the score matrices stored): your model "
                      "code decides which attention runs")

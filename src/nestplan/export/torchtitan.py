@@ -117,7 +117,7 @@ def _job_notes(p: PlanSettings) -> list[str]:
                      "state); AdamW will hold more memory than predicted")
     if not p.flash_attention:
         notes.append("torchtitan runs attention as a fused kernel (scaled_dot_product_attention): nestplan costed "
-                     "attention without one (the score matrices stored), more memory and time than it will take")
+                     "attention without one (the score matrices stored), so the run takes less memory and time")
     if p.grad_dtype != "fp32":
         notes.append(f"torchtitan reduces gradients in float32 (--training.mixed-precision-reduce); nestplan costed "
                      f"{p.grad_dtype} gradients")
