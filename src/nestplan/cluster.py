@@ -28,14 +28,15 @@ Instead of ``[[levels]]`` a file may give exactly one of::
     kind = "infiniband"              # or bus_efficiency = ...; optional
 
 Optional top-level ``source`` and ``notes`` strings document the file. Unit
-conversion happens here only (through ``nestplan.units``).
+conversion happens here only (through ``nestplan.units``). Files are read by
+``nestplan.inputs`` (size, encoding, syntax, nesting, finite numbers, no control
+characters); every field is then checked against its range below (``MAX_*``), and
+the devices of the whole network against ``nestplan.network.topology.MAX_DEVICES``.
 """
 
 from __future__ import annotations
 
-import json
 import operator
-import tomllib
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -46,8 +47,10 @@ from nestplan import units
 from nestplan.catalog import data_file, entry_path, names
 from nestplan.errors import ConfigError
 from nestplan.hardware.accelerator import Accelerator, accelerator_from_dict, load_accelerator
+from nestplan.inputs import check_string, load_object
 from nestplan.network.builders import from_graph, hierarchical, torus
-from nestplan.network.topology import Topology
+from nestplan.network.graph import MAX_GRAPH_EDGES, MAX_GRAPH_NODES
+from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Topology
 
 _TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes")
 _NETWORK_KEYS = ("levels", "torus", "graph")
@@ -58,6 +61,12 @@ _TORUS_REQUIRED = ("dims", "link_bandwidth_GBps", "hop_latency_us")
 _GRAPH_KEYS = ("devices", "edges", "kind", "bus_efficiency")
 _GRAPH_REQUIRED = ("devices", "edges")
 _SUFFIXES = (".toml", ".json")
+
+# Bounds on a cluster file's figures: far beyond any network, finite so that no cost overflows.
+MAX_BANDWIDTH_GBps = 1e6     # 1 PB/s per device and direction: NVLink 5 gives 900 GB/s
+MAX_LATENCY_us = 1e6         # one second per hop: real links take microseconds
+MAX_OVERSUBSCRIPTION = 1024  # published fabrics are oversubscribed at most ~8:1 (Llama 3's 1:7)
+MAX_NAME_CHARS = 200         # cluster and level names label plans, tables and exported files
 
 
 @dataclass(frozen=True)
@@ -97,8 +106,7 @@ class Cluster:
 
 @lru_cache(maxsize=1)
 def _interconnects() -> Mapping[str, float]:
-    with open(data_file("interconnects.toml"), "rb") as fh:
-        table = tomllib.load(fh)
+    table = load_object(data_file("interconnects.toml"), "interconnect catalog", "toml")
     return MappingProxyType({kind: float(entry["bus_efficiency"]) for kind, entry in table.items()})
 
 
@@ -111,8 +119,8 @@ def interconnect_bus_efficiency(kind: str) -> float:
     """Achievable busbw / line rate of a link kind; ConfigError naming the known kinds."""
     table = _interconnects()
     if not isinstance(kind, str) or kind.strip().lower() not in table:
-        raise ConfigError(f"unknown interconnect kind {kind!r}; allowed: {', '.join(sorted(table))}",
-                          field="kind", value=kind, limit=sorted(table))
+        raise ConfigError(f"unknown interconnect kind {_brief(kind)}; allowed: {', '.join(sorted(table))}",
+                          field="kind", value=_brief(kind), limit=sorted(table))
     return table[kind.strip().lower()]
 
 
@@ -140,30 +148,8 @@ def _resolve(name_or_path: str) -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cluster file '{path}' cannot be read: {exc.strerror}", field="cluster", value=str(path)) from None
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"cluster file '{path}': not UTF-8 text (byte {exc.start})", field="cluster",
-                              value=str(path)) from None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"cluster file '{path}': invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                              field="cluster", value=str(path)) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"cluster file '{path}': the top level must be a JSON object, got {type(data).__name__}",
-                              field="cluster", value=str(path), limit="object")
-        return data
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"cluster file '{path}': not UTF-8 text (byte {exc.start})", field="cluster",
-                          value=str(path)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"cluster file '{path}': invalid TOML: {exc}", field="cluster", value=str(path)) from None
+    """The top-level table of a cluster file (TOML or JSON by its suffix), read by ``nestplan.inputs``."""
+    return load_object(path, "cluster file")
 
 
 def cluster_data(name_or_path: str) -> dict[str, Any]:
@@ -183,13 +169,19 @@ def load_cluster(name_or_path: str, devices: int | None = None) -> Cluster:
 # validation and conversion
 
 
+def _brief(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters, so that a message quoting a whole list stays short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _check_keys(table: Any, allowed: tuple[str, ...], required: tuple[str, ...], where: str) -> Mapping[str, Any]:
     if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table, got {table!r}", field=where, value=table)
+        raise ConfigError(f"{where} must be a table, got {_brief(table)}", field=where, value=_brief(table))
     unknown = [key for key in table if key not in allowed]
     if unknown:
         raise ConfigError(f"{where}: unknown key '{unknown[0]}'; allowed: {', '.join(allowed)}",
-                          field=str(unknown[0]), value=table[unknown[0]], limit=list(allowed))
+                          field=str(unknown[0]), value=_brief(table[unknown[0]]), limit=list(allowed))
     missing = [key for key in required if key not in table]
     if missing:
         raise ConfigError(f"{where}: missing field '{missing[0]}'; required: {', '.join(required)}",
@@ -197,19 +189,42 @@ def _check_keys(table: Any, allowed: tuple[str, ...], required: tuple[str, ...],
     return table
 
 
-def _number(value: Any, field: str, where: str, *, minimum: float = 0.0, strict: bool = False) -> float:
+def _number(value: Any, field: str, where: str, *, maximum: float, minimum: float = 0.0, strict: bool = False) -> float:
+    """A finite number in [minimum, maximum] ((minimum, maximum] when ``strict``)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or value != value or value in (float("inf"), float("-inf")) or value < minimum or (strict and value == minimum):
-        allowed = f"> {minimum:g}" if strict else f">= {minimum:g}"
-        raise ConfigError(f"{where}: {field} must be a number {allowed}, got {value!r}",
-                          field=field, value=value, limit=allowed)
+    above = ok and (value > minimum if strict else value >= minimum)
+    if not above or not value <= maximum:  # NaN fails both
+        allowed = f"{'(' if strict else '['}{minimum:g}, {maximum:g}]"
+        raise ConfigError(f"{where}: {field} must be a number in {allowed}, got {_brief(value)}",
+                          field=field, value=_brief(value), limit=allowed)
     return float(value)
 
 
-def _integer(value: Any, field: str, where: str, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{where}: {field} must be an integer >= {minimum}, got {value!r}",
-                          field=field, value=value, limit=f">= {minimum}")
+def _integer(value: Any, field: str, where: str, *, maximum: int, minimum: int = 1) -> int:
+    """An integer of the file (not a bool, not ``2.0``) in minimum..maximum."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ConfigError(f"{where}: {field} must be an integer in {minimum}..{maximum}, got {_brief(value)}",
+                          field=field, value=_brief(value), limit=f"{minimum}..{maximum}")
+    return value
+
+
+def _name(value: Any, field: str, where: str) -> str:
+    """A name: a non-empty string of at most ``MAX_NAME_CHARS`` characters, no control character."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: {field} must be a non-empty string, got {_brief(value)}", field=field,
+                          value=_brief(value), limit="non-empty string")
+    if len(value) > MAX_NAME_CHARS:
+        raise ConfigError(f"{where}: {field} is {len(value)} characters long; at most {MAX_NAME_CHARS} allowed",
+                          field=field, value=len(value), limit=MAX_NAME_CHARS, unit="characters")
+    return check_string(value, field, where)
+
+
+def _list(value: Any, field: str, where: str, maximum: int, described: str) -> list[Any]:
+    """A non-empty list of at most ``maximum`` entries."""
+    if not isinstance(value, list) or not 1 <= len(value) <= maximum:
+        shown = f"{len(value)} entries" if isinstance(value, list) else _brief(value)
+        raise ConfigError(f"{where}: {field} must be a list of 1 to {maximum} {described}, got {shown}",
+                          field=field, value=shown, limit=f"1..{maximum} entries")
     return value
 
 
@@ -223,41 +238,40 @@ def _efficiency(table: Mapping[str, Any], where: str) -> float:
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}", field="kind", value=table["kind"], limit=exc.limit) from None
     if "bus_efficiency" in table:
-        value = _number(table["bus_efficiency"], "bus_efficiency", where, minimum=0.0, strict=True)
-        if value > 1.0:
-            raise ConfigError(f"{where}: bus_efficiency must be in (0, 1], got {value!r}", field="bus_efficiency",
-                              value=value, limit="(0, 1]")
-        return value
+        return _number(table["bus_efficiency"], "bus_efficiency", where, maximum=1.0, strict=True)
     return 1.0
+
+
+def _bandwidth_Bps(value: Any, field: str, where: str) -> float:
+    return units.GBps_to_Bps(_number(value, field, where, maximum=MAX_BANDWIDTH_GBps, strict=True))
+
+
+def _latency_s(value: Any, field: str, where: str) -> float:
+    return units.us_to_s(_number(value, field, where, maximum=MAX_LATENCY_us))
 
 
 def _accelerator(value: Any, cluster: str) -> Accelerator:
     if isinstance(value, str):
         return load_accelerator(value)
     if isinstance(value, Mapping):
-        return accelerator_from_dict(str(value.get("name", f"{cluster}-accelerator")), value)
-    raise ConfigError(f"cluster '{cluster}': accelerator must be a catalog name or an [accelerator] table, got {value!r}",
-                      field="accelerator", value=value, limit="catalog name or table")
+        return accelerator_from_dict(value.get("name", f"{cluster}-accelerator"), value)
+    raise ConfigError(f"cluster '{cluster}': accelerator must be a catalog name or an [accelerator] table, "
+                      f"got {_brief(value)}", field="accelerator", value=_brief(value), limit="catalog name or table")
 
 
 def _levels_topology(name: str, levels: Any) -> Topology:
     where = f"cluster '{name}'"
-    if not isinstance(levels, list) or not levels:
-        raise ConfigError(f"{where}: levels must be a non-empty list of [[levels]] tables, got {levels!r}",
-                          field="levels", value=levels, limit="[[levels]] tables, innermost first")
     specs = []
-    for i, table in enumerate(levels):
+    for i, table in enumerate(_list(levels, "levels", where, MAX_LEVELS, "[[levels]] tables, innermost first")):
         at = f"{where}: levels[{i}]"
         _check_keys(table, _LEVEL_KEYS, _LEVEL_REQUIRED, at)
-        if not isinstance(table["name"], str) or not table["name"].strip():
-            raise ConfigError(f"{at}: name must be a non-empty string, got {table['name']!r}", field="name",
-                              value=table["name"], limit="non-empty string")
         specs.append(dict(
-            name=table["name"],
-            size=_integer(table["size"], "size", at),
-            bandwidth_Bps=units.GBps_to_Bps(_number(table["bandwidth_GBps"], "bandwidth_GBps", at, strict=True)),
-            latency_s=units.us_to_s(_number(table["latency_us"], "latency_us", at)),
-            oversubscription=_number(table.get("oversubscription", 1.0), "oversubscription", at, minimum=1.0),
+            name=_name(table["name"], "name", at),
+            size=_integer(table["size"], "size", at, maximum=MAX_DEVICES),
+            bandwidth_Bps=_bandwidth_Bps(table["bandwidth_GBps"], "bandwidth_GBps", at),
+            latency_s=_latency_s(table["latency_us"], "latency_us", at),
+            oversubscription=_number(table.get("oversubscription", 1.0), "oversubscription", at, minimum=1.0,
+                                     maximum=MAX_OVERSUBSCRIPTION),
             bus_efficiency=_efficiency(table, at),
         ))
     return hierarchical(name, specs)
@@ -266,16 +280,13 @@ def _levels_topology(name: str, levels: Any) -> Topology:
 def _torus_topology(name: str, table: Any) -> Topology:
     at = f"cluster '{name}': torus"
     _check_keys(table, _TORUS_KEYS, _TORUS_REQUIRED, at)
-    dims = table["dims"]
-    if not isinstance(dims, list) or not dims:
-        raise ConfigError(f"{at}: dims must be a list of integers such as [4, 4, 4], got {dims!r}",
-                          field="dims", value=dims, limit="[X, Y] or [X, Y, Z]")
-    sizes = [_integer(d, f"dims[{i}]", at) for i, d in enumerate(dims)]
+    dims = _list(table["dims"], "dims", at, MAX_LEVELS, "integers such as [4, 4, 4]")
+    sizes = [_integer(d, f"dims[{i}]", at, maximum=MAX_DEVICES) for i, d in enumerate(dims)]
     return torus(
         name,
         sizes,
-        units.GBps_to_Bps(_number(table["link_bandwidth_GBps"], "link_bandwidth_GBps", at, strict=True)),
-        units.us_to_s(_number(table["hop_latency_us"], "hop_latency_us", at)),
+        _bandwidth_Bps(table["link_bandwidth_GBps"], "link_bandwidth_GBps", at),
+        _latency_s(table["hop_latency_us"], "hop_latency_us", at),
         bus_efficiency=_efficiency(table, at),
     )
 
@@ -283,22 +294,18 @@ def _torus_topology(name: str, table: Any) -> Topology:
 def _graph_topology(name: str, table: Any) -> tuple[Topology, tuple[int, ...]]:
     at = f"cluster '{name}': graph"
     _check_keys(table, _GRAPH_KEYS, _GRAPH_REQUIRED, at)
-    num_devices = _integer(table["devices"], "devices", at, minimum=2)
-    edges = table["edges"]
-    if not isinstance(edges, list) or not edges:
-        raise ConfigError(f"{at}: edges must be a non-empty list of [u, v, bandwidth_GBps, latency_us], got {edges!r}",
-                          field="edges", value=edges, limit="[[u, v, bandwidth_GBps, latency_us], ...]")
+    num_devices = _integer(table["devices"], "devices", at, minimum=2, maximum=MAX_GRAPH_NODES)
+    edges = _list(table["edges"], "edges", at, MAX_GRAPH_EDGES, "links [u, v, bandwidth_GBps, latency_us]")
     converted = []
     for i, edge in enumerate(edges):
         where = f"{at}: edges[{i}]"
         if not isinstance(edge, list) or len(edge) != 4:
-            raise ConfigError(f"{where} must be [u, v, bandwidth_GBps, latency_us], got {edge!r}",
-                              field=f"edges[{i}]", value=edge, limit="[u, v, bandwidth_GBps, latency_us]")
-        u = _integer(edge[0], "u", where, minimum=0)
-        v = _integer(edge[1], "v", where, minimum=0)
-        bandwidth = units.GBps_to_Bps(_number(edge[2], "bandwidth_GBps", where, strict=True))
-        latency = units.us_to_s(_number(edge[3], "latency_us", where))
-        converted.append((u, v, bandwidth, latency))
+            raise ConfigError(f"{where} must be [u, v, bandwidth_GBps, latency_us], got {_brief(edge)}",
+                              field=f"edges[{i}]", value=_brief(edge), limit="[u, v, bandwidth_GBps, latency_us]")
+        u = _integer(edge[0], "u", where, minimum=0, maximum=MAX_GRAPH_NODES - 1)
+        v = _integer(edge[1], "v", where, minimum=0, maximum=MAX_GRAPH_NODES - 1)
+        converted.append((u, v, _bandwidth_Bps(edge[2], "bandwidth_GBps", where),
+                          _latency_s(edge[3], "latency_us", where)))
     built = from_graph(name, num_devices, converted, bus_efficiency=_efficiency(table, at))
     return built.topology, built.device_order
 
@@ -312,10 +319,11 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
         raise ConfigError(f"cluster {origin}: expected a table of fields, got {type(data).__name__}",
                           field="cluster", value=origin)
     _check_keys(data, _TOP_KEYS, ("name", "accelerator"), f"cluster {origin}")
-    name = data["name"]
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"cluster {origin}: name must be a non-empty string, got {name!r}", field="name", value=name,
-                          limit="non-empty string")
+    name = _name(data["name"], "name", f"cluster {origin}")
+    for key in ("source", "notes"):
+        if key in data and not isinstance(data[key], str):
+            raise ConfigError(f"cluster '{name}': {key} must be a string, got {_brief(data[key])}", field=key,
+                              value=_brief(data[key]), limit="a string")
     given = [key for key in _NETWORK_KEYS if key in data]
     if len(given) != 1:
         described = "none" if not given else " and ".join(given)

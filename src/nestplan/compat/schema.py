@@ -7,21 +7,36 @@ Format (the authors' artifact, scai-tech/Nest; see DESIGN.md section 7): ``nodes
 ``activationRecomputation``, ``optimizerAlgorithm`` and ``baselines``. Layer latencies
 are in the authors' estimator unit (cycles / ``frequency``, which they read as
 milliseconds); everything else is already SI, so nothing is converted here.
-Every malformed field raises ConfigError naming the field, the value and what is allowed.
+Every malformed field raises ConfigError naming the field, the value and what is allowed;
+every number is finite and within a bound (``MAX_*`` below), integers are JSON integers
+(``mbsInBatch`` excepted: the authors write it as ``4096.0``).
 """
 
 from __future__ import annotations
 
 import enum
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from nestplan.errors import ConfigError
+from nestplan.inputs import load_object
+from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS
 
 EMBEDDING_ID = -1
+
+# Bounds on a NEST input, far beyond the authors' cases (<= 1,024 devices, 97 nodes, 4,096 microbatches,
+# two widths) but finite: the search's work grows with the cube of the layers (256 layers, two widths,
+# 4,096 devices: ~40 s here; 512: over 5 minutes and 7 GB).
+MAX_NEST_LAYERS = 256          # transformer nodes per width (GPT-3 has 96)
+MAX_NEST_WIDTHS = 8            # tensor-parallel widths offered (1, 2, 4, ... 128)
+MAX_NEST_MICROBATCHES = 2**20  # mbsInBatch: the authors use at most 4,096
+MAX_NEST_LATENCY = 1e12        # a layer's optimalLatencyFw/Bw in estimator units (the authors' largest: ~822)
+MAX_NEST_BYTES = 2.0**60       # parameter, activation, edge and memory sizes: 1 EiB
+MAX_NEST_BANDWIDTH_Bps = 1e15  # bws: 1 PB/s (the authors' largest: 9.7e11)
+MAX_NEST_LEVEL_LATENCY_s = 1.0  # latency_per_level (the authors' largest: 3e-4 s)
+MAX_NEST_FREQUENCY = 1e12      # the estimator's divisor (the authors': 1.05e6)
 
 
 class NestOptimizer(enum.Enum):
@@ -117,8 +132,9 @@ class NestInput:
 
 
 def _err(field: str, value: Any, allowed: str) -> ConfigError:
-    shown = value if not isinstance(value, (dict, list)) else type(value).__name__
-    return ConfigError(f"NEST input: {field} = {shown!r} is not allowed; expected {allowed}",
+    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return ConfigError(f"NEST input: {field} = {shown} is not allowed; expected {allowed}",
                        field=field, value=shown, limit=allowed)
 
 
@@ -129,53 +145,65 @@ def _get(obj: Mapping[str, Any], key: str, where: str) -> Any:
     return obj[key]
 
 
-def _number(obj: Mapping[str, Any], key: str, where: str = "", *, positive: bool = False,
-            minimum: float = 0.0) -> float:
+def _number(obj: Mapping[str, Any], key: str, where: str = "", *, maximum: float, positive: bool = False) -> float:
+    """A number in [0, maximum] ((0, maximum] when ``positive``)."""
     value = _get(obj, key, where)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _err(f"{where}{key}", value, "a finite number")
-    if value < minimum or (positive and value <= 0):
-        raise _err(f"{where}{key}", value, "a number > 0" if positive else f"a number >= {minimum:g}")
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not is_number or not (0 < value if positive else 0 <= value) or not value <= maximum:  # NaN fails too
+        raise _err(f"{where}{key}", value, f"a number in {'(' if positive else '['}0, {maximum:g}]")
     return float(value)
 
 
-def _integer(obj: Mapping[str, Any], key: str, where: str = "", *, minimum: int = 1) -> int:
+def _integer(obj: Mapping[str, Any], key: str, where: str = "", *, maximum: int, minimum: int = 1) -> int:
+    """A JSON integer (not a bool, not ``2.0``) in minimum..maximum."""
     value = _get(obj, key, where)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
-        raise _err(f"{where}{key}", value, f"an integer >= {minimum}")
-    return int(value)
-
-
-def _flag(obj: Mapping[str, Any], key: str) -> bool:
-    value = _get(obj, key, "")
-    if not isinstance(value, bool):
-        raise _err(key, value, "true or false")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise _err(f"{where}{key}", value, f"an integer in {minimum}..{maximum}")
     return value
 
 
-def _levels(raw: Mapping[str, Any], key: str, n: int, *, integer: bool = False) -> tuple:
+def _flag(obj: Mapping[str, Any], key: str, where: str = "", default: bool | None = None) -> bool:
+    """true or false; ``default`` where the key may be absent."""
+    value = _get(obj, key, where) if default is None or key in obj else default
+    if not isinstance(value, bool):
+        raise _err(f"{where}{key}", value, "true or false")
+    return value
+
+
+def _level_list(raw: Mapping[str, Any], key: str, n: int) -> dict[str, Any]:
+    """``raw[key]``, a list of ``n`` values (1..MAX_LEVELS when ``n`` is 0), as a holder whose keys
+    ``"0]"``, ``"1]"`` ... make ``key[i]`` the field name of each."""
     value = _get(raw, key, "")
-    if not isinstance(value, list) or (n and len(value) != n) or not value:
-        raise _err(key, value, f"a list of {n or 'one or more'} numbers, one per network level")
-    holder = {f"{i}]": v for i, v in enumerate(value)}
-    if integer:
-        return tuple(_integer(holder, f"{i}]", f"{key}[") for i in range(len(value)))
-    return tuple(_number(holder, f"{i}]", f"{key}[", positive=key == "bws") for i in range(len(value)))
+    if not isinstance(value, list) or (n and len(value) != n) or not 1 <= len(value) <= MAX_LEVELS:
+        raise _err(key, value, f"a list of {n or f'1 to {MAX_LEVELS}'} numbers, one per network level")
+    return {f"{i}]": v for i, v in enumerate(value)}
+
+
+def _network(raw: Mapping[str, Any]) -> NestNetwork:
+    sizes = _level_list(raw, "devices_per_level", 0)
+    dpl = tuple(_integer(sizes, k, "devices_per_level[", maximum=MAX_DEVICES) for k in sizes)
+    bws = _level_list(raw, "bws", len(dpl))
+    latencies = _level_list(raw, "latency_per_level", len(dpl))
+    return NestNetwork(dpl, tuple(_number(bws, k, "bws[", positive=True, maximum=MAX_NEST_BANDWIDTH_Bps) for k in bws),
+                       tuple(_number(latencies, k, "latency_per_level[", maximum=MAX_NEST_LEVEL_LATENCY_s)
+                             for k in latencies))
 
 
 def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
     where = f"nodes[{width}]"
-    if not isinstance(nodes, list) or len(nodes) < 2:
-        raise _err(where, nodes, "a list of the embedding (id -1) and one node per transformer layer")
+    if not isinstance(nodes, list) or not 2 <= len(nodes) <= MAX_NEST_LAYERS + 1:
+        raise _err(where, nodes, f"a list of the embedding (id -1) and 1 to {MAX_NEST_LAYERS} transformer layers")
     parsed: dict[int, NestLayer] = {}
     for k, node in enumerate(nodes):
         at = f"{where}[{k}]."
-        nid = _integer(node, "id", at, minimum=-1)
+        nid = _integer(node, "id", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
         if nid in parsed:
             raise _err(f"{at}id", nid, "ids that occur once")
-        parsed[nid] = NestLayer(nid, _number(node, "optimalLatencyFw", at), _number(node, "optimalLatencyBw", at),
-                                _number(node, "parameterSize", at), _number(node, "activationSize", at),
-                                bool(node.get("isTensorParallelized", False)))
+        parsed[nid] = NestLayer(nid, _number(node, "optimalLatencyFw", at, maximum=MAX_NEST_LATENCY),
+                                _number(node, "optimalLatencyBw", at, maximum=MAX_NEST_LATENCY),
+                                _number(node, "parameterSize", at, maximum=MAX_NEST_BYTES),
+                                _number(node, "activationSize", at, maximum=MAX_NEST_BYTES),
+                                _flag(node, "isTensorParallelized", at, default=False))
     n_layers = len(parsed) - 1
     if set(parsed) != set(range(EMBEDDING_ID, n_layers)):
         raise _err(f"{where}.id", sorted(parsed)[:8], f"exactly -1 (embedding) and 0..{n_layers - 1} (a chain)")
@@ -184,8 +212,9 @@ def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
     chain: dict[int, float] = {}
     for k, edge in enumerate(edges):
         at = f"edges[{width}][{k}]."
-        src, dst = _integer(edge, "sourceId", at, minimum=-1), _integer(edge, "destId", at, minimum=-1)
-        cost = _number(edge, "communicationCost", at)
+        src = _integer(edge, "sourceId", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
+        dst = _integer(edge, "destId", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
+        cost = _number(edge, "communicationCost", at, maximum=MAX_NEST_BYTES)
         if dst == src + 1:
             chain[dst] = cost
     missing = [i for i in range(n_layers) if i not in chain]
@@ -204,13 +233,14 @@ def _baselines(raw: Any, n_layers: int) -> tuple[NestBaseline, ...]:
     for name, b in raw.items():
         at = f"baselines.{name}."
         part = b.get("layer_partition") if isinstance(b, Mapping) else None
-        p = _integer(b, "p", at)
+        p = _integer(b, "p", at, maximum=MAX_DEVICES)
         if part is not None:
             if not isinstance(part, list) or len(part) != p or any(
-                    isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in part):
-                raise _err(f"{at}layer_partition", part, f"{p} positive integers (one per stage)")
+                    isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_NEST_LAYERS + 1 for x in part):
+                raise _err(f"{at}layer_partition", part, f"{p} integers in 1..{MAX_NEST_LAYERS + 1} (one per stage)")
             part = tuple(part)
-        out.append(NestBaseline(str(name), p, _integer(b, "d", at), _integer(b, "t", at), part))
+        out.append(NestBaseline(str(name), p, _integer(b, "d", at, maximum=MAX_DEVICES),
+                                _integer(b, "t", at, maximum=MAX_DEVICES), part))
     return tuple(out)
 
 
@@ -218,48 +248,41 @@ def parse_input(raw: Mapping[str, Any]) -> NestInput:
     """Validate the authors' input object and build a NestInput."""
     if not isinstance(raw, Mapping):
         raise _err("(top level)", raw, "a JSON object")
-    dpl = _levels(raw, "devices_per_level", 0, integer=True)
-    network = NestNetwork(dpl, _levels(raw, "bws", len(dpl)), _levels(raw, "latency_per_level", len(dpl)))
-    max_devices = _integer(raw, "maxDevices")
+    network = _network(raw)
+    max_devices = _integer(raw, "maxDevices", maximum=MAX_DEVICES)
     if network.devices != max_devices:
-        raise _err("devices_per_level", list(dpl), f"sizes whose product is maxDevices = {max_devices}")
+        raise _err("devices_per_level", list(network.devices_per_level),
+                   f"sizes whose product is maxDevices = {max_devices}")
     nodes, edges = _get(raw, "nodes", ""), _get(raw, "edges", "")
-    if not isinstance(nodes, Mapping) or not nodes:
-        raise _err("nodes", nodes, "an object {\"<tensor width>\": [node, ...]}")
+    if not isinstance(nodes, Mapping) or not 1 <= len(nodes) <= MAX_NEST_WIDTHS:
+        raise _err("nodes", nodes, f"an object {{\"<tensor width>\": [node, ...]}} of 1 to {MAX_NEST_WIDTHS} widths")
     graphs = []
     for key in nodes:
-        if not str(key).isdigit() or int(key) < 1:
-            raise _err("nodes", key, "keys that are tensor-parallel widths (positive integers)")
-        graphs.append(_graph(int(key), nodes[key], edges.get(key) if isinstance(edges, Mapping) else None))
+        width = str(key)
+        if not (width.isascii() and width.isdigit() and len(width) <= 7 and 1 <= int(width) <= max_devices):
+            raise _err("nodes", key, f"keys that are tensor-parallel widths (integers 1..maxDevices = {max_devices})")
+        graphs.append(_graph(int(width), nodes[key], edges.get(key) if isinstance(edges, Mapping) else None))
     graphs.sort(key=lambda g: g.width)
     if len({g.num_layers for g in graphs}) != 1:
         raise _err("nodes", {g.width: g.num_layers for g in graphs}, "the same number of layers at every width")
     optimizer = str(raw.get("optimizerAlgorithm", "SGD")).strip().lower()
     if optimizer not in {o.value for o in NestOptimizer}:
         raise _err("optimizerAlgorithm", raw.get("optimizerAlgorithm"), "SGD or Adam")
-    microbatches = _number(raw, "mbsInBatch", positive=True)
+    microbatches = _number(raw, "mbsInBatch", positive=True, maximum=MAX_NEST_MICROBATCHES)
     if microbatches != int(microbatches):
         raise _err("mbsInBatch", microbatches, "a whole number of microbatches")
-    frequency = raw.get("frequency")
     return NestInput(
         graphs=tuple(graphs), network=network, max_devices=max_devices,
-        memory_bytes=_number(raw, "maxMemoryPerDevice", positive=True), microbatches=int(microbatches),
-        ep_degree=_integer(raw, "ep_degree"), cp_degree=_integer(raw, "cp_degree"),
-        sp_enabled=bool(raw.get("sp_enabled", False)), recompute=_flag(raw, "activationRecomputation"),
+        memory_bytes=_number(raw, "maxMemoryPerDevice", positive=True, maximum=MAX_NEST_BYTES),
+        microbatches=int(microbatches),
+        ep_degree=_integer(raw, "ep_degree", maximum=max_devices),
+        cp_degree=_integer(raw, "cp_degree", maximum=max_devices),
+        sp_enabled=_flag(raw, "sp_enabled", default=False), recompute=_flag(raw, "activationRecomputation"),
         optimizer=NestOptimizer(optimizer), baselines=_baselines(raw.get("baselines"), graphs[0].num_layers),
-        frequency=float(frequency) if isinstance(frequency, (int, float)) and frequency > 0 else None)
+        frequency=(_number(raw, "frequency", positive=True, maximum=MAX_NEST_FREQUENCY)
+                   if raw.get("frequency") is not None else None))
 
 
 def read_input(path: str | Path) -> NestInput:
-    """Read and validate a ``dp_input.json`` file."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read NEST input {p}: {exc.strerror}", field="input", value=str(p)) from exc
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"NEST input {p} is not valid JSON: {exc.msg} at line {exc.lineno}",
-                          field="input", value=str(p), limit="a JSON object") from exc
-    return parse_input(raw)
+    """Read (through ``nestplan.inputs``) and validate a ``dp_input.json`` file."""
+    return parse_input(load_object(path, "NEST input", "json"))

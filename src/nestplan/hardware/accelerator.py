@@ -1,21 +1,29 @@
 """One accelerator type and its achievable-efficiency model.
 
 Input fields carry units (``peak_bf16_TFLOPS``, ``hbm_GiB``, ``hbm_bandwidth_TBps``);
-they are converted once, in :func:`accelerator_from_dict`, into SI fields.
+they are checked and converted once, in :func:`accelerator_from_dict`, into SI fields.
 """
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from nestplan import units
 from nestplan.catalog import data_file
-from nestplan.errors import ConfigError, UnknownNameError
+from nestplan.errors import ConfigError, UnknownNameError, printable
+from nestplan.inputs import check_string, load_object
 
 _DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+# Bounds on an accelerator table's figures: far beyond any chip, finite so that no time or byte count overflows.
+MAX_PEAK_TFLOPS = 1e6          # 1 EFLOP/s per device: a B200 has 4,500 dense FP8 TFLOPS
+MAX_HBM_GiB = 2.0**16          # 64 TiB per device: the largest HBM stacks today hold 288 GB
+MAX_HBM_BANDWIDTH_TBps = 1e3   # a B200 streams 8 TB/s
+MAX_MATMUL_HALF_DIM = 2.0**16  # a GEMM dimension (the catalog's tile quantum is 64)
+MAX_NAME_CHARS = 200           # an accelerator's name labels plans and tables
+_STRING_FIELDS = ("source", "name", "notes")
 
 
 @dataclass(frozen=True)
@@ -82,55 +90,108 @@ def _rebuild(values: dict[str, Any]) -> Accelerator:
     return Accelerator(**{**values, "peak_flops": MappingProxyType(values["peak_flops"])})
 
 
-def _require(entry: Mapping[str, Any], key: str, name: str) -> Any:
+def _where(name: str) -> str:
+    return f"accelerator '{printable(name)}'"
+
+
+def _brief(value: Any) -> str:
+    """``repr(value)`` cut to 40 characters (a 4,000-digit integer is not quoted whole)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _number(entry: Mapping[str, Any], key: str, name: str, high: float, *, zero_allowed: bool = False) -> float:
+    """``entry[key]``: a number in (0, high], or [0, high] when ``zero_allowed``; a missing key is an error."""
     if key not in entry:
-        raise ConfigError(f"accelerator '{name}': missing field '{key}'", field=key)
-    return entry[key]
-
-
-def _positive(value: Any, key: str, name: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"accelerator '{name}': field '{key}' must be a positive number, got {value!r}",
-                          field=key, value=value, limit="> 0")
+        raise ConfigError(f"{_where(name)}: missing field '{key}'", field=key, limit="a number")
+    value = entry[key]
+    allowed = f"{'[' if zero_allowed else '('}0, {high:g}]"
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not is_number or not (0 <= value if zero_allowed else 0 < value) or not value <= high:  # NaN fails too
+        shown = _brief(value) if is_number else type(value).__name__
+        raise ConfigError(f"{_where(name)}: field '{key}' must be a number in {allowed}, got {shown}",
+                          field=key, value=shown, limit=allowed)
     return float(value)
 
 
-def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
-    """Build an Accelerator from a table with unit-suffixed fields (the only conversion point)."""
+def _checked_name(name: Any) -> str:
+    """A non-empty string of at most ``MAX_NAME_CHARS`` characters, no control character."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"accelerator: name must be a non-empty string, got {printable(_brief(name))}",
+                          field="name", value=printable(_brief(name)), limit="a non-empty string")
+    if len(name) > MAX_NAME_CHARS:
+        raise ConfigError(f"accelerator: name is {len(name)} characters long; at most {MAX_NAME_CHARS} allowed",
+                          field="name", value=len(name), limit=MAX_NAME_CHARS, unit="characters")
+    return check_string(name, "name", "accelerator")
+
+
+def _check_fields(entry: Mapping[str, Any], name: str) -> None:
+    """Only known fields; text fields are strings; exactly one of hbm_GiB and hbm_GB."""
     known = {f"peak_{d}_TFLOPS" for d in _DTYPES} | {
         "hbm_GiB", "hbm_GB", "hbm_bandwidth_TBps", "matmul_efficiency", "matmul_half_dim",
-        "memory_efficiency", "reserved_GiB", "source", "name", "notes",
+        "memory_efficiency", "reserved_GiB", *_STRING_FIELDS,
     }
-    unknown = sorted(set(entry) - known)
+    unknown = sorted(set(entry) - known, key=str)
     if unknown:
-        raise ConfigError(f"accelerator '{name}': unknown field '{unknown[0]}'; allowed: {', '.join(sorted(known))}",
-                          field=unknown[0])
-    peaks = {d: units.TFLOPS_to_FLOPS(_positive(entry[f"peak_{d}_TFLOPS"], f"peak_{d}_TFLOPS", name))
+        raise ConfigError(f"{_where(name)}: unknown field '{printable(str(unknown[0]))}'; "
+                          f"allowed: {', '.join(sorted(known))}", field=str(unknown[0]), limit=sorted(known))
+    for key in _STRING_FIELDS:
+        if key in entry and not isinstance(entry[key], str):
+            raise ConfigError(f"{_where(name)}: field '{key}' must be a string, got {type(entry[key]).__name__}",
+                              field=key, value=type(entry[key]).__name__, limit="a string")
+    if ("hbm_GiB" in entry) == ("hbm_GB" in entry):
+        raise ConfigError(f"{_where(name)}: give exactly one of hbm_GiB and hbm_GB", field="hbm_GiB",
+                          limit="hbm_GiB or hbm_GB")
+
+
+def _hbm_bytes(entry: Mapping[str, Any], name: str) -> float:
+    if "hbm_GiB" in entry:
+        return units.GiB_to_bytes(_number(entry, "hbm_GiB", name, MAX_HBM_GiB))
+    return units.GB_to_bytes(_number(entry, "hbm_GB", name, MAX_HBM_GiB * units.GiB / units.GB))
+
+
+def _reserved_bytes(entry: Mapping[str, Any], name: str, hbm_bytes: float) -> float:
+    """``reserved_GiB`` (default 0): at least 0 and below the device's memory."""
+    if "reserved_GiB" not in entry:
+        return 0.0
+    reserved = units.GiB_to_bytes(_number(entry, "reserved_GiB", name, MAX_HBM_GiB, zero_allowed=True))
+    if reserved >= hbm_bytes:
+        raise ConfigError(
+            f"{_where(name)}: reserved_GiB {reserved / units.GiB:g} must be below the device memory "
+            f"({hbm_bytes / units.GiB:g} GiB)", field="reserved_GiB", value=reserved / units.GiB,
+            limit=f"< {hbm_bytes / units.GiB:g}", unit="GiB")
+    return reserved
+
+
+def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
+    """Build an Accelerator from a table with unit-suffixed fields (the only conversion point).
+
+    Every figure is a finite number in its physical range: peaks, memory, bandwidth and the GEMM
+    half-dimension > 0 (and below the ``MAX_*`` bounds), efficiencies in (0, 1], ``reserved_GiB``
+    at least 0 and below the memory."""
+    name = _checked_name(name)
+    _check_fields(entry, name)
+    peaks = {d: units.TFLOPS_to_FLOPS(_number(entry, f"peak_{d}_TFLOPS", name, MAX_PEAK_TFLOPS))
              for d in _DTYPES if f"peak_{d}_TFLOPS" in entry}
     if not peaks:
-        raise ConfigError(f"accelerator '{name}': needs at least one peak_<dtype>_TFLOPS field", field="peak_bf16_TFLOPS")
-    if "hbm_GiB" in entry:
-        hbm = units.GiB_to_bytes(_positive(entry["hbm_GiB"], "hbm_GiB", name))
-    else:
-        hbm = units.GB_to_bytes(_positive(_require(entry, "hbm_GiB", name) if "hbm_GB" not in entry
-                                          else entry["hbm_GB"], "hbm_GB", name))
+        raise ConfigError(f"{_where(name)}: needs at least one peak_<dtype>_TFLOPS field", field="peak_bf16_TFLOPS",
+                          limit=[f"peak_{d}_TFLOPS" for d in _DTYPES])
+    hbm = _hbm_bytes(entry, name)
     return Accelerator(
         name=name,
         peak_flops=MappingProxyType(peaks),
         hbm_bytes=hbm,
-        hbm_bandwidth_Bps=units.TBps_to_Bps(_positive(_require(entry, "hbm_bandwidth_TBps", name),
-                                                      "hbm_bandwidth_TBps", name)),
-        matmul_efficiency=_positive(_require(entry, "matmul_efficiency", name), "matmul_efficiency", name),
-        matmul_half_dim=_positive(_require(entry, "matmul_half_dim", name), "matmul_half_dim", name),
-        memory_efficiency=_positive(_require(entry, "memory_efficiency", name), "memory_efficiency", name),
-        reserved_bytes=units.GiB_to_bytes(float(entry.get("reserved_GiB", 0.0))),
-        source=str(entry.get("source", "")),
+        hbm_bandwidth_Bps=units.TBps_to_Bps(_number(entry, "hbm_bandwidth_TBps", name, MAX_HBM_BANDWIDTH_TBps)),
+        matmul_efficiency=_number(entry, "matmul_efficiency", name, 1.0),
+        matmul_half_dim=_number(entry, "matmul_half_dim", name, MAX_MATMUL_HALF_DIM),
+        memory_efficiency=_number(entry, "memory_efficiency", name, 1.0),
+        reserved_bytes=_reserved_bytes(entry, name, hbm),
+        source=entry.get("source", ""),
     )
 
 
 def _catalog() -> dict[str, Any]:
-    with open(data_file("accelerators.toml"), "rb") as fh:
-        return tomllib.load(fh)
+    return load_object(data_file("accelerators.toml"), "accelerator catalog", "toml")
 
 
 def accelerator_names() -> list[str]:
@@ -143,4 +204,7 @@ def load_accelerator(name: str) -> Accelerator:
     key = name.strip().lower()
     if key not in table:
         raise UnknownNameError("accelerator", name, sorted(table))
-    return accelerator_from_dict(key, table[key])
+    entry = table[key]
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"accelerator catalog: [{key}] must be a table, got {type(entry).__name__}", field=key)
+    return accelerator_from_dict(key, entry)

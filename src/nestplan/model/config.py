@@ -27,19 +27,34 @@ Choices other modules rely on:
   a few kilo-parameters per layer and is recorded as ``linear_bias=False``.
 * ``dropout`` is True when any of the family's dropout probabilities is > 0
   (GPT-2 and BERT default to 0.1, the others to 0.0).
+* Every size is a JSON integer (not ``2.0``, not ``true``) between 1 and a bound
+  (``MAX_LAYERS`` ...): far beyond any published model, but finite, so the planner's
+  work stays bounded and no count overflows.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
 from nestplan import catalog
 from nestplan.errors import ConfigError
+from nestplan.inputs import check_string, load_object
 from nestplan.model.spec import SUPPORTED_FAMILIES, ModelSpec
 
 _MISSING: Any = object()
+
+# Bounds on a config's sizes: generous, but finite, so that the planner's work stays bounded and
+# parameter bytes at every bound at once (1024 x 4096 experts x 3 x 2^16 x 2^18 x 16 B) stay below 2^63.
+MAX_LAYERS = 1024      # the deepest published transformer (DeepNet, Wang et al. 2022) has 1,000; planning is ~ layers^2
+MAX_HIDDEN = 2**16     # 65,536: the widest published model (Megatron 1T, Korthikanti et al. 2022) has 25,600
+MAX_HEADS = 2**12      # 4,096 attention or key/value heads: published models have at most 160
+MAX_HEAD_DIM = 2**12   # an explicit head_dim: published models use 64 to 256
+MAX_FFN = 2**18        # 262,144 = 4 x MAX_HIDDEN (GPT-2's default n_inner): the widest published MLP is 102,400
+MAX_VOCAB = 2**24      # 16.8 M tokens: published vocabularies have at most ~262,000
+MAX_POSITIONS = 2**24  # 16.8 M positions: the longest published context is 10 M tokens (Llama 4 Scout)
+MAX_EXPERTS = 2**12    # 4,096 experts: Switch-C (Fedus et al. 2022) has 2,048
+MAX_NAME_CHARS = 200   # a model's name labels plans, tables and exported files
 
 # transformers' default max_position_embeddings (n_positions for gpt2) per family
 _DEFAULT_MAX_POSITIONS = {
@@ -65,6 +80,12 @@ class _Fields:
     def error(self, message: str, key: str | None = None, value: Any = None, limit: Any = None) -> ConfigError:
         return ConfigError(f"config.json ({self.family}): {message}", field=key, value=value, limit=limit)
 
+    @staticmethod
+    def brief(value: Any) -> str:
+        """``repr(value)``, cut to 60 characters (a list or a long string is not quoted whole)."""
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
@@ -76,23 +97,27 @@ class _Fields:
             return default
         return value
 
-    def integer(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
+    def integer(self, key: str, maximum: int, default: Any = _MISSING, minimum: int = 1) -> int:
+        """A JSON integer (not a bool, not ``2.0``) in ``minimum..maximum``."""
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise self.error(f"field '{key}' must be {kind}, got {value!r}", key, value, f">= {minimum}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            shown = value if isinstance(value, int) and not isinstance(value, bool) else self.brief(value)
+            raise self.error(f"field '{key}' must be an integer in {minimum}..{maximum}, got {shown}",
+                             key, shown, f"{minimum}..{maximum}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
-            raise self.error(f"field '{key}' must be true or false, got {value!r}", key, value, "true, false")
+            raise self.error(f"field '{key}' must be true or false, got {self.brief(value)}", key,
+                             self.brief(value), "true, false")
         return value
 
     def probability(self, key: str, default: float) -> float:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise self.error(f"field '{key}' must be a probability in [0, 1], got {value!r}", key, value, "[0, 1]")
+            raise self.error(f"field '{key}' must be a probability in [0, 1], got {self.brief(value)}", key,
+                             self.brief(value), "[0, 1]")
         return float(value)
 
     def any_dropout(self, defaults: dict[str, float]) -> bool:
@@ -101,12 +126,13 @@ class _Fields:
     def layer_indices(self, key: str, num_layers: int) -> tuple[int, ...]:
         value = self.raw(key, [])
         if not isinstance(value, list):
-            raise self.error(f"field '{key}' must be a list of layer indices, got {value!r}", key, value)
+            raise self.error(f"field '{key}' must be a list of layer indices, got {self.brief(value)}", key,
+                             self.brief(value), "a list of layer indices")
         for index in value:
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
                 raise self.error(
-                    f"field '{key}' has layer index {index!r}; allowed: integers 0..{num_layers - 1}",
-                    key, index, f"0..{num_layers - 1}",
+                    f"field '{key}' has layer index {self.brief(index)}; allowed: integers 0..{num_layers - 1}",
+                    key, self.brief(index), f"0..{num_layers - 1}",
                 )
         return tuple(sorted(set(value)))
 
@@ -115,11 +141,11 @@ def _attention_shape(
     f: _Fields, hidden_key: str, heads_key: str, kv_key: str | None, head_dim_key: str | None
 ) -> tuple[int, int, int, int]:
     """(hidden, heads, kv heads, head dim), with the divisibility checks."""
-    hidden = f.integer(hidden_key)
-    heads = f.integer(heads_key)
-    kv_heads = f.integer(kv_key, default=heads) if kv_key else heads
+    hidden = f.integer(hidden_key, MAX_HIDDEN)
+    heads = f.integer(heads_key, MAX_HEADS)
+    kv_heads = f.integer(kv_key, MAX_HEADS, default=heads) if kv_key else heads
     if head_dim_key and f.has(head_dim_key):
-        head_dim = f.integer(head_dim_key)
+        head_dim = f.integer(head_dim_key, MAX_HEAD_DIM)
     elif hidden % heads:
         raise f.error(
             f"{heads_key} {heads} does not divide {hidden_key} {hidden}"
@@ -142,14 +168,15 @@ def _rotary_decoder(f: _Fields, name: str) -> dict[str, Any]:
         name=name,
         family=f.family,
         hidden_size=hidden,
-        num_layers=f.integer("num_hidden_layers"),
+        num_layers=f.integer("num_hidden_layers", MAX_LAYERS),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         gated_mlp=True,
-        vocab_size=f.integer("vocab_size"),
+        vocab_size=f.integer("vocab_size", MAX_VOCAB),
         tied_embeddings=f.flag("tie_word_embeddings", False),
-        max_position_embeddings=f.integer("max_position_embeddings", _DEFAULT_MAX_POSITIONS[f.family]),
+        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
+                                          default=_DEFAULT_MAX_POSITIONS[f.family]),
         learned_position_embeddings=False,
         norm="rmsnorm",
         linear_bias=False,
@@ -158,8 +185,8 @@ def _rotary_decoder(f: _Fields, name: str) -> dict[str, Any]:
 
 
 def _experts(f: _Fields, experts_key: str) -> tuple[int, int]:
-    experts = f.integer(experts_key)
-    top_k = f.integer("num_experts_per_tok")
+    experts = f.integer(experts_key, MAX_EXPERTS)
+    top_k = f.integer("num_experts_per_tok", MAX_EXPERTS)
     if top_k > experts:
         raise f.error(
             f"num_experts_per_tok {top_k} exceeds {experts_key} {experts}", "num_experts_per_tok", top_k, experts
@@ -170,18 +197,18 @@ def _experts(f: _Fields, experts_key: str) -> tuple[int, int]:
 def _read_llama(f: _Fields, name: str) -> ModelSpec:
     bias = f.flag("attention_bias", False) or f.flag("mlp_bias", False)
     fields = _rotary_decoder(f, name) | {"linear_bias": bias}
-    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size"), **fields)
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields)
 
 
 def _read_dense_rotary(f: _Fields, name: str) -> ModelSpec:
     """mistral, qwen2 (qwen2's Q/K/V-only bias is recorded as linear_bias=False)."""
-    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size"), **_rotary_decoder(f, name))
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **_rotary_decoder(f, name))
 
 
 def _read_mixtral(f: _Fields, name: str) -> ModelSpec:
     fields = _rotary_decoder(f, name)
     experts, top_k = _experts(f, "num_local_experts")
-    expert_ffn = f.integer("intermediate_size")
+    expert_ffn = f.integer("intermediate_size", MAX_FFN)
     return ModelSpec(
         ffn_hidden_size=expert_ffn,
         num_experts=experts,
@@ -197,15 +224,15 @@ def _read_qwen_moe(f: _Fields, name: str) -> ModelSpec:
     fields = _rotary_decoder(f, name)
     num_layers = fields["num_layers"]
     experts, top_k = _experts(f, "num_experts")
-    expert_ffn = f.integer("moe_intermediate_size")
-    step = f.integer("decoder_sparse_step", default=1)
+    expert_ffn = f.integer("moe_intermediate_size", MAX_FFN)
+    step = f.integer("decoder_sparse_step", MAX_LAYERS, default=1)
     dense_only = f.layer_indices("mlp_only_layers", num_layers)
     moe_layers = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)
     has_dense = len(moe_layers) < num_layers
-    dense_ffn = f.integer("intermediate_size", default=_MISSING if has_dense else expert_ffn)
+    dense_ffn = f.integer("intermediate_size", MAX_FFN, default=_MISSING if has_dense else expert_ffn)
     shared_ffn = 0
     if f.family == "qwen2_moe":
-        shared_ffn = f.integer("shared_expert_intermediate_size", minimum=0)
+        shared_ffn = f.integer("shared_expert_intermediate_size", MAX_FFN, minimum=0)
     else:
         fields["linear_bias"] = f.flag("attention_bias", False)
     return ModelSpec(
@@ -226,15 +253,15 @@ def _read_gpt2(f: _Fields, name: str) -> ModelSpec:
         name=name,
         family=f.family,
         hidden_size=hidden,
-        num_layers=f.integer("n_layer"),
+        num_layers=f.integer("n_layer", MAX_LAYERS),
         num_heads=heads,
         num_kv_heads=heads,
         head_dim=head_dim,
-        ffn_hidden_size=f.integer("n_inner", default=4 * hidden),
+        ffn_hidden_size=f.integer("n_inner", MAX_FFN, default=4 * hidden),
         gated_mlp=False,
-        vocab_size=f.integer("vocab_size"),
+        vocab_size=f.integer("vocab_size", MAX_VOCAB),
         tied_embeddings=f.flag("tie_word_embeddings", True),
-        max_position_embeddings=f.integer("n_positions", _DEFAULT_MAX_POSITIONS["gpt2"]),
+        max_position_embeddings=f.integer("n_positions", MAX_POSITIONS, default=_DEFAULT_MAX_POSITIONS["gpt2"]),
         learned_position_embeddings=True,
         norm="layernorm",
         linear_bias=True,
@@ -250,21 +277,22 @@ def _read_encoder_style(f: _Fields, name: str, *, tied: bool, learned_positions:
         name=name,
         family=f.family,
         hidden_size=hidden,
-        num_layers=f.integer("num_hidden_layers"),
+        num_layers=f.integer("num_hidden_layers", MAX_LAYERS),
         num_heads=heads,
         num_kv_heads=heads,
         head_dim=head_dim,
-        ffn_hidden_size=f.integer("intermediate_size"),
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
         gated_mlp=False,
-        vocab_size=f.integer("vocab_size"),
+        vocab_size=f.integer("vocab_size", MAX_VOCAB),
         tied_embeddings=f.flag("tie_word_embeddings", tied),
-        max_position_embeddings=f.integer("max_position_embeddings", _DEFAULT_MAX_POSITIONS[f.family]),
+        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
+                                          default=_DEFAULT_MAX_POSITIONS[f.family]),
         learned_position_embeddings=learned_positions,
         norm="layernorm",
         linear_bias=True,
         dropout=f.any_dropout(dropouts),
         causal=causal,
-        type_vocab_size=f.integer("type_vocab_size", default=2, minimum=0) if token_types else 0,
+        type_vocab_size=f.integer("type_vocab_size", MAX_VOCAB, default=2, minimum=0) if token_types else 0,
     )
 
 
@@ -292,6 +320,17 @@ _READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
 assert set(_READERS) == set(SUPPORTED_FAMILIES)
 
 
+def _check_model_name(name: str, field: str = "model name") -> str:
+    """``name`` itself: no control character, at most ``MAX_NAME_CHARS`` characters."""
+    check_string(name, field, "config.json")
+    if len(name) > MAX_NAME_CHARS:
+        raise ConfigError(
+            f"config.json: {field} is {len(name)} characters long; at most {MAX_NAME_CHARS} allowed",
+            field=field, value=len(name), limit=MAX_NAME_CHARS, unit="characters",
+        )
+    return name
+
+
 def parse_config(data: dict, name: str) -> ModelSpec:
     """A ModelSpec from a Hugging Face ``config.json`` dict; the family is its ``model_type``."""
     if not isinstance(data, dict):
@@ -308,39 +347,19 @@ def parse_config(data: dict, name: str) -> ModelSpec:
             f"model_type {family!r} is not supported; supported families: {supported}",
             field="model_type", value=family, limit=list(SUPPORTED_FAMILIES),
         )
-    return _READERS[family](_Fields(data, family), name)
-
-
-def _read_json(path: Path) -> dict:
-    """The top-level object of a JSON file; every failure is a one-line ConfigError."""
-    if not path.is_file():
-        raise ConfigError(f"model config file '{path}' does not exist", field="model", value=str(path))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(
-            f"model config file '{path}': invalid JSON at line {err.lineno} column {err.colno}: {err.msg}",
-            field="model", value=str(path),
-        ) from err
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"model config file '{path}' cannot be read: {err}", field="model", value=str(path)) from err
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"model config file '{path}': top level must be a JSON object, got {type(data).__name__}",
-            field="model", value=str(path),
-        )
-    return data
+    return _READERS[family](_Fields(data, family), _check_model_name(name))
 
 
 def _name_for_path(data: dict, path: Path) -> str:
-    """``_name_or_path`` or ``name`` from the config, else the file stem (the folder for ``config.json``)."""
+    """``_name_or_path`` or ``name`` from the config, else the file stem (the folder for ``config.json``),
+    checked as a name (:func:`_check_model_name`)."""
     for key in ("_name_or_path", "name"):
         value = data.get(key)
         if isinstance(value, str) and value.strip():
-            return value.strip()
+            return _check_model_name(value.strip(), f"field '{key}'")
     if path.stem == "config" and path.resolve().parent.name:
-        return path.resolve().parent.name
-    return path.stem
+        return _check_model_name(path.resolve().parent.name, "the folder name")
+    return _check_model_name(path.stem, "the file name")
 
 
 def _as_path(text: str) -> Path | None:
@@ -360,10 +379,10 @@ def load_model(name_or_path: str) -> ModelSpec:
     text = str(name_or_path).strip()
     path = _as_path(text)
     if path is not None:
-        data = _read_json(path)
+        data = load_object(path, "model config file", "json")
         return parse_config(data, _name_for_path(data, path))
     entry = catalog.entry_path("model", text)
-    return parse_config(_read_json(entry), entry.stem)
+    return parse_config(load_object(entry, "model config file", "json"), entry.stem)
 
 
 def model_names() -> list[str]:

@@ -49,6 +49,12 @@ class ModelSpec:
         return self.num_experts > 0 and len(self.moe_layers) > 0
 
     @property
+    def max_seq_len(self) -> int | None:
+        """The longest sequence the model can take: the length of its learned absolute position
+        table (gpt2, bert); None for rotary models, whose positions have no hard limit."""
+        return self.max_position_embeddings if self.learned_position_embeddings else None
+
+    @property
     def kv_channels(self) -> int:
         """Width of the K (and V) projection output: kv heads x head dim."""
         return self.num_kv_heads * self.head_dim

@@ -12,7 +12,7 @@ import numpy as np
 
 from nestplan import units
 from nestplan.errors import ConfigError
-from nestplan.network._checks import _as_float, _as_int
+from nestplan.network._checks import _as_float, _as_int, brief
 from nestplan.network.topology import Level, Topology
 
 
@@ -35,6 +35,58 @@ class GraphTopology:
 
 
 _BF_BUDGET = 4_000_000  # float64 cells per Bellman-Ford block (32 MB)
+MAX_GRAPH_NODES = 2**14  # ids of devices and switches in one graph (node arrays are this long)
+MAX_GRAPH_EDGES = 2**16  # links of one graph
+# Bellman-Ford cells (sources x directed links, per sweep) the latencies of one graph may take: ~25 s on one core.
+# A two-tier fat tree of 8,192 devices takes 1.6e9; a line of 2,048 devices would take ~2^33 (sweeps grow with hops).
+MAX_RELAXATIONS = 2**31
+
+
+def _too_much_work(where: str, limit: int) -> ConfigError:
+    return ConfigError(
+        f"{where}: deriving the levels' latencies needs more than {limit:.3g} link relaxations "
+        "(devices x links x hops); describe this network with [[levels]] instead",
+        field="edges", value="graph", limit=limit)
+
+
+@dataclass
+class _Budget:
+    """What is left of the relaxations one graph may take; ``spend`` refuses the graph once it runs out."""
+
+    where: str
+    left: int
+
+    def __post_init__(self) -> None:
+        self.limit = self.left
+
+    def spend(self, cells: int) -> None:
+        self.left -= cells
+        if self.left < 0:
+            raise _too_much_work(self.where, self.limit)
+
+
+def _refuse_sure_overrun(where: str, n_dev: int, src: np.ndarray, dst: np.ndarray, limit: int) -> None:
+    """Refuse at once a graph whose latencies are sure to take more than ``limit`` relaxations.
+
+    ``src``/``dst`` are the outermost level's links. Bellman-Ford from a device takes at least as many
+    sweeps as the device's eccentricity in hops, which is at least half the eccentricity of device 0
+    (the radius); each sweep costs 2 x links cells per source, and every device is a source.
+    A breadth-first search from device 0 stops as soon as that lower bound passes ``limit``.
+    """
+    heads, tails = np.concatenate([src, dst]), np.concatenate([dst, src])
+    size = int(max(n_dev, heads.max() + 1))
+    reached = np.zeros(size, dtype=bool)
+    frontier = np.zeros(size, dtype=bool)
+    reached[0] = frontier[0] = True
+    hops = 0
+    while frontier.any():
+        if n_dev * len(heads) * -(-hops // 2) > limit:
+            raise _too_much_work(where, limit)
+        step = np.zeros(size, dtype=bool)
+        step[tails[frontier[heads]]] = True
+        frontier = step & ~reached
+        reached |= frontier
+        hops += 1
 
 
 def _parse_edges(name: str, num_devices: int, edges: Iterable[Sequence[Any]]) -> tuple[np.ndarray, ...]:
@@ -42,11 +94,14 @@ def _parse_edges(name: str, num_devices: int, edges: Iterable[Sequence[Any]]) ->
     us, vs, bws, lats = [], [], [], []
     for i, edge in enumerate(edges):
         at = f"{where}: edges[{i}]"
+        if i >= MAX_GRAPH_EDGES:
+            raise ConfigError(f"{where}: more than {MAX_GRAPH_EDGES} links", field="edges", value=f"> {i} links",
+                              limit=MAX_GRAPH_EDGES)
         if isinstance(edge, (str, bytes)) or not isinstance(edge, Sequence) or len(edge) != 4:
-            raise ConfigError(f"{at} must be [u, v, bandwidth, latency], got {edge!r}",
-                              field=f"edges[{i}]", value=edge, limit="[u, v, bandwidth, latency]")
-        u = _as_int(edge[0], "u", at, minimum=0)
-        v = _as_int(edge[1], "v", at, minimum=0)
+            raise ConfigError(f"{at} must be [u, v, bandwidth, latency], got {brief(edge)}",
+                              field=f"edges[{i}]", value=brief(edge), limit="[u, v, bandwidth, latency]")
+        u = _as_int(edge[0], "u", at, minimum=0, maximum=MAX_GRAPH_NODES - 1)
+        v = _as_int(edge[1], "v", at, minimum=0, maximum=MAX_GRAPH_NODES - 1)
         if u == v:
             raise ConfigError(f"{at}: a link joins two different ids, got u = v = {u}", field=f"edges[{i}]", value=edge)
         us.append(u)
@@ -79,7 +134,7 @@ def _bandwidth_classes(bw: np.ndarray, rel_tol: float) -> tuple[np.ndarray, np.n
 
 def _bellman_ford_max(
     n_local: int, src: np.ndarray, dst: np.ndarray, lat: np.ndarray, sources: np.ndarray,
-    targets_mask: np.ndarray,
+    targets_mask: np.ndarray, budget: _Budget,
 ) -> float:
     """Largest shortest-path latency from ``sources`` to the targets ``targets_mask`` marks (per source row).
 
@@ -100,6 +155,7 @@ def _bellman_ford_max(
         dist = np.full((n_local, len(rows)), np.inf)
         dist[sources[rows], np.arange(len(rows))] = 0.0
         for _ in range(n_local):
+            budget.spend(len(s2) * len(rows))
             best = np.minimum.reduceat(dist[s2] + w2[:, None], starts, axis=0)
             current = dist[heads]
             better = best < current
@@ -114,7 +170,7 @@ def _bellman_ford_max(
 
 def _max_latency_within_units(
     n_dev: int, src: np.ndarray, dst: np.ndarray, lat: np.ndarray, node_labels: np.ndarray,
-    inner_labels: np.ndarray | None,
+    inner_labels: np.ndarray | None, budget: _Budget,
 ) -> float:
     """Largest shortest-path latency, over the given links, between two devices of one unit.
 
@@ -144,7 +200,7 @@ def _max_latency_within_units(
         if inner_labels is not None:
             inner = inner_labels[devices]
             targets[:, sources] &= inner[:, None] != inner[None, :]
-        worst = max(worst, _bellman_ford_max(len(nodes), local_src, local_dst, lat[e], sources, targets))
+        worst = max(worst, _bellman_ford_max(len(nodes), local_src, local_dst, lat[e], sources, targets, budget))
     return worst
 
 
@@ -233,7 +289,7 @@ def _rank_order(n_dev: int, n_nodes: int, level_labels: list[np.ndarray]) -> np.
 
 def _level_latencies(
     n_dev: int, src: np.ndarray, dst: np.ndarray, lat: np.ndarray, order: np.ndarray, cls: np.ndarray,
-    level_classes: list[int], level_labels: list[np.ndarray],
+    level_classes: list[int], level_labels: list[np.ndarray], budget: _Budget,
 ) -> list[float]:
     """Per level, the largest widest-path latency between two devices of one unit (never below the level under it)."""
     latencies: list[float] = []
@@ -242,7 +298,7 @@ def _level_latencies(
         edge_ids = order[cls <= c]
         inner = level_labels[i - 1][:n_dev] if i > 0 else None
         latency = max(previous_latency, _max_latency_within_units(
-            n_dev, src[edge_ids], dst[edge_ids], lat[edge_ids], level_labels[i], inner))
+            n_dev, src[edge_ids], dst[edge_ids], lat[edge_ids], level_labels[i], inner, budget))
         previous_latency = latency
         latencies.append(latency)
     return latencies
@@ -280,13 +336,16 @@ def from_graph(
     Bottleneck classes come from a Kruskal-style union-find sweep over the links,
     widest first (O(E log E)); latencies from a NumPy Bellman-Ford from all devices
     per level (O(levels * D * E * hop-diameter), a few seconds for thousands of nodes).
-    Oversubscription is not derived from a graph: every level gets 1.
+    Oversubscription is not derived from a graph: every level gets 1. Ids are below
+    ``MAX_GRAPH_NODES``, links at most ``MAX_GRAPH_EDGES``, and a graph whose latencies
+    would take more than ``MAX_RELAXATIONS`` Bellman-Ford cells is refused (ConfigError): at once
+    when a hop count shows it, else when the sweep runs out of its budget.
 
     Returns a :class:`GraphTopology`: the topology over ranks and ``device_order``
     (rank -> graph device id).
     """
     where = f"graph '{name}'"
-    n_dev = _as_int(num_devices, "devices", where, minimum=2)
+    n_dev = _as_int(num_devices, "devices", where, minimum=2, maximum=MAX_GRAPH_NODES)
     eff = _as_float(bus_efficiency, "bus_efficiency", where, positive=True)
     src, dst, bw, lat = _parse_edges(name, n_dev, edges)
     n_nodes = int(max(n_dev, src.max() + 1, dst.max() + 1))
@@ -299,7 +358,10 @@ def from_graph(
     level_bw = [float(sorted_bw[np.argmax(cls == c)]) for c in level_classes]
     unit_devices = _unit_device_counts(where, n_dev, level_labels, level_bw)
     device_order = _rank_order(n_dev, n_nodes, level_labels)
-    latencies = _level_latencies(n_dev, src, dst, lat, order, cls, level_classes, level_labels)
+    outer = order[cls <= level_classes[-1]]
+    _refuse_sure_overrun(where, n_dev, src[outer], dst[outer], MAX_RELAXATIONS)
+    latencies = _level_latencies(n_dev, src, dst, lat, order, cls, level_classes, level_labels,
+                                 _Budget(where, MAX_RELAXATIONS))
 
     levels = tuple(
         Level(name=f"level{i}", size=unit_devices[i] // (unit_devices[i - 1] if i else 1), bandwidth_Bps=level_bw[i],

@@ -13,6 +13,9 @@ from typing import Iterable, Sequence
 
 from nestplan.errors import ConfigError
 
+MAX_DEVICES = 2**20  # devices of one network: 1,048,576, 10x the largest announced training clusters
+MAX_LEVELS = 16      # levels of one network: real ones have 2 to 4 (a torus one per dimension)
+
 
 @dataclass(frozen=True)
 class Level:
@@ -33,16 +36,20 @@ class Level:
     bus_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.size < 1:
-            raise ConfigError(f"level '{self.name}': size must be >= 1, got {self.size}", field="size", value=self.size, limit=">= 1")
-        if self.bandwidth_Bps <= 0:
-            raise ConfigError(f"level '{self.name}': bandwidth must be > 0, got {self.bandwidth_Bps}", field="bandwidth_GBps", value=self.bandwidth_Bps, limit="> 0")
-        if self.latency_s < 0:
-            raise ConfigError(f"level '{self.name}': latency must be >= 0, got {self.latency_s}", field="latency_us", value=self.latency_s, limit=">= 0")
-        if self.oversubscription < 1:
-            raise ConfigError(f"level '{self.name}': oversubscription must be >= 1, got {self.oversubscription}", field="oversubscription", value=self.oversubscription, limit=">= 1")
+        if not 1 <= self.size <= MAX_DEVICES:
+            self._refuse("size", self.size, f"1..{MAX_DEVICES}")
+        if not 0 < self.bandwidth_Bps < math.inf:  # NaN fails every comparison
+            self._refuse("bandwidth_Bps", self.bandwidth_Bps, "a finite number > 0")
+        if not 0 <= self.latency_s < math.inf:
+            self._refuse("latency_s", self.latency_s, "a finite number >= 0")
+        if not 1 <= self.oversubscription < math.inf:
+            self._refuse("oversubscription", self.oversubscription, "a finite number >= 1")
         if not 0 < self.bus_efficiency <= 1:
-            raise ConfigError(f"level '{self.name}': bus_efficiency must be in (0, 1], got {self.bus_efficiency}", field="bus_efficiency", value=self.bus_efficiency, limit="(0, 1]")
+            self._refuse("bus_efficiency", self.bus_efficiency, "(0, 1]")
+
+    def _refuse(self, field: str, value: float, allowed: str) -> None:
+        raise ConfigError(f"level '{self.name}': {field} must be {allowed}, got {value}", field=field, value=value,
+                          limit=allowed)
 
     @property
     def effective_bandwidth_Bps(self) -> float:
@@ -57,6 +64,13 @@ class Topology:
 
     def __post_init__(self) -> None:
         assert len(self.levels) >= 1, "a topology needs at least one level"
+        if len(self.levels) > MAX_LEVELS:
+            raise ConfigError(f"topology '{self.name}' has {len(self.levels)} levels; at most {MAX_LEVELS} allowed",
+                              field="levels", value=len(self.levels), limit=MAX_LEVELS)
+        if self.devices > MAX_DEVICES:
+            sizes = " x ".join(str(level.size) for level in self.levels)
+            raise ConfigError(f"topology '{self.name}' has {sizes} = {self.devices} devices; at most {MAX_DEVICES} "
+                              "allowed", field="devices", value=self.devices, limit=MAX_DEVICES, unit="devices")
 
     @property
     def devices(self) -> int:
