@@ -54,6 +54,14 @@ class Job:
             if value not in DTYPE_BYTES:
                 raise ConfigError(f"{field_name} '{value}' is not one of {', '.join(DTYPE_BYTES)}",
                                   field=field_name, value=value, limit=list(DTYPE_BYTES))
+        allowed = [o.value for o in Optimizer]
+        if self.optimizer not in allowed:
+            raise ConfigError(f"optimizer {self.optimizer!r} is not one of {', '.join(allowed)}",
+                              field="optimizer", value=self.optimizer, limit=allowed)
+        object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
+        if not isinstance(self.flash_attention, bool):
+            raise ConfigError(f"flash_attention must be true or false, got {self.flash_attention!r}",
+                              field="flash_attention", value=self.flash_attention, limit=[True, False])
 
     @property
     def dtype_bytes(self) -> int:

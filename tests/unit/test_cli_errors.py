@@ -331,3 +331,17 @@ def test_compare_runs_each_baseline_once() -> None:
     [result] = api.compare([api.CompareCase("bert-large", "v100-spine-leaf", (8,))], ["manual", "manual", "MANUAL"],
                            global_batch_size=64)
     assert [r.planner for r in result.rows] == ["nestplan", "manual"] and result.tag == "bert-large_v100-spine-leaf"
+
+
+def test_job_takes_the_optimizer_by_name_and_refuses_others() -> None:
+    """A plain string is the same optimizer as the enum (it was costed as SGD when compared by identity)."""
+    from nestplan.errors import ConfigError
+    from nestplan.job import Job, Optimizer
+
+    assert Job(8, 1024, optimizer="adam").optimizer is Optimizer.ADAM
+    assert Job(8, 1024, optimizer="adam").optimizer_state_bytes == 12
+    for bad in ("lion", 3, None):
+        with pytest.raises(ConfigError, match="optimizer"):
+            Job(8, 1024, optimizer=bad)
+    with pytest.raises(ConfigError, match="flash_attention"):
+        Job(8, 1024, flash_attention="no")
