@@ -30,7 +30,7 @@ Instead of ``[[levels]]`` a file may give exactly one of::
 Optional top-level ``source`` and ``notes`` strings document the file. Unit
 conversion happens here only (through ``nestplan.units``). Files are read by
 ``nestplan.inputs`` (size, encoding, syntax, nesting, finite numbers, no control
-characters); every field is then checked against its range below (``MAX_*``), and
+characters); every field is then checked against its range below (``*_RANGE``), and
 the devices of the whole network against ``nestplan.network.topology.MAX_DEVICES``.
 """
 
@@ -62,11 +62,13 @@ _GRAPH_KEYS = ("devices", "edges", "kind", "bus_efficiency")
 _GRAPH_REQUIRED = ("devices", "edges")
 _SUFFIXES = (".toml", ".json")
 
-# Bounds on a cluster file's figures: far beyond any network, finite so that no cost overflows.
-MAX_BANDWIDTH_GBps = 1e6     # 1 PB/s per device and direction: NVLink 5 gives 900 GB/s
-MAX_LATENCY_us = 1e6         # one second per hop: real links take microseconds
-MAX_OVERSUBSCRIPTION = 1024  # published fabrics are oversubscribed at most ~8:1 (Llama 3's 1:7)
-MAX_NAME_CHARS = 200         # cluster and level names label plans, tables and exported files
+# Closed ranges of a cluster file's figures: far beyond any network on both sides, so that every
+# transfer time (bytes / bandwidth) stays a finite number.
+BANDWIDTH_GBps_RANGE = (1e-3, 1e6)    # 1 MB/s to 1 PB/s per device and direction: NVLink 5 gives 900 GB/s
+LATENCY_us_RANGE = (0.0, 1e6)         # up to one second per hop: real links take microseconds
+OVERSUBSCRIPTION_RANGE = (1.0, 1024.0)  # published fabrics are oversubscribed at most ~8:1 (Llama 3's 1:7)
+BUS_EFFICIENCY_RANGE = (1e-3, 1.0)    # achievable fraction of the line rate (catalog kinds: 0.77 to 1)
+MAX_NAME_CHARS = 200                  # cluster and level names label plans, tables and exported files
 
 
 @dataclass(frozen=True)
@@ -189,12 +191,11 @@ def _check_keys(table: Any, allowed: tuple[str, ...], required: tuple[str, ...],
     return table
 
 
-def _number(value: Any, field: str, where: str, *, maximum: float, minimum: float = 0.0, strict: bool = False) -> float:
-    """A finite number in [minimum, maximum] ((minimum, maximum] when ``strict``)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    above = ok and (value > minimum if strict else value >= minimum)
-    if not above or not value <= maximum:  # NaN fails both
-        allowed = f"{'(' if strict else '['}{minimum:g}, {maximum:g}]"
+def _number(value: Any, field: str, where: str, bounds: tuple[float, float]) -> float:
+    """A number in the closed range ``bounds``."""
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:  # NaN fails too
+        allowed = f"[{low:g}, {high:g}]"
         raise ConfigError(f"{where}: {field} must be a number in {allowed}, got {_brief(value)}",
                           field=field, value=_brief(value), limit=allowed)
     return float(value)
@@ -238,16 +239,16 @@ def _efficiency(table: Mapping[str, Any], where: str) -> float:
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}", field="kind", value=table["kind"], limit=exc.limit) from None
     if "bus_efficiency" in table:
-        return _number(table["bus_efficiency"], "bus_efficiency", where, maximum=1.0, strict=True)
+        return _number(table["bus_efficiency"], "bus_efficiency", where, BUS_EFFICIENCY_RANGE)
     return 1.0
 
 
 def _bandwidth_Bps(value: Any, field: str, where: str) -> float:
-    return units.GBps_to_Bps(_number(value, field, where, maximum=MAX_BANDWIDTH_GBps, strict=True))
+    return units.GBps_to_Bps(_number(value, field, where, BANDWIDTH_GBps_RANGE))
 
 
 def _latency_s(value: Any, field: str, where: str) -> float:
-    return units.us_to_s(_number(value, field, where, maximum=MAX_LATENCY_us))
+    return units.us_to_s(_number(value, field, where, LATENCY_us_RANGE))
 
 
 def _accelerator(value: Any, cluster: str) -> Accelerator:
@@ -270,8 +271,8 @@ def _levels_topology(name: str, levels: Any) -> Topology:
             size=_integer(table["size"], "size", at, maximum=MAX_DEVICES),
             bandwidth_Bps=_bandwidth_Bps(table["bandwidth_GBps"], "bandwidth_GBps", at),
             latency_s=_latency_s(table["latency_us"], "latency_us", at),
-            oversubscription=_number(table.get("oversubscription", 1.0), "oversubscription", at, minimum=1.0,
-                                     maximum=MAX_OVERSUBSCRIPTION),
+            oversubscription=_number(table.get("oversubscription", 1.0), "oversubscription", at,
+                                     OVERSUBSCRIPTION_RANGE),
             bus_efficiency=_efficiency(table, at),
         ))
     return hierarchical(name, specs)

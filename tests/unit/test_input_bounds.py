@@ -229,7 +229,8 @@ def test_the_deepest_model_evaluates(tmp_path):
 CLUSTER_ATTACKS = [
     ("levels.0.size", 2**63, "size"), ("levels.0.size", 2.0, "size"), ("levels.0.size", True, "size"),
     ("levels.0.size", 0, "size"), ("levels.1.bandwidth_GBps", 0, "bandwidth_GBps"),
-    ("levels.1.bandwidth_GBps", 1e300, "bandwidth_GBps"), ("levels.1.latency_us", -1, "latency_us"),
+    ("levels.1.bandwidth_GBps", 1e300, "bandwidth_GBps"), ("levels.1.bandwidth_GBps", 1e-300, "bandwidth_GBps"),
+    ("levels.1.latency_us", -1, "latency_us"),
     ("levels.1.latency_us", 10**400, "latency_us"), ("levels.1.oversubscription", 0.5, "oversubscription"),
     ("levels.1.oversubscription", 1e9, "oversubscription"), ("levels.0.bus_efficiency", 1.5, "bus_efficiency"),
     ("levels.0.bus_efficiency", 0, "bus_efficiency"), ("levels.0.name", "", "name"),
@@ -238,10 +239,12 @@ CLUSTER_ATTACKS = [
     ("accelerator.reserved_GiB", -1.0, "reserved_GiB"), ("accelerator.reserved_GiB", 16, "reserved_GiB"),
     ("accelerator.matmul_efficiency", 1.5, "matmul_efficiency"),
     ("accelerator.memory_efficiency", 0.0, "memory_efficiency"),
+    ("accelerator.memory_efficiency", 1e-300, "memory_efficiency"), ("levels.0.bus_efficiency", 1e-300, "bus_efficiency"),
     ("accelerator.peak_bf16_TFLOPS", 0, "peak_bf16_TFLOPS"), ("accelerator.peak_bf16_TFLOPS", 1e300, "peak_bf16_TFLOPS"),
     ("accelerator.peak_bf16_TFLOPS", True, "peak_bf16_TFLOPS"), ("accelerator.hbm_GiB", -16, "hbm_GiB"),
     ("accelerator.hbm_GB", 16, "hbm_GB"), ("accelerator.hbm_bandwidth_TBps", 0, "hbm_bandwidth_TBps"),
     ("accelerator.hbm_bandwidth_TBps", 10**400, "hbm_bandwidth_TBps"),
+    ("accelerator.hbm_bandwidth_TBps", 1e-300, "hbm_bandwidth_TBps"), ("accelerator.peak_bf16_TFLOPS", 5e-324, "peak_bf16_TFLOPS"),
     ("accelerator.matmul_half_dim", 1e300, "matmul_half_dim"), ("accelerator.source", 3, "source"),
     ("accelerator.name", "n" * 201, "name"), ("accelerator.name", 7, "name"),
 ]
@@ -345,8 +348,8 @@ def test_cluster_toml_integers_are_integers(tmp_path):
 
 NEST_ATTACKS = [
     ("maxDevices", 4.0), ("maxDevices", 2**63), ("maxDevices", True), ("devices_per_level", [2**63, 2]),
-    ("devices_per_level", [1] * 17), ("bws", [1e300, 1e10]), ("bws", [0, 1e10]),
-    ("latency_per_level", [-1e-5, 1e-4]), ("mbsInBatch", 1e300), ("mbsInBatch", 2**40), ("mbsInBatch", 2.5),
+    ("devices_per_level", [1] * 17), ("bws", [1e300, 1e10]), ("bws", [0, 1e10]), ("bws", [1e-300, 1e10]),
+    ("latency_per_level", [-1e-5, 1e-4]), ("mbsInBatch", 1e300), ("mbsInBatch", 2**17), ("mbsInBatch", 2.5),
     ("maxMemoryPerDevice", -1), ("maxMemoryPerDevice", 1e300), ("ep_degree", 2.0), ("cp_degree", 10**6),
     ("frequency", 10**400), ("frequency", 0), ("sp_enabled", "yes"), ("nodes.1.2.optimalLatencyFw", 1e300),
     ("nodes.1.2.parameterSize", -1.0), ("nodes.1.2.id", 2**63), ("nodes.1.2.isTensorParallelized", 1),

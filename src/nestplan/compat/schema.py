@@ -31,12 +31,15 @@ EMBEDDING_ID = -1
 # 4,096 devices: ~40 s here; 512: over 5 minutes and 7 GB).
 MAX_NEST_LAYERS = 256          # transformer nodes per width (GPT-3 has 96)
 MAX_NEST_WIDTHS = 8            # tensor-parallel widths offered (1, 2, 4, ... 128)
-MAX_NEST_MICROBATCHES = 2**20  # mbsInBatch: the authors use at most 4,096
-MAX_NEST_LATENCY = 1e12        # a layer's optimalLatencyFw/Bw in estimator units (the authors' largest: ~822)
-MAX_NEST_BYTES = 2.0**60       # parameter, activation, edge and memory sizes: 1 EiB
-MAX_NEST_BANDWIDTH_Bps = 1e15  # bws: 1 PB/s (the authors' largest: 9.7e11)
-MAX_NEST_LEVEL_LATENCY_s = 1.0  # latency_per_level (the authors' largest: 3e-4 s)
-MAX_NEST_FREQUENCY = 1e12      # the estimator's divisor (the authors': 1.05e6)
+MAX_NEST_BASELINES = 16        # baselines re-costed (the authors give 3)
+# closed ranges of the numbers: every time (latency x microbatches, bytes / bandwidth) stays finite
+NEST_MICROBATCHES_RANGE = (1, 2**16)  # mbsInBatch: the authors use at most 4,096 (the search tries every d up to it)
+NEST_LATENCY_RANGE = (0.0, 1e12)      # a layer's optimalLatencyFw/Bw in estimator units (the authors' largest: ~822)
+NEST_BYTES_RANGE = (0.0, 2.0**60)     # parameter, activation and edge sizes: up to 1 EiB
+NEST_MEMORY_RANGE = (1.0, 2.0**60)    # maxMemoryPerDevice: 1 B to 1 EiB (the authors': 64 and 90 GiB)
+NEST_BANDWIDTH_RANGE = (1e6, 1e15)    # bws: 1 MB/s to 1 PB/s (the authors': 1.3e10 to 9.7e11)
+NEST_LEVEL_LATENCY_RANGE = (0.0, 1.0)  # latency_per_level, seconds (the authors' largest: 3e-4)
+NEST_FREQUENCY_RANGE = (1.0, 1e12)    # the estimator's divisor, informational (the authors': 1.05e6)
 
 
 class NestOptimizer(enum.Enum):
@@ -145,12 +148,12 @@ def _get(obj: Mapping[str, Any], key: str, where: str) -> Any:
     return obj[key]
 
 
-def _number(obj: Mapping[str, Any], key: str, where: str = "", *, maximum: float, positive: bool = False) -> float:
-    """A number in [0, maximum] ((0, maximum] when ``positive``)."""
+def _number(obj: Mapping[str, Any], key: str, bounds: tuple[float, float], where: str = "") -> float:
+    """A number in the closed range ``bounds``."""
     value = _get(obj, key, where)
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not is_number or not (0 < value if positive else 0 <= value) or not value <= maximum:  # NaN fails too
-        raise _err(f"{where}{key}", value, f"a number in {'(' if positive else '['}0, {maximum:g}]")
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:  # NaN fails too
+        raise _err(f"{where}{key}", value, f"a number in [{low:g}, {high:g}]")
     return float(value)
 
 
@@ -184,9 +187,8 @@ def _network(raw: Mapping[str, Any]) -> NestNetwork:
     dpl = tuple(_integer(sizes, k, "devices_per_level[", maximum=MAX_DEVICES) for k in sizes)
     bws = _level_list(raw, "bws", len(dpl))
     latencies = _level_list(raw, "latency_per_level", len(dpl))
-    return NestNetwork(dpl, tuple(_number(bws, k, "bws[", positive=True, maximum=MAX_NEST_BANDWIDTH_Bps) for k in bws),
-                       tuple(_number(latencies, k, "latency_per_level[", maximum=MAX_NEST_LEVEL_LATENCY_s)
-                             for k in latencies))
+    return NestNetwork(dpl, tuple(_number(bws, k, NEST_BANDWIDTH_RANGE, "bws[") for k in bws),
+                       tuple(_number(latencies, k, NEST_LEVEL_LATENCY_RANGE, "latency_per_level[") for k in latencies))
 
 
 def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
@@ -199,10 +201,10 @@ def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
         nid = _integer(node, "id", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
         if nid in parsed:
             raise _err(f"{at}id", nid, "ids that occur once")
-        parsed[nid] = NestLayer(nid, _number(node, "optimalLatencyFw", at, maximum=MAX_NEST_LATENCY),
-                                _number(node, "optimalLatencyBw", at, maximum=MAX_NEST_LATENCY),
-                                _number(node, "parameterSize", at, maximum=MAX_NEST_BYTES),
-                                _number(node, "activationSize", at, maximum=MAX_NEST_BYTES),
+        parsed[nid] = NestLayer(nid, _number(node, "optimalLatencyFw", NEST_LATENCY_RANGE, at),
+                                _number(node, "optimalLatencyBw", NEST_LATENCY_RANGE, at),
+                                _number(node, "parameterSize", NEST_BYTES_RANGE, at),
+                                _number(node, "activationSize", NEST_BYTES_RANGE, at),
                                 _flag(node, "isTensorParallelized", at, default=False))
     n_layers = len(parsed) - 1
     if set(parsed) != set(range(EMBEDDING_ID, n_layers)):
@@ -214,7 +216,7 @@ def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
         at = f"edges[{width}][{k}]."
         src = _integer(edge, "sourceId", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
         dst = _integer(edge, "destId", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
-        cost = _number(edge, "communicationCost", at, maximum=MAX_NEST_BYTES)
+        cost = _number(edge, "communicationCost", NEST_BYTES_RANGE, at)
         if dst == src + 1:
             chain[dst] = cost
     missing = [i for i in range(n_layers) if i not in chain]
@@ -227,8 +229,8 @@ def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
 def _baselines(raw: Any, n_layers: int) -> tuple[NestBaseline, ...]:
     if raw is None:
         return ()
-    if not isinstance(raw, Mapping):
-        raise _err("baselines", raw, "an object {name: {p, d, t}}")
+    if not isinstance(raw, Mapping) or len(raw) > MAX_NEST_BASELINES:
+        raise _err("baselines", raw, f"an object {{name: {{p, d, t}}}} of at most {MAX_NEST_BASELINES} baselines")
     out = []
     for name, b in raw.items():
         at = f"baselines.{name}."
@@ -268,18 +270,18 @@ def parse_input(raw: Mapping[str, Any]) -> NestInput:
     optimizer = str(raw.get("optimizerAlgorithm", "SGD")).strip().lower()
     if optimizer not in {o.value for o in NestOptimizer}:
         raise _err("optimizerAlgorithm", raw.get("optimizerAlgorithm"), "SGD or Adam")
-    microbatches = _number(raw, "mbsInBatch", positive=True, maximum=MAX_NEST_MICROBATCHES)
+    microbatches = _number(raw, "mbsInBatch", NEST_MICROBATCHES_RANGE)
     if microbatches != int(microbatches):
         raise _err("mbsInBatch", microbatches, "a whole number of microbatches")
     return NestInput(
         graphs=tuple(graphs), network=network, max_devices=max_devices,
-        memory_bytes=_number(raw, "maxMemoryPerDevice", positive=True, maximum=MAX_NEST_BYTES),
+        memory_bytes=_number(raw, "maxMemoryPerDevice", NEST_MEMORY_RANGE),
         microbatches=int(microbatches),
         ep_degree=_integer(raw, "ep_degree", maximum=max_devices),
         cp_degree=_integer(raw, "cp_degree", maximum=max_devices),
         sp_enabled=_flag(raw, "sp_enabled", default=False), recompute=_flag(raw, "activationRecomputation"),
         optimizer=NestOptimizer(optimizer), baselines=_baselines(raw.get("baselines"), graphs[0].num_layers),
-        frequency=(_number(raw, "frequency", positive=True, maximum=MAX_NEST_FREQUENCY)
+        frequency=(_number(raw, "frequency", NEST_FREQUENCY_RANGE)
                    if raw.get("frequency") is not None else None))
 
 

@@ -17,12 +17,15 @@ from nestplan.inputs import check_string, load_object
 
 _DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
-# Bounds on an accelerator table's figures: far beyond any chip, finite so that no time or byte count overflows.
-MAX_PEAK_TFLOPS = 1e6          # 1 EFLOP/s per device: a B200 has 4,500 dense FP8 TFLOPS
-MAX_HBM_GiB = 2.0**16          # 64 TiB per device: the largest HBM stacks today hold 288 GB
-MAX_HBM_BANDWIDTH_TBps = 1e3   # a B200 streams 8 TB/s
-MAX_MATMUL_HALF_DIM = 2.0**16  # a GEMM dimension (the catalog's tile quantum is 64)
-MAX_NAME_CHARS = 200           # an accelerator's name labels plans and tables
+# Closed ranges of an accelerator table's figures: far beyond any chip on both sides, so that every time
+# (work / rate) and byte count the cost model derives stays a finite number.
+PEAK_TFLOPS_RANGE = (1e-3, 1e6)       # 1 GFLOP/s to 1 EFLOP/s per device: a B200 has 4,500 dense FP8 TFLOPS
+HBM_GiB_RANGE = (2.0**-10, 2.0**16)   # 1 MiB to 64 TiB per device: the largest HBM stacks today hold 288 GB
+HBM_BANDWIDTH_TBps_RANGE = (1e-6, 1e3)  # 1 MB/s to 1 PB/s: a B200 streams 8 TB/s
+EFFICIENCY_RANGE = (1e-3, 1.0)        # matmul and memory efficiency: fractions of peak (the catalog's: 0.8)
+MATMUL_HALF_DIM_RANGE = (1e-3, 2.0**16)  # a GEMM dimension (the catalog's tile quantum: 64)
+RESERVED_GiB_RANGE = (0.0, HBM_GiB_RANGE[1])  # and below the device's memory (the catalog's: 2 GiB)
+MAX_NAME_CHARS = 200                  # an accelerator's name labels plans and tables
 _STRING_FIELDS = ("source", "name", "notes")
 
 
@@ -100,14 +103,15 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _number(entry: Mapping[str, Any], key: str, name: str, high: float, *, zero_allowed: bool = False) -> float:
-    """``entry[key]``: a number in (0, high], or [0, high] when ``zero_allowed``; a missing key is an error."""
+def _number(entry: Mapping[str, Any], key: str, name: str, bounds: tuple[float, float]) -> float:
+    """``entry[key]``: a number in the closed range ``bounds``; a missing key is an error."""
     if key not in entry:
         raise ConfigError(f"{_where(name)}: missing field '{key}'", field=key, limit="a number")
     value = entry[key]
-    allowed = f"{'[' if zero_allowed else '('}0, {high:g}]"
+    low, high = bounds
+    allowed = f"[{low:g}, {high:g}]"
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not is_number or not (0 <= value if zero_allowed else 0 < value) or not value <= high:  # NaN fails too
+    if not is_number or not low <= value <= high:  # NaN fails too
         shown = _brief(value) if is_number else type(value).__name__
         raise ConfigError(f"{_where(name)}: field '{key}' must be a number in {allowed}, got {shown}",
                           field=key, value=shown, limit=allowed)
@@ -146,15 +150,15 @@ def _check_fields(entry: Mapping[str, Any], name: str) -> None:
 
 def _hbm_bytes(entry: Mapping[str, Any], name: str) -> float:
     if "hbm_GiB" in entry:
-        return units.GiB_to_bytes(_number(entry, "hbm_GiB", name, MAX_HBM_GiB))
-    return units.GB_to_bytes(_number(entry, "hbm_GB", name, MAX_HBM_GiB * units.GiB / units.GB))
+        return units.GiB_to_bytes(_number(entry, "hbm_GiB", name, HBM_GiB_RANGE))
+    return units.GB_to_bytes(_number(entry, "hbm_GB", name, tuple(x * units.GiB / units.GB for x in HBM_GiB_RANGE)))
 
 
 def _reserved_bytes(entry: Mapping[str, Any], name: str, hbm_bytes: float) -> float:
     """``reserved_GiB`` (default 0): at least 0 and below the device's memory."""
     if "reserved_GiB" not in entry:
         return 0.0
-    reserved = units.GiB_to_bytes(_number(entry, "reserved_GiB", name, MAX_HBM_GiB, zero_allowed=True))
+    reserved = units.GiB_to_bytes(_number(entry, "reserved_GiB", name, RESERVED_GiB_RANGE))
     if reserved >= hbm_bytes:
         raise ConfigError(
             f"{_where(name)}: reserved_GiB {reserved / units.GiB:g} must be below the device memory "
@@ -166,12 +170,11 @@ def _reserved_bytes(entry: Mapping[str, Any], name: str, hbm_bytes: float) -> fl
 def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
     """Build an Accelerator from a table with unit-suffixed fields (the only conversion point).
 
-    Every figure is a finite number in its physical range: peaks, memory, bandwidth and the GEMM
-    half-dimension > 0 (and below the ``MAX_*`` bounds), efficiencies in (0, 1], ``reserved_GiB``
-    at least 0 and below the memory."""
+    Every figure is a number in its closed ``*_RANGE`` (peaks, memory and bandwidth above 0,
+    efficiencies at most 1), ``reserved_GiB`` at least 0 and below the memory."""
     name = _checked_name(name)
     _check_fields(entry, name)
-    peaks = {d: units.TFLOPS_to_FLOPS(_number(entry, f"peak_{d}_TFLOPS", name, MAX_PEAK_TFLOPS))
+    peaks = {d: units.TFLOPS_to_FLOPS(_number(entry, f"peak_{d}_TFLOPS", name, PEAK_TFLOPS_RANGE))
              for d in _DTYPES if f"peak_{d}_TFLOPS" in entry}
     if not peaks:
         raise ConfigError(f"{_where(name)}: needs at least one peak_<dtype>_TFLOPS field", field="peak_bf16_TFLOPS",
@@ -181,10 +184,10 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
         name=name,
         peak_flops=MappingProxyType(peaks),
         hbm_bytes=hbm,
-        hbm_bandwidth_Bps=units.TBps_to_Bps(_number(entry, "hbm_bandwidth_TBps", name, MAX_HBM_BANDWIDTH_TBps)),
-        matmul_efficiency=_number(entry, "matmul_efficiency", name, 1.0),
-        matmul_half_dim=_number(entry, "matmul_half_dim", name, MAX_MATMUL_HALF_DIM),
-        memory_efficiency=_number(entry, "memory_efficiency", name, 1.0),
+        hbm_bandwidth_Bps=units.TBps_to_Bps(_number(entry, "hbm_bandwidth_TBps", name, HBM_BANDWIDTH_TBps_RANGE)),
+        matmul_efficiency=_number(entry, "matmul_efficiency", name, EFFICIENCY_RANGE),
+        matmul_half_dim=_number(entry, "matmul_half_dim", name, MATMUL_HALF_DIM_RANGE),
+        memory_efficiency=_number(entry, "memory_efficiency", name, EFFICIENCY_RANGE),
         reserved_bytes=_reserved_bytes(entry, name, hbm),
         source=entry.get("source", ""),
     )

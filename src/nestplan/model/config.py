@@ -101,9 +101,8 @@ class _Fields:
         """A JSON integer (not a bool, not ``2.0``) in ``minimum..maximum``."""
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            shown = value if isinstance(value, int) and not isinstance(value, bool) else self.brief(value)
-            raise self.error(f"field '{key}' must be an integer in {minimum}..{maximum}, got {shown}",
-                             key, shown, f"{minimum}..{maximum}")
+            raise self.error(f"field '{key}' must be an integer in {minimum}..{maximum}, got {self.brief(value)}",
+                             key, self.brief(value), f"{minimum}..{maximum}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -344,8 +343,8 @@ def parse_config(data: dict, name: str) -> ModelSpec:
         )
     if not isinstance(family, str) or family not in _READERS:
         raise ConfigError(
-            f"model_type {family!r} is not supported; supported families: {supported}",
-            field="model_type", value=family, limit=list(SUPPORTED_FAMILIES),
+            f"model_type {_Fields.brief(family)} is not supported; supported families: {supported}",
+            field="model_type", value=_Fields.brief(family), limit=list(SUPPORTED_FAMILIES),
         )
     return _READERS[family](_Fields(data, family), _check_model_name(name))
 
