@@ -44,7 +44,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from nestplan import units
-from nestplan.catalog import data_file, entry_path, names
+from nestplan.catalog import data_file, entry_path, is_file, names, user_path
 from nestplan.errors import ConfigError
 from nestplan.hardware.accelerator import Accelerator, accelerator_from_dict, load_accelerator
 from nestplan.inputs import check_string, load_object
@@ -137,11 +137,11 @@ def cluster_names() -> list[str]:
 
 def _resolve(name_or_path: str) -> Path:
     text = str(name_or_path)
-    path = Path(text).expanduser()
-    looks_like_path = path.suffix.lower() in _SUFFIXES or "/" in text or "\\" in text or path.is_file()
+    path = user_path(text)
+    looks_like_path = path.suffix.lower() in _SUFFIXES or "/" in text or "\\" in text or is_file(path)
     if not looks_like_path:
         return entry_path("cluster", text)
-    if not path.is_file():
+    if not is_file(path):
         raise ConfigError(f"cluster file '{text}' not found", field="cluster", value=text, limit="an existing file")
     if path.suffix.lower() not in _SUFFIXES:
         raise ConfigError(f"cluster file '{text}' must end in .toml or .json", field="cluster", value=text,

@@ -145,6 +145,16 @@ def test_deep_toml_cluster_file(tmp_path):
     _one_line_naming(info.value, "cluster file", "nested deeper than 64")
 
 
+@pytest.mark.parametrize("load", [load_model, load_cluster], ids=["model", "cluster"])
+@pytest.mark.parametrize("text", ["a" * 5000, "a" * 5000 + ".json", "x/" + "a" * 300, "a\x00b.json", "a\x00b",
+                                  "~no-such-user-here/c.json"],
+                         ids=["long-name", "long-file", "long-component", "nul-file", "nul-name", "unknown-home"])
+def test_names_that_cannot_be_probed(load, text):
+    with pytest.raises(ConfigError) as info:
+        load(text)
+    _one_line_naming(info.value, "model" if load is load_model else "cluster")
+
+
 # ---------------------------------------------------------------- model config.json
 
 MODEL_ATTACKS = [

@@ -17,6 +17,32 @@ _KINDS = {
 }
 
 
+def user_path(text: str) -> Path:
+    """``text`` as a path with ``~`` expanded where it can be (``~name`` of an unknown user stays as typed)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
+
+
+def is_file(path: Path) -> bool:
+    """True when ``path`` is an existing file; False also when it cannot be examined (a name too
+    long for the file system, a NUL byte, a folder without permission), so that probing a name
+    the user typed never raises."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: Path) -> bool:
+    """True when ``path`` is an existing folder; False when it cannot be examined (see :func:`is_file`)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _root() -> Path:
     return Path(str(resources.files("nestplan.catalog")))
 
@@ -39,6 +65,6 @@ def entry_path(kind: str, name: str) -> Path:
     folder, suffix = _KINDS[kind]
     key = name.strip().lower()
     path = _root() / folder / f"{key}{suffix}"
-    if not path.is_file():
+    if not is_file(path):
         raise UnknownNameError(kind, name, names(kind))
     return path

@@ -363,13 +363,13 @@ def _name_for_path(data: dict, path: Path) -> str:
 
 def _as_path(text: str) -> Path | None:
     """The config file ``text`` designates, or None when it is a catalog name."""
-    path = Path(text).expanduser()
-    if path.is_file():
+    path = catalog.user_path(text)
+    if catalog.is_file(path):
         return path
-    if path.is_dir() and (path / "config.json").is_file():
+    if catalog.is_dir(path) and catalog.is_file(path / "config.json"):
         return path / "config.json"
     if text.lower().endswith(".json") or "/" in text or "\\" in text:
-        return path / "config.json" if path.is_dir() else path
+        return path / "config.json" if catalog.is_dir(path) else path
     return None
 
 
