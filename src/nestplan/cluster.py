@@ -231,13 +231,13 @@ def _list(value: Any, field: str, where: str, maximum: int, described: str) -> l
 
 def _efficiency(table: Mapping[str, Any], where: str) -> float:
     if "kind" in table and "bus_efficiency" in table:
-        raise ConfigError(f"{where}: give either kind or bus_efficiency, not both (kind = {table['kind']!r})",
-                          field="bus_efficiency", value=table["bus_efficiency"], limit="kind or bus_efficiency")
+        raise ConfigError(f"{where}: give either kind or bus_efficiency, not both (kind = {_brief(table['kind'])})",
+                          field="bus_efficiency", value=_brief(table["bus_efficiency"]), limit="kind or bus_efficiency")
     if "kind" in table:
         try:
             return interconnect_bus_efficiency(table["kind"])
         except ConfigError as exc:
-            raise ConfigError(f"{where}: {exc}", field="kind", value=table["kind"], limit=exc.limit) from None
+            raise ConfigError(f"{where}: {exc}", field="kind", value=exc.value, limit=exc.limit) from None
     if "bus_efficiency" in table:
         return _number(table["bus_efficiency"], "bus_efficiency", where, BUS_EFFICIENCY_RANGE)
     return 1.0
@@ -255,7 +255,8 @@ def _accelerator(value: Any, cluster: str) -> Accelerator:
     if isinstance(value, str):
         return load_accelerator(value)
     if isinstance(value, Mapping):
-        return accelerator_from_dict(value.get("name", f"{cluster}-accelerator"), value)
+        suffix = "-accelerator"  # the default name, within the accelerator's name bound
+        return accelerator_from_dict(value.get("name", cluster[:MAX_NAME_CHARS - len(suffix)] + suffix), value)
     raise ConfigError(f"cluster '{cluster}': accelerator must be a catalog name or an [accelerator] table, "
                       f"got {_brief(value)}", field="accelerator", value=_brief(value), limit="catalog name or table")
 
