@@ -1,6 +1,6 @@
 """A cluster: one accelerator type on a network of levels, read from the catalog or a file.
 
-File format (TOML, or JSON with the same structure; DESIGN.md section 6)::
+File format (TOML, or JSON with the same structure; every field: docs/formats.md)::
 
     name = "my-cluster"
     accelerator = "h100-sxm-80gb"   # catalog name, or an [accelerator] table (fields of accelerators.toml)

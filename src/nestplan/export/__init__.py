@@ -1,4 +1,4 @@
-"""Launch settings for real frameworks from a plan (DESIGN.md section 6, ``--export``).
+"""Launch settings for real frameworks from a plan (``--export``; the plan JSON: docs/formats.md).
 
 ``build_input`` turns a plan JSON object (schema ``nestplan.plan/1``, from a fresh search or a
 saved file), the model and the cluster into an ``ExportInput``; ``export`` runs one framework's

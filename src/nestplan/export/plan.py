@@ -1,6 +1,6 @@
 """What an exporter reads: the plan JSON (schema ``nestplan.plan/1``) and the model and cluster it is for.
 
-Exports work from the plan object of DESIGN.md section 6, whether it comes from a
+Exports work from the plan object (docs/formats.md, "Plan JSON"), whether it comes from a
 fresh search or from a saved file, so both paths share one reader. Every field an
 exporter needs is checked here, once: names without control characters, integers
 (not bools or floats) within bounds, categorical settings among their allowed values.
