@@ -45,7 +45,7 @@ from typing import Any, Mapping
 
 from nestplan import units
 from nestplan.catalog import data_file, entry_path, is_file, names, user_path
-from nestplan.errors import ConfigError
+from nestplan.errors import ConfigError, brief
 from nestplan.hardware.accelerator import Accelerator, accelerator_from_dict, load_accelerator
 from nestplan.inputs import check_string, load_object
 from nestplan.network.builders import from_graph, hierarchical, torus
@@ -121,8 +121,8 @@ def interconnect_bus_efficiency(kind: str) -> float:
     """Achievable busbw / line rate of a link kind; ConfigError naming the known kinds."""
     table = _interconnects()
     if not isinstance(kind, str) or kind.strip().lower() not in table:
-        raise ConfigError(f"unknown interconnect kind {_brief(kind)}; allowed: {', '.join(sorted(table))}",
-                          field="kind", value=_brief(kind), limit=sorted(table))
+        raise ConfigError(f"unknown interconnect kind {brief(kind)}; allowed: {', '.join(sorted(table))}",
+                          field="kind", value=brief(kind), limit=sorted(table))
     return table[kind.strip().lower()]
 
 
@@ -171,19 +171,13 @@ def load_cluster(name_or_path: str, devices: int | None = None) -> Cluster:
 # validation and conversion
 
 
-def _brief(value: Any) -> str:
-    """``repr(value)`` cut to 60 characters, so that a message quoting a whole list stays short."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _check_keys(table: Any, allowed: tuple[str, ...], required: tuple[str, ...], where: str) -> Mapping[str, Any]:
     if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table, got {_brief(table)}", field=where, value=_brief(table))
+        raise ConfigError(f"{where} must be a table, got {brief(table)}", field=where, value=brief(table))
     unknown = [key for key in table if key not in allowed]
     if unknown:
         raise ConfigError(f"{where}: unknown key '{unknown[0]}'; allowed: {', '.join(allowed)}",
-                          field=str(unknown[0]), value=_brief(table[unknown[0]]), limit=list(allowed))
+                          field=str(unknown[0]), value=brief(table[unknown[0]]), limit=list(allowed))
     missing = [key for key in required if key not in table]
     if missing:
         raise ConfigError(f"{where}: missing field '{missing[0]}'; required: {', '.join(required)}",
@@ -196,24 +190,24 @@ def _number(value: Any, field: str, where: str, bounds: tuple[float, float]) -> 
     low, high = bounds
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:  # NaN fails too
         allowed = f"[{low:g}, {high:g}]"
-        raise ConfigError(f"{where}: {field} must be a number in {allowed}, got {_brief(value)}",
-                          field=field, value=_brief(value), limit=allowed)
+        raise ConfigError(f"{where}: {field} must be a number in {allowed}, got {brief(value)}",
+                          field=field, value=brief(value), limit=allowed)
     return float(value)
 
 
 def _integer(value: Any, field: str, where: str, *, maximum: int, minimum: int = 1) -> int:
     """An integer of the file (not a bool, not ``2.0``) in minimum..maximum."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ConfigError(f"{where}: {field} must be an integer in {minimum}..{maximum}, got {_brief(value)}",
-                          field=field, value=_brief(value), limit=f"{minimum}..{maximum}")
+        raise ConfigError(f"{where}: {field} must be an integer in {minimum}..{maximum}, got {brief(value)}",
+                          field=field, value=brief(value), limit=f"{minimum}..{maximum}")
     return value
 
 
 def _name(value: Any, field: str, where: str) -> str:
     """A name: a non-empty string of at most ``MAX_NAME_CHARS`` characters, no control character."""
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where}: {field} must be a non-empty string, got {_brief(value)}", field=field,
-                          value=_brief(value), limit="non-empty string")
+        raise ConfigError(f"{where}: {field} must be a non-empty string, got {brief(value)}", field=field,
+                          value=brief(value), limit="non-empty string")
     if len(value) > MAX_NAME_CHARS:
         raise ConfigError(f"{where}: {field} is {len(value)} characters long; at most {MAX_NAME_CHARS} allowed",
                           field=field, value=len(value), limit=MAX_NAME_CHARS, unit="characters")
@@ -223,7 +217,7 @@ def _name(value: Any, field: str, where: str) -> str:
 def _list(value: Any, field: str, where: str, maximum: int, described: str) -> list[Any]:
     """A non-empty list of at most ``maximum`` entries."""
     if not isinstance(value, list) or not 1 <= len(value) <= maximum:
-        shown = f"{len(value)} entries" if isinstance(value, list) else _brief(value)
+        shown = f"{len(value)} entries" if isinstance(value, list) else brief(value)
         raise ConfigError(f"{where}: {field} must be a list of 1 to {maximum} {described}, got {shown}",
                           field=field, value=shown, limit=f"1..{maximum} entries")
     return value
@@ -231,8 +225,8 @@ def _list(value: Any, field: str, where: str, maximum: int, described: str) -> l
 
 def _efficiency(table: Mapping[str, Any], where: str) -> float:
     if "kind" in table and "bus_efficiency" in table:
-        raise ConfigError(f"{where}: give either kind or bus_efficiency, not both (kind = {_brief(table['kind'])})",
-                          field="bus_efficiency", value=_brief(table["bus_efficiency"]), limit="kind or bus_efficiency")
+        raise ConfigError(f"{where}: give either kind or bus_efficiency, not both (kind = {brief(table['kind'])})",
+                          field="bus_efficiency", value=brief(table["bus_efficiency"]), limit="kind or bus_efficiency")
     if "kind" in table:
         try:
             return interconnect_bus_efficiency(table["kind"])
@@ -258,7 +252,7 @@ def _accelerator(value: Any, cluster: str) -> Accelerator:
         suffix = "-accelerator"  # the default name, within the accelerator's name bound
         return accelerator_from_dict(value.get("name", cluster[:MAX_NAME_CHARS - len(suffix)] + suffix), value)
     raise ConfigError(f"cluster '{cluster}': accelerator must be a catalog name or an [accelerator] table, "
-                      f"got {_brief(value)}", field="accelerator", value=_brief(value), limit="catalog name or table")
+                      f"got {brief(value)}", field="accelerator", value=brief(value), limit="catalog name or table")
 
 
 def _levels_topology(name: str, levels: Any) -> Topology:
@@ -302,8 +296,8 @@ def _graph_topology(name: str, table: Any) -> tuple[Topology, tuple[int, ...]]:
     for i, edge in enumerate(edges):
         where = f"{at}: edges[{i}]"
         if not isinstance(edge, list) or len(edge) != 4:
-            raise ConfigError(f"{where} must be [u, v, bandwidth_GBps, latency_us], got {_brief(edge)}",
-                              field=f"edges[{i}]", value=_brief(edge), limit="[u, v, bandwidth_GBps, latency_us]")
+            raise ConfigError(f"{where} must be [u, v, bandwidth_GBps, latency_us], got {brief(edge)}",
+                              field=f"edges[{i}]", value=brief(edge), limit="[u, v, bandwidth_GBps, latency_us]")
         u = _integer(edge[0], "u", where, minimum=0, maximum=MAX_GRAPH_NODES - 1)
         v = _integer(edge[1], "v", where, minimum=0, maximum=MAX_GRAPH_NODES - 1)
         converted.append((u, v, _bandwidth_Bps(edge[2], "bandwidth_GBps", where),
@@ -324,8 +318,8 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
     name = _name(data["name"], "name", f"cluster {origin}")
     for key in ("source", "notes"):
         if key in data and not isinstance(data[key], str):
-            raise ConfigError(f"cluster '{name}': {key} must be a string, got {_brief(data[key])}", field=key,
-                              value=_brief(data[key]), limit="a string")
+            raise ConfigError(f"cluster '{name}': {key} must be a string, got {brief(data[key])}", field=key,
+                              value=brief(data[key]), limit="a string")
     given = [key for key in _NETWORK_KEYS if key in data]
     if len(given) != 1:
         described = "none" if not given else " and ".join(given)

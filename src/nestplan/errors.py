@@ -20,6 +20,13 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+def brief(value: Any, width: int = 60) -> str:
+    """``repr(value)`` as an error line quotes it: control characters escaped, cut to ``width``
+    characters (a 4,000-digit integer or a long list is not quoted whole)."""
+    text = printable(repr(value))
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 class PlannerError(Exception):
     """Base class for errors a user can fix by changing the input."""
 

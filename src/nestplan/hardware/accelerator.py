@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from nestplan import units
 from nestplan.catalog import data_file
-from nestplan.errors import ConfigError, UnknownNameError, printable
+from nestplan.errors import ConfigError, UnknownNameError, brief, printable
 from nestplan.inputs import check_string, load_object
 
 _DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -97,12 +97,6 @@ def _where(name: str) -> str:
     return f"accelerator '{printable(name)}'"
 
 
-def _brief(value: Any) -> str:
-    """``repr(value)`` cut to 40 characters (a 4,000-digit integer is not quoted whole)."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _number(entry: Mapping[str, Any], key: str, name: str, bounds: tuple[float, float]) -> float:
     """``entry[key]``: a number in the closed range ``bounds``; a missing key is an error."""
     if key not in entry:
@@ -112,7 +106,7 @@ def _number(entry: Mapping[str, Any], key: str, name: str, bounds: tuple[float, 
     allowed = f"[{low:g}, {high:g}]"
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not is_number or not low <= value <= high:  # NaN fails too
-        shown = _brief(value) if is_number else type(value).__name__
+        shown = brief(value) if is_number else type(value).__name__
         raise ConfigError(f"{_where(name)}: field '{key}' must be a number in {allowed}, got {shown}",
                           field=key, value=shown, limit=allowed)
     return float(value)
@@ -121,8 +115,8 @@ def _number(entry: Mapping[str, Any], key: str, name: str, bounds: tuple[float, 
 def _checked_name(name: Any) -> str:
     """A non-empty string of at most ``MAX_NAME_CHARS`` characters, no control character."""
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"accelerator: name must be a non-empty string, got {printable(_brief(name))}",
-                          field="name", value=printable(_brief(name)), limit="a non-empty string")
+        raise ConfigError(f"accelerator: name must be a non-empty string, got {printable(brief(name))}",
+                          field="name", value=printable(brief(name)), limit="a non-empty string")
     if len(name) > MAX_NAME_CHARS:
         raise ConfigError(f"accelerator: name is {len(name)} characters long; at most {MAX_NAME_CHARS} allowed",
                           field="name", value=len(name), limit=MAX_NAME_CHARS, unit="characters")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nestplan import catalog
-from nestplan.errors import ConfigError
+from nestplan.errors import ConfigError, brief
 from nestplan.inputs import check_string, load_object
 from nestplan.model.spec import SUPPORTED_FAMILIES, ModelSpec
 
@@ -80,12 +80,6 @@ class _Fields:
     def error(self, message: str, key: str | None = None, value: Any = None, limit: Any = None) -> ConfigError:
         return ConfigError(f"config.json ({self.family}): {message}", field=key, value=value, limit=limit)
 
-    @staticmethod
-    def brief(value: Any) -> str:
-        """``repr(value)``, cut to 60 characters (a list or a long string is not quoted whole)."""
-        text = repr(value)
-        return text if len(text) <= 60 else text[:57] + "..."
-
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
@@ -101,22 +95,22 @@ class _Fields:
         """A JSON integer (not a bool, not ``2.0``) in ``minimum..maximum``."""
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            raise self.error(f"field '{key}' must be an integer in {minimum}..{maximum}, got {self.brief(value)}",
-                             key, self.brief(value), f"{minimum}..{maximum}")
+            raise self.error(f"field '{key}' must be an integer in {minimum}..{maximum}, got {brief(value)}",
+                             key, brief(value), f"{minimum}..{maximum}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
-            raise self.error(f"field '{key}' must be true or false, got {self.brief(value)}", key,
-                             self.brief(value), "true, false")
+            raise self.error(f"field '{key}' must be true or false, got {brief(value)}", key,
+                             brief(value), "true, false")
         return value
 
     def probability(self, key: str, default: float) -> float:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise self.error(f"field '{key}' must be a probability in [0, 1], got {self.brief(value)}", key,
-                             self.brief(value), "[0, 1]")
+            raise self.error(f"field '{key}' must be a probability in [0, 1], got {brief(value)}", key,
+                             brief(value), "[0, 1]")
         return float(value)
 
     def any_dropout(self, defaults: dict[str, float]) -> bool:
@@ -125,13 +119,13 @@ class _Fields:
     def layer_indices(self, key: str, num_layers: int) -> tuple[int, ...]:
         value = self.raw(key, [])
         if not isinstance(value, list):
-            raise self.error(f"field '{key}' must be a list of layer indices, got {self.brief(value)}", key,
-                             self.brief(value), "a list of layer indices")
+            raise self.error(f"field '{key}' must be a list of layer indices, got {brief(value)}", key,
+                             brief(value), "a list of layer indices")
         for index in value:
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
                 raise self.error(
-                    f"field '{key}' has layer index {self.brief(index)}; allowed: integers 0..{num_layers - 1}",
-                    key, self.brief(index), f"0..{num_layers - 1}",
+                    f"field '{key}' has layer index {brief(index)}; allowed: integers 0..{num_layers - 1}",
+                    key, brief(index), f"0..{num_layers - 1}",
                 )
         return tuple(sorted(set(value)))
 
@@ -343,8 +337,8 @@ def parse_config(data: dict, name: str) -> ModelSpec:
         )
     if not isinstance(family, str) or family not in _READERS:
         raise ConfigError(
-            f"model_type {_Fields.brief(family)} is not supported; supported families: {supported}",
-            field="model_type", value=_Fields.brief(family), limit=list(SUPPORTED_FAMILIES),
+            f"model_type {brief(family)} is not supported; supported families: {supported}",
+            field="model_type", value=brief(family), limit=list(SUPPORTED_FAMILIES),
         )
     return _READERS[family](_Fields(data, family), _check_model_name(name))
 

@@ -8,13 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nestplan.errors import ConfigError
-
-
-def brief(value: Any) -> str:
-    """``repr(value)`` cut to 60 characters, so that a message quoting a long list or number stays short."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+from nestplan.errors import ConfigError, brief
 
 
 def _as_int(value: Any, field: str, where: str, minimum: int = 1, maximum: int | None = None) -> int:

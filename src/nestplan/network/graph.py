@@ -11,8 +11,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from nestplan import units
-from nestplan.errors import ConfigError
-from nestplan.network._checks import _as_float, _as_int, brief
+from nestplan.errors import ConfigError, brief
+from nestplan.network._checks import _as_float, _as_int
 from nestplan.network.topology import Level, Topology
 
 
