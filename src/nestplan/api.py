@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, printable
-from nestplan.job import MAX_SEQ_LEN, Job, Optimizer, check_count
+from nestplan.job import Job, Optimizer, check_context, default_seq_len, make_job, preferred_dtype
 from nestplan.model import ModelSpec, load_model
 from nestplan.report.plan_json import SearchStats, plan_to_dict
 from nestplan.strategy.dims import ParallelDims, check_against_model
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
+from nestplan.units import GiB, MiB
 
-DEFAULT_SEQ_LEN_CAP = 8192
+if TYPE_CHECKING:   # imported where used: the CLI starts without the search, the exports and the sweep
+    from nestplan.compat.schema import NestInput
+    from nestplan.compat.solve import NestResult
+    from nestplan.export.common import Export
+    from nestplan.model.trace import TraceResult
+    from nestplan.search.compare import CompareRow
+    from nestplan.search.engine import SearchStats as SearchCounts
+    from nestplan.search.space import SearchSpace
+    from nestplan.sweep.run import SweepSummary
+
 MAX_TOP = 100        # runner-up plans a search keeps: each costs finalists kept and simulated
 MAX_WORKERS = 1024   # local worker processes of a sweep
 
@@ -34,33 +44,9 @@ def resolve_cluster(cluster: str | Cluster, devices: int | None = None) -> Clust
     return load_cluster(cluster, devices)
 
 
-def default_seq_len(model: ModelSpec) -> int:
-    """The model's context length, capped at 8192 (a typical pre-training length)."""
-    return min(model.max_position_embeddings, DEFAULT_SEQ_LEN_CAP)
-
-
 def default_dtype(cluster: Cluster) -> str:
-    """bf16 where the accelerator has it, else fp16 (V100)."""
-    return "bf16" if "bf16" in cluster.accelerator.peak_flops else "fp16"
-
-
-def make_job(model: ModelSpec, global_batch_size: int, seq_len: int | None = None, **kwargs: Any) -> Job:
-    """A Job for ``model``; ``seq_len`` None means :func:`default_seq_len` (0 is refused, not a default)."""
-    job = Job(global_batch_size=global_batch_size,
-              seq_len=default_seq_len(model) if seq_len is None else seq_len, **kwargs)
-    check_context(model, job.seq_len)
-    return job
-
-
-def check_context(model: ModelSpec, seq_len: int) -> None:
-    """Refuse a sequence length outside 1..MAX_SEQ_LEN or beyond the model's learned absolute
-    position table (``ModelSpec.max_seq_len``: gpt2 and bert families; rotary models have none)."""
-    check_count(seq_len, "seq_len", MAX_SEQ_LEN)
-    limit = getattr(model, "max_seq_len", None)
-    if limit is not None and seq_len > limit:
-        raise ConfigError(f"seq-len {seq_len} exceeds the {limit} positions {printable(model.name)} has learned "
-                          f"(learned absolute position embeddings); at most {limit}", field="seq_len",
-                          value=seq_len, limit=limit, unit="tokens")
+    """bf16 where the cluster's accelerator has it, else fp16 (V100)."""
+    return preferred_dtype(cluster.accelerator.peak_flops)
 
 
 @dataclass(frozen=True)
@@ -180,7 +166,7 @@ def _accelerator_entry(name: str) -> dict[str, Any]:
 
     acc = load_accelerator(name)
     return {"name": name, "peak_TFLOPS": {dtype: flops / 1e12 for dtype, flops in acc.peak_flops.items()},
-            "hbm_GiB": acc.hbm_bytes / 2**30, "hbm_bandwidth_TBps": acc.hbm_bandwidth_Bps / 1e12,
+            "hbm_GiB": acc.hbm_bytes / GiB, "hbm_bandwidth_TBps": acc.hbm_bandwidth_Bps / 1e12,
             "source": acc.source}
 
 
@@ -205,7 +191,7 @@ class PlanReport:
     job: Job
     best: Prediction
     runners_up: tuple[Prediction, ...]
-    stats: Any
+    stats: SearchCounts
 
     def to_dict(self) -> dict[str, Any]:
         return plan_to_dict(
@@ -230,7 +216,7 @@ def plot_plan(pred: Prediction, cluster: str | Cluster, out_dir: str | Path, tit
 
 def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None, *, devices: int | None = None,
          global_batch_size: int | None = None, seq_len: int | None = None, top: int = 5,
-         space: Any = None, progress: Any = None) -> PlanReport:
+         space: SearchSpace | None = None, progress: Callable[[int], None] | None = None) -> PlanReport:
     """Find the plan with the highest predicted throughput that fits (NEST's dynamic program).
 
     Raises InfeasibleError (exit code 3) explaining the leanest plan's memory when nothing fits.
@@ -259,7 +245,7 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
 PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
 PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
 PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))   # Figure 6
-PAPER_ZERO_ABLATION = (("llama3-70b", 24 * 2**30), ("bert-large", 120 * 2**20))   # Table 7: device memory, bytes
+PAPER_ZERO_ABLATION = (("llama3-70b", 24 * GiB), ("bert-large", 120 * MiB))   # Table 7: device memory, bytes
 
 
 @dataclass(frozen=True)
@@ -283,7 +269,7 @@ class Comparison:
     """The rows of one CompareCase (``search.compare.CompareRow``) and their normalised throughput."""
 
     title: str
-    rows: list[Any]
+    rows: list[CompareRow]
     normalised: list[float]
 
     @property
@@ -335,15 +321,15 @@ def _compare_case(args: tuple[CompareCase, list[str], int]) -> Comparison:
     rows = run_compare(spec, load, job, case.devices, case.micro_batch_sizes, names)
     title = f"{spec.name} on {case.cluster}"
     if case.hbm_bytes is not None:
-        gib = case.hbm_bytes / 2**30
-        title += f" with {gib:g} GiB devices" if gib >= 1 else f" with {case.hbm_bytes / 2**20:g} MiB devices"
+        gib = case.hbm_bytes / GiB
+        title += f" with {gib:g} GiB devices" if gib >= 1 else f" with {case.hbm_bytes / MiB:g} MiB devices"
     elif len(case.micro_batch_sizes) > 1:
         title += f" mbs {','.join(map(str, case.micro_batch_sizes))}"
     return Comparison(title, rows, normalise(rows))
 
 
 def sweep(spec: str | Path, out_dir: str | Path, *, workers: int = 2, ray: str | None = None,
-          progress: Any = None) -> Any:
+          progress: Callable[[int, int], None] | None = None) -> SweepSummary:
     """Run a sweep spec (TOML) into out_dir/results.sqlite, skipping cases already there.
 
     ``ray``: None for local processes (``workers`` of them), or ``local``, ``auto``,
@@ -370,17 +356,18 @@ def sweep_report(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[Path]]
 
 
 def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
-                model: str | ModelSpec | None = None, cluster: str | Cluster | None = None) -> tuple[list[Path], Any]:
+                model: str | ModelSpec | None = None, cluster: str | Cluster | None = None
+                ) -> tuple[list[Path], Export]:
     """Write a framework's launch files for a plan JSON object (``PlanReport.to_dict()`` or a saved
     ``--json`` file). Model and cluster default to the names the plan carries; a cluster named is
     loaded with the plan's ``devices_total`` (the cluster it was planned on), a ``Cluster`` given is
     used as it is. Where the framework's rank order differs from the one costed, the export quotes
     nestplan's prediction under the framework's order too. Returns (paths written, the Export with
     its notes)."""
-    from nestplan import __version__
     from nestplan.export import build_input, check_framework, export, framework_orders
     from nestplan.export.common import choose_order
     from nestplan.export.plan import check_schema, read_plan
+    from nestplan.version import __version__
 
     key = check_framework(framework)
     check_schema(plan)
@@ -407,7 +394,8 @@ def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
     return result.write(out_dir), result
 
 
-def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2) -> tuple[Any, list[dict[str, Any]]]:
+def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2
+          ) -> tuple[TraceResult, list[dict[str, Any]]]:
     """Trace a model's Hugging Face config (needs the [trace] extra) and compare each traced block
     with the closed-form formulas: (TraceResult, rows of traced and closed-form figures)."""
     import json as _json
@@ -440,7 +428,8 @@ def calibrate(model: ModelSpec, rows: Sequence[Mapping[str, Any]]) -> ModelSpec:
     return replace(model, traced_flops_scale=flops, traced_activation_scale=saved)
 
 
-def nest_solve(source: str | Path | Mapping[str, Any], *, progress: Any = None) -> tuple[Any, dict[str, Any], Any]:
+def nest_solve(source: str | Path | Mapping[str, Any], *, progress: Callable[[int], None] | None = None
+               ) -> tuple[NestInput, dict[str, Any], NestResult]:
     """The NEST authors' solver, drop-in: read their input (a ``dp_input.json`` path or its
     parsed object), search with their cost semantics on nestplan's engine, re-cost their
     baselines. Returns (the validated input, the output object in their schema, the
@@ -453,7 +442,8 @@ def nest_solve(source: str | Path | Mapping[str, Any], *, progress: Any = None) 
     return inp, to_output(inp, result), result
 
 
-def nest_explain(inp: Any, result: Any, *, model: str | None = None, cluster: str | None = None) -> list[str]:
+def nest_explain(inp: NestInput, result: NestResult, *, model: str | None = None, cluster: str | None = None
+                 ) -> list[str]:
     """What the authors' unit mix hides in a nest_solve result, and nestplan's physical
     prediction of the same plan when a catalog model and cluster are named."""
     from nestplan.compat.explain import explain

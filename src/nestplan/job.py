@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
-from nestplan.errors import ConfigError
+from nestplan.errors import ConfigError, printable
 from nestplan.units import DTYPE_BYTES
 
 MAX_GLOBAL_BATCH_SIZE = 2**24   # sequences per step (published pre-training batches reach 2^14)
 MAX_SEQ_LEN = 2**21             # tokens per sequence (long-context training reaches 2^20)
+DEFAULT_SEQ_LEN_CAP = 8192      # a typical pre-training length
 
 
 def check_count(value: object, field: str, limit: int) -> int:
@@ -79,3 +82,48 @@ class Job:
     def optimizer_state_bytes(self) -> int:
         """fp32 bytes per parameter kept by the optimizer (master copy included)."""
         return 12 if self.optimizer is Optimizer.ADAM else 4
+
+
+class Positions(Protocol):
+    """What a job needs to know of its model (``ModelSpec`` has it): the name, the context length,
+    and the learned absolute positions it cannot run beyond (None: rotary, no table to run out of)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_position_embeddings(self) -> int: ...
+
+    @property
+    def max_seq_len(self) -> int | None: ...
+
+
+def default_seq_len(model: Positions) -> int:
+    """The model's context length, capped at DEFAULT_SEQ_LEN_CAP."""
+    return min(model.max_position_embeddings, DEFAULT_SEQ_LEN_CAP)
+
+
+def preferred_dtype(dtypes: Collection[str]) -> str:
+    """bf16 where the accelerator computes in it (``dtypes``: those it has a peak for), else fp16 (V100)."""
+    return "bf16" if "bf16" in dtypes else "fp16"
+
+
+def check_context(model: Positions, seq_len: int) -> None:
+    """Refuse a sequence length outside 1..MAX_SEQ_LEN or beyond the model's learned absolute
+    position table (``ModelSpec.max_seq_len``: gpt2 and bert families; rotary models have none)."""
+    check_count(seq_len, "seq_len", MAX_SEQ_LEN)
+    limit = model.max_seq_len
+    if limit is not None and seq_len > limit:
+        raise ConfigError(f"seq-len {seq_len} exceeds the {limit} positions {printable(model.name)} has learned "
+                          f"(learned absolute position embeddings); at most {limit}", field="seq_len",
+                          value=seq_len, limit=limit, unit="tokens")
+
+
+def make_job(model: Positions, global_batch_size: int, seq_len: int | None = None, *, dtype: str = "bf16",
+             grad_dtype: str = "fp32", optimizer: Optimizer = Optimizer.ADAM,
+             flash_attention: bool = True) -> Job:
+    """A Job for ``model``; ``seq_len`` None means :func:`default_seq_len` (0 is refused, not a default)."""
+    job = Job(global_batch_size, default_seq_len(model) if seq_len is None else seq_len, dtype=dtype,
+              grad_dtype=grad_dtype, optimizer=optimizer, flash_attention=flash_attention)
+    check_context(model, job.seq_len)
+    return job

@@ -7,33 +7,19 @@ fields (``bandwidth_Bps``, ``hbm_bytes``, ``latency_s``).
 
 from __future__ import annotations
 
-KB = 1e3
-MB = 1e6
 GB = 1e9
 TB = 1e12
-KiB = 2.0**10
 MiB = 2.0**20
 GiB = 2.0**30
-TiB = 2.0**40
 
 US = 1e-6
-MS = 1e-3
-NS = 1e-9
 
 TERA = 1e12
-GIGA = 1e9
-
-BITS_PER_BYTE = 8.0
 
 
 def GBps_to_Bps(value: float) -> float:
     """Gigabytes per second (1e9 B/s) to bytes per second."""
     return float(value) * GB
-
-
-def Gbps_to_Bps(value: float) -> float:
-    """Gigabits per second (a NIC's line rate) to bytes per second."""
-    return float(value) * GIGA / BITS_PER_BYTE
 
 
 def TBps_to_Bps(value: float) -> float:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from nestplan.compat.schema import NestInput
+from nestplan.compat.schema import NestInput, NestLayer
 from nestplan.compat.solve import NestPlan, NestResult, solve
 from nestplan.errors import PlannerError
+from nestplan.units import GiB
 
 ESTIMATOR_UNIT_S = 1e-3        # cycles / 1.05e6 at a 1.05 GHz clock: milliseconds
+PHYSICAL_BATCH = 4096          # sequences per step of the physical prediction (the NEST paper's global batch)
 
 
 def breakdown(inp: NestInput, plan: NestPlan, unit_s: float = 1.0) -> dict[str, float]:
@@ -36,7 +38,7 @@ def in_seconds(inp: NestInput) -> NestInput:
     return dataclasses.replace(inp, graphs=graphs)
 
 
-def _scaled(node):
+def _scaled(node: NestLayer) -> NestLayer:
     return dataclasses.replace(node, fw=node.fw * ESTIMATOR_UNIT_S, bw=node.bw * ESTIMATOR_UNIT_S)
 
 
@@ -79,31 +81,33 @@ def physical(inp: NestInput, plan: NestPlan, model: str | None, cluster: str | N
     if not model or not cluster:
         return ("nestplan's physical model: pass --model and --cluster (catalog names or files) to see its "
                 "prediction of this plan")
-    from nestplan import api
+    from nestplan.cluster import load_cluster
+    from nestplan.cost.evaluator import evaluate_plan
+    from nestplan.job import make_job
+    from nestplan.model import load_model
     from nestplan.strategy.dims import ParallelDims
     from nestplan.strategy.enums import Recompute
 
     try:
-        spec = api.resolve_model(model)
+        spec = load_model(model)
         if spec.num_layers != inp.num_layers:
             return (f"nestplan's physical model: {spec.name} has {spec.num_layers} layers, the input "
                     f"{inp.num_layers}: not the same model")
-        micro = mbs or max(1, round(4096 / (inp.microbatches * inp.ep_degree)))
+        micro = mbs or max(1, round(PHYSICAL_BATCH / (inp.microbatches * inp.ep_degree)))
         layers = (plan.parts[0] - 1,) + plan.parts[1:]
-        dims = ParallelDims(tp=plan.width, pp=len(plan.parts), dp=plan.replicas * inp.ep_degree, ep=inp.ep_degree,
+        dims = ParallelDims(tp=plan.width, pp=len(plan.parts), dp=plan.replicas, ep=inp.ep_degree,
                             cp=inp.cp_degree, sp=inp.sp_enabled, micro_batch_size=micro,
                             recompute=Recompute.FULL if inp.recompute else Recompute.NONE,
                             layers_per_stage=layers if len(plan.parts) > 1 else None)
-        job = api.make_job(spec, 4096)
-        pred = api.evaluate(spec, cluster, dims, job, devices=inp.max_devices)
+        pred = evaluate_plan(spec, load_cluster(cluster, dims.devices), dims, make_job(spec, PHYSICAL_BATCH))
     except PlannerError as exc:
         return f"nestplan's physical model cannot run this plan: {exc}"
     peak, limit = pred.peak_memory_bytes_per_device, pred.memory_capacity_bytes
-    fit = "" if peak <= limit else f" (does not fit: {limit / 2 ** 30:.0f} GiB devices)"
+    fit = "" if peak <= limit else f" (does not fit: {limit / GiB:.0f} GiB devices)"
     comm_terms = ("tp_comm", "cp_comm", "ep_comm", "zero_comm", "pp_comm", "dp_sync")
     comm = sum(pred.breakdown_s.get(k, 0.0) for k in comm_terms)
-    return (f"nestplan's physical model ({spec.name} on {cluster}, {inp.max_devices} devices): step "
-            f"{pred.step_time_s:.4g} s for 4096 samples, {pred.tokens_per_s:,.0f} tokens/s, MFU {100 * pred.mfu:.1f}%, "
-            f"communication and sync {100 * comm / pred.step_time_s:.1f}% of the step, peak memory "
-            f"{peak / 2 ** 30:.1f} GiB{fit}")
+    return (f"nestplan's physical model ({spec.name} on {cluster}, {dims.devices} devices): step "
+            f"{pred.step_time_s:.4g} s for {PHYSICAL_BATCH} samples, {pred.tokens_per_s:,.0f} tokens/s, "
+            f"MFU {100 * pred.mfu:.1f}%, communication and sync {100 * comm / pred.step_time_s:.1f}% of the step, "
+            f"peak memory {peak / GiB:.1f} GiB{fit}")
 

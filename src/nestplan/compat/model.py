@@ -114,7 +114,7 @@ def allreduce_s(network: NestNetwork, nbytes: float, members: list[int]) -> floa
     return total
 
 
-def first_stage_members(network: NestNetwork, replicas: int, depth: int, stage_devices: int) -> list[int]:
+def first_stage_members(replicas: int, depth: int, stage_devices: int) -> list[int]:
     """Device of the first stage in every replica: replica r holds [r p a, (r + 1) p a)."""
     span = depth * stage_devices
     return [r * span + (depth - 1) * stage_devices for r in range(replicas)]
@@ -188,7 +188,7 @@ class NestCostModel:
         parameters for the forward and again for the backward, over the replicas (level 0 costs:
         the authors' estimator unit for loads is not seconds, so this is only a lower bound)."""
         net = self.inp.network
-        members = first_stage_members(net, replicas, 1, self.inp.stage_devices(width))
+        members = first_stage_members(replicas, 1, self.inp.stage_devices(width))
         level = max((i for i, g in enumerate(group_shape(net, members)) if g > 1), default=0)
         return 2.0 * (replicas - 1) / replicas * params / net.bandwidth_Bps[level]
 
@@ -217,6 +217,5 @@ class NestCostModel:
         """The data-parallel all-reduce of the first stage's parameters (seconds)."""
         c = self.chain(group.width)
         first = float(c["params"][:parts[0]].sum())
-        members = first_stage_members(self.inp.network, group.replicas, len(parts),
-                                      self.inp.stage_devices(group.width))
+        members = first_stage_members(group.replicas, len(parts), self.inp.stage_devices(group.width))
         return allreduce_s(self.inp.network, first, members)

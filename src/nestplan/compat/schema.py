@@ -226,7 +226,7 @@ def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
                      tuple(chain[i] for i in range(n_layers)))
 
 
-def _baselines(raw: Any, n_layers: int) -> tuple[NestBaseline, ...]:
+def _baselines(raw: Any) -> tuple[NestBaseline, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, Mapping) or len(raw) > MAX_NEST_BASELINES:
@@ -280,7 +280,7 @@ def parse_input(raw: Mapping[str, Any]) -> NestInput:
         ep_degree=_integer(raw, "ep_degree", maximum=max_devices),
         cp_degree=_integer(raw, "cp_degree", maximum=max_devices),
         sp_enabled=_flag(raw, "sp_enabled", default=False), recompute=_flag(raw, "activationRecomputation"),
-        optimizer=NestOptimizer(optimizer), baselines=_baselines(raw.get("baselines"), graphs[0].num_layers),
+        optimizer=NestOptimizer(optimizer), baselines=_baselines(raw.get("baselines")),
         frequency=(_number(raw, "frequency", NEST_FREQUENCY_RANGE)
                    if raw.get("frequency") is not None else None))
 

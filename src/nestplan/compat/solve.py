@@ -22,8 +22,7 @@ from nestplan.compat.schema import NestBaseline, NestInput
 from nestplan.errors import InfeasibleError
 from nestplan.search.engine import Candidate, Engine, SearchStats, run
 from nestplan.search.partition import dp_split_matrix, stage_cost_matrix, suffix_bottlenecks
-
-GiB = 2 ** 30
+from nestplan.units import GiB
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Mapping
+
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.placement import Placement
+from nestplan.units import TERA
 
 BREAKDOWN_TERMS = (
     "forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
@@ -48,22 +52,21 @@ class Prediction:
     num_microbatches: int
     stages: tuple[StageCost, ...]
     bottleneck_stage: int
-    plan: Any = None          # the ParallelDims evaluated
-    placement: Any = None     # its Placement on the cluster
-    warnings: tuple[str, ...] = field(default_factory=tuple)
+    plan: ParallelDims        # the plan evaluated
+    placement: Placement      # its placement on the cluster
 
     @property
     def model_tflops_per_device(self) -> float:
-        return self.model_flops_per_step / self.step_time_s / self.devices_used / 1e12
+        return self.model_flops_per_step / self.step_time_s / self.devices_used / TERA
 
     @property
     def hardware_tflops_per_device(self) -> float:
-        return self.hardware_flops_per_step / self.step_time_s / self.devices_used / 1e12
+        return self.hardware_flops_per_step / self.step_time_s / self.devices_used / TERA
 
     @property
     def mfu(self) -> float:
         """Model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B)."""
-        return self.model_tflops_per_device * 1e12 / self.peak_flops_per_device
+        return self.model_tflops_per_device * TERA / self.peak_flops_per_device
 
     @property
     def peak_stage(self) -> StageCost:

@@ -25,7 +25,7 @@ def _job(job: Job) -> dict[str, Any]:
             "flash_attention": job.flash_attention}
 
 
-def _parallel(pred: Prediction, job: Job) -> dict[str, Any]:
+def _parallel(pred: Prediction) -> dict[str, Any]:
     d = pred.plan
     return {
         "tp": d.tp, "pp": d.pp, "dp": d.dp, "cp": d.cp, "ep": d.ep, "sp": d.sp_active,
@@ -79,7 +79,7 @@ def plan_to_dict(pred: Prediction, *, model: str, cluster: str, devices_total: i
         "devices_total": devices_total,
         "devices_used": pred.devices_used,
         "job": _job(job),
-        "parallel": _parallel(pred, job),
+        "parallel": _parallel(pred),
         "stages": _stages(pred),
         "placement": _placement(pred, level_names),
         "prediction": _prediction(pred),

@@ -21,8 +21,8 @@ from nestplan.cost.schedule import FORWARD, Timeline, simulate
 from nestplan.network.topology import Topology
 from nestplan.strategy.dims import AXES
 from nestplan.strategy.placement import rank_grid
+from nestplan.units import GiB
 
-GiB = 2**30
 MAX_LABELLED_OPS = 400      # microbatch numbers are written in the bars up to this many operations
 MAX_NODE_ROWS = 32          # the placement figure folds the nodes into columns of this many
 

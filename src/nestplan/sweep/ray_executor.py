@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from nestplan.errors import ConfigError
-from nestplan.sweep.run import solve
 
 
 def _connect(ray, address: str) -> bool:
@@ -27,7 +26,9 @@ def _connect(ray, address: str) -> bool:
     return True
 
 
-def run_on_ray(jobs: list[tuple], address: str, record: Callable[[dict, dict], None]) -> None:
+def run_on_ray(jobs: list[tuple], address: str, solve: Callable[..., dict],
+               record: Callable[[dict, dict], None]) -> None:
+    """``solve(inputs, model, cluster)`` of every job as a Ray task; ``record(inputs, result)`` as each ends."""
     try:
         import ray
     except ImportError:

@@ -22,9 +22,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from nestplan import api
 from nestplan.cluster import Cluster, cluster_data, cluster_from_dict
+from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, InfeasibleError, PlannerError
+from nestplan.job import Job, make_job, preferred_dtype
+from nestplan.model import ModelSpec, load_model
+from nestplan.report.plan_json import SearchStats, plan_to_dict
+from nestplan.search.infeasible import infeasible_error
+from nestplan.search.planner import check_job, search
+from nestplan.search.space import SearchSpace
 from nestplan.sweep.spec import Case, SweepSpec, expand
 from nestplan.sweep.store import Store
 from nestplan.units import GiB_to_bytes, bytes_to_GiB
@@ -62,7 +68,7 @@ def build_cluster(case: Case) -> Cluster:
     return cluster
 
 
-def solve(inputs: dict[str, Any], model, cluster) -> dict[str, Any]:
+def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[str, Any]:
     """Plan one case (runs in a worker). Never raises: failures become status and error."""
     start = time.perf_counter()
     try:
@@ -70,9 +76,9 @@ def solve(inputs: dict[str, Any], model, cluster) -> dict[str, Any]:
         if cl is None:
             raise PlannerError(f"cluster variant has {cluster.devices} devices, fewer than the {inputs['devices']} "
                                "asked")
-        job = api.make_job(model, inputs["global_batch_size"], inputs["seq_len"], dtype=api.default_dtype(cl))
-        report = api.plan(model, cl, job, top=0)
-        best, data = report.best, report.to_dict()
+        job = make_job(model, inputs["global_batch_size"], inputs["seq_len"],
+                       dtype=preferred_dtype(cl.accelerator.peak_flops))
+        best, data = best_plan(model, cl, job)
         out = {"status": "ok", "tokens_per_s": best.tokens_per_s,
                "tokens_per_s_per_device": best.tokens_per_s / inputs["devices"], "step_time_s": best.step_time_s,
                "mfu": best.mfu, "peak_memory_GiB": bytes_to_GiB(best.peak_memory_bytes_per_device),
@@ -87,6 +93,20 @@ def solve(inputs: dict[str, Any], model, cluster) -> dict[str, Any]:
     return out
 
 
+def best_plan(model: ModelSpec, cluster: Cluster, job: Job) -> tuple[Prediction, dict[str, Any]]:
+    """The best plan of ``nestplan plan``'s search on all of ``cluster`` and its plan JSON object; an
+    InfeasibleError explaining the leanest plan's memory when nothing fits."""
+    space = SearchSpace()
+    check_job(model, cluster, job, cluster.devices)
+    result = search(model, cluster, job, cluster.devices, space, top=0)
+    if result.best is None:
+        raise infeasible_error(model, cluster, job, cluster.devices, space)
+    stats = SearchStats(result.stats.solve_time_s, result.stats.candidates, result.stats.pruned_memory)
+    return result.best, plan_to_dict(result.best, model=model.name, cluster=cluster.name,
+                                     devices_total=cluster.devices, job=job,
+                                     level_names=[lv.name for lv in cluster.topology.levels], search=stats)
+
+
 def _details(data: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any] | None:
     """The parts of the plan JSON a spec asks to keep."""
     pick = {"breakdown": lambda: data["prediction"]["breakdown_s"],
@@ -95,13 +115,13 @@ def _details(data: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any] | No
     return {k: pick[k]() for k in keep} or None
 
 
-def _inputs(cases: list[Case]) -> tuple[dict, dict]:
+def _inputs(cases: list[Case]) -> tuple[dict[str, ModelSpec], dict[tuple, Cluster]]:
     """Every distinct model and cluster variant, built once; a bad one is a bad spec (ConfigError)."""
-    models: dict[str, Any] = {}
-    clusters: dict[tuple, Any] = {}
+    models: dict[str, ModelSpec] = {}
+    clusters: dict[tuple, Cluster] = {}
     for c in cases:
         if c.model not in models:
-            models[c.model] = api.resolve_model(c.model)
+            models[c.model] = load_model(c.model)
         if _cluster_key(c) not in clusters:
             try:
                 clusters[_cluster_key(c)] = build_cluster(c)
@@ -139,7 +159,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, workers: int = 2, ray_address: str
         counts["todo"] = len(jobs)
         if ray_address is not None:
             from nestplan.sweep.ray_executor import run_on_ray
-            run_on_ray(jobs, ray_address, record)
+            run_on_ray(jobs, ray_address, solve, record)
         else:
             _run_local(jobs, workers, record)
     finally:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nestplan import __version__
+from nestplan.version import __version__
 from nestplan.errors import ConfigError, printable
 from nestplan.inputs import check_string, load_object
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN
