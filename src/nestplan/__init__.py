@@ -9,8 +9,6 @@ Library surface (see :mod:`nestplan.api`)::
     pred = nestplan.evaluate(model, cluster, nestplan.ParallelDims(tp=8, pp=8, recompute="full"), job)
 """
 
-from importlib import metadata as _metadata
-
 from nestplan.api import evaluate, evaluate_full, make_job
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.errors import ConfigError, InfeasibleError, PlannerError
@@ -18,11 +16,7 @@ from nestplan.job import Job, Optimizer
 from nestplan.model import ModelSpec, load_model
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
-
-try:
-    __version__ = _metadata.version("nestplan")
-except _metadata.PackageNotFoundError:   # a source tree on sys.path, not installed
-    __version__ = "0+unknown"
+from nestplan.version import __version__
 
 __all__ = [
     "Cluster",

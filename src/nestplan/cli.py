@@ -251,7 +251,7 @@ def evaluate(
     if as_json:
         _print_json(data)
     else:
-        render_plan(console, data, result.prediction)
+        render_plan(console, data)
     written = _plots(plot, result.plot) if plot is not None else []
     if not as_json:
         _print_paths(console, "plots", written)
@@ -316,7 +316,7 @@ def plan_command(
 def _render_report(console: Console, data: dict, report: api.PlanReport) -> None:
     from nestplan.report.text import render_plan, render_runners_up
 
-    render_plan(console, data, report.best)
+    render_plan(console, data)
     render_runners_up(console, report.best, report.runners_up)
     s = report.stats
     console.print(f"search: {s.solve_time_s:.2f} s, {s.groups} groups, {s.depths} pipeline depths, "

@@ -115,8 +115,7 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
         stages.append(StageCost(
             index=i, first_layer=first, last_layer=last, has_embedding=i == 0, has_head=i == dims.pp - 1,
             devices=dims.stage_devices, forward_s=forward[i], backward_s=cycles[i] - forward[i], cycle_s=cycles[i],
-            components_s=MappingProxyType(dict(comp)), memory_bytes=MappingProxyType(memory),
-            dp_sync_s=end.sync_s[i], dp_exposed_s=end.exposed_per_stage_s[i]))
+            components_s=MappingProxyType(dict(comp)), memory_bytes=MappingProxyType(memory)))
     tied = tied_embedding_sync(model, cluster.topology, dims.tp, job, placement.pp_boundary_levels)
     breakdown = {k: m * v_ for k, v_ in pieces[slowest][2].items()}
     breakdown["pipeline_bubble"] = bubble_s

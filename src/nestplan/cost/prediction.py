@@ -31,8 +31,6 @@ class StageCost:
     cycle_s: float            # forward + backward + boundary transfers, per microbatch
     components_s: Mapping[str, float]   # cycle split over BREAKDOWN_TERMS (per microbatch)
     memory_bytes: Mapping[str, float]   # MEMORY_TERMS -> bytes per device
-    dp_sync_s: float          # end-of-step gradient sync of this stage, before overlap
-    dp_exposed_s: float
 
     @property
     def peak_memory_bytes(self) -> float:

@@ -53,9 +53,6 @@ class Timeline:
     def makespan_s(self) -> float:
         return float(self.end_s.max())
 
-    def stage_finish_s(self, stage: int) -> float:
-        return float(self.end_s[self.stage == stage].max())
-
 
 @dataclass(frozen=True)
 class _Pattern:

@@ -64,8 +64,6 @@ class StepEnd:
 
     exposed_s: float                 # exposed sync + gather of the stage that finishes last
     optimizer_s: float               # that stage's optimizer step
-    sync_s: tuple[float, ...]        # per stage, before overlap
-    exposed_per_stage_s: tuple[float, ...]
 
     @property
     def total_s(self) -> float:
@@ -73,27 +71,25 @@ class StepEnd:
 
 
 def stage_end(ctx: SyncContext, params: L.ParamCount, forward: float, backward: float, drain: float
-              ) -> tuple[float, float, float]:
-    """(sync before overlap, exposed sync + gather, optimizer) of one stage; ``drain`` is the time
-    the stages before it still run after its last backward (their backwards and transfers)."""
-    sync = ctx.sync(params)
-    exposed = max(0.0, sync - (backward + drain)) + max(0.0, ctx.gather(params) - forward)
-    return sync, exposed, ctx.optimizer(params)
+              ) -> tuple[float, float]:
+    """(exposed sync + gather, optimizer) of one stage; ``drain`` is the time the stages before it
+    still run after its last backward (their backwards and transfers)."""
+    exposed = max(0.0, ctx.sync(params) - (backward + drain)) + max(0.0, ctx.gather(params) - forward)
+    return exposed, ctx.optimizer(params)
 
 
 def step_end(ctx: SyncContext, params: Sequence[L.ParamCount], forward: Sequence[float],
              backward: Sequence[float], boundaries: Sequence[float]) -> StepEnd:
     """Per-stage lists are first stage first; ``boundaries[i]`` is the transfer between stage i and i + 1."""
     drain = 0.0
-    syncs, exposed, optimizer = [], [], []
+    exposed, optimizer = [], []
     for i, prm in enumerate(params):
-        sync, exp, opt = stage_end(ctx, prm, forward[i], backward[i], drain)
-        syncs.append(sync)
+        exp, opt = stage_end(ctx, prm, forward[i], backward[i], drain)
         exposed.append(exp)
         optimizer.append(opt)
         drain += backward[i] + (boundaries[i] if i < len(boundaries) else 0.0)
     last = max(range(len(params)), key=lambda i: exposed[i] + optimizer[i])
-    return StepEnd(exposed[last], optimizer[last], tuple(syncs), tuple(exposed))
+    return StepEnd(exposed[last], optimizer[last])
 
 
 def tied_embedding_sync(model: ModelSpec, topo: Topology, tp: int, job: Job, boundary_levels: Sequence[int]) -> float:

@@ -42,7 +42,7 @@ def fit_verdict(prediction: dict) -> str:
             f"{_gib(prediction['memory_excess_bytes'])} GiB; largest term: {worst[0]} ({_gib(worst[1])} GiB)")
 
 
-def render_plan(console: Console, plan: dict, pred: Prediction) -> None:
+def render_plan(console: Console, plan: dict) -> None:
     """Print the plan (its first line ending with the fit verdict), its stage table, the step-time
     and memory breakdowns and, for a plan that does not fit, the verdict again under the memory table."""
     par, p = plan["parallel"], plan["prediction"]
