@@ -231,3 +231,14 @@ def test_workers_exit_when_only_the_driver_is_killed(tmp_path) -> None:
                 os.kill(w, signal.SIGKILL)
         if driver.poll() is None:
             driver.kill()
+
+
+def test_device_memory_at_or_below_the_reserve_is_a_failed_case_not_a_negative_budget(tmp_path) -> None:
+    """hbm_GiB 1 on an A100 (2 GiB reserved) would leave -1 GiB for the plan: the case fails with the reason."""
+    from nestplan.sweep.run import build_cluster
+    from nestplan.sweep.spec import expand
+
+    spec = spec_from_dict({"models": ["bert-large"], "devices": [8], "global_batch_size": [64], "seq_len": [512],
+                           "hbm_GiB": [1], "clusters": [{"base": "dgx-a100"}]})
+    with pytest.raises(ConfigError, match="hbm_GiB 1 is not above the 2 GiB"):
+        build_cluster(expand(spec)[0])

@@ -64,7 +64,12 @@ def build_cluster(case: Case) -> Cluster:
         data["accelerator"] = case.accelerator
     cluster = cluster_from_dict(data, origin=case.cluster_label)
     if case.hbm_GiB is not None:
-        cluster = replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=GiB_to_bytes(case.hbm_GiB)))
+        hbm, reserved = GiB_to_bytes(case.hbm_GiB), cluster.accelerator.reserved_bytes
+        if hbm <= reserved:
+            raise ConfigError(f"sweep spec: hbm_GiB {case.hbm_GiB:g} is not above the {reserved / GiB_to_bytes(1):g} GiB "
+                              f"{cluster.accelerator.name} reserves for the framework", field="hbm_GiB",
+                              value=case.hbm_GiB, limit=f"> {reserved / GiB_to_bytes(1):g}", unit="GiB")
+        cluster = replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=hbm))
     return cluster
 
 
