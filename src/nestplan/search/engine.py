@@ -75,17 +75,17 @@ class Engine:
     capacity_bytes: float
     keep: int = 32
     stats: SearchStats = field(default_factory=SearchStats)
-    _heap: list = field(default_factory=list)   # max-heap by (proxy, arrival): entries negated
-    _arrivals: int = 0
+    # max-heap by (proxy, group's order, rank in the group): entries negated, so that on equal
+    # proxies the candidate of the earlier group (the earlier depth of a group) stays
+    _heap: list = field(default_factory=list)
     _split_cache: dict = field(default_factory=dict)
 
-    @property
-    def threshold(self) -> float:
-        return -self._heap[0][0] if len(self._heap) >= self.keep else INFEASIBLE
+    def dominated(self, proxy: float, order: int, rank: int = 0) -> bool:
+        """True when a candidate of this proxy and place in the order cannot enter the K best."""
+        return len(self._heap) >= self.keep and (-proxy, -order, -rank) < self._heap[0][:3]
 
-    def _push(self, cand: Candidate) -> None:
-        self._arrivals += 1
-        item = (-cand.proxy_s, -self._arrivals, cand)   # ties: the earlier candidate stays
+    def _push(self, cand: Candidate, order: int, rank: int) -> None:
+        item = (-cand.proxy_s, -order, -rank, cand)
         if len(self._heap) < self.keep:
             heapq.heappush(self._heap, item)
         elif item > self._heap[0]:
@@ -120,34 +120,49 @@ class Engine:
                 taus[p - 1], found[p] = split.bottleneck, split
         return taus, found
 
-    def run_group(self, group, key: tuple) -> bool:
-        """Search every depth of one group; True when some split fits."""
-        self.stats.groups += 1
-        tab = self.model.tables(group)
-        taus, found = self._splits(group, tab)
+    def _pipeline_times(self, group, tab, taus: np.ndarray) -> np.ndarray:
+        """weight * bottleneck + constant per depth (inf where no split fits or the depth is barred)."""
         finite = np.isfinite(taus)
         weight = getattr(tab, "weight", None)
         weight = group.microbatches - 1 if weight is None else weight   # inf: a depth the group cannot take
         with np.errstate(invalid="ignore"):
-            pipe = np.where(finite & np.isfinite(weight), weight * np.where(finite, taus, 0.0) + tab.constant,
+            return np.where(finite & np.isfinite(weight), weight * np.where(finite, taus, 0.0) + tab.constant,
                             INFEASIBLE)
+
+    def fits(self, group) -> bool:
+        """What run_group returns for this group, from the cost model's memory-only check where it has one."""
+        verdict = self.model.fits(group) if hasattr(self.model, "fits") else None
+        if verdict is None:
+            tab = self.model.tables(group)
+            verdict = bool(np.isfinite(self._pipeline_times(group, tab, self._splits(group, tab)[0])).any())
+        return verdict
+
+    def run_group(self, group, key: tuple, order: int | None = None) -> bool:
+        """Search every depth of one group; True when some split fits. ``order`` is the group's place
+        in the sequential order (ties between equal proxies go to the earlier group); by default the
+        groups are taken to arrive in that order."""
+        order = self.stats.groups if order is None else order
+        self.stats.groups += 1
+        tab = self.model.tables(group)
+        taus, found = self._splits(group, tab)
+        pipe = self._pipeline_times(group, tab, taus)
         depths = len(pipe)
         self.stats.depths += depths
         feasible = np.isfinite(pipe)
         self.stats.pruned_memory += int(depths - feasible.sum())
-        order = np.argsort(pipe, kind="stable")
-        for rank, p_idx in enumerate(order):
+        by_time = np.argsort(pipe, kind="stable")
+        for rank, p_idx in enumerate(by_time):
             if not feasible[p_idx]:
                 break
-            if pipe[p_idx] >= self.threshold:   # sorted: every later depth is dominated too
-                self.stats.pruned_bound += int(feasible[order[rank:]].sum())
+            if self.dominated(float(pipe[p_idx]), order, rank):   # sorted: every later depth is dominated too
+                self.stats.pruned_bound += int(feasible[by_time[rank:]].sum())
                 break
             p = int(p_idx) + 1
             split = found.get(p) or waterfill_split(tab.alpha[p_idx, :p], tab.beta, tab.nmax[p_idx, :p],
                                                     self.model.num_blocks, float(taus[p_idx]))
             total = float(pipe[p_idx]) + self.model.extras(group, split.parts)
             self.stats.candidates += 1
-            self._push(Candidate(total, key + (p,) + split.parts, group, split.parts))
+            self._push(Candidate(total, key + (p,) + split.parts, group, split.parts), order, rank)
         return bool(feasible.any())
 
     def proxy(self, group, tab, parts: tuple[int, ...]) -> float:
@@ -192,7 +207,7 @@ class Engine:
         return Candidate(best_value, cand.key, group, best_parts)
 
     def best(self) -> list[Candidate]:
-        return [item[2] for item in sorted(self._heap, reverse=True)]
+        return [item[3] for item in sorted(self._heap, reverse=True)]
 
 
 def run(engine: Engine, groups: Iterable[tuple[object, tuple, object, int]],
@@ -210,5 +225,39 @@ def run(engine: Engine, groups: Iterable[tuple[object, tuple, object, int]],
             lowest_fit[cfg_key] = min(zero, lowest_fit.get(cfg_key, zero))
         if progress is not None:
             progress(i)
+    engine.stats.solve_time_s = time.perf_counter() - start
+    return engine.best()
+
+
+def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object, int]],
+                   progress: Callable[[int], None] | None = None, escalate_from: int = 2) -> list[Candidate]:
+    """run()'s result (the same K best in the same order), visiting the groups by a lower bound.
+
+    Needs a cost model with ``lower_bound(group)``, a lower bound of the proxy of every split of
+    every depth of the group, and (optionally) ``fits(group)``, the memory-only check. A first
+    pass decides which groups run() would search (the ZeRO rule needs only whether a group fits)
+    and bounds each; the second searches them cheapest bound first, each with its place in the
+    sequential order (so ties break as in run()), and stops at the first group whose bound
+    cannot enter the K best: every later group's bound is no smaller.
+    """
+    start = time.perf_counter()
+    lowest_fit: dict = {}
+    queue = []
+    for i, (cfg_key, key, group, zero) in enumerate(groups):
+        if zero >= escalate_from and lowest_fit.get(cfg_key, zero) < zero:
+            continue   # a lower ZeRO stage already fits this configuration
+        if lowest_fit.get(cfg_key, zero + 1) > zero:
+            if engine.fits(group):
+                lowest_fit[cfg_key] = zero
+            else:
+                continue   # no split of any depth fits: run_group would keep nothing
+        queue.append((engine.model.lower_bound(group), i, key, group))
+        if progress is not None:
+            progress(i)
+    queue.sort(key=lambda item: item[:2])
+    for bound, i, key, group in queue:
+        if engine.dominated(bound, i):
+            break
+        engine.run_group(group, key, order=i)
     engine.stats.solve_time_s = time.perf_counter() - start
     return engine.best()

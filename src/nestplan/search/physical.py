@@ -110,40 +110,91 @@ class PhysicalSearchModel:
         levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
         return self._per_level_transfer(g)[list(levels)]
 
-    def tables(self, g: Group) -> Tables:
-        t = self.terms(g)
-        P = g.max_depth
-
-        def states(p: L.ParamCount) -> float:
-            return self._state_bytes(g, p)
-
-        kinds = self._kinds
+    def _block_arrays(self, g: Group, t: GraphTerms) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per block (L,): cycle seconds, state bytes and activation bytes per microbatch in flight."""
         kind_ids = sorted(t.blocks)   # False (dense) before True (MoE)
-        per_kind = {k: (t.blocks[k].cycle, states(t.blocks[k].params), t.blocks[k].activations) for k in kind_ids}
-        costs, per_block_states, per_block_acts = (np.array([per_kind[k][i] for k in kind_ids])[kinds]
-                                                   for i in range(3))
-        transient = max(t.blocks[k].transient for k in kind_ids)
+        per_kind = {k: (t.blocks[k].cycle, self._state_bytes(g, t.blocks[k].params), t.blocks[k].activations)
+                    for k in kind_ids}
+        costs, states, acts = (np.array([per_kind[k][i] for k in kind_ids])[self._kinds] for i in range(3))
+        return costs, states, acts
+
+    def _capacity(self, g: Group, t: GraphTerms, per_block_states: np.ndarray, per_block_acts: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """(P, P) bytes each stage holds besides its blocks, and the most blocks it can hold (0 beyond the depth)."""
+        P = g.max_depth
         depth = np.arange(1, P + 1)[:, None]
         stage = np.arange(P)[None, :]
         real = stage < depth
         inflight = np.where(real, in_flight_microbatches(Schedule.ONE_F_ONE_B, stage, depth, g.microbatches, 1), 0)
         first, last = real & (stage == 0), real & (stage == depth - 1)
-        # bt[p - 1, s + 1] = transfer over the link between stages s and s + 1 of a p-stage pipeline
-        bt = self._per_level_transfer(g)[self.placement.level_matrix(g.cfg.order, g.cfg.stage_devices, g.replicas, P)]
-        alpha = (t.embedding.cycle * first + t.head.cycle * last + bt[:, :P] + bt[:, 1:])
-        alpha = np.where(real, alpha, -np.inf)
-        copy = np.where(depth > 1, states(t.tied_head_copy), 0.0)
+        copy = np.where(depth > 1, self._state_bytes(g, t.tied_head_copy), 0.0)
+        transient = max(t.blocks[k].transient for k in t.blocks)
         fixed = (self.cluster.accelerator.reserved_bytes + transient
-                 + first * (states(t.embedding.params) + t.embedding.activations * inflight)
-                 + last * (states(t.head.params) + copy + t.head.activations * inflight))
-        homogeneous = bool(np.all(costs == costs[0]) and np.all(per_block_states == per_block_states[0]))
+                 + first * (self._state_bytes(g, t.embedding.params) + t.embedding.activations * inflight)
+                 + last * (self._state_bytes(g, t.head.params) + copy + t.head.activations * inflight))
         mem_layer = per_block_states[0] + per_block_acts[0] * inflight
         cap = self.cluster.accelerator.hbm_bytes
         nmax = np.where(real, np.floor((cap - fixed) / np.maximum(mem_layer, 1.0)), 0).astype(np.int64)
         nmax = np.where(real, np.maximum(nmax, 0), 0)
+        return np.where(real, fixed, 0.0), nmax
+
+    def tables(self, g: Group) -> Tables:
+        t = self.terms(g)
+        P = g.max_depth
+        costs, per_block_states, per_block_acts = self._block_arrays(g, t)
+        depth = np.arange(1, P + 1)[:, None]
+        stage = np.arange(P)[None, :]
+        real = stage < depth
+        first, last = real & (stage == 0), real & (stage == depth - 1)
+        # bt[p - 1, s + 1] = transfer over the link between stages s and s + 1 of a p-stage pipeline
+        bt = self._per_level_transfer(g)[self.placement.level_matrix(g.cfg.order, g.cfg.stage_devices, g.replicas, P)]
+        alpha = (t.embedding.cycle * first + t.head.cycle * last + bt[:, :P] + bt[:, 1:])
+        alpha = np.where(real, alpha, -np.inf)
+        homogeneous = bool(np.all(costs == costs[0]) and np.all(per_block_states == per_block_states[0]))
+        mem_fixed, nmax = self._capacity(g, t, per_block_states, per_block_acts)
         constant = np.where(real, alpha, 0.0).sum(axis=1) + costs.sum()
         return Tables(alpha=alpha, nmax=nmax, beta=float(costs[0]), block_costs=costs,
-                      mem_fixed=np.where(real, fixed, 0.0), constant=constant, homogeneous=homogeneous)
+                      mem_fixed=mem_fixed, constant=constant, homogeneous=homogeneous)
+
+    # ------------------------------------------------------------------ before the tables
+    def fits(self, g: Group) -> bool | None:
+        """Whether some depth of the group has a split that fits in memory (what the engine's
+        run_group returns), from the stage capacities alone; None for blocks that differ (the
+        engine then solves the group's splits)."""
+        t = self.terms(g)
+        costs, per_block_states, per_block_acts = self._block_arrays(g, t)
+        if not (np.all(costs == costs[0]) and np.all(per_block_states == per_block_states[0])):
+            return None
+        nmax = self._capacity(g, t, per_block_states, per_block_acts)[1]
+        depth = np.arange(1, g.max_depth + 1)
+        real = depth[None, :] <= depth[:, None]
+        every_stage_one = np.all((nmax >= 1) | ~real, axis=1)
+        return bool(np.any(every_stage_one & (nmax.sum(axis=1) >= self.num_blocks) & (depth <= self.num_blocks)))
+
+    def lower_bound(self, g: Group) -> float:
+        """A lower bound of the proxy step time of every split of every depth of the group, from
+        the node terms alone (arrangement of the cost model's terms, no formula of its own).
+
+        Depth 1 holds everything: (m - 1) * cycle + cycle with cycle = embedding + head + blocks.
+        At depth p >= 2 transfers are >= 0, every stage holds >= 1 block, the largest holds >=
+        ceil(L / p) and the bottleneck is >= the mean cycle, so (m - 1) * max(those) + embedding +
+        head + blocks bounds it; each bound falls with p, so depth P bounds every depth >= 2. The
+        step end (extras) is >= 0. The result is shrunk by 1e-9 against rounding."""
+        t = self.terms(g)
+        cycles = {k: t.blocks[k].cycle for k in t.blocks}
+        counts = np.bincount(self._kinds, minlength=2)
+        kind_ids = sorted(t.blocks)
+        blocks = sum(cycles[k] * int(counts[i]) for i, k in enumerate(kind_ids))
+        cheapest = min(cycles.values())
+        ends = t.embedding.cycle + t.head.cycle
+        m1 = g.microbatches - 1
+        bound = g.microbatches * (ends + blocks)
+        P = g.max_depth
+        if P >= 2:
+            bottleneck = max(max(t.embedding.cycle, t.head.cycle) + cheapest, -(-self.num_blocks // P) * cheapest,
+                             (ends + blocks) / P)
+            bound = min(bound, m1 * bottleneck + ends + blocks)
+        return bound * (1 - 1e-9)
 
     def block_memory(self, g: Group, pp: int) -> np.ndarray:
         """(pp, L) bytes of each block held by each stage (for the general DP)."""

@@ -10,7 +10,7 @@ from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
-from nestplan.search.engine import Engine, SearchStats, run
+from nestplan.search.engine import Engine, SearchStats, run_best_first
 from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SearchSpace, replica_counts, sub_configs
 from nestplan.strategy.enums import Schedule
@@ -123,7 +123,8 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
     space = space or SearchSpace()
     cost = PhysicalSearchModel(model, cluster, job, devices)
     engine = Engine(cost, cluster.accelerator.hbm_bytes, keep=max(32, 4 * top))
-    finalists = [engine.refine(c) for c in run(engine, _groups(model, cluster, job, devices, space), progress)]
+    groups = _groups(model, cluster, job, devices, space)
+    finalists = [engine.refine(c) for c in run_best_first(engine, groups, progress)]
     exact: list[Prediction] = []
     for cand in finalists:
         pred = _exact(model, cluster, job, cand)

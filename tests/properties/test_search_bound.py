@@ -1,0 +1,66 @@
+"""The best-first search's two shortcuts against what they replace (hypothesis, small random instances).
+
+A group's lower bound (search/physical.py ``lower_bound``) never exceeds the proxy of any split
+the enumeration finds for it; the memory-only check (``fits``) says what the engine's
+``run_group`` says; and the best-first run returns the sequential run's candidates, in the same
+order, ties included (the two rank-grid orders often tie exactly at one replica).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_dp_exact import EVERY_ZERO_SPACE, instances
+
+from nestplan.search.engine import Candidate, Engine, run, run_best_first
+from nestplan.search.oracle import enumerate_group
+from nestplan.search.physical import PhysicalSearchModel
+from nestplan.search.planner import _groups
+from nestplan.strategy.enums import ZeroStage
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_bound_never_exceeds_any_split_of_its_group(inst) -> None:
+    model, cluster, job = inst
+    cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
+    for _, _, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
+        bound = cost.lower_bound(group)
+        for e in enumerate_group(cost, group, cluster.accelerator.hbm_bytes):
+            assert bound <= e.pipeline_s + cost.extras(group, e.parts), (group, e.parts)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_memory_only_check_says_what_run_group_says(inst) -> None:
+    model, cluster, job = inst
+    cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
+    engine = Engine(cost, cluster.accelerator.hbm_bytes)
+    for _, key, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
+        assert cost.fits(group) == engine.run_group(group, key), group
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(), st.sampled_from([1, 2, 4, 32]), st.sampled_from([2, 3]), st.booleans())
+def test_best_first_returns_the_sequential_candidates(inst, keep, escalate_from, every_zero) -> None:
+    model, cluster, job = inst
+    space = EVERY_ZERO_SPACE if every_zero else replace(EVERY_ZERO_SPACE, zero=(ZeroStage.NONE, ZeroStage.GRADIENTS))
+    found = []
+    for runner in (run, run_best_first):
+        engine = Engine(PhysicalSearchModel(model, cluster, job, cluster.devices), cluster.accelerator.hbm_bytes, keep)
+        groups = _groups(model, cluster, job, cluster.devices, space)
+        found.append([(c.proxy_s, c.key, c.parts) for c in runner(engine, groups, escalate_from=escalate_from)])
+    assert found[0] == found[1]
+
+
+def test_equal_proxies_keep_the_earlier_group_whatever_the_visiting_order() -> None:
+    """Best-first visits groups out of their sequential order: on equal proxies the candidate of
+    the earlier group (the earlier rank within a group) must stay, as in the sequential run."""
+    engine = Engine(model=None, capacity_bytes=0.0, keep=2)
+    for proxy, order, rank in ((1.0, 5, 0), (1.0, 3, 1), (1.0, 3, 0), (0.5, 9, 0), (1.0, 4, 0)):
+        engine._push(Candidate(proxy, (order, rank), None, ()), order, rank)
+    assert [c.key for c in engine.best()] == [(9, 0), (3, 0)]
+    assert engine.dominated(1.0, 3, 1) and engine.dominated(1.0, 4) and not engine.dominated(1.0, 2, 7)
+    assert not engine.dominated(0.99, 100)
