@@ -14,11 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_dp_exact import EVERY_ZERO_SPACE, instances
 
+from nestplan.job import Job
 from nestplan.search.engine import Candidate, Engine, run, run_best_first
+from nestplan.search.levels import SEARCH_ORDERS
 from nestplan.search.oracle import enumerate_group
 from nestplan.search.physical import PhysicalSearchModel
 from nestplan.search.planner import _groups
-from nestplan.strategy.enums import ZeroStage
+from nestplan.search.space import SubConfig, replica_counts
+from nestplan.strategy.enums import Recompute, ZeroStage
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -64,3 +67,13 @@ def test_equal_proxies_keep_the_earlier_group_whatever_the_visiting_order() -> N
     assert [c.key for c in engine.best()] == [(9, 0), (3, 0)]
     assert engine.dominated(1.0, 3, 1) and engine.dominated(1.0, 4) and not engine.dominated(1.0, 2, 7)
     assert not engine.dominated(0.99, 100)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([1, 2, 3, 4, 8, 16]), st.sampled_from([1, 2, 4, 8]), st.integers(1, 5000),
+       st.sampled_from([1, 2, 8]), st.integers(1, 20000))
+def test_replica_counts_are_every_d_whose_shards_divide_the_batch(ep, mbs, gbs, tp, devices) -> None:
+    cfg = SubConfig(tp, False, 1, ep, mbs, Recompute.NONE, SEARCH_ORDERS[0])
+    job = Job(global_batch_size=gbs, seq_len=128)
+    expected = [d for d in range(1, devices // (tp * ep) + 1) if gbs % (d * ep * mbs) == 0]
+    assert replica_counts(cfg, job, devices) == expected

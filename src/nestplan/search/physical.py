@@ -157,19 +157,50 @@ class PhysicalSearchModel:
                       mem_fixed=mem_fixed, constant=constant, homogeneous=homogeneous)
 
     # ------------------------------------------------------------------ before the tables
+    def _position_capacity(self, g: Group, t: GraphTerms, block_states: float, block_acts: float
+                           ) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """The tables' nmax by position, with k = p - s = 1..P (1F1B keeps min(k, m) microbatches in
+        flight at stage s of p): blocks a middle stage can hold (P,) by k, a first stage of a
+        p-stage pipeline (P,) by p, a last stage of p >= 2 stages, a single stage. The same
+        arithmetic as ``_capacity`` element by element (its terms with 0 added where a stage is not
+        first or last), in O(P) instead of O(P^2)."""
+        k = np.arange(1, g.max_depth + 1)
+        inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, 0, k, g.microbatches, 1)
+        per_block = np.maximum(block_states + block_acts * inflight, 1.0)
+        cap = self.cluster.accelerator.hbm_bytes
+
+        def blocks(fixed, per) -> np.ndarray:
+            return np.maximum(np.floor((cap - fixed) / per).astype(np.int64), 0)
+
+        base = self.cluster.accelerator.reserved_bytes + max(t.blocks[b].transient for b in t.blocks)
+        emb = self._state_bytes(g, t.embedding.params) + t.embedding.activations * inflight
+        head = self._state_bytes(g, t.head.params)
+        last = head + self._state_bytes(g, t.tied_head_copy) + t.head.activations * inflight[0]
+        single = (base + emb[0]) + (head + t.head.activations * inflight[0])
+        return (blocks(base, per_block), blocks(base + emb, per_block), int(blocks(base + last, per_block[0])),
+                int(blocks(single, per_block[0])))
+
     def fits(self, g: Group) -> bool | None:
         """Whether some depth of the group has a split that fits in memory (what the engine's
-        run_group returns), from the stage capacities alone; None for blocks that differ (the
-        engine then solves the group's splits)."""
+        run_group returns: every stage holds >= 1 block and together they hold all), from the
+        stage capacities alone; None for blocks that differ (the engine then solves the splits)."""
         t = self.terms(g)
         costs, per_block_states, per_block_acts = self._block_arrays(g, t)
         if not (np.all(costs == costs[0]) and np.all(per_block_states == per_block_states[0])):
             return None
-        nmax = self._capacity(g, t, per_block_states, per_block_acts)[1]
-        depth = np.arange(1, g.max_depth + 1)
-        real = depth[None, :] <= depth[:, None]
-        every_stage_one = np.all((nmax >= 1) | ~real, axis=1)
-        return bool(np.any(every_stage_one & (nmax.sum(axis=1) >= self.num_blocks) & (depth <= self.num_blocks)))
+        L = self.num_blocks
+        middle, first, last, single = self._position_capacity(g, t, per_block_states[0], per_block_acts[0])
+        if single >= L:
+            return True
+        if g.max_depth < 2 or last < 1:
+            return False
+        # depth p >= 2: first stage (k = p), middle stages k = 2 .. p - 1, last stage (k = 1)
+        inner = middle[1:-1]
+        short = np.concatenate([[0], np.cumsum(inner < 1)])
+        held = np.concatenate([[0], np.cumsum(inner)])
+        p = np.arange(2, g.max_depth + 1)
+        ok = (first[1:] >= 1) & (short == 0) & (first[1:] + last + held >= L) & (p <= L)
+        return bool(ok.any())
 
     def lower_bound(self, g: Group) -> float:
         """A lower bound of the proxy step time of every split of every depth of the group, from

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -95,4 +96,9 @@ def replica_counts(cfg: SubConfig, job: Job, devices: int) -> list[int]:
     """dp values: the batch divides over dp x ep x microbatch, and a replica's stages fit the devices."""
     per = cfg.ep * cfg.micro_batch_size
     limit = devices // cfg.stage_devices
-    return [d for d in range(1, limit + 1) if job.global_batch_size % (d * per) == 0]
+    if job.global_batch_size % per:
+        return []
+    quotient = job.global_batch_size // per   # d * per divides the batch: d divides the quotient
+    small = [d for d in range(1, math.isqrt(quotient) + 1) if quotient % d == 0]
+    divisors = sorted(set(small + [quotient // d for d in small]))
+    return [d for d in divisors if d <= limit]
