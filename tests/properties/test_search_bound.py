@@ -77,3 +77,18 @@ def test_replica_counts_are_every_d_whose_shards_divide_the_batch(ep, mbs, gbs, 
     job = Job(global_batch_size=gbs, seq_len=128)
     expected = [d for d in range(1, devices // (tp * ep) + 1) if gbs % (d * ep * mbs) == 0]
     assert replica_counts(cfg, job, devices) == expected
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_memory_terms_hold_what_the_groups_own_terms_hold(inst) -> None:
+    """The fit check reads params, activations and transients from terms shared by every replica
+    count of a configuration and ZeRO stage: they equal the group's own."""
+    model, cluster, job = inst
+    cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
+    for _, _, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
+        own, shared = cost.terms(group), cost.memory_terms(group)
+        for a, b in [(own.blocks[k], shared.blocks[k]) for k in own.blocks] + [(own.embedding, shared.embedding),
+                                                                             (own.head, shared.head)]:
+            assert (a.params, a.activations, a.transient) == (b.params, b.activations, b.transient)
+        assert own.tied_head_copy == shared.tied_head_copy

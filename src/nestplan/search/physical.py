@@ -64,9 +64,12 @@ class PhysicalSearchModel:
         self.placement = SearchPlacement(cluster.topology)
         self.num_blocks = model.num_layers
         self._terms: dict[tuple, GraphTerms] = {}
+        self._memory_terms: dict[tuple, GraphTerms] = {}
+        self._bound_terms: dict[tuple, tuple[float, float, float, float]] = {}   # lower_bound's sums of the terms
         # index of each block's kind in sorted(GraphTerms.blocks): 0 = dense, 1 = MoE (when both exist)
         moe = np.array([model.is_moe_layer(i) for i in range(model.num_layers)])
         self._kinds = moe.astype(np.int64) if moe.any() and not moe.all() else np.zeros(model.num_layers, np.int64)
+        self._kind_counts = tuple(int(n) for n in np.bincount(self._kinds))   # blocks of each kind, in that order
 
     # ------------------------------------------------------------------ terms
     def _groups(self, g: Group, pp: int) -> dict:
@@ -78,10 +81,23 @@ class PhysicalSearchModel:
         """Node terms; ZeRO-2's per-microbatch reduce-scatters and ZeRO-3's gathers depend on the
         replicas, so their terms are cached per replica count. Both are costed on the depth-1
         data-parallel group (the exact evaluation of the finalists uses the true group)."""
-        key = (g.cfg, g.zero, g.replicas if g.zero >= ZeroStage.GRADIENTS else 0)
+        key = self._terms_key(g)
         if key not in self._terms:
             self._terms[key] = graph_terms(self.model, self.cluster, g.dims(), self.job, self._groups(g, 1))
         return self._terms[key]
+
+    @staticmethod
+    def _terms_key(g: Group) -> tuple:
+        return g.cfg, g.zero, g.replicas if g.zero >= ZeroStage.GRADIENTS else 0
+
+    def memory_terms(self, g: Group) -> GraphTerms:
+        """Node terms whose memory fields (params, activations, transients) are the group's own: those
+        of the first replica count met with the group's configuration and ZeRO stage. Only ZeRO-2/3's
+        communication depends on the replicas (``terms``), never what a node holds."""
+        key = (g.cfg, g.zero)
+        if key not in self._memory_terms:
+            self._memory_terms[key] = self.terms(g)
+        return self._memory_terms[key]
 
     def _state_bytes(self, g: Group, params: L.ParamCount) -> float:
         """Weights + gradients + optimizer state of ``params`` on one device under the group's ZeRO."""
@@ -184,7 +200,9 @@ class PhysicalSearchModel:
         """Whether some depth of the group has a split that fits in memory (what the engine's
         run_group returns: every stage holds >= 1 block and together they hold all), from the
         stage capacities alone; None for blocks that differ (the engine then solves the splits)."""
-        t = self.terms(g)
+        t = self.memory_terms(g)
+        if len(t.blocks) > 1:   # whether two kinds of block cost the same depends on all their terms
+            t = self.terms(g)
         costs, per_block_states, per_block_acts = self._block_arrays(g, t)
         if not (np.all(costs == costs[0]) and np.all(per_block_states == per_block_states[0])):
             return None
@@ -211,18 +229,19 @@ class PhysicalSearchModel:
         ceil(L / p) and the bottleneck is >= the mean cycle, so (m - 1) * max(those) + embedding +
         head + blocks bounds it; each bound falls with p, so depth P bounds every depth >= 2. The
         step end (extras) is >= 0. The result is shrunk by 1e-9 against rounding."""
-        t = self.terms(g)
-        cycles = {k: t.blocks[k].cycle for k in t.blocks}
-        counts = np.bincount(self._kinds, minlength=2)
-        kind_ids = sorted(t.blocks)
-        blocks = sum(cycles[k] * int(counts[i]) for i, k in enumerate(kind_ids))
-        cheapest = min(cycles.values())
-        ends = t.embedding.cycle + t.head.cycle
+        key = self._terms_key(g)
+        if key not in self._bound_terms:
+            t = self.terms(g)
+            cycles = {k: t.blocks[k].cycle for k in t.blocks}
+            blocks = sum(cycles[k] * count for k, count in zip(sorted(t.blocks), self._kind_counts))
+            self._bound_terms[key] = (t.embedding.cycle, t.head.cycle, blocks, min(cycles.values()))
+        embedding, head, blocks, cheapest = self._bound_terms[key]
+        ends = embedding + head
         m1 = g.microbatches - 1
         bound = g.microbatches * (ends + blocks)
         P = g.max_depth
         if P >= 2:
-            bottleneck = max(max(t.embedding.cycle, t.head.cycle) + cheapest, -(-self.num_blocks // P) * cheapest,
+            bottleneck = max(max(embedding, head) + cheapest, -(-self.num_blocks // P) * cheapest,
                              (ends + blocks) / P)
             bound = min(bound, m1 * bottleneck + ends + blocks)
         return bound * (1 - 1e-9)
