@@ -8,7 +8,9 @@ pipeline time alone already exceeds the K-th best candidate is pruned (dominated
 one whose stages cannot fit in memory. ZeRO is raised for a configuration only when none of
 its plans fits at a lower stage (NEST section 4), and then with every replica count; ZeRO 1
 (Megatron-LM's distributed optimizer) shards only optimizer state at no extra communication
-volume and is always searched beside ZeRO 0.
+volume and is always searched beside ZeRO 0. ``run_best_first`` returns what ``run`` returns
+(the planner's search) but visits the groups by a lower bound of their proxy and stops where
+the bound cannot enter the K best; ties break by the sequential order in both.
 """
 
 from __future__ import annotations
@@ -244,6 +246,8 @@ def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object,
     lowest_fit: dict = {}
     queue = []
     for i, (cfg_key, key, group, zero) in enumerate(groups):
+        if progress is not None:
+            progress(i)   # the first pass: the second searches only the groups the bound leaves
         if zero >= escalate_from and lowest_fit.get(cfg_key, zero) < zero:
             continue   # a lower ZeRO stage already fits this configuration
         if lowest_fit.get(cfg_key, zero + 1) > zero:
@@ -252,8 +256,6 @@ def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object,
             else:
                 continue   # no split of any depth fits: run_group would keep nothing
         queue.append((engine.model.lower_bound(group), i, key, group))
-        if progress is not None:
-            progress(i)
     queue.sort(key=lambda item: item[:2])
     for bound, i, key, group in queue:
         if engine.dominated(bound, i):
