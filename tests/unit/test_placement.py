@@ -45,3 +45,19 @@ def test_worst_group_is_reported() -> None:
     p = place(ParallelDims(tp=3, dp=8), topo)
     assert p.groups["tp"].level == 1
     assert np.prod(p.groups["tp"].fanout) >= 3
+
+
+def test_placement_is_computed_once_per_degrees_topology_and_order() -> None:
+    """The split, schedule and recomputation never change where groups land: one Placement per key."""
+    from nestplan.cluster import load_cluster
+    from nestplan.strategy.dims import ParallelDims
+    from nestplan.strategy.placement import place
+
+    topo = load_cluster("dgx-a100", 64).topology
+    a = place(ParallelDims(tp=8, pp=4, dp=2, layers_per_stage=(8, 8, 8, 8)), topo)
+    b = place(ParallelDims(tp=8, pp=4, dp=2, recompute="full", layers_per_stage=(7, 9, 9, 7)), topo)
+    other = place(ParallelDims(tp=8, pp=4, dp=2), topo, ("pp", "dp", "tp", "cp", "ep"))
+    assert a is b and a is not other
+    assert a.levels_spanned() != other.levels_spanned()
+    with pytest.raises(TypeError):
+        a.groups["tp"] = None   # shared between plans: read-only

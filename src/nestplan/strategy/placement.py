@@ -8,8 +8,9 @@ group along axis ``a`` is a set of ranks with stride prod(degrees of faster axes
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class GroupSpan:
 @dataclass(frozen=True)
 class Placement:
     axis_order: tuple[str, ...]
-    groups: dict[str, GroupSpan]            # keys: "tp", "cp", "ep", "dp", "ep+dp", "cp+ep+dp", "cp+dp", ...
+    groups: Mapping[str, GroupSpan]         # keys: "tp", "cp", "ep", "dp", "ep+dp", "cp+ep+dp", "cp+dp", ...
     pp_boundary_levels: tuple[int, ...]     # level of the link between stage i and i+1 (worst over replicas)
 
     def levels_spanned(self) -> dict[str, int]:
@@ -82,8 +83,27 @@ def _groups_along(grid: np.ndarray, axes: Sequence[str]) -> np.ndarray:
 GROUP_KEYS = ("tp", "cp", "ep", "dp", "ep+dp", "cp+dp", "cp+ep+dp", "tp+cp")
 
 
+_MAX_CACHED_PLACEMENTS = 4096   # distinct (degrees, topology, axis order) kept; a planner run meets a few hundred
+_placements: dict[tuple, Placement] = {}
+
+
 def place(dims: ParallelDims, topo: Topology, axis_order: Sequence[str] = DEFAULT_AXIS_ORDER) -> Placement:
-    """Map the plan's rank grid onto the topology's first ``dims.devices`` devices."""
+    """Map the plan's rank grid onto the topology's first ``dims.devices`` devices.
+
+    A placement depends on the degrees, the axis order and the topology only, never on the split
+    or the schedule, so it is computed once per such key (the planner's polishing evaluates dozens
+    of splits of the same degrees)."""
+    key = (tuple(dims.degree(a) for a in AXES), topo, tuple(axis_order))
+    found = _placements.get(key)
+    if found is None:
+        found = _place(dims, topo, axis_order)
+        if len(_placements) >= _MAX_CACHED_PLACEMENTS:
+            _placements.clear()
+        _placements[key] = found
+    return found
+
+
+def _place(dims: ParallelDims, topo: Topology, axis_order: Sequence[str]) -> Placement:
     if dims.devices > topo.devices:
         raise ConfigError(f"the plan needs {dims.devices} devices but the cluster has {topo.devices}",
                           field="devices", value=dims.devices, limit=topo.devices)
@@ -95,4 +115,5 @@ def place(dims: ParallelDims, topo: Topology, axis_order: Sequence[str] = DEFAUL
         a = np.take(grid, stage, axis=pp_axis).reshape(-1, 1)
         b = np.take(grid, stage + 1, axis=pp_axis).reshape(-1, 1)
         boundary.append(worst_span(topo, np.hstack([a, b])).level)
-    return Placement(axis_order=tuple(axis_order), groups=groups, pp_boundary_levels=tuple(boundary))
+    return Placement(axis_order=tuple(axis_order), groups=MappingProxyType(groups),
+                     pp_boundary_levels=tuple(boundary))
