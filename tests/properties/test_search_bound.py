@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_dp_exact import EVERY_ZERO_SPACE, instances
@@ -24,9 +25,7 @@ from nestplan.search.space import SubConfig, replica_counts
 from nestplan.strategy.enums import Recompute, ZeroStage
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances())
-def test_bound_never_exceeds_any_split_of_its_group(inst) -> None:
+def _bound_below_every_split(inst) -> None:
     model, cluster, job = inst
     cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
     for _, _, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
@@ -35,14 +34,43 @@ def test_bound_never_exceeds_any_split_of_its_group(inst) -> None:
             assert bound <= e.pipeline_s + cost.extras(group, e.parts), (group, e.parts)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances())
-def test_memory_only_check_says_what_run_group_says(inst) -> None:
+def _fit_check_agrees(inst) -> None:
     model, cluster, job = inst
     cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
     engine = Engine(cost, cluster.accelerator.hbm_bytes)
     for _, key, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
         assert cost.fits(group) == engine.run_group(group, key), group
+
+
+# a few instances in the default run (each enumerates every split of every group); many more under `slow`
+QUICK = settings(max_examples=6, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+THOROUGH = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@QUICK
+@given(instances())
+def test_bound_never_exceeds_any_split_of_its_group(inst) -> None:
+    _bound_below_every_split(inst)
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(instances())
+def test_bound_never_exceeds_any_split_of_its_group_thoroughly(inst) -> None:
+    _bound_below_every_split(inst)
+
+
+@QUICK
+@given(instances())
+def test_memory_only_check_says_what_run_group_says(inst) -> None:
+    _fit_check_agrees(inst)
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(instances())
+def test_memory_only_check_says_what_run_group_says_thoroughly(inst) -> None:
+    _fit_check_agrees(inst)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
