@@ -185,16 +185,16 @@ def _axis_order(text: str) -> tuple[str, ...]:
     return tuple(a.strip() for a in text.replace("-", ",").split(","))
 
 
-def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> ParallelDims:
-    """``plan``, or, where only Megatron-LM's reading of --dp (counting the expert ranks) fills the
-    devices, the plan converted to nestplan's dp with a note on stderr."""
+def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> tuple[ParallelDims, str | None]:
+    """``plan`` and no note, or, where only Megatron-LM's reading of --dp (counting the expert ranks)
+    fills the devices, the plan converted to nestplan's dp and the note that says so (printed once
+    the plan has been evaluated: an error stays the only line on stderr)."""
     converted = api.megatron_dp(plan, devices)
     if converted is None:
-        return plan
-    _say(f"nestplan: note: --dp {plan.dp} read as Megatron-LM's data-parallel size, which counts the "
-         f"{plan.ep} expert ranks (tp x cp x pp x dp = {devices}); nestplan's dp excludes them: "
-         f"dp {plan.dp} / ep {plan.ep} = {converted.dp}")
-    return converted
+        return plan, None
+    return converted, (f"nestplan: note: --dp {plan.dp} read as Megatron-LM's data-parallel size, which counts the "
+                       f"{plan.ep} expert ranks (tp x cp x pp x dp = {devices}); nestplan's dp excludes them: "
+                       f"dp {plan.dp} / ep {plan.ep} = {converted.dp}")
 
 
 @app.command()
@@ -237,11 +237,13 @@ def evaluate(
     plan = ParallelDims(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, recompute=recompute,
                         micro_batch_size=mbs, schedule=schedule, virtual_stages=virtual_stages,
                         layers_per_stage=_layers(layers_per_stage))
-    plan = _from_megatron_dp(plan, devices)
+    plan, note = _from_megatron_dp(plan, devices)
     full = api.resolve_cluster(cluster)
     job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(full), optimizer=optimizer,
                        flash_attention=flash)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
+    if note:
+        _say(note)
     data = result.to_dict()
     from nestplan.report.text import fit_verdict, render_plan
 

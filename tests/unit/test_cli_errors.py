@@ -345,3 +345,12 @@ def test_job_takes_the_optimizer_by_name_and_refuses_others() -> None:
             Job(8, 1024, optimizer=bad)
     with pytest.raises(ConfigError, match="flash_attention"):
         Job(8, 1024, flash_attention="no")
+
+
+def test_megatron_dp_note_waits_for_the_evaluation(capsys) -> None:
+    """Found by the fuzzer: a dense model with --ep 2 and Megatron's dp printed the conversion note and
+    then the error, two lines; an error is the only line."""
+    _, line = _fails(capsys, ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-a100", "--devices", "16", "--tp", "2",
+                          "--pp", "2", "--dp", "4", "--ep", "2", "--global-batch-size", "64", "--seq-len", "2048"],
+                 "mixture-of-experts")
+    assert "note" not in line
