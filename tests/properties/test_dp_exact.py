@@ -65,10 +65,22 @@ def instances(draw):
     return model, Cluster("random", acc, topo), Job(global_batch_size=gbs, seq_len=seq)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_split_solver_equals_enumeration(inst) -> None:
-    """Per group, the best pipeline time over all depths equals the enumeration's."""
+    """Per group, the best pipeline time over all depths equals the enumeration's (eight fixed
+    instances in the default run; the slow variant draws forty new ones)."""
+    _split_solver_equals_enumeration(inst)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_split_solver_equals_enumeration_thoroughly(inst) -> None:
+    _split_solver_equals_enumeration(inst)
+
+
+def _split_solver_equals_enumeration(inst) -> None:
     model, cluster, job = inst
     devices = cluster.devices
     cost = PhysicalSearchModel(model, cluster, job, devices)
