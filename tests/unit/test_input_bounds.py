@@ -283,30 +283,23 @@ def test_too_many_devices_and_levels(tmp_path):
         _one_line_naming(info.value, *words)
 
 
-@pytest.mark.parametrize("table, named", [
-    ({"dims": [2**40, 2], "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims[0]"),
-    ({"dims": [2] * 17, "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims"),
-    ({"dims": [2.0, 2], "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims[0]"),
-    ({"dims": [4, 4], "link_bandwidth_GBps": 1e300, "hop_latency_us": 1}, "link_bandwidth_GBps"),
-])
-def test_torus_tables(tmp_path, table, named):
-    data = {"name": "t", "accelerator": "tpuv4-nest", "torus": table}
-    path = tmp_path / "cluster.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(ConfigError) as info:
-        load_cluster(str(path))
-    _one_line_naming(info.value, named)
+TORUS = ("torus", "tpuv4-nest")
+GRAPH = ("graph", "a100-80gb")
 
 
-@pytest.mark.parametrize("table, named", [
-    ({"devices": 2, "edges": [[0, 2**40, 100, 1], [1, 2**40, 100, 1]]}, "v"),
-    ({"devices": 2**63, "edges": [[0, 1, 100, 1]]}, "devices"),
-    ({"devices": 2, "edges": [[0, 1, 100, -1]]}, "latency_us"),
+@pytest.mark.parametrize("kind, table, named", [
+    (TORUS, {"dims": [2**40, 2], "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims[0]"),
+    (TORUS, {"dims": [2] * 17, "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims"),
+    (TORUS, {"dims": [2.0, 2], "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims[0]"),
+    (TORUS, {"dims": [4, 4], "link_bandwidth_GBps": 1e300, "hop_latency_us": 1}, "link_bandwidth_GBps"),
+    (GRAPH, {"devices": 2, "edges": [[0, 2**40, 100, 1], [1, 2**40, 100, 1]]}, "v"),
+    (GRAPH, {"devices": 2**63, "edges": [[0, 1, 100, 1]]}, "devices"),
+    (GRAPH, {"devices": 2, "edges": [[0, 1, 100, -1]]}, "latency_us"),
 ])
-def test_graph_tables(tmp_path, table, named):
-    data = {"name": "g", "accelerator": "a100-80gb", "graph": table}
+def test_torus_and_graph_tables(tmp_path, kind, table, named):
+    key, accelerator = kind
     path = tmp_path / "cluster.json"
-    path.write_text(json.dumps(data))
+    path.write_text(json.dumps({"name": "t", "accelerator": accelerator, key: table}))
     with pytest.raises(ConfigError) as info:
         load_cluster(str(path))
     _one_line_naming(info.value, named)
