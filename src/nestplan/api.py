@@ -398,16 +398,15 @@ def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2
           ) -> tuple[TraceResult, list[dict[str, Any]]]:
     """Trace a model's Hugging Face config (needs the [trace] extra) and compare each traced block
     with the closed-form formulas: (TraceResult, rows of traced and closed-form figures)."""
-    import json as _json
-
     from nestplan.catalog import entry_path
+    from nestplan.inputs import load_object
     from nestplan.model.layers import Recomputation, Shard, block_activation_bytes, block_model_flops
     from nestplan.model.trace import trace_config
 
     spec = resolve_model(model)
     text = str(model)
     path = Path(text) if (text.endswith(".json") or "/" in text) else entry_path("model", text)
-    config = _json.loads(path.read_text())
+    config = load_object(path, "model config file", "json")
     s = min(default_seq_len(spec), 2048) if seq_len is None else seq_len
     check_context(spec, s)
     result = trace_config(config, seq_len=s, layers=layers)

@@ -24,11 +24,11 @@ from rich.console import Console
 from nestplan import __version__, api
 from nestplan.errors import ConfigError, PlannerError, printable
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Optimizer
+from nestplan.network.topology import MAX_DEVICES   # --devices, and each parallel degree
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 
-MAX_DEVICES = 2**20               # --devices, and each parallel degree
 MAX_MICRO_BATCH = MAX_GLOBAL_BATCH_SIZE
 MAX_VIRTUAL_STAGES = 1024         # model chunks per pipeline stage
 MAX_STAGES = 4096                 # entries of --layers-per-stage

@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from nestplan.version import __version__
-from nestplan.errors import ConfigError, printable
+from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_string, load_object
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN
+from nestplan.network.topology import MAX_DEVICES   # largest device count swept: what one network holds
 
 TOP_KEYS = ("name", "models", "devices", "global_batch_size", "seq_len", "hbm_GiB", "keep", "clusters")
 KEEP_CHOICES = ("breakdown", "memory", "stages", "placement")   # parts of the plan JSON kept per case
@@ -51,7 +52,6 @@ LEVEL_FIELDS = ("size", "bandwidth_GBps", "latency_us", "oversubscription")
 DEFAULT_GLOBAL_BATCH = 4096
 MAX_CASES = 100_000          # cases one spec may expand to
 MAX_RANGE_VALUES = 10_000    # values one {from, to, step|times} range may give
-MAX_DEVICES = 2**20          # largest device count swept (a network holds at most 2^20 devices)
 MAX_HBM_GiB = 2**20          # device memory
 MAX_LEVEL_VALUE = 2**24      # any level field (units, GB/s, us or a ratio)
 
@@ -111,8 +111,7 @@ def _fail(message: str, field: str, value: Any, allowed: Any = None) -> ConfigEr
 
 def _shown(value: Any) -> str:
     """A value as an error line quotes it: one line, at most 80 characters."""
-    text = printable(repr(value))
-    return text if len(text) <= 80 else text[:77] + "..."
+    return brief(value, 80)
 
 
 def _number_ok(v: Any, integer: bool, minimum: float, maximum: float) -> bool:
