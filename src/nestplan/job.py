@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from nestplan.errors import ConfigError, printable
+from nestplan.errors import ConfigError, brief, printable
 from nestplan.units import DTYPE_BYTES
 
 MAX_GLOBAL_BATCH_SIZE = 2**24   # sequences per step (published pre-training batches reach 2^14)
@@ -18,7 +18,7 @@ DEFAULT_SEQ_LEN_CAP = 8192      # a typical pre-training length
 def check_count(value: object, field: str, limit: int) -> int:
     """``value`` itself when it is an integer in 1..limit; a ConfigError naming ``field`` otherwise."""
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
-        raise ConfigError(f"{field} must be a positive integer up to {limit:,}, got {value!r}",
+        raise ConfigError(f"{field} must be a positive integer up to {limit:,}, got {brief(value)}",
                           field=field, value=value, limit=f"1..{limit}")
     return value
 
@@ -59,11 +59,11 @@ class Job:
                                   field=field_name, value=value, limit=list(DTYPE_BYTES))
         allowed = [o.value for o in Optimizer]
         if self.optimizer not in allowed:
-            raise ConfigError(f"optimizer {self.optimizer!r} is not one of {', '.join(allowed)}",
+            raise ConfigError(f"optimizer {brief(self.optimizer)} is not one of {', '.join(allowed)}",
                               field="optimizer", value=self.optimizer, limit=allowed)
         object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
         if not isinstance(self.flash_attention, bool):
-            raise ConfigError(f"flash_attention must be true or false, got {self.flash_attention!r}",
+            raise ConfigError(f"flash_attention must be true or false, got {brief(self.flash_attention)}",
                               field="flash_attention", value=self.flash_attention, limit=[True, False])
 
     @property

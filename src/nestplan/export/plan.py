@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nestplan.errors import ConfigError
+from nestplan.errors import ConfigError, brief
 from nestplan.inputs import check_string
 from nestplan.job import Optimizer
 from nestplan.model.spec import ModelSpec
@@ -100,7 +100,7 @@ def _field(data: Mapping[str, Any], key: str, where: str) -> Any:
 def _count(value: Any, field: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
     """An integer (not a bool, not a float) in ``minimum..maximum``."""
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise ConfigError(f"plan JSON field '{field}' must be an integer in {minimum}..{maximum}, got {value!r}",
+        raise ConfigError(f"plan JSON field '{field}' must be an integer in {minimum}..{maximum}, got {brief(value)}",
                           field=field, value=value, limit=f"{minimum}..{maximum}")
     return value
 
@@ -112,7 +112,7 @@ def _int(data: Mapping[str, Any], key: str, where: str, minimum: int = 1, maximu
 def _float(data: Mapping[str, Any], key: str, where: str) -> float:
     value = _field(data, key, where)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
-        raise ConfigError(f"plan JSON field '{where}{key}' must be a finite number >= 0, got {value!r}",
+        raise ConfigError(f"plan JSON field '{where}{key}' must be a finite number >= 0, got {brief(value)}",
                           field=f"{where}{key}", value=value, limit="a finite number >= 0")
     return float(value)
 
@@ -120,7 +120,7 @@ def _float(data: Mapping[str, Any], key: str, where: str) -> float:
 def _bool(data: Mapping[str, Any], key: str, where: str) -> bool:
     value = _field(data, key, where)
     if not isinstance(value, bool):
-        raise ConfigError(f"plan JSON field '{where}{key}' must be true or false, got {value!r}",
+        raise ConfigError(f"plan JSON field '{where}{key}' must be true or false, got {brief(value)}",
                           field=f"{where}{key}", value=value, limit=[True, False])
     return value
 
@@ -129,7 +129,7 @@ def _choice(data: Mapping[str, Any], key: str, where: str, allowed: Sequence[str
     """A categorical setting: one of ``allowed``."""
     value = _field(data, key, where)
     if not isinstance(value, str) or value not in allowed:
-        raise ConfigError(f"plan JSON field '{where}{key}' is {value!r}; allowed: {', '.join(allowed)}",
+        raise ConfigError(f"plan JSON field '{where}{key}' is {brief(value)}; allowed: {', '.join(allowed)}",
                           field=f"{where}{key}", value=value, limit=list(allowed))
     return value
 
@@ -138,7 +138,7 @@ def _name(data: Mapping[str, Any], key: str) -> str:
     """The model or cluster a plan is for: a non-empty string without control characters."""
     value = _field(data, key, "")
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"plan JSON field '{key}' must be a non-empty string, got {value!r}",
+        raise ConfigError(f"plan JSON field '{key}' must be a non-empty string, got {brief(value)}",
                           field=key, value=value, limit="a name or a path")
     return check_string(value, key, "plan JSON")
 
@@ -147,7 +147,7 @@ def _layers(par: Mapping[str, Any], pp: int) -> tuple[int, ...]:
     layers = _field(par, "layers_per_stage", "parallel.")
     if not isinstance(layers, list) or len(layers) != pp:
         raise ConfigError(f"plan JSON field 'parallel.layers_per_stage' must list pp = {pp} layer counts, "
-                          f"got {layers!r}", field="parallel.layers_per_stage", value=layers, limit=pp)
+                          f"got {brief(layers)}", field="parallel.layers_per_stage", value=layers, limit=pp)
     return tuple(_count(n, f"parallel.layers_per_stage[{i}]") for i, n in enumerate(layers))
 
 
@@ -155,7 +155,7 @@ def _axis_order(placement: Mapping[str, Any]) -> tuple[str, ...]:
     order = _field(placement, "axis_order", "placement.")
     if not isinstance(order, list) or not all(isinstance(a, str) for a in order) or sorted(order) != sorted(AXES):
         raise ConfigError(f"plan JSON field 'placement.axis_order' must list each of {', '.join(AXES)} once, "
-                          f"got {order!r}", field="placement.axis_order", value=order, limit=list(AXES))
+                          f"got {brief(order)}", field="placement.axis_order", value=order, limit=list(AXES))
     return tuple(order)
 
 
@@ -176,7 +176,7 @@ def check_schema(data: Any) -> None:
                           field="schema", limit=SCHEMA)
     schema = data.get("schema")
     if schema != SCHEMA:
-        raise ConfigError(f"plan JSON schema is {schema!r}; this nestplan exports {SCHEMA} plans only",
+        raise ConfigError(f"plan JSON schema is {brief(schema)}; this nestplan exports {SCHEMA} plans only",
                           field="schema", value=schema, limit=SCHEMA)
     _name(data, "model")
     _name(data, "cluster")
