@@ -1,6 +1,6 @@
 """Plans and runner-ups of the planner as JSON, for checking that a search change returns identical results.
 
-Run: python bench/compare_plans.py [--big | --small | --all] [--only NAME] > out.jsonl
+Run: python bench/compare_plans.py [--big | --small | --bench] [--only NAME] > out.jsonl
 Each case runs in a fresh process; one JSON line per case: the best plan and every runner-up
 (dims, axis order, exact step time as float.hex, the plan JSON of report/plan_json.py), and,
 beside them, the search statistics and the CPU/wall seconds and peak RSS (not for comparison:
@@ -20,6 +20,10 @@ BIG = [("gpt3-175b", "tpuv4-fattree", 1024, 4096, 2048), ("mixtral-8x7b", "h100-
 SMALL = [(m, c, n, 4096, s) for m, s in (("llama2-7b", 4096), ("llama3-70b", 4096), ("gpt3-175b", 2048),
                                          ("mixtral-8x7b", 4096))
          for c in ("tpuv4-fattree", "h100-spine-leaf") for n in (64, 256)]
+# bench/bench_plan.py's 40 cases: every model and cluster at every scale
+BENCH = [(m, c, n, 4096, s) for m, s in (("llama2-7b", 4096), ("llama3-70b", 4096), ("gpt3-175b", 2048),
+                                         ("mixtral-8x7b", 4096))
+         for c in ("tpuv4-fattree", "h100-spine-leaf") for n in (64, 128, 256, 512, 1024)]
 
 CASE = r'''
 import json, resource, sys, time
@@ -58,7 +62,10 @@ def run_case(case: tuple) -> dict:
 
 
 def main() -> None:
-    cases = BIG if "--big" in sys.argv else SMALL if "--small" in sys.argv else SMALL + BIG
+    if "--bench" in sys.argv:
+        cases = BENCH + [("llama3.1-405b", "llama3-h100", 8192, 2048, 8192)] + BIG[2:]
+    else:
+        cases = BIG if "--big" in sys.argv else SMALL if "--small" in sys.argv else SMALL + BIG
     if "--only" in sys.argv:
         name = sys.argv[sys.argv.index("--only") + 1]
         cases = [c for c in cases if name in c[0]]
