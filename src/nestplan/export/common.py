@@ -20,10 +20,9 @@ from pathlib import Path
 
 from nestplan.errors import ConfigError, printable
 from nestplan.export.plan import ExportInput, PlanSettings
+from nestplan.strategy.placement import (REPLICA_MAJOR as REPLICA_MAJOR, STAGE_MAJOR as STAGE_MAJOR,
+                                         consecutive_span_level)
 from nestplan.units import GiB
-
-STAGE_MAJOR = ("tp", "cp", "ep", "dp", "pp")      # Megatron-LM's default order: stage slowest
-REPLICA_MAJOR = ("tp", "cp", "ep", "pp", "dp")    # each replica's pipeline contiguous
 
 
 @dataclass(frozen=True)
@@ -152,10 +151,7 @@ def expert_group_note(framework: str, inp: ExportInput, stride: int, size: int, 
 
 def _level(inp: ExportInput, span: int) -> str:
     """The innermost network level whose unit holds ``span`` consecutive ranks (from an aligned start)."""
-    for name, unit in zip(inp.level_names, inp.level_unit_devices):
-        if unit >= span:
-            return name
-    return inp.level_names[-1]
+    return inp.level_names[consecutive_span_level(span, inp.level_unit_devices)]
 
 
 def _equivalent(p: PlanSettings, a: tuple[str, ...], b: tuple[str, ...]) -> bool:
