@@ -8,8 +8,8 @@ from typing import Iterator
 
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
-from nestplan.search.levels import SEARCH_ORDERS
 from nestplan.strategy.enums import Recompute, ZeroStage
+from nestplan.strategy.placement import NAMED_ORDERS as SEARCH_ORDERS
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nestplan.errors import ConfigError
+from nestplan.strategy.axes import AXES
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
-
-AXES = ("tp", "cp", "ep", "pp", "dp")
 
 
 def _err(message: str, field: str, value: object, limit: object = None) -> ConfigError:
