@@ -64,17 +64,26 @@ def model_state_bytes(
     optimizer_bytes: int,
 ) -> dict[str, float]:
     """Weights, gradients and optimizer state on one device after ZeRO sharding."""
+    values = _state_values(params, shards, zero, weight_bytes, grad_bytes, optimizer_bytes)
+    return dict(zip(("weights", "gradients", "optimizer"), values))
 
+
+def model_state_total(params: ParamCount, shards: ShardGroups, zero: ZeroStage, weight_bytes: int, grad_bytes: int,
+                      optimizer_bytes: int) -> float:
+    """The sum of :func:`model_state_bytes` (bytes per device), without building the breakdown."""
+    weights, gradients, optimizer = _state_values(params, shards, zero, weight_bytes, grad_bytes, optimizer_bytes)
+    return weights + gradients + optimizer
+
+
+def _state_values(params: ParamCount, shards: ShardGroups, zero: ZeroStage, weight_bytes: int, grad_bytes: int,
+                  optimizer_bytes: int) -> tuple[float, float, float]:
     def per_device(bytes_per_param: int, sharded: bool) -> float:
         if not sharded:
             return bytes_per_param * params.total
         return bytes_per_param * (params.dense / shards.dense + params.expert / shards.expert)
 
-    return {
-        "weights": per_device(weight_bytes, zero >= ZeroStage.PARAMETERS),
-        "gradients": per_device(grad_bytes, zero >= ZeroStage.GRADIENTS),
-        "optimizer": per_device(optimizer_bytes, zero >= ZeroStage.OPTIMIZER),
-    }
+    return (per_device(weight_bytes, zero >= ZeroStage.PARAMETERS), per_device(grad_bytes, zero >= ZeroStage.GRADIENTS),
+            per_device(optimizer_bytes, zero >= ZeroStage.OPTIMIZER))
 
 
 def stage_memory(

@@ -9,7 +9,7 @@ parameter all-gather hides behind the next step's first forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from nestplan.cost import comm
@@ -35,21 +35,41 @@ class SyncContext:
     dense_group: GroupSpan    # ranks holding the same dense parameters: cp x ep x dp
     expert_group: GroupSpan   # ranks holding the same experts: cp x dp
 
+    # seconds already computed, by (quantity, parameters): a search asks for the same stages often
+    _known: dict = field(default_factory=dict, compare=False, repr=False)
+
     def _pairs(self, params: L.ParamCount) -> tuple[tuple[GroupSpan, float], ...]:
         return ((self.dense_group, params.dense), (self.expert_group, params.expert))
 
+    def _remembered(self, name: str, params: L.ParamCount) -> float:
+        key = (name, params)
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = getattr(self, name)(params)
+        return found
+
     def sync(self, params: L.ParamCount) -> float:
         """Gradient all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1/2) of one stage."""
+        return self._remembered("_sync", params)
+
+    def gather(self, params: L.ParamCount) -> float:
+        """Parameter all-gather after the optimizer step (ZeRO 1/2)."""
+        return self._remembered("_gather", params)
+
+    def optimizer(self, params: L.ParamCount) -> float:
+        """Seconds of the (memory-bound) optimizer step over this device's share of the stage."""
+        return self._remembered("_optimizer", params)
+
+    def _sync(self, params: L.ParamCount) -> float:
         j = self.job
         return sum(comm.grad_sync_time(self.topo, g, n * j.grad_bytes, n * j.dtype_bytes, int(self.zero))
                    for g, n in self._pairs(params))
 
-    def gather(self, params: L.ParamCount) -> float:
+    def _gather(self, params: L.ParamCount) -> float:
         return sum(comm.param_gather_time(self.topo, g, n * self.job.dtype_bytes, int(self.zero))
                    for g, n in self._pairs(params))
 
-    def optimizer(self, params: L.ParamCount) -> float:
-        """Seconds of the (memory-bound) optimizer step over this device's share of the stage."""
+    def _optimizer(self, params: L.ParamCount) -> float:
         if self.zero is ZeroStage.NONE:
             local = params.total
         else:
@@ -92,10 +112,9 @@ def step_end(ctx: SyncContext, params: Sequence[L.ParamCount], forward: Sequence
     return StepEnd(exposed[last], optimizer[last])
 
 
-def tied_embedding_sync(model: ModelSpec, topo: Topology, tp: int, job: Job, boundary_levels: Sequence[int]) -> float:
-    """Megatron all-reduces the embedding and output-layer gradients between the first and last stage."""
-    if not model.tied_embeddings or not boundary_levels:
+def tied_embedding_sync(model: ModelSpec, topo: Topology, tp: int, job: Job, ends: GroupSpan) -> float:
+    """Megatron all-reduces the embedding and output-layer gradients between the first and last stage:
+    ``ends`` is that group (``Placement.pp_ends``: one member, so nothing to reduce, when pp = 1)."""
+    if not model.tied_embeddings:
         return 0.0
-    level = max(boundary_levels)
-    fan = tuple(2 if i == level else 1 for i in range(topo.num_levels))
-    return coll.all_reduce(topo, fan, model.vocab_size * model.hidden_size / tp * job.grad_bytes)
+    return coll.all_reduce(topo, ends.fanout, model.vocab_size * model.hidden_size / tp * job.grad_bytes)

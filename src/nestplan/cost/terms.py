@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from nestplan.cost import comm
-from nestplan.cost.compute import block_time, embedding_time, head_time
+from nestplan.cost.compute import LayerTime, block_time, embedding_time, head_time
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.job import Job
 from nestplan.model import layers as L
@@ -46,6 +46,9 @@ class GraphTerms:
     tied_head_copy: L.ParamCount       # extra head parameters when head and embedding sit on different stages
 
 
+TERM_GROUPS = ("tp", "cp", "ep", "cp+ep+dp", "cp+dp")   # the groups whose spans the terms depend on
+
+
 def shard_of(dims: ParallelDims, job: Job) -> L.Shard:
     return L.Shard(tp=dims.tp, sp=dims.sp_active, cp=dims.cp, ep=dims.ep, micro_batch=dims.micro_batch_size,
                    seq_len=job.seq_len, dtype_bytes=job.dtype_bytes, flash=job.flash_attention)
@@ -57,13 +60,26 @@ def _components(**values: float) -> Mapping[str, float]:
     return MappingProxyType(out)
 
 
-def _block(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan],
-           layer: int) -> NodeTerms:
-    shard = shard_of(dims, job)
-    acc, topo = cluster.accelerator, cluster.topology
-    t = block_time(acc, model, layer, shard, job.dtype)
-    c = comm.block_comm(topo, model, layer, shard, groups, t.attention_forward)
-    params = L.block_params_per_device(model, layer, shard)
+@dataclass(frozen=True)
+class _BlockCompute:
+    """What one block kind costs under one shard, whatever the placement: its time before
+    communication, its parameters and its stored activations per recomputation mode."""
+
+    time: LayerTime
+    params: L.ParamCount
+    activations: Mapping[Recompute, float]
+
+
+def _block_compute(model: ModelSpec, acc, shard: L.Shard, dtype: str, layer: int) -> _BlockCompute:
+    acts = model.traced_activation_scale   # 1 unless a trace calibrated it
+    stored = {rc: acts * L.block_activation_bytes(model, layer, shard, L.Recomputation(rc.value)) for rc in Recompute}
+    return _BlockCompute(block_time(acc, model, layer, shard, dtype), L.block_params_per_device(model, layer, shard),
+                         MappingProxyType(stored))
+
+
+def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan],
+           b: _BlockCompute, c: comm.LayerComm) -> NodeTerms:
+    t, params = b.time, b.params
     if dims.recompute is Recompute.FULL:
         redo = t.forward + c.tp_forward + c.cp_forward + c.ep_forward
     elif dims.recompute is Recompute.SELECTIVE:
@@ -83,10 +99,8 @@ def _block(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapp
         ef, eb = comm.zero3_layer_time(topo, groups["cp+dp"], params.expert * job.dtype_bytes,
                                        params.expert * job.grad_bytes)
         zero_f, zero_b = max(0.0, zf + ef - t.forward), max(0.0, zb + eb - t.backward)
-    rc = L.Recomputation(dims.recompute.value)
-    fs, acts = model.traced_flops_scale, model.traced_activation_scale   # 1 unless a trace calibrated them
-    full = acts * L.block_activation_bytes(model, layer, shard, L.Recomputation.NONE)
-    transient = full if dims.recompute is Recompute.FULL else 0.0
+    fs = model.traced_flops_scale   # 1 unless a trace calibrated it
+    transient = b.activations[Recompute.NONE] if dims.recompute is Recompute.FULL else 0.0
     if dims.zero is ZeroStage.PARAMETERS:
         transient += 2 * params.total * job.dtype_bytes   # the gathered layer and the prefetched next one
     return NodeTerms(
@@ -94,30 +108,77 @@ def _block(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapp
             forward_compute=fs * t.forward, backward_compute=fs * t.backward, recompute=fs * redo,
             tp_comm=c.tp_forward + c.tp_backward, cp_comm=c.cp_forward + c.cp_backward,
             ep_comm=c.ep_forward + c.ep_backward, zero_comm=zero_f + zero_b),
-        params=params, activations=acts * L.block_activation_bytes(model, layer, shard, rc),
+        params=params, activations=b.activations[dims.recompute],
         forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f, transient=transient)
 
 
 def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:
     """Terms of every node kind under ``dims`` (pp and dp only matter through ``groups``)."""
-    shard = shard_of(dims, job)
-    acc, topo = cluster.accelerator, cluster.topology
-    kinds = {model.is_moe_layer(i): i for i in range(model.num_layers)}
-    blocks = {moe: _block(model, cluster, dims, job, groups, i) for moe, i in kinds.items()}
-    tp_sync = comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1)
-    e = embedding_time(acc, model, shard)
-    positions = model.max_position_embeddings if model.learned_position_embeddings else 0
-    vocab_rows = model.vocab_size / dims.tp + positions + model.type_vocab_size
-    embedding = NodeTerms(
-        components=_components(forward_compute=e.forward, backward_compute=e.backward, tp_comm=tp_sync),
-        params=L.ParamCount(dense=vocab_rows * model.hidden_size),
-        activations=L.embedding_activation_bytes(model, shard), forward=e.forward + tp_sync)
-    h = head_time(acc, model, shard, job.dtype)
-    head_own = L.head_params(model, separate_copy=False) / dims.tp
-    head_copy = L.head_params(model, separate_copy=True) / dims.tp - head_own
-    head = NodeTerms(
-        components=_components(forward_compute=h.forward, backward_compute=h.backward, tp_comm=tp_sync),
-        params=L.ParamCount(dense=head_own), activations=L.head_activation_bytes(model, shard),
-        forward=h.forward + tp_sync / 2)   # vocab-parallel loss: reductions forward, input gradient backward
-    return GraphTerms(blocks=MappingProxyType(blocks), embedding=embedding, head=head,
-                      tied_head_copy=L.ParamCount(dense=head_copy))
+    return TermCache(model, cluster, job).graph_terms(dims, groups)
+
+
+class TermCache:
+    """``graph_terms`` of one (model, cluster, job) for many sub-graph configurations.
+
+    What a block computes depends on the shard only (tp, sp, cp, ep, microbatch), its
+    collectives on the shard and the spans of its tp, cp and ep groups, and recomputation and
+    ZeRO only combine those: each part is computed once and the terms are assembled from them,
+    so a search over thousands of configurations and an evaluator polishing one plan's split
+    pay for each part once. Results are identical to computing them afresh.
+    """
+
+    def __init__(self, model: ModelSpec, cluster, job: Job) -> None:
+        self.model, self.cluster, self.job = model, cluster, job
+        # one representative layer per kind (the last of each, "is an MoE block")
+        self._kinds = {model.is_moe_layer(i): i for i in range(model.num_layers)}
+        self._compute: dict[L.Shard, tuple] = {}
+        self._comm: dict[tuple, tuple] = {}
+        self._terms: dict[tuple, GraphTerms] = {}
+
+    def graph_terms(self, dims: ParallelDims, groups: Mapping[str, GroupSpan]) -> GraphTerms:
+        shard = shard_of(dims, self.job)
+        key = (shard, dims.recompute, dims.zero) + tuple(groups[k] for k in TERM_GROUPS)
+        found = self._terms.get(key)
+        if found is None:
+            found = self._terms[key] = self._assemble(dims, shard, groups)
+        return found
+
+    def _compute_parts(self, shard: L.Shard) -> tuple:
+        found = self._compute.get(shard)
+        if found is None:
+            model, acc, job = self.model, self.cluster.accelerator, self.job
+            blocks = {moe: _block_compute(model, acc, shard, job.dtype, i) for moe, i in self._kinds.items()}
+            found = self._compute[shard] = (blocks, embedding_time(acc, model, shard), head_time(acc, model, shard, job.dtype))
+        return found
+
+    def _comm_parts(self, shard: L.Shard, groups: Mapping[str, GroupSpan], blocks: Mapping[bool, _BlockCompute]
+                    ) -> tuple:
+        key = (shard, groups["tp"], groups["cp"], groups["ep"])
+        found = self._comm.get(key)
+        if found is None:
+            topo, model = self.cluster.topology, self.model
+            comms = {moe: comm.block_comm(topo, model, i, shard, groups, blocks[moe].time.attention_forward)
+                     for moe, i in self._kinds.items()}
+            found = self._comm[key] = (comms, comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1))
+        return found
+
+    def _assemble(self, dims: ParallelDims, shard: L.Shard, groups: Mapping[str, GroupSpan]) -> GraphTerms:
+        model, job = self.model, self.job
+        computed, e, h = self._compute_parts(shard)
+        comms, tp_sync = self._comm_parts(shard, groups, computed)
+        topo = self.cluster.topology
+        blocks = {moe: _block(model, topo, dims, job, groups, computed[moe], comms[moe]) for moe in self._kinds}
+        positions = model.max_position_embeddings if model.learned_position_embeddings else 0
+        vocab_rows = model.vocab_size / dims.tp + positions + model.type_vocab_size
+        embedding = NodeTerms(
+            components=_components(forward_compute=e.forward, backward_compute=e.backward, tp_comm=tp_sync),
+            params=L.ParamCount(dense=vocab_rows * model.hidden_size),
+            activations=L.embedding_activation_bytes(model, shard), forward=e.forward + tp_sync)
+        head_own = L.head_params(model, separate_copy=False) / dims.tp
+        head_copy = L.head_params(model, separate_copy=True) / dims.tp - head_own
+        head = NodeTerms(
+            components=_components(forward_compute=h.forward, backward_compute=h.backward, tp_comm=tp_sync),
+            params=L.ParamCount(dense=head_own), activations=L.head_activation_bytes(model, shard),
+            forward=h.forward + tp_sync / 2)   # vocab-parallel loss: reductions forward, input gradient backward
+        return GraphTerms(blocks=MappingProxyType(blocks), embedding=embedding, head=head,
+                          tied_head_copy=L.ParamCount(dense=head_copy))

@@ -63,7 +63,10 @@ class Candidate:
 
 @dataclass
 class SearchStats:
-    groups: int = 0
+    groups: int = 0              # groups searched (their tables built, every depth solved)
+    skipped_zero: int = 0        # groups not searched: a lower ZeRO stage fits their configuration
+    skipped_memory: int = 0      # groups not searched: no split of any depth fits in memory
+    skipped_bound: int = 0       # groups not searched: their lower bound cannot enter the K best
     depths: int = 0              # (group, depth) pairs considered
     pruned_memory: int = 0       # depths where no split fits in memory
     pruned_bound: int = 0        # depths dominated by the K best before their step end was costed
@@ -235,12 +238,15 @@ def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object,
                    progress: Callable[[int], None] | None = None, escalate_from: int = 2) -> list[Candidate]:
     """run()'s result (the same K best in the same order), visiting the groups by a lower bound.
 
-    Needs a cost model with ``lower_bound(group)``, a lower bound of the proxy of every split of
-    every depth of the group, and (optionally) ``fits(group)``, the memory-only check. A first
-    pass decides which groups run() would search (the ZeRO rule needs only whether a group fits)
-    and bounds each; the second searches them cheapest bound first, each with its place in the
-    sequential order (so ties break as in run()), and stops at the first group whose bound
-    cannot enter the K best: every later group's bound is no smaller.
+    Needs a cost model with ``lower_bound(group, fitted)``, a lower bound of the proxy of every
+    split of every depth of the group (with ``fitted``: of every depth where a split fits in
+    memory), and (optionally) ``fits(group)``, the memory-only check. A first pass decides which
+    groups run() would search (the ZeRO rule needs only whether some group of a configuration
+    fits) and bounds each; the second takes them cheapest bound first, each with its place in the
+    sequential order (so ties break as in run()). A group met for the first time is checked for
+    memory (skipped when nothing fits) and its bound tightened to the depths that fit; if that
+    moves it back, it waits its turn again. The search stops at the first group whose bound cannot
+    enter the K best: every group still waiting has a bound no smaller.
     """
     start = time.perf_counter()
     lowest_fit: dict = {}
@@ -249,17 +255,30 @@ def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object,
         if progress is not None:
             progress(i)   # the first pass: the second searches only the groups the bound leaves
         if zero >= escalate_from and lowest_fit.get(cfg_key, zero) < zero:
+            engine.stats.skipped_zero += 1
             continue   # a lower ZeRO stage already fits this configuration
+        checked = False
         if lowest_fit.get(cfg_key, zero + 1) > zero:
-            if engine.fits(group):
-                lowest_fit[cfg_key] = zero
-            else:
+            if not engine.fits(group):
+                engine.stats.skipped_memory += 1
                 continue   # no split of any depth fits: run_group would keep nothing
-        queue.append((engine.model.lower_bound(group), i, key, group))
-    queue.sort(key=lambda item: item[:2])
-    for bound, i, key, group in queue:
+            lowest_fit[cfg_key] = zero
+            checked = True
+        queue.append((engine.model.lower_bound(group, fitted=False), i, checked, key, group))
+    heapq.heapify(queue)
+    while queue:
+        bound, i, checked, key, group = heapq.heappop(queue)
         if engine.dominated(bound, i):
+            engine.stats.skipped_bound += len(queue) + 1
             break
+        if checked is not None:   # first time at the front: check the memory, tighten the bound
+            if not checked and not engine.fits(group):
+                engine.stats.skipped_memory += 1
+                continue
+            tight = engine.model.lower_bound(group, fitted=True)
+            if tight > bound:
+                heapq.heappush(queue, (tight, i, None, key, group))
+                continue
         engine.run_group(group, key, order=i)
     engine.stats.solve_time_s = time.perf_counter() - start
     return engine.best()

@@ -6,7 +6,7 @@ import math
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
-from nestplan.errors import ConfigError, InfeasibleError
+from nestplan.errors import InfeasibleError
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.levels import REPLICA_MAJOR
@@ -29,10 +29,7 @@ def leanest(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
         dims = ParallelDims(tp=cfg.tp, pp=pp, dp=1, cp=cfg.cp, ep=cfg.ep, sp=cfg.sp, zero=max(space.zero),
                             recompute=Recompute.FULL if Recompute.FULL in space.recompute else max(space.recompute),
                             micro_batch_size=cfg.micro_batch_size, layers_per_stage=even_split(model.num_layers, pp))
-        try:
-            pred = evaluate_plan(model, cluster, dims, job, cfg.order)
-        except ConfigError:
-            continue
+        pred = evaluate_plan(model, cluster, dims, job, cfg.order)   # legal: sub_configs yields legal values only
         if lean is None or pred.peak_memory_bytes_per_device < lean.peak_memory_bytes_per_device:
             lean = pred
     return lean

@@ -13,6 +13,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.search.engine import Engine, SearchStats, run_best_first
 from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SearchSpace, replica_counts, sub_configs
+from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 
 INTERLEAVE_CHOICES = (2, 3, 4)
@@ -61,16 +62,15 @@ def check_job(model: ModelSpec, cluster, job: Job, devices: int) -> None:
             field="global_batch_size", value=job.global_batch_size, limit=-(-devices // widest))
 
 
-def _exact(model, cluster, job, cand) -> Prediction | None:
+Evaluate = Callable[[ParallelDims, tuple[str, ...]], Prediction]
+
+
+def _exact(evaluate: Evaluate, cand) -> Prediction:
     g: Group = cand.group
-    dims = g.dims(len(cand.parts), cand.parts)
-    try:
-        return evaluate_plan(model, cluster, dims, job, g.cfg.order)
-    except ConfigError:
-        return None
+    return evaluate(g.dims(len(cand.parts), cand.parts), g.cfg.order)
 
 
-def _interleaved(model, cluster, job, pred: Prediction) -> list[Prediction]:
+def _interleaved(model: ModelSpec, evaluate: Evaluate, pred: Prediction) -> list[Prediction]:
     """Interleaved 1F1B variants of a plan (same stages, v chunks each) where Megatron allows them."""
     dims, out = pred.plan, []
     if dims.pp < 2 or pred.num_microbatches % dims.pp:
@@ -79,7 +79,7 @@ def _interleaved(model, cluster, job, pred: Prediction) -> list[Prediction]:
         if any(n % v for n in dims.stage_layers(model.num_layers)):
             continue
         variant = replace(dims, schedule=Schedule.INTERLEAVED, virtual_stages=v)
-        out.append(evaluate_plan(model, cluster, variant, job, pred.placement.axis_order))
+        out.append(evaluate(variant, pred.placement.axis_order))
     return out
 
 
@@ -90,7 +90,7 @@ def _moves(p: int) -> list[tuple[int, int]]:
             if a != b and (p <= 8 or abs(a - b) == 1 or {a, b} & {0, p - 1})]
 
 
-def _polish(model, cluster, job, pred: Prediction, budget: int = POLISH_BUDGET) -> Prediction:
+def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int = POLISH_BUDGET) -> Prediction:
     """Steepest descent on the evaluator over one-layer moves between stages.
 
     The search ranks splits by the closed-form proxy; the evaluator simulates the schedule, which
@@ -107,8 +107,7 @@ def _polish(model, cluster, job, pred: Prediction, budget: int = POLISH_BUDGET) 
             moved[src] -= 1
             moved[dst] += 1
             budget -= 1
-            trial = evaluate_plan(model, cluster, replace(dims, layers_per_stage=tuple(moved)), job,
-                                  pred.placement.axis_order)
+            trial = evaluate(replace(dims, layers_per_stage=tuple(moved)), pred.placement.axis_order)
             if trial.fits and trial.step_time_s < best.step_time_s * (1 - 1e-12):
                 best = trial
         if best is pred:
@@ -125,15 +124,15 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
     engine = Engine(cost, cluster.accelerator.hbm_bytes, keep=max(32, 4 * top))
     groups = _groups(model, cluster, job, devices, space)
     finalists = [engine.refine(c) for c in run_best_first(engine, groups, progress)]
-    exact: list[Prediction] = []
-    for cand in finalists:
-        pred = _exact(model, cluster, job, cand)
-        if pred is not None:
-            exact.append(pred)
+
+    def evaluate(dims: ParallelDims, order: tuple[str, ...]) -> Prediction:
+        return evaluate_plan(model, cluster, dims, job, order, terms=cost.term_cache)
+
+    exact = [_exact(evaluate, cand) for cand in finalists]
     fitting = sorted((p for p in exact if p.fits), key=lambda p: p.step_time_s)
-    fitting[:POLISHED] = [_polish(model, cluster, job, p) for p in fitting[:POLISHED]]
+    fitting[:POLISHED] = [_polish(model, evaluate, p) for p in fitting[:POLISHED]]
     for pred in list(fitting):
-        fitting.extend(p for p in _interleaved(model, cluster, job, pred) if p.fits)
+        fitting.extend(p for p in _interleaved(model, evaluate, pred) if p.fits)
     fitting.sort(key=lambda p: p.step_time_s)
     best = fitting[0] if fitting else None
     return PlanResult(best, tuple(fitting[1:1 + top]), engine.stats, len(exact))

@@ -8,6 +8,7 @@ from typing import Iterator
 
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
+from nestplan.strategy.dims import tp_conflict
 from nestplan.strategy.enums import Recompute, ZeroStage
 from nestplan.strategy.placement import NAMED_ORDERS as SEARCH_ORDERS
 
@@ -53,16 +54,9 @@ def even_split(layers: int, stages: int) -> tuple[int, ...]:
 
 
 def tp_values(space: SearchSpace, model: ModelSpec, devices: int) -> list[int]:
-    """tp divides the heads (and the kv heads, or is divisible by them) and the FFN. It may span
+    """tp values the model allows (strategy/dims.py ``tp_conflict``). tp may span
     nodes (Alpa-style over-sharding is in the space, so no baseline can leave it)."""
-    ok = []
-    for t in space.tp:
-        if t > devices or model.num_heads % t or model.ffn_hidden_size % t:
-            continue
-        if model.num_kv_heads % t and t % model.num_kv_heads:
-            continue
-        ok.append(t)
-    return ok
+    return [t for t in space.tp if t <= devices and tp_conflict(model, t) is None]
 
 
 def aligned(size: int, unit_sizes: tuple[int, ...]) -> bool:

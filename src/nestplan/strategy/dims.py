@@ -87,57 +87,91 @@ class ParallelDims:
 
     def num_microbatches(self, global_batch_size: int) -> int:
         """Microbatches per replica per step; raises when the batch does not divide."""
+        problem = self.batch_conflict(global_batch_size)
+        if problem is not None:
+            raise problem
+        return global_batch_size // (self.batch_replicas * self.micro_batch_size)
+
+    def batch_conflict(self, global_batch_size: int) -> ConfigError | None:
+        """Why the batch does not divide into this plan's microbatches (an error to raise), or None."""
         per_step = self.batch_replicas * self.micro_batch_size
         if global_batch_size % per_step:
-            raise _err(
+            return _err(
                 f"global batch size {global_batch_size} is not divisible by dp x ep x micro-batch size "
                 f"= {self.dp} x {self.ep} x {self.micro_batch_size} = {per_step}",
                 "global_batch_size", global_batch_size, per_step)
         m = global_batch_size // per_step
         if self.schedule is Schedule.INTERLEAVED and m % self.pp:
-            raise _err(f"the interleaved schedule needs the {m} microbatches to be a multiple of pp {self.pp}",
-                       "global_batch_size", global_batch_size, self.pp)
-        return m
+            return _err(f"the interleaved schedule needs the {m} microbatches to be a multiple of pp {self.pp}",
+                        "global_batch_size", global_batch_size, self.pp)
+        return None
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
         """Transformer layers of each pipeline stage (even split unless given)."""
+        problem = self.layers_conflict(num_layers)
+        if problem is not None:
+            raise problem
+        if self.layers_per_stage is not None:
+            return self.layers_per_stage
+        return (num_layers // self.pp,) * self.pp
+
+    def layers_conflict(self, num_layers: int) -> ConfigError | None:
+        """Why the layers do not split into this plan's stages (an error to raise), or None."""
         if self.layers_per_stage is not None:
             if sum(self.layers_per_stage) != num_layers:
-                raise _err(f"layers-per-stage sums to {sum(self.layers_per_stage)} but the model has {num_layers} layers",
-                           "layers_per_stage", self.layers_per_stage, num_layers)
+                return _err(f"layers-per-stage sums to {sum(self.layers_per_stage)} but the model has {num_layers} "
+                            "layers", "layers_per_stage", self.layers_per_stage, num_layers)
             parts = self.layers_per_stage
         else:
             if self.pp > num_layers:
-                raise _err(f"pp {self.pp} exceeds the model's {num_layers} layers", "pp", self.pp, num_layers)
+                return _err(f"pp {self.pp} exceeds the model's {num_layers} layers", "pp", self.pp, num_layers)
             if num_layers % self.pp:
-                raise _err(f"pp {self.pp} does not divide the model's {num_layers} layers; "
-                           "give --layers-per-stage for an uneven split", "pp", self.pp, num_layers)
+                return _err(f"pp {self.pp} does not divide the model's {num_layers} layers; "
+                            "give --layers-per-stage for an uneven split", "pp", self.pp, num_layers)
             parts = (num_layers // self.pp,) * self.pp
         if self.virtual_stages > 1:
             bad = [n for n in parts if n % self.virtual_stages]
             if bad:
-                raise _err(f"a stage of {bad[0]} layers does not split into {self.virtual_stages} virtual stages",
-                           "virtual_stages", self.virtual_stages, bad[0])
-        return tuple(parts)
+                return _err(f"a stage of {bad[0]} layers does not split into {self.virtual_stages} virtual stages",
+                            "virtual_stages", self.virtual_stages, bad[0])
+        return None
+
+
+def tp_conflict(model, tp: int) -> ConfigError | None:
+    """Why tensor parallelism ``tp`` cannot split the model (an error to raise), or None: tp must
+    divide the attention heads and the FFN, and tp and the key-value heads must divide one another
+    (fewer key-value heads than tp are replicated, Megatron-LM's GQA rule)."""
+    if model.num_heads % tp:
+        return _err(f"tp {tp} does not divide the model's {model.num_heads} attention heads", "tp", tp,
+                    model.num_heads)
+    if model.num_kv_heads % tp and tp % model.num_kv_heads:
+        return _err(f"tp {tp} and the model's {model.num_kv_heads} key-value heads do not divide one another",
+                    "tp", tp, model.num_kv_heads)
+    if model.ffn_hidden_size % tp:
+        return _err(f"tp {tp} does not divide the model's FFN size {model.ffn_hidden_size}", "tp", tp,
+                    model.ffn_hidden_size)
+    return None
+
+
+def model_conflict(dims: ParallelDims, model, seq_len: int) -> ConfigError | None:
+    """Why the sub-graph degrees do not divide the model's shape (an error naming both numbers, to
+    raise), or None."""
+    problem = tp_conflict(model, dims.tp)
+    if problem is not None:
+        return problem
+    if dims.ep > 1 and not model.is_moe:
+        return _err(f"ep {dims.ep} needs a mixture-of-experts model; {model.name} is dense", "ep", dims.ep, 1)
+    if model.is_moe and model.num_experts % dims.ep:
+        return _err(f"ep {dims.ep} does not divide the model's {model.num_experts} experts",
+                    "ep", dims.ep, model.num_experts)
+    if seq_len % (2 * dims.cp) and dims.cp > 1:
+        return _err(f"cp {dims.cp} needs the sequence length {seq_len} to be a multiple of 2 x cp = {2 * dims.cp}",
+                    "cp", dims.cp, seq_len)
+    return dims.layers_conflict(model.num_layers)
 
 
 def check_against_model(dims: ParallelDims, model, seq_len: int) -> None:
     """Divisibility of the sub-graph degrees against the model's shape (errors name both numbers)."""
-    if model.num_heads % dims.tp:
-        raise _err(f"tp {dims.tp} does not divide the model's {model.num_heads} attention heads",
-                   "tp", dims.tp, model.num_heads)
-    if model.num_kv_heads % dims.tp and dims.tp % model.num_kv_heads:
-        raise _err(f"tp {dims.tp} and the model's {model.num_kv_heads} key-value heads do not divide one another",
-                   "tp", dims.tp, model.num_kv_heads)
-    if model.ffn_hidden_size % dims.tp:
-        raise _err(f"tp {dims.tp} does not divide the model's FFN size {model.ffn_hidden_size}",
-                   "tp", dims.tp, model.ffn_hidden_size)
-    if dims.ep > 1 and not model.is_moe:
-        raise _err(f"ep {dims.ep} needs a mixture-of-experts model; {model.name} is dense", "ep", dims.ep, 1)
-    if model.is_moe and model.num_experts % dims.ep:
-        raise _err(f"ep {dims.ep} does not divide the model's {model.num_experts} experts",
-                   "ep", dims.ep, model.num_experts)
-    if seq_len % (2 * dims.cp) and dims.cp > 1:
-        raise _err(f"cp {dims.cp} needs the sequence length {seq_len} to be a multiple of 2 x cp = {2 * dims.cp}",
-                   "cp", dims.cp, seq_len)
-    dims.stage_layers(model.num_layers)
+    problem = model_conflict(dims, model, seq_len)
+    if problem is not None:
+        raise problem

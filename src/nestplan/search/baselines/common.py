@@ -8,12 +8,11 @@ from typing import Callable
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
-from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.levels import STAGE_MAJOR
 from nestplan.search.space import even_split as even_split  # re-exported for the baselines
-from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.dims import ParallelDims, model_conflict, tp_conflict
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,11 @@ class Evaluator:
 
     def __call__(self, dims: ParallelDims, order: tuple[str, ...] = STAGE_MAJOR) -> Prediction | None:
         self.count += 1
-        try:
-            return evaluate_plan(self.model, self.cluster, dims, self.job, order)
-        except ConfigError:
+        job = self.job
+        refused = model_conflict(dims, self.model, job.seq_len) or dims.batch_conflict(job.global_batch_size)
+        if refused is not None or dims.devices > self.cluster.devices:
             return None
+        return evaluate_plan(self.model, self.cluster, dims, job, order)
 
     def result(self, name: str, best: Prediction | None) -> BaselineResult:
         return BaselineResult(name, best, time.perf_counter() - self.start, self.count)
@@ -62,11 +62,10 @@ def largest_dp(devices: int, per_replica: int, global_batch: int, per_sample: in
 
 
 def tp_candidates(model: ModelSpec, limit: int) -> list[int]:
-    """Powers of two up to ``limit`` that divide the heads and the FFN (largest first)."""
+    """Powers of two up to ``limit`` that the model allows as tp (largest first)."""
     out, t = [], 1
     while t <= limit:
-        if model.num_heads % t == 0 and model.ffn_hidden_size % t == 0 and (
-                model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0):
+        if tp_conflict(model, t) is None:
             out.append(t)
         t *= 2
     return out[::-1]

@@ -1,0 +1,283 @@
+"""Pipeline stages from node terms: what a stage holds, costs per microbatch and keeps in memory.
+
+One module turns the per-node terms (cost/terms.py) into per-stage quantities, for the
+evaluator (one split: :func:`stage_sums`, :func:`stage_memory_breakdown`) and for the search
+(every position of every depth at once, as arrays: :func:`position_tables`,
+:func:`position_capacity`, :func:`block_memory`, :func:`end_matrices`). The rules, stated once:
+
+- a stage holds its blocks; the first also the embedding, the last also the head, and the last
+  of a multi-stage pipeline a copy of the head's weights when they are tied to the embedding
+  (Megatron keeps one: ``GraphTerms.tied_head_copy``);
+- its cycle per microbatch is the sum of its nodes' components plus its boundary transfers:
+  its outputs forward and its input gradients back, once per model chunk (v under interleaving,
+  whose chunks also pass from the last stage back to the first);
+- its memory is its weights, gradients and optimizer state under ZeRO (cost/memory.py), its
+  activations per microbatch times the microbatches in flight at its position
+  (``memory.in_flight_microbatches``), the largest transient buffer of a node it holds, and the
+  accelerator's reserve. Before a split is known, the transient is the largest of any block kind
+  (exact when all blocks are alike, an upper bound otherwise);
+- its step end (cost/stepend.py) sees its parameters, its forward compute and its backward
+  compute with recomputation.
+
+The search ranks splits of 1F1B pipelines (v = 1; interleaving is a variant of a found plan), so
+its arrays use the 1F1B in-flight rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from nestplan.cost.memory import (
+    ShardGroups, in_flight_microbatches, model_state_bytes, model_state_total, stage_memory)
+from nestplan.cost.prediction import BREAKDOWN_TERMS
+from nestplan.cost.stepend import SyncContext
+from nestplan.cost.terms import GraphTerms, NodeTerms
+from nestplan.job import Job
+from nestplan.model import layers as L
+from nestplan.strategy.enums import Schedule, ZeroStage
+
+BACKWARD_TERMS = ("backward_compute", "recompute")   # what a stage's backward pass computes (the step end's view)
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What turns a stage's nodes into bytes: the job's bytes per value, ZeRO and its shard
+    groups, the accelerator's reserve and capacity."""
+
+    job: Job
+    zero: ZeroStage
+    shards: ShardGroups
+    reserved_bytes: float
+    capacity_bytes: float
+
+    def states(self, params: L.ParamCount) -> dict[str, float]:
+        """Weights, gradients and optimizer state of ``params`` on one device."""
+        j = self.job
+        return model_state_bytes(params, self.shards, self.zero, j.dtype_bytes, j.grad_bytes,
+                                 j.optimizer_state_bytes)
+
+    def state_bytes(self, params: L.ParamCount) -> float:
+        j = self.job
+        return model_state_total(params, self.shards, self.zero, j.dtype_bytes, j.grad_bytes,
+                                 j.optimizer_state_bytes)
+
+
+# ---------------------------------------------------------------------------- one split (evaluator)
+def held_nodes(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) -> list[NodeTerms]:
+    """The nodes of a stage holding blocks of ``kinds`` (is-MoE per block), embedding and head included."""
+    return [terms.blocks[k] for k in kinds] + _end_nodes(terms, stage, pp)
+
+
+def extra_params(terms: GraphTerms, stage: int, pp: int) -> L.ParamCount:
+    """Parameters a stage holds besides its nodes': the tied head's copy on the last of several stages."""
+    return terms.tied_head_copy if stage == pp - 1 and pp > 1 else L.ParamCount()
+
+
+@dataclass(frozen=True)
+class StageSums:
+    """One stage's nodes summed: components per microbatch (no transfers), the forward part,
+    activation bytes per microbatch, parameters and the largest transient."""
+
+    components: Mapping[str, float]   # BREAKDOWN_TERMS, pp_comm zero
+    forward: float
+    activations: float
+    params: L.ParamCount
+    transient: float
+
+
+def stage_sums(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) -> StageSums:
+    comp: dict[str, float] = {k: 0.0 for k in BREAKDOWN_TERMS}
+    acts, fwd, params, transient = 0.0, 0.0, extra_params(terms, stage, pp), 0.0
+    for node in held_nodes(terms, kinds, stage, pp):
+        for key, value in node.components.items():
+            comp[key] += value
+        acts += node.activations
+        fwd += node.forward
+        params = params + node.params
+        transient = max(transient, node.transient)
+    return StageSums(MappingProxyType(comp), fwd, acts, params, transient)
+
+
+def transfer_seconds(prev: float, nxt: float, virtual: int) -> float:
+    """Boundary transfers per microbatch: each of the v chunks receives from and sends to its neighbours."""
+    return virtual * (prev + nxt)
+
+
+def stage_memory_breakdown(ctx: StageContext, sums: StageSums, in_flight: float) -> dict[str, float]:
+    """Bytes per device of one stage by MEMORY_TERMS."""
+    return stage_memory(ctx.states(sums.params), sums.activations, in_flight, sums.transient, ctx.reserved_bytes)
+
+
+def step_end_inputs(sums: Sequence[StageSums]) -> tuple[list[L.ParamCount], list[float], list[float]]:
+    """Per stage: parameters, forward compute and backward compute (cost/stepend.py's inputs)."""
+    return ([x.params for x in sums], [x.components["forward_compute"] for x in sums],
+            [x.components[BACKWARD_TERMS[0]] + x.components[BACKWARD_TERMS[1]] for x in sums])
+
+
+def _end_nodes(terms: GraphTerms, stage: int, pp: int) -> list[NodeTerms]:
+    return ([terms.embedding] if stage == 0 else []) + ([terms.head] if stage == pp - 1 else [])
+
+
+# ---------------------------------------------------------------------------- every depth (search)
+@dataclass(frozen=True)
+class BlockArrays:
+    """Per block (L,): cycle seconds, state bytes and activation bytes per microbatch in flight."""
+
+    costs: np.ndarray
+    states: np.ndarray
+    activations: np.ndarray
+    homogeneous: bool   # every block costs and holds the same
+
+
+def block_arrays(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray) -> BlockArrays:
+    """``kind_index``: each block's index in sorted(terms.blocks) (False, dense, before True, MoE)."""
+    kind_ids = sorted(terms.blocks)
+    per_kind = {k: (terms.blocks[k].cycle, ctx.state_bytes(terms.blocks[k].params), terms.blocks[k].activations)
+                for k in kind_ids}
+    costs, states, acts = (np.array([per_kind[k][i] for k in kind_ids])[kind_index] for i in range(3))
+    alike = len(kind_ids) == 1 or bool(np.all(costs == costs[0]) and np.all(states == states[0]))
+    return BlockArrays(costs, states, acts, alike)
+
+
+def largest_block_transient(terms: GraphTerms) -> float:
+    return max(terms.blocks[k].transient for k in terms.blocks)
+
+
+def _grid(depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(depth p (P, 1), stage s (1, P), real stage, first stage, last stage) of depths 1..P."""
+    p = np.arange(1, depth + 1)[:, None]
+    s = np.arange(depth)[None, :]
+    real = s < p
+    return p, s, real, real & (s == 0), real & (s == p - 1)
+
+
+@dataclass(frozen=True)
+class PositionTables:
+    """Stage tables of depths 1..P (row p - 1 = depth p; column = stage index): cycle besides
+    the blocks (-inf beyond the depth), bytes besides the blocks and the most blocks a stage can
+    hold (0 beyond the depth), and the depth-dependent part of the sum of all cycles."""
+
+    alpha: np.ndarray
+    mem_fixed: np.ndarray
+    nmax: np.ndarray
+    constant: np.ndarray
+
+
+def position_tables(ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, microbatches: int,
+                    transfers: np.ndarray) -> PositionTables:
+    """``transfers`` (P, P + 1): [p - 1, s + 1] the seconds of the link between stages s and
+    s + 1 of a p-stage pipeline, 0 where there is none."""
+    P = transfers.shape[0]
+    depth, stage, real, first, last = _grid(P)
+    alpha = terms.embedding.cycle * first + terms.head.cycle * last + transfers[:, :P] + transfers[:, 1:]
+    alpha = np.where(real, alpha, -np.inf)
+    inflight = np.where(real, in_flight_microbatches(Schedule.ONE_F_ONE_B, stage, depth, microbatches, 1), 0)
+    copy = np.where(depth > 1, ctx.state_bytes(terms.tied_head_copy), 0.0)
+    fixed = (ctx.reserved_bytes + largest_block_transient(terms)
+             + first * (ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight)
+             + last * (ctx.state_bytes(terms.head.params) + copy + terms.head.activations * inflight))
+    per_block = blocks.states[0] + blocks.activations[0] * inflight
+    nmax = np.where(real, np.floor((ctx.capacity_bytes - fixed) / np.maximum(per_block, 1.0)), 0).astype(np.int64)
+    nmax = np.where(real, np.maximum(nmax, 0), 0)
+    constant = np.where(real, alpha, 0.0).sum(axis=1) + blocks.costs.sum()
+    return PositionTables(alpha, np.where(real, fixed, 0.0), nmax, constant)
+
+
+@dataclass(frozen=True)
+class PositionCapacity:
+    """``position_tables``' nmax by position with k = p - s = 1..P (1F1B keeps min(k, m) microbatches
+    in flight at stage s of p): blocks a middle stage can hold (P,) by k, a first stage of a
+    p-stage pipeline (P,) by p, a last stage of p >= 2 stages, a single stage."""
+
+    middle: np.ndarray
+    first: np.ndarray
+    last: int
+    single: int
+
+
+def position_capacity(ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, microbatches: int,
+                      depth: int) -> PositionCapacity:
+    """The same arithmetic as ``position_tables``' nmax element by element (its terms with 0 added
+    where a stage is not first or last), in O(P) instead of O(P^2); identical blocks only."""
+    k = np.arange(1, depth + 1)
+    inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, 0, k, microbatches, 1)
+    per_block = np.maximum(blocks.states[0] + blocks.activations[0] * inflight, 1.0)
+
+    def held(fixed, per) -> np.ndarray:
+        return np.maximum(np.floor((ctx.capacity_bytes - fixed) / per).astype(np.int64), 0)
+
+    base = ctx.reserved_bytes + largest_block_transient(terms)
+    emb = ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight
+    head = ctx.state_bytes(terms.head.params)
+    last = head + ctx.state_bytes(terms.tied_head_copy) + terms.head.activations * inflight[0]
+    single = (base + emb[0]) + (head + terms.head.activations * inflight[0])
+    return PositionCapacity(held(base, per_block), held(base + emb, per_block), int(held(base + last, per_block[0])),
+                            int(held(single, per_block[0])))
+
+
+def block_memory(ctx: StageContext, terms: GraphTerms, kinds: Sequence[bool], pp: int, microbatches: int
+                 ) -> np.ndarray:
+    """(pp, L) bytes of each block held by each stage of a 1F1B pipeline."""
+    inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, microbatches, 1)
+    out = np.empty((pp, len(kinds)))
+    for i, kind in enumerate(kinds):
+        node = terms.blocks[kind]
+        out[:, i] = ctx.state_bytes(node.params) + node.activations * inflight
+    return out
+
+
+@dataclass(frozen=True)
+class CycleSums:
+    """Cycles of the embedding and the head, of all blocks together, and of the cheapest block."""
+
+    embedding: float
+    head: float
+    blocks: float
+    cheapest_block: float
+
+
+def cycle_sums(terms: GraphTerms, kind_counts: Sequence[int]) -> CycleSums:
+    """``kind_counts``: blocks of each kind in sorted(terms.blocks) order."""
+    cycles = {k: terms.blocks[k].cycle for k in terms.blocks}
+    blocks = sum(cycles[k] * count for k, count in zip(sorted(terms.blocks), kind_counts))
+    return CycleSums(terms.embedding.cycle, terms.head.cycle, blocks, min(cycles.values()))
+
+
+def end_matrices(sync: SyncContext, terms: GraphTerms, block: NodeTerms, num_blocks: int,
+                 boundaries: np.ndarray) -> np.ndarray:
+    """X[s, j, e] (pp, L + 1, L + 1): exposed sync + gather + optimizer step of stage s holding
+    identical blocks [j, e) (inf where it holds none); step_end's max over stages of X is the step end.
+
+    Sync, gather and optimizer times are affine in the bytes, so in the blocks held: each is
+    evaluated at one and two blocks and extended. Stage s > 0 drains j blocks' backward, the
+    embedding's and the transfers before it after its last backward."""
+    pp = len(boundaries) + 1
+    b_fwd = block.components["forward_compute"]
+    b_bwd = sum(block.components[k] for k in BACKWARD_TERMS)
+    n1 = num_blocks + 1
+    j = np.arange(n1)[:, None]
+    n = np.arange(n1)[None, :] - j
+    emb_bwd = sum(terms.embedding.components[k] for k in BACKWARD_TERMS)
+    out = np.full((pp, n1, n1), np.inf)
+    for s in range(pp):
+        prm = extra_params(terms, s, pp)
+        fwd0 = bwd0 = 0.0
+        for node in _end_nodes(terms, s, pp):
+            prm = prm + node.params
+            fwd0 += node.components["forward_compute"]
+            bwd0 += sum(node.components[k] for k in BACKWARD_TERMS)
+
+        def affine(fn):
+            one, two = fn(prm + block.params), fn(prm + block.params.scaled(2))
+            return one - (two - one), two - one
+
+        (s0, s1), (g0, g1), (o0, o1) = affine(sync.sync), affine(sync.gather), affine(sync.optimizer)
+        drain = (j * b_bwd + emb_bwd + boundaries[:s].sum()) if s > 0 else 0.0
+        x = (np.maximum(0.0, s0 + s1 * n - (bwd0 + b_bwd * n) - drain)
+             + np.maximum(0.0, g0 + g1 * n - (fwd0 + b_fwd * n)) + o0 + o1 * n)
+        out[s] = np.where(n >= 1, x, np.inf)
+    return out
