@@ -13,9 +13,9 @@ from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, printable
-from nestplan.job import Job, Optimizer, check_context, default_seq_len, make_job, preferred_dtype
+from nestplan.job import Job, check_context, default_seq_len, make_job, preferred_dtype
 from nestplan.model import ModelSpec, load_model
-from nestplan.report.plan_json import SearchStats, plan_to_dict
+from nestplan.plan import Plan, SearchStats
 from nestplan.strategy.dims import ParallelDims, check_against_model
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 from nestplan.units import GiB, MiB
@@ -51,7 +51,7 @@ def default_dtype(cluster: Cluster) -> str:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """A prediction with the inputs it was made for; ``to_dict`` gives the plan JSON."""
+    """A prediction with the inputs it was made for; ``plan`` is its typed plan, ``to_dict`` the plan JSON."""
 
     model: ModelSpec
     cluster: Cluster
@@ -59,16 +59,17 @@ class Evaluation:
     prediction: Prediction
     solve_time_s: float
 
+    @property
+    def plan(self) -> Plan:
+        return Plan.from_prediction(self.prediction, self.model, self.cluster, self.job,
+                                    SearchStats(self.solve_time_s, candidates=1, pruned_memory=0))
+
     def to_dict(self) -> dict[str, Any]:
-        return plan_to_dict(
-            self.prediction, model=self.model.name, cluster=self.cluster.name,
-            devices_total=self.cluster.devices, job=self.job,
-            level_names=[lv.name for lv in self.cluster.topology.levels],
-            search=SearchStats(self.solve_time_s, candidates=1, pruned_memory=0))
+        return self.plan.to_dict()
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Write the plan's timeline.png, memory.png and placement.png (needs matplotlib)."""
-        return plot_plan(self.prediction, self.cluster, out_dir, title=f"{self.model.name} on {self.cluster.name}")
+        return plot_plan(self.plan, out_dir)
 
 
 def evaluate(model: str | ModelSpec, cluster: str | Cluster, plan: ParallelDims, job: Job,
@@ -193,25 +194,31 @@ class PlanReport:
     runners_up: tuple[Prediction, ...]
     stats: SearchCounts
 
+    @property
+    def plan(self) -> Plan:
+        """The best plan, typed: ``to_dict`` (the plan JSON, ``nestplan plan --json``), exports and plots
+        read it."""
+        return Plan.from_prediction(self.best, self.model, self.cluster, self.job,
+                                    SearchStats(self.stats.solve_time_s, candidates=self.stats.candidates,
+                                                pruned_memory=self.stats.pruned_memory))
+
     def to_dict(self) -> dict[str, Any]:
-        return plan_to_dict(
-            self.best, model=self.model.name, cluster=self.cluster.name, devices_total=self.cluster.devices,
-            job=self.job, level_names=[lv.name for lv in self.cluster.topology.levels],
-            search=SearchStats(self.stats.solve_time_s, candidates=self.stats.candidates,
-                               pruned_memory=self.stats.pruned_memory))
+        return self.plan.to_dict()
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Write the best plan's timeline.png, memory.png and placement.png (needs matplotlib)."""
-        return plot_plan(self.best, self.cluster, out_dir, title=f"{self.model.name} on {self.cluster.name}")
+        return plot_plan(self.plan, out_dir)
 
 
-def plot_plan(pred: Prediction, cluster: str | Cluster, out_dir: str | Path, title: str = "") -> list[Path]:
-    """Figures of one evaluated plan: pipeline timeline (its length is the predicted step time),
-    memory per stage, placement of stages and replicas on the network levels."""
+def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
+    """Figures of one plan: pipeline timeline (its length is the predicted step time), memory per
+    stage, placement of stages and replicas on the network levels. A plan read from a file is
+    evaluated again first (the figures draw the evaluator's schedule)."""
     from nestplan.report.plots import write_plan_plots
 
-    cl = resolve_cluster(cluster)
-    return write_plan_plots(pred, cl.topology, Path(out_dir), title or cl.name)
+    pred = plan.prediction or evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, plan.axis_order)
+    return write_plan_plots(pred, plan.cluster.topology, Path(out_dir),
+                            title or f"{plan.model.name} on {plan.cluster.name}")
 
 
 def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None, *, devices: int | None = None,
@@ -252,12 +259,13 @@ PAPER_ZERO_ABLATION = (("llama3-70b", 24 * GiB), ("bert-large", 120 * MiB))   # 
 class CompareCase:
     """One model on one cluster of a comparison, planned at each device count and microbatch size.
 
+    model, cluster: names (or paths), or the objects themselves (the cluster is cut to each count).
     hbm_bytes: device memory to plan with instead of the accelerator's, without a framework
         reserve (the paper's hypothetical small devices); None keeps the accelerator as it is.
     """
 
-    model: str
-    cluster: str
+    model: str | ModelSpec
+    cluster: str | Cluster
     devices: tuple[int, ...]
     micro_batch_sizes: tuple[int, ...] = (1,)
     seq_len: int | None = None
@@ -309,17 +317,17 @@ def _compare_case(args: tuple[CompareCase, list[str], int]) -> Comparison:
     from nestplan.search.compare import normalise, run_compare
 
     case, names, global_batch_size = args
-    spec = resolve_model(case.model)
-    job = make_job(spec, global_batch_size, case.seq_len, dtype=default_dtype(resolve_cluster(case.cluster)))
+    spec, whole = resolve_model(case.model), resolve_cluster(case.cluster)
+    job = make_job(spec, global_batch_size, case.seq_len, dtype=default_dtype(whole))
 
     def load(n: int) -> Cluster:
-        cl = resolve_cluster(case.cluster, n)
+        cl = whole.truncate(n)
         if case.hbm_bytes is None:
             return cl
         return replace(cl, accelerator=replace(cl.accelerator, hbm_bytes=case.hbm_bytes, reserved_bytes=0.0))
 
     rows = run_compare(spec, load, job, case.devices, case.micro_batch_sizes, names)
-    title = f"{spec.name} on {case.cluster}"
+    title = f"{spec.name} on {whole.name}"
     if case.hbm_bytes is not None:
         gib = case.hbm_bytes / GiB
         title += f" with {gib:g} GiB devices" if gib >= 1 else f" with {case.hbm_bytes / MiB:g} MiB devices"
@@ -355,42 +363,34 @@ def sweep_report(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[Path]]
     return rows, [csv_path, *write_plots(rows, out)]
 
 
-def export_plan(plan: Mapping[str, Any], framework: str, out_dir: str | Path, *,
-                model: str | ModelSpec | None = None, cluster: str | Cluster | None = None
-                ) -> tuple[list[Path], Export]:
-    """Write a framework's launch files for a plan JSON object (``PlanReport.to_dict()`` or a saved
-    ``--json`` file). Model and cluster default to the names the plan carries; a cluster named is
-    loaded with the plan's ``devices_total`` (the cluster it was planned on), a ``Cluster`` given is
-    used as it is. Where the framework's rank order differs from the one costed, the export quotes
-    nestplan's prediction under the framework's order too. Returns (paths written, the Export with
-    its notes)."""
-    from nestplan.export import build_input, check_framework, export, framework_orders
+def load_plan(path: str | Path, *, model: str | ModelSpec | None = None,
+              cluster: str | Cluster | None = None) -> Plan:
+    """A saved plan file (``nestplan plan --json``), read through the bounded reader and checked field
+    by field (``Plan.from_dict``). ``model`` and ``cluster`` replace the plan's own; they are needed
+    only for a plan of schema ``nestplan.plan/1`` whose model or cluster is not in the catalog (a
+    cluster named is loaded with the plan's ``devices_total`` devices)."""
+    from nestplan.inputs import load_object
+
+    return Plan.from_dict(load_object(path, "plan file"), model=model, cluster=cluster)
+
+
+def export_plan(plan: Plan, framework: str, out_dir: str | Path) -> tuple[list[Path], Export]:
+    """Write a framework's launch files for a plan (``PlanReport.plan``, ``Evaluation.plan`` or
+    :func:`load_plan`), on the model and cluster the plan holds (never truncated again). Where the
+    framework's rank order differs from the one costed, the export quotes nestplan's prediction
+    under the framework's order too. Returns (paths written, the Export with its notes)."""
+    from nestplan.export import check_framework, export, framework_orders
     from nestplan.export.common import choose_order
-    from nestplan.export.plan import check_schema, read_plan
+    from nestplan.export.plan import ExportInput
     from nestplan.version import __version__
 
     key = check_framework(framework)
-    check_schema(plan)
-    spec = resolve_model(model or str(plan.get("model")))
-    settings = read_plan(plan)
-    cl = cluster if isinstance(cluster, Cluster) else load_cluster(cluster or settings.cluster, settings.cluster_devices)
-    if cl.devices < settings.devices:
-        raise ConfigError(f"the plan uses {settings.devices} devices but cluster {printable(cl.name)} has "
-                          f"{cl.devices}", field="cluster", value=printable(cl.name), limit=settings.devices)
-    order = choose_order(settings, framework_orders(key, settings))
+    order = choose_order(plan, framework_orders(key, plan))
     alternative = None
-    if order != settings.axis_order:
-        dims = ParallelDims(tp=settings.tp, pp=settings.pp, dp=settings.dp, cp=settings.cp, ep=settings.ep,
-                            sp=settings.sp, zero=settings.zero, recompute=settings.recompute,
-                            micro_batch_size=settings.micro_batch_size, schedule=settings.schedule,
-                            virtual_stages=settings.virtual_stages, layers_per_stage=settings.layers_per_stage)
-        job = make_job(spec, settings.global_batch_size, settings.seq_len, dtype=settings.dtype,
-                       grad_dtype=settings.grad_dtype, optimizer=Optimizer(settings.optimizer),
-                       flash_attention=settings.flash_attention)
-        other = evaluate_plan(spec, cl, dims, job, order)
+    if tuple(order) != plan.axis_order:
+        other = evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, order)
         alternative = {"step_time_s": other.step_time_s, "tokens_per_s": other.tokens_per_s}
-    inp = build_input(plan, spec, cl.topology, __version__, alternative=alternative)
-    result = export(key, inp)
+    result = export(key, ExportInput(plan, __version__, alternative))
     return result.write(out_dir), result
 
 

@@ -25,6 +25,7 @@ from nestplan import __version__, api
 from nestplan.errors import ConfigError, PlannerError, printable
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Optimizer
 from nestplan.network.topology import MAX_DEVICES   # --devices, and each parallel degree
+from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
@@ -244,16 +245,16 @@ def evaluate(
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
-    data = result.to_dict()
+    typed = result.plan
     from nestplan.report.text import fit_verdict, render_plan
 
-    if not data["prediction"]["fits"]:
-        _say(f"nestplan: warning: the plan {fit_verdict(data['prediction'])}")
+    if not typed.predicted.fits:
+        _say(f"nestplan: warning: the plan {fit_verdict(typed.predicted)}")
     console = _console()
     if as_json:
-        _print_json(data)
+        _print_json(typed.to_dict())
     else:
-        render_plan(console, data)
+        render_plan(console, typed)
     written = _plots(plot, result.plot) if plot is not None else []
     if not as_json:
         _print_paths(console, "plots", written)
@@ -298,16 +299,16 @@ def plan_command(
                        flash_attention=flash)
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance)
-    data = report.to_dict()
+    best = report.plan
     console = _console()
     if as_json:
-        _print_json(data)
+        _print_json(best.to_dict())
     else:
-        _render_report(console, data, report)
-    written = _plots(plot, report.plot) if plot is not None else []
+        _render_report(console, best, report)
+    written = _plots(plot, lambda folder: api.plot_plan(best, folder)) if plot is not None else []
     if export is not None:
         with _output("--out", out):
-            paths, result = api.export_plan(data, export, out, model=spec, cluster=cl)
+            paths, result = api.export_plan(best, export, out)
         written += paths
         for note in result.notes:
             _say(f"{export}: note: {note}")
@@ -315,10 +316,10 @@ def plan_command(
         _print_paths(console, "wrote", written)
 
 
-def _render_report(console: Console, data: dict, report: api.PlanReport) -> None:
+def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None:
     from nestplan.report.text import render_plan, render_runners_up
 
-    render_plan(console, data)
+    render_plan(console, best)
     render_runners_up(console, report.best, report.runners_up)
     s = report.stats
     console.print(f"search: {s.solve_time_s:.2f} s, {s.groups} groups, {s.depths} pipeline depths, "
@@ -392,16 +393,19 @@ def export_command(
     plan_file: Path = typer.Argument(..., help="a plan JSON file (nestplan plan --json > plan.json)"),
     framework: str = typer.Option(..., "--framework", help="megatron, torchtitan, deepspeed or nemo"),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for the files"),
-    model: str | None = typer.Option(None, "--model", help="default: the model the plan names"),
-    cluster: str | None = typer.Option(None, "--cluster", help="default: the cluster the plan names"),
+    model: str | None = typer.Option(None, "--model", help="default: the model the plan holds (a plan of schema "
+                                     "nestplan.plan/1: the model it names)"),
+    cluster: str | None = typer.Option(None, "--cluster", help="default: the cluster the plan holds (a plan of "
+                                       "schema nestplan.plan/1: the cluster it names)"),
 ) -> None:
-    """Write a framework's launch settings for a saved plan."""
-    from nestplan.inputs import load_object
+    """Write a framework's launch settings for a saved plan (--model and --cluster replace its own)."""
+    from nestplan.export import check_framework
 
-    data = load_object(plan_file, "plan file")
+    check_framework(framework)
+    plan = api.load_plan(plan_file, model=model, cluster=cluster)
     _check_output("--out", out, folder=True)
     with _output("--out", out):
-        paths, result = api.export_plan(data, framework, out, model=model, cluster=cluster)
+        paths, result = api.export_plan(plan, framework, out)
     for note in result.notes:
         _say(f"{framework}: note: {note}")
     _print_paths(_console(), "wrote", paths)

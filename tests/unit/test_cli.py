@@ -23,9 +23,9 @@ def test_evaluate_json_has_every_field(capsys) -> None:
     code, out, err = run_cli(capsys, EXAMPLE + ["--json"])
     assert code == 0, err
     data = json.loads(out)
-    assert data["schema"] == "nestplan.plan/1"
+    assert data["schema"] == "nestplan.plan/2"
     for key in ("model", "cluster", "devices_total", "devices_used", "job", "parallel", "stages", "placement",
-                "prediction", "search"):
+                "prediction", "search", "model_config", "model_calibration", "cluster_definition"):
         assert key in data
     for key in ("step_time_s", "breakdown_s", "tokens_per_s", "model_tflops_per_device", "hardware_tflops_per_device",
                 "mfu", "peak_memory_bytes_per_device", "memory_breakdown_bytes"):

@@ -230,7 +230,7 @@ def test_plot_failure_after_the_plan_is_printed(capsys, tmp_path, monkeypatch, a
     out, line = _fails(capsys, argv + ["--plot", str(tmp_path / "p")], "needs matplotlib")
     assert printed in out
     if "--json" in argv:
-        assert json.loads(out)["schema"] == "nestplan.plan/1"
+        assert json.loads(out)["schema"] == "nestplan.plan/2"
 
 
 # -- 5. --version, python -m nestplan -------------------------------------------------------------

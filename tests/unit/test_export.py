@@ -11,8 +11,10 @@ from cli_helpers import run_cli
 
 from nestplan import api
 from nestplan.errors import ConfigError
-from nestplan.export import build_input, megatron, nemo, torchtitan
+from nestplan.export import megatron, nemo, torchtitan
+from nestplan.export.plan import ExportInput
 from nestplan.job import Job, Optimizer
+from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 
 TABLES = Path(megatron.__file__).parent
@@ -23,13 +25,13 @@ def _table(name: str) -> set[str]:
     return {line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()}
 
 
-def _plan(model: str, devices: int, dims: ParallelDims, seq: int, order=("tp", "cp", "ep", "dp", "pp")) -> dict:
+def _plan(model: str, devices: int, dims: ParallelDims, seq: int, order=("tp", "cp", "ep", "dp", "pp")) -> Plan:
     job = Job(global_batch_size=4096, seq_len=seq)
-    return api.evaluate_full(model, "h100-spine-leaf", dims, job, devices=devices, axis_order=order).to_dict()
+    return api.evaluate_full(model, "h100-spine-leaf", dims, job, devices=devices, axis_order=order).plan
 
 
 @pytest.fixture(scope="module")
-def plans() -> dict[str, dict]:
+def plans() -> dict[str, Plan]:
     """The issue's two cases, with plans of the shapes nestplan chooses for them."""
     return {
         "llama3-70b": _plan("llama3-70b", 256, ParallelDims(tp=2, sp=True, cp=4, pp=4, dp=8, zero=1,
@@ -39,10 +41,8 @@ def plans() -> dict[str, dict]:
     }
 
 
-def _input(plan: dict):
-    model = api.resolve_model(plan["model"])
-    cluster = api.resolve_cluster(plan["cluster"], plan["devices_used"])
-    return build_input(plan, model, cluster.topology, "test")
+def _input(plan: Plan) -> ExportInput:
+    return ExportInput(plan, "test")
 
 
 @pytest.mark.parametrize("name", ["llama3-70b", "mixtral-8x7b"])
@@ -64,8 +64,8 @@ def test_torchtitan_flags_exist_in_the_pinned_release(plans, name) -> None:
     known = _table("torchtitan_flags.txt")
     assert {f for f, _ in flags} | {ckpt} <= known
     values = dict(flags)
-    p = plans[name]["parallel"]
-    assert values["--training.local-batch-size"] * p["dp"] * p["ep"] == 4096
+    d = plans[name].dims
+    assert values["--training.local-batch-size"] * d.dp * d.ep == 4096
 
 
 @pytest.mark.parametrize("name", ["llama3-70b", "mixtral-8x7b"])
@@ -88,17 +88,17 @@ def test_deepspeed_accepts_the_config(plans, name, tmp_path, deepspeed_config) -
     ds = deepspeed_config
     paths, _ = api.export_plan(plans[name], "deepspeed", tmp_path)
     cfg = json.loads(paths[0].read_text())
-    p = plans[name]["parallel"]
+    plan = plans[name]
 
     class Mpu:   # DeepSpeed's data-parallel world: devices / (tp x pp x sequence parallel) = dp x ep
         def get_data_parallel_world_size(self) -> int:
-            return p["dp"] * p["ep"]
+            return plan.dims.dp * plan.dims.ep
 
     config = ds.DeepSpeedConfig(cfg, mpu=Mpu())
     assert config.train_batch_size == 4096
-    assert config.train_micro_batch_size_per_gpu == p["micro_batch_size"]
-    assert config.gradient_accumulation_steps == p["num_microbatches"]
-    assert config.zero_optimization_stage == p["zero_stage"]
+    assert config.train_micro_batch_size_per_gpu == plan.dims.micro_batch_size
+    assert config.gradient_accumulation_steps == plan.num_microbatches
+    assert config.zero_optimization_stage == plan.dims.zero
     assert config.bfloat16_config.enabled
 
 
@@ -106,7 +106,7 @@ def test_deepspeed_accepts_the_job_settings(tmp_path, deepspeed_config) -> None:
     """SGD (torch.optim.SGD, outside ZeRO's tested optimizers) with bf16 gradient accumulation, ZeRO 1."""
     job = Job(global_batch_size=4096, seq_len=4096, optimizer=Optimizer.SGD, grad_dtype="bf16")
     plan = api.evaluate_full("llama2-7b", "h100-spine-leaf", ParallelDims(tp=2, sp=True, dp=32, zero=1), job,
-                             devices=64).to_dict()
+                             devices=64).plan
     paths, _ = api.export_plan(plan, "deepspeed", tmp_path)
 
     class Mpu:
@@ -120,7 +120,7 @@ def test_deepspeed_accepts_the_job_settings(tmp_path, deepspeed_config) -> None:
 
 def test_saved_plan_exports_like_a_fresh_one(capsys, plans, tmp_path) -> None:
     saved = tmp_path / "plan.json"
-    saved.write_text(json.dumps(plans["mixtral-8x7b"]))
+    saved.write_text(json.dumps(plans["mixtral-8x7b"].to_dict()))
     code, _, _ = run_cli(capsys, ["export", str(saved), "--framework", "nemo", "--out", str(tmp_path / "a")])
     assert code == 0
     api.export_plan(plans["mixtral-8x7b"], "nemo", tmp_path / "b")
@@ -155,7 +155,7 @@ def test_rank_order_the_framework_cannot_express_is_noted(tmp_path) -> None:
     (lambda d: d["placement"].update(axis_order="tpcpepdppp"), "placement.axis_order"),
 ])
 def test_bad_plans_one_line_exit_2(capsys, tmp_path, change, named) -> None:
-    plan = _plan("llama2-7b", 64, ParallelDims(tp=2, pp=4, dp=8), 4096)
+    plan = _plan("llama2-7b", 64, ParallelDims(tp=2, pp=4, dp=8), 4096).to_dict()
     change(plan)
     saved = tmp_path / "plan.json"
     saved.write_text(json.dumps(plan))
@@ -165,12 +165,12 @@ def test_bad_plans_one_line_exit_2(capsys, tmp_path, change, named) -> None:
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, "0.5"])
-def test_plan_object_prediction_must_be_finite(tmp_path, value) -> None:
-    """A plan object handed to the API (no file reader in between) is checked by the plan reader."""
-    plan = _plan("llama2-7b", 64, ParallelDims(tp=2, pp=4, dp=8), 4096)
+def test_plan_object_prediction_must_be_finite(value) -> None:
+    """A plan object handed to the reader in Python (no file reader in between) is checked field by field."""
+    plan = _plan("llama2-7b", 64, ParallelDims(tp=2, pp=4, dp=8), 4096).to_dict()
     plan["prediction"]["mfu"] = value
     with pytest.raises(ConfigError, match="prediction.mfu"):
-        api.export_plan(plan, "deepspeed", tmp_path)
+        Plan.from_dict(plan)
 
 
 def test_unknown_framework(capsys, tmp_path) -> None:

@@ -1,11 +1,11 @@
 """Nothing from input runs when a generated launch script runs.
 
-Hostile names reach the exporters four ways: a model's config.json (``_name_or_path`` or
+Hostile names reach the exporters five ways: a model's config.json (``_name_or_path`` or
 ``name``), a cluster file (its ``name`` or a level's), a saved plan JSON (``model``, ``cluster``,
-``job.dtype``, the axis order), and objects built in Python that no reader checked. Each either is
-refused with a one-line ConfigError or is exported; every shell script written is then run with
-bash in a sandbox (stub launchers, a temporary HOME and working folder) and must neither touch
-the canary file nor fail.
+``job.dtype``, the axis order), the model config and cluster definition a saved plan embeds, and
+objects built in Python that no reader checked. Each either is refused with a one-line ConfigError
+or is exported; every shell script written is then run with bash in a sandbox (stub launchers, a
+temporary HOME and working folder) and must neither touch the canary file nor fail.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ from cli_helpers import run_cli
 
 from nestplan import api
 from nestplan.catalog import entry_path
+from nestplan.cluster import Cluster
 from nestplan.errors import ConfigError, printable
 from nestplan.export import FRAMEWORKS, export
 from nestplan.export.common import comment_text, shell_word
-from nestplan.export.plan import ExportInput, read_plan
+from nestplan.export.plan import ExportInput
 from nestplan.inputs import has_control
 from nestplan.job import Job
+from nestplan.network.topology import Level, Topology
+from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 
 HOSTILE = ["x\ntouch $CANARY\n#", "$(touch $CANARY)", "`touch $CANARY`", "'; touch $CANARY; '",
@@ -79,29 +82,34 @@ def _check_refusal(err: ConfigError) -> None:
     assert "\n" not in str(err) and err.exit_code == 2, str(err)
 
 
-def _export_and_run(build: Callable[[], tuple[dict, dict]], tmp: Path) -> None:
-    """``build()`` gives a plan and ``api.export_plan``'s options (or refuses its input); every
-    framework then exports it (or refuses it) and every script written runs inert."""
+def _export_and_run(build: Callable[[], Plan], tmp: Path) -> None:
+    """``build()`` gives a plan (or refuses its input); every framework then exports it (or refuses
+    it) and every script written runs inert."""
     try:
-        data, options = build()
+        plan = build()
     except ConfigError as err:
         _check_refusal(err)
         return
     for framework in FRAMEWORKS:
         try:
-            paths, _ = api.export_plan(data, framework, tmp / framework, **options)
+            paths, _ = api.export_plan(plan, framework, tmp / framework)
         except ConfigError as err:
             _check_refusal(err)
             continue
         _check_scripts(paths, framework, tmp / framework)
 
 
-def _clean_plan(model="llama2-7b", cluster="h100-spine-leaf") -> dict:
-    return api.evaluate_full(model, cluster, DIMS, JOB, devices=DEVICES).to_dict()
+def _clean_plan(model="llama2-7b", cluster="h100-spine-leaf") -> Plan:
+    return api.evaluate_full(model, cluster, DIMS, JOB, devices=DEVICES).plan
+
+
+def _saved(plan: Plan) -> dict:
+    """The plan as a saved file holds it (JSON text and back)."""
+    return json.loads(json.dumps(plan.to_dict()))
 
 
 @pytest.fixture(scope="module")
-def plan() -> dict:
+def plan() -> Plan:
     return _clean_plan()
 
 
@@ -133,9 +141,12 @@ def test_hostile_model_config(key, text, tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
 
-    def build() -> tuple[dict, dict]:
+    def build() -> Plan:   # the plan itself, then the plan read back from its JSON (the model config embedded)
         spec = api.resolve_model(str(path))
-        return api.evaluate_full(spec, "h100-spine-leaf", DIMS, JOB, devices=DEVICES).to_dict(), {"model": spec}
+        fresh = api.evaluate_full(spec, "h100-spine-leaf", DIMS, JOB, devices=DEVICES).plan
+        read = Plan.from_dict(_saved(fresh))
+        assert read == fresh and read.model.name == text
+        return read
 
     _export_and_run(build, tmp_path)
 
@@ -155,15 +166,17 @@ def _cluster_file(tmp: Path, name: str, leaf: str) -> Path:
 def test_hostile_cluster_file(where, text, tmp_path) -> None:
     path = _cluster_file(tmp_path, text if where == "name" else "c", text if where == "level" else "leaf")
 
-    def build() -> tuple[dict, dict]:
-        cluster = api.resolve_cluster(str(path), DEVICES)
-        return _clean_plan(cluster=cluster), {"cluster": cluster}
+    def build() -> Plan:   # the plan itself, then the plan read back from its JSON (the cluster definition embedded)
+        fresh = _clean_plan(cluster=api.resolve_cluster(str(path), DEVICES))
+        read = Plan.from_dict(_saved(fresh))
+        assert read == fresh
+        return read
 
     _export_and_run(build, tmp_path)
 
 
-def _set(plan: dict, field: str, value) -> dict:
-    changed = json.loads(json.dumps(plan))
+def _set(plan: Plan, field: str, value) -> dict:
+    changed = _saved(plan)
     if field == "placement.axis_order":
         changed["placement"]["axis_order"][-1] = value
     elif field.startswith("job."):
@@ -180,7 +193,7 @@ CHOICES = ("job.dtype", "job.grad_dtype", "job.optimizer", "placement.axis_order
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_plan_file(field, text, plan, capsys, tmp_path) -> None:
     """``nestplan export plan.json`` with the model and cluster given, so that the plan's own names
-    only label the files: a dtype or axis not allowed, or a name with a control character, is
+    only label the plan: a dtype or axis not allowed, or a name with a control character, is
     refused with one line naming the field and nothing written; other names are exported, inert."""
     saved = tmp_path / "plan.json"
     saved.write_text(json.dumps(_set(plan, field, text)))
@@ -197,14 +210,74 @@ def test_hostile_plan_file(field, text, plan, capsys, tmp_path) -> None:
             _check_scripts(sorted(out.iterdir()), framework, out)
 
 
+def _embed(field: str, text: str) -> Callable[[dict], None]:
+    """A change of a saved plan's embedded model config or cluster definition (the ``model`` label
+    is the name its model config is read under; the cluster's name is also the ``cluster`` label)."""
+    def change(data: dict) -> None:
+        definition = data["cluster_definition"]
+        if field == "model":
+            data["model"] = text
+        elif field.startswith("model_config."):
+            data["model_config"][field.removeprefix("model_config.")] = text
+        elif field == "cluster_definition.name":
+            definition["name"] = data["cluster"] = text
+        elif field == "cluster_definition.levels[1].name":
+            definition["levels"][1]["name"] = text
+        else:
+            definition["accelerator"][field.removeprefix("cluster_definition.accelerator.")] = text
+    return change
+
+
+EMBEDDED = ("model", "model_config._name_or_path", "model_config.model_type", "cluster_definition.name",
+            "cluster_definition.levels[1].name", "cluster_definition.accelerator.name",
+            "cluster_definition.accelerator.source")
+
+
+@pytest.fixture(scope="module")
+def plan_on_file_cluster(tmp_path_factory) -> Plan:
+    """The clean plan on a cluster file of nodes of 4 (so that the header names the leaf level)."""
+    path = _cluster_file(tmp_path_factory.mktemp("cluster"), "c", "leaf")
+    return _clean_plan(cluster=api.resolve_cluster(str(path), DEVICES))
+
+
+@pytest.mark.parametrize("field", EMBEDDED)
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_embedded_definitions(field, text, plan_on_file_cluster, capsys, tmp_path) -> None:
+    """``nestplan export plan.json`` with nothing else given reads the model config and the cluster
+    definition the plan embeds: a control character anywhere, or a model family that does not exist,
+    is refused with one line and nothing written; other text is exported, inert. The same plan
+    handed to the reader in Python (no file reader) is refused by the model and cluster readers'
+    own checks or exported, inert."""
+    data = _saved(plan_on_file_cluster)
+    _embed(field, text)(data)
+    saved = tmp_path / "plan.json"
+    saved.write_text(json.dumps(data))
+    refused = has_control(text) or field == "model_config.model_type"
+    for framework in FRAMEWORKS:
+        out = tmp_path / "cli" / framework
+        code, _, err = run_cli(capsys, ["export", str(saved), "--framework", framework, "--out", str(out)])
+        if refused:
+            assert code == 2 and len(err.strip().splitlines()) == 1, err
+            assert not out.exists()
+        else:
+            assert code == 0, err
+            _check_scripts(sorted(out.iterdir()), framework, out)
+    _export_and_run(lambda: Plan.from_dict(data), tmp_path / "api")
+
+
+def _hostile_network(plan: Plan, text: str) -> Cluster:
+    """The plan's cluster renamed ``text``, on nodes of 4 whose middle level is named ``text``."""
+    levels = (Level("node", 4, 450e9, 1e-6), Level(text, 2, 50e9, 3e-6), Level("spine", 2, 25e9, 5e-6))
+    return dataclasses.replace(plan.cluster, name=text, topology=Topology(text, levels))
+
+
 @pytest.mark.parametrize("text", HOSTILE)
 def test_exporters_quote_on_their_own(text, plan, tmp_path) -> None:
     """Defence in depth: hostile names in objects no reader checked (the plan's model and cluster,
-    the model spec, the network's level names, the nestplan version) are exported, shown escaped,
-    and inert."""
-    settings = dataclasses.replace(read_plan(plan), model=text, cluster=text)
-    spec = dataclasses.replace(api.resolve_model("llama2-7b"), name=text)
-    inp = ExportInput(settings, spec, ("node", text, "spine"), (4, 8, 16), text)
+    the network's level names, the nestplan version) are exported, shown escaped, and inert."""
+    hostile = dataclasses.replace(plan, model=dataclasses.replace(plan.model, name=text),
+                                  cluster=_hostile_network(plan, text))
+    inp = ExportInput(hostile, text)
     for framework in FRAMEWORKS:
         result = export(framework, inp)
         paths = result.write(tmp_path / framework)
@@ -214,12 +287,14 @@ def test_exporters_quote_on_their_own(text, plan, tmp_path) -> None:
         _check_scripts(paths, framework, tmp_path / framework)
 
 
-@pytest.mark.parametrize("field", ["dtype", "grad_dtype", "optimizer"])
+@pytest.mark.parametrize("field", ["dtype", "grad_dtype"])
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_job_setting_in_settings_is_refused_or_inert(field, text, plan, tmp_path) -> None:
-    """A job setting no reader checked: each exporter refuses it with one line or writes it inert."""
-    inp = ExportInput(dataclasses.replace(read_plan(plan), **{field: text}), api.resolve_model("llama2-7b"),
-                      ("node", "leaf", "spine"), (8, 32, DEVICES), version="test")
+    """A job setting no check saw (set past ``Job``'s own; its optimizer is an ``Optimizer`` by type):
+    each exporter refuses it with one line or writes it inert."""
+    job = dataclasses.replace(plan.job)
+    object.__setattr__(job, field, text)
+    inp = ExportInput(dataclasses.replace(plan, job=job), version="test")
     for framework in FRAMEWORKS:
         try:
             paths = export(framework, inp).write(tmp_path / framework)

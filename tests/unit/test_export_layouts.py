@@ -9,27 +9,27 @@ import pytest
 from cli_helpers import run_cli
 
 from nestplan import api
-from nestplan.export import build_input, megatron, nemo, torchtitan
+from nestplan.export import megatron, nemo, torchtitan
+from nestplan.export.plan import ExportInput
 from nestplan.export.torchtitan import titan_split
 from nestplan.job import Job
+from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 
 REPLICA_MAJOR = ("tp", "cp", "ep", "pp", "dp")
 
 
 def _plan(model: str, devices: int, dims: ParallelDims, seq: int = 4096, batch: int = 1024,
-          order=("tp", "cp", "ep", "dp", "pp")) -> dict:
+          order=("tp", "cp", "ep", "dp", "pp")) -> Plan:
     job = Job(global_batch_size=batch, seq_len=seq)
-    return api.evaluate_full(model, "h100-spine-leaf", dims, job, devices=devices, axis_order=order).to_dict()
+    return api.evaluate_full(model, "h100-spine-leaf", dims, job, devices=devices, axis_order=order).plan
 
 
-def _input(plan: dict):
-    model = api.resolve_model(plan["model"])
-    cluster = api.resolve_cluster(plan["cluster"], plan["devices_used"])
-    return build_input(plan, model, cluster.topology, "test")
+def _input(plan: Plan) -> ExportInput:
+    return ExportInput(plan, "test")
 
 
-def _titan(plan: dict) -> tuple[dict, list[str]]:
+def _titan(plan: Plan) -> tuple[dict, list[str]]:
     flags, _, notes = torchtitan.all_flags(_input(plan))
     return dict(flags), notes
 
@@ -81,7 +81,7 @@ def test_torchtitan_refuses_experts_it_cannot_shard(capsys, tmp_path) -> None:
     """Mixtral's 8 experts over ep 4 x tp 4: torchtitan would need 16 whole-expert shards."""
     plan = _plan("mixtral-8x7b", 128, ParallelDims(tp=4, ep=4, dp=2, pp=4), seq=4096, batch=256)
     saved = tmp_path / "plan.json"
-    saved.write_text(json.dumps(plan))
+    saved.write_text(json.dumps(plan.to_dict()))
     code, _, err = run_cli(capsys, ["export", str(saved), "--framework", "torchtitan", "--out", str(tmp_path / "o")])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no expert tensor parallelism" in err
 

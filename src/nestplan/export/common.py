@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nestplan.errors import ConfigError, printable
-from nestplan.export.plan import ExportInput, PlanSettings
+from nestplan.export.plan import ExportInput
+from nestplan.plan import Plan
 from nestplan.strategy.placement import (REPLICA_MAJOR as REPLICA_MAJOR, STAGE_MAJOR as STAGE_MAJOR,
                                          consecutive_span_level)
 from nestplan.units import GiB
@@ -74,26 +75,28 @@ def refuse(framework: str, what: str, field: str, value: object, limit: object =
     return ConfigError(f"cannot export to {framework}: {what}", field=field, value=value, limit=limit)
 
 
-def dims_text(p: PlanSettings) -> str:
-    split = ",".join(map(str, p.layers_per_stage))
-    virtual = f" x {p.virtual_stages} virtual" if p.virtual_stages > 1 else ""
-    return (f"tp {p.tp}{' (sp)' if p.sp else ''} x cp {p.cp} x ep {p.ep} x pp {p.pp} x dp {p.dp}; "
-            f"ZeRO {p.zero}; recompute {p.recompute.value}; microbatch {p.micro_batch_size} x "
-            f"{p.num_microbatches}; schedule {p.schedule.value}{virtual}; layers per stage {split}")
+def dims_text(plan: Plan) -> str:
+    d = plan.dims
+    split = ",".join(map(str, d.layers_per_stage or ()))
+    virtual = f" x {d.virtual_stages} virtual" if d.virtual_stages > 1 else ""
+    return (f"tp {d.tp}{' (sp)' if d.sp_active else ''} x cp {d.cp} x ep {d.ep} x pp {d.pp} x dp {d.dp}; "
+            f"ZeRO {int(d.zero)}; recompute {d.recompute.value}; microbatch {d.micro_batch_size} x "
+            f"{plan.num_microbatches}; schedule {d.schedule.value}{virtual}; layers per stage {split}")
 
 
-def prediction_text(p: PlanSettings) -> str:
+def prediction_text(plan: Plan) -> str:
+    p = plan.predicted
     return (f"step {p.step_time_s:.3f} s, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}, peak memory "
-            f"{p.peak_memory_bytes / GiB:.1f} of {p.memory_capacity_bytes / GiB:.1f} GiB per device")
+            f"{p.peak_memory_bytes_per_device / GiB:.1f} of {p.memory_capacity_bytes / GiB:.1f} GiB per device")
 
 
 def header(inp: ExportInput, framework: str, pin: str, notes: Sequence[str], prefix: str = "# ") -> str:
     """The comment block every export opens with."""
-    p = inp.plan
+    p, job = inp.plan, inp.plan.job
     lines = [
         f"nestplan {inp.version} export for {framework} ({pin})",
-        (f"plan: {p.model} on {p.cluster}, {p.devices} devices = {inp.nodes} nodes x {inp.devices_per_node}; "
-         f"global batch {p.global_batch_size} x {p.seq_len} tokens, {p.dtype}"),
+        (f"plan: {p.model.name} on {p.cluster.name}, {p.devices_used} devices = {inp.nodes} nodes x "
+         f"{inp.devices_per_node}; global batch {job.global_batch_size} x {job.seq_len} tokens, {job.dtype}"),
         f"parallelism: {dims_text(p)}",
         (f"rank order costed (fastest first): {'-'.join(p.axis_order)}; ranks are numbered node by node "
          f"(global rank = node rank x {inp.devices_per_node} + local rank), nodes in network order "
@@ -109,7 +112,7 @@ def node_order_text(inp: ExportInput) -> str:
     parts = []
     for name, unit in zip(inp.level_names[1:], inp.level_unit_devices[1:]):
         nodes = unit // inp.devices_per_node
-        if nodes > 1 and unit < inp.plan.devices:
+        if nodes > 1 and unit < inp.plan.devices_used:
             parts.append(f"each {nodes} consecutive nodes share a {name}")
     return "; ".join(parts) or "one level-1 unit holds all nodes"
 
@@ -123,7 +126,7 @@ def rank_order_note(framework: str, inp: ExportInput, used: Sequence[str]) -> st
             f"{'-'.join(p.axis_order)}")
     if inp.alternative is not None:
         note += (f"; under {'-'.join(used)} nestplan predicts step {inp.alternative['step_time_s']:.3f} s "
-                 f"({inp.alternative['tokens_per_s']:,.0f} tokens/s) instead of {p.step_time_s:.3f} s")
+                 f"({inp.alternative['tokens_per_s']:,.0f} tokens/s) instead of {p.predicted.step_time_s:.3f} s")
     return note + f" (nestplan evaluate ... --axis-order {','.join(used)})"
 
 
@@ -132,21 +135,21 @@ def expert_group_note(framework: str, inp: ExportInput, stride: int, size: int, 
     set of ranks nestplan costed: ep ranks spaced by the degrees of the axes ordered before ep (each
     with its tp ranks when ``with_tp``: a framework whose expert parallelism absorbs tp). Names the
     network level each spans: the expert all-to-all's cost depends on that level."""
-    p = inp.plan
+    p, d = inp.plan, inp.plan.dims
     costed = 1
     for axis in p.axis_order[:p.axis_order.index("ep")]:
-        costed *= getattr(p, axis)
-    inner = p.tp if with_tp else 1
-    ours = sorted(t + k * costed for t in range(inner) for k in range(p.ep))
+        costed *= d.degree(axis)
+    inner = d.tp if with_tp else 1
+    ours = sorted(t + k * costed for t in range(inner) for k in range(d.ep))
     theirs = [k * stride for k in range(size)]
-    if p.ep == 1 or ours == theirs:
+    if d.ep == 1 or ours == theirs:
         return None
     level_ours, level_theirs = _level(inp, ours[-1] + 1), _level(inp, theirs[-1] + 1)
     same = ("the same level, so the all-to-all costs what nestplan costed" if level_ours == level_theirs else
             "another level: the expert all-to-all will not cost what nestplan costed")
-    tp = f", each with its {p.tp} tp ranks" if with_tp and p.tp > 1 else ""
+    tp = f", each with its {d.tp} tp ranks" if with_tp and d.tp > 1 else ""
     return (f"{framework}'s expert-parallel group is {size} ranks {stride} apart (within a {level_theirs}); nestplan "
-            f"costed ep {p.ep} ranks {costed} apart{tp} (within a {level_ours}): {same}")
+            f"costed ep {d.ep} ranks {costed} apart{tp} (within a {level_ours}): {same}")
 
 
 def _level(inp: ExportInput, span: int) -> str:
@@ -154,13 +157,13 @@ def _level(inp: ExportInput, span: int) -> str:
     return inp.level_names[consecutive_span_level(span, inp.level_unit_devices)]
 
 
-def _equivalent(p: PlanSettings, a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+def _equivalent(p: Plan, a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     """Two orders give the same rank grid when they agree after dropping axes of degree 1."""
-    keep = [axis for axis in a if getattr(p, axis) > 1]
-    return keep == [axis for axis in b if getattr(p, axis) > 1]
+    keep = [axis for axis in a if p.dims.degree(axis) > 1]
+    return keep == [axis for axis in b if p.dims.degree(axis) > 1]
 
 
-def choose_order(p: PlanSettings, supported: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+def choose_order(p: Plan, supported: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
     """The framework order equivalent to the costed one, else the framework's default (the first)."""
     for order in supported:
         if _equivalent(p, order, p.axis_order):

@@ -12,8 +12,9 @@ from __future__ import annotations
 from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFile, bash_array, choose_order,
                                     expert_group_note, flag_pairs, header, rank_order_note, refuse, sbatch_lines,
                                     torchrun_prologue)
-from nestplan.export.plan import ExportInput, PlanSettings
+from nestplan.export.plan import ExportInput
 from nestplan.model.spec import ModelSpec
+from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute, Schedule
 
 NAME = "megatron"
@@ -24,60 +25,64 @@ OPTIMIZERS = ("adam", "sgd")   # --optimizer's choices that nestplan costs (nest
 Flags = list[tuple[str, object]]
 
 
-def orders(p: PlanSettings) -> list[tuple[str, ...]]:
+def orders(plan: Plan) -> list[tuple[str, ...]]:
     """The rank orders Megatron-core can run for this plan. Its expert layers use their own grid
     (etp-ep-edp-pp) under the same order, and outside a pp-last order with pp > 1 it requires the
     expert and dense data-parallel sizes equal (cp x dp = dp x ep here), so tp-cp-ep-pp-dp needs
     ep = cp when ep > 1 (megatron/core/parallel_state.py, initialize_model_parallel)."""
-    if p.ep > 1 and p.pp > 1 and p.cp != p.ep:
+    d = plan.dims
+    if d.ep > 1 and d.pp > 1 and d.cp != d.ep:
         return [STAGE_MAJOR]
     return list(ORDERS)
 
 
-def _pipeline_split(p: PlanSettings) -> tuple[Flags, list[str]]:
+def _pipeline_split(plan: Plan) -> tuple[Flags, list[str]]:
     """Virtual stages and uneven splits: first/last counts when the middle is even, else a layout."""
-    n, v = p.layers_per_stage, p.virtual_stages
+    n, v = plan.dims.layers_per_stage or (), plan.dims.virtual_stages
     if len(set(n)) == 1:
         return ([("--num-virtual-stages-per-pipeline-rank", v)] if v > 1 else []), []
     middle = n[1:-1]
     if v == 1 and len(set(middle)) <= 1:
         return [("--decoder-first-pipeline-num-layers", n[0]), ("--decoder-last-pipeline-num-layers", n[-1])], []
-    return [("--pipeline-model-parallel-layout", layout(p))], []
+    return [("--pipeline-model-parallel-layout", layout(plan))], []
 
 
-def layout(p: PlanSettings) -> str:
+def layout(plan: Plan) -> str:
     """Megatron's --pipeline-model-parallel-layout: pp x v segments in model order (segment v*pp + k is
     virtual chunk v of pipeline rank k, as Megatron's interleaved schedule places them), E = embedding
     on the first, L = loss (head) on the last, t*n = n transformer layers."""
+    d = plan.dims
+    layers = d.layers_per_stage or ()
     segments = []
-    for chunk in range(p.virtual_stages):
-        for stage in range(p.pp):
-            segments.append(f"t*{p.layers_per_stage[stage] // p.virtual_stages}")
+    for chunk in range(d.virtual_stages):
+        for stage in range(d.pp):
+            segments.append(f"t*{layers[stage] // d.virtual_stages}")
     segments[0] = "E" + segments[0]
     segments[-1] = segments[-1] + "L"
     return "|".join(segments)
 
 
-def _zero(p: PlanSettings) -> tuple[Flags, list[str]]:
+def _zero(plan: Plan) -> tuple[Flags, list[str]]:
     """ZeRO 1: the distributed optimizer; ZeRO 2/3: Megatron-FSDP's sharding strategies."""
-    if p.zero == 0:
+    zero = int(plan.dims.zero)
+    if zero == 0:
         return [("--overlap-grad-reduce", None)], []
-    if p.zero == 1:
+    if zero == 1:
         return [("--use-distributed-optimizer", None), ("--overlap-grad-reduce", None),
                 ("--overlap-param-gather", None)], []
-    strategy = "optim_grads" if p.zero == 2 else "optim_grads_params"
-    note = (f"ZeRO {p.zero} runs as Megatron-FSDP (--data-parallel-sharding-strategy {strategy}), which needs "
+    strategy = "optim_grads" if zero == 2 else "optim_grads_params"
+    note = (f"ZeRO {zero} runs as Megatron-FSDP (--data-parallel-sharding-strategy {strategy}), which needs "
             "--ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS other than 1")
     return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
             ("--ckpt-format", "fsdp_dtensor"), ("--overlap-grad-reduce", None),
             ("--overlap-param-gather", None)], [note]
 
 
-def _recompute(p: PlanSettings) -> Flags:
-    if p.recompute is Recompute.FULL:   # every layer's input kept, the layer re-run in backward
+def _recompute(plan: Plan) -> Flags:
+    if plan.dims.recompute is Recompute.FULL:   # every layer's input kept, the layer re-run in backward
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                 ("--recompute-num-layers", 1)]
-    if p.recompute is Recompute.SELECTIVE:   # the attention core only (Korthikanti et al. 2022)
+    if plan.dims.recompute is Recompute.SELECTIVE:   # the attention core only (Korthikanti et al. 2022)
         return [("--recompute-granularity", "selective"), ("--recompute-modules", "core_attn")]
     return []
 
@@ -86,55 +91,57 @@ def rank_layout(inp: ExportInput, title: str, mapping: str) -> tuple[tuple[str, 
     """The rank order Megatron-core runs this plan with and its layout notes (rank order, the
     tp-pp-dp mapping's ep = cp condition, the expert grid), for Megatron-LM and NeMo alike;
     ``mapping`` names the framework's switch for the tp-pp-dp order."""
-    p = inp.plan
-    allowed = orders(p)
-    order = choose_order(p, allowed)
+    allowed = orders(inp.plan)
+    order = choose_order(inp.plan, allowed)
+    d = inp.plan.dims
     notes = [n for n in [rank_order_note(title, inp, order)] if n]
     if notes and len(allowed) < len(ORDERS):
         notes[0] += (f"; Megatron-core's {mapping} needs ep = cp with experts and pp > 1 "
-                     f"(here ep {p.ep}, cp {p.cp})")
-    if p.ep > 1:
+                     f"(here ep {d.ep}, cp {d.cp})")
+    if d.ep > 1:
         notes += [n for n in [expert_note(inp)] if n]
     return order, notes
 
 
 def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
-    p = inp.plan
+    d = inp.plan.dims
     order, notes = rank_layout(inp, TITLE, "--use-tp-pp-dp-mapping")
-    flags: Flags = [("--tensor-model-parallel-size", p.tp), ("--pipeline-model-parallel-size", p.pp),
-                    ("--context-parallel-size", p.cp)]
+    flags: Flags = [("--tensor-model-parallel-size", d.tp), ("--pipeline-model-parallel-size", d.pp),
+                    ("--context-parallel-size", d.cp)]
     flags += list(ORDERS[order])
-    if p.sp:
+    if d.sp_active:
         flags.append(("--sequence-parallel", None))
-    if p.cp > 1:
+    if d.cp > 1:
         flags.append(("--cp-comm-type", "p2p"))   # the ring exchange nestplan costs
-    if p.ep > 1:
-        flags += [("--expert-model-parallel-size", p.ep), ("--expert-tensor-parallel-size", p.tp)]
-    split, split_notes = _pipeline_split(p)
-    zero, zero_notes = _zero(p)
-    if p.schedule is Schedule.GPIPE and p.pp > 1:
+    if d.ep > 1:
+        flags += [("--expert-model-parallel-size", d.ep), ("--expert-tensor-parallel-size", d.tp)]
+    split, split_notes = _pipeline_split(inp.plan)
+    zero, zero_notes = _zero(inp.plan)
+    if d.schedule is Schedule.GPIPE and d.pp > 1:
         notes.append("Megatron-LM has no GPipe schedule; it runs 1F1B, with the same bubble and no more "
                      "activation memory than the GPipe schedule nestplan costed")
-    return flags + split + zero + _recompute(p), notes + split_notes + zero_notes
+    return flags + split + zero + _recompute(inp.plan), notes + split_notes + zero_notes
 
 
 def expert_note(inp: ExportInput) -> str | None:
     """Megatron-core lays expert layers out on their own grid, etp-ep-edp-pp (cp folded into ep and
     edp): with etp = tp its expert-parallel groups are ep ranks tp apart."""
-    return expert_group_note("Megatron-core", inp, inp.plan.tp, inp.plan.ep)
+    return expert_group_note("Megatron-core", inp, inp.plan.dims.tp, inp.plan.dims.ep)
 
 
-def model_flags(m: ModelSpec, p: PlanSettings) -> Flags:
+def model_flags(m: ModelSpec, plan: Plan) -> Flags:
+    job = plan.job
     flags: Flags = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                     ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_heads)]
     if m.num_kv_heads != m.num_heads:
         flags += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
     if m.head_dim * m.num_heads != m.hidden_size:
         flags.append(("--kv-channels", m.head_dim))
-    flags += [("--seq-length", p.seq_len), ("--max-position-embeddings", max(m.max_position_embeddings, p.seq_len)),
+    flags += [("--seq-length", job.seq_len),
+              ("--max-position-embeddings", max(m.max_position_embeddings, job.seq_len)),
               ("--position-embedding-type", "learned_absolute" if m.learned_position_embeddings else "rope"),
               ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
-              ("--attention-backend", "flash" if p.flash_attention else "unfused")]
+              ("--attention-backend", "flash" if job.flash_attention else "unfused")]
     if m.gated_mlp:
         flags.append(("--swiglu", None))
     if not m.linear_bias:
@@ -144,11 +151,11 @@ def model_flags(m: ModelSpec, p: PlanSettings) -> Flags:
     if not m.dropout:
         flags += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
     if m.is_moe:
-        flags += _moe_flags(m, p)
+        flags += _moe_flags(m, plan)
     return flags
 
 
-def _moe_flags(m: ModelSpec, p: PlanSettings) -> Flags:
+def _moe_flags(m: ModelSpec, plan: Plan) -> Flags:
     flags: Flags = [("--num-experts", m.num_experts), ("--moe-router-topk", m.experts_per_token),
                     ("--moe-ffn-hidden-size", m.moe_ffn_hidden_size),
                     ("--moe-token-dispatcher-type", "alltoall")]   # the all-to-all nestplan costs
@@ -158,39 +165,41 @@ def _moe_flags(m: ModelSpec, p: PlanSettings) -> Flags:
     if m.num_shared_experts:
         flags.append(("--moe-shared-expert-intermediate-size",
                       m.num_shared_experts * m.shared_expert_ffn_hidden_size))
-    if p.dtype == "bf16":
+    if plan.job.dtype == "bf16":
         flags.append(("--moe-grouped-gemm", None))
     return flags
 
 
-def training_flags(p: PlanSettings) -> tuple[Flags, list[str]]:
+def training_flags(plan: Plan) -> tuple[Flags, list[str]]:
     """Batch, precision, optimizer and the gradients' dtype: bf16 training accumulates and reduces
     gradients in fp32 unless told --grad-reduce-in-bf16, fp16 training in fp16 unless told
     --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py, validate_args)."""
-    flags: Flags = [("--micro-batch-size", p.micro_batch_size), ("--global-batch-size", p.global_batch_size)]
-    if p.dtype in ("bf16", "fp16"):
-        flags.append((f"--{p.dtype}", None))
-    flags.append(("--optimizer", p.optimizer))
+    job = plan.job
+    flags: Flags = [("--micro-batch-size", plan.dims.micro_batch_size), ("--global-batch-size", job.global_batch_size)]
+    if job.dtype in ("bf16", "fp16"):
+        flags.append((f"--{job.dtype}", None))
+    flags.append(("--optimizer", job.optimizer.value))
     notes = []
-    if p.grad_dtype == "fp32":
+    if job.grad_dtype == "fp32":
         flags.append(("--accumulate-allreduce-grads-in-fp32", None))
-    elif p.grad_dtype == p.dtype == "bf16":
+    elif job.grad_dtype == job.dtype == "bf16":
         flags.append(("--grad-reduce-in-bf16", None))
-    elif p.grad_dtype != p.dtype:
-        notes.append(f"Megatron-LM accumulates gradients in fp32 or in the training dtype ({p.dtype}), "
-                     f"not in {p.grad_dtype} as nestplan costed")
+    elif job.grad_dtype != job.dtype:
+        notes.append(f"Megatron-LM accumulates gradients in fp32 or in the training dtype ({job.dtype}), "
+                     f"not in {job.grad_dtype} as nestplan costed")
     return flags, notes
 
 
 def check(inp: ExportInput) -> None:
-    p = inp.plan
-    if p.dtype not in ("bf16", "fp16", "fp32"):
-        raise refuse(TITLE, f"Megatron-LM trains in bf16, fp16 or fp32, not {p.dtype}", "dtype", p.dtype)
-    if p.ep > 1 and p.dtype == "fp16":
-        raise refuse(TITLE, "Megatron-LM does not support expert parallelism with fp16", "ep", p.ep)
-    if p.optimizer not in OPTIMIZERS:
-        raise refuse(TITLE, f"Megatron-LM's --optimizer takes {' or '.join(OPTIMIZERS)}, not {p.optimizer}",
-                     "optimizer", p.optimizer, list(OPTIMIZERS))
+    job, ep = inp.plan.job, inp.plan.dims.ep
+    if job.dtype not in ("bf16", "fp16", "fp32"):
+        raise refuse(TITLE, f"Megatron-LM trains in bf16, fp16 or fp32, not {job.dtype}", "dtype", job.dtype)
+    if ep > 1 and job.dtype == "fp16":
+        raise refuse(TITLE, "Megatron-LM does not support expert parallelism with fp16", "ep", ep)
+    optimizer = job.optimizer.value
+    if optimizer not in OPTIMIZERS:
+        raise refuse(TITLE, f"Megatron-LM's --optimizer takes {' or '.join(OPTIMIZERS)}, not {optimizer}",
+                     "optimizer", optimizer, list(OPTIMIZERS))
 
 
 def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
@@ -201,8 +210,9 @@ def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     return par + model_flags(inp.model, inp.plan) + train, notes + train_notes
 
 
-def _environment(p: PlanSettings) -> str:
-    if (p.tp > 1 or p.cp > 1) and p.zero < 2:
+def _environment(plan: Plan) -> str:
+    d = plan.dims
+    if (d.tp > 1 or d.cp > 1) and d.zero < 2:
         return ("# tp or cp > 1: Megatron-LM asserts one CUDA connection (before Blackwell) so that\n"
                 "# communication kernels are queued in order with compute\n"
                 "export CUDA_DEVICE_MAX_CONNECTIONS=1\n")

@@ -12,7 +12,8 @@ import re
 from nestplan.export import megatron
 from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, sbatch_lines, shell_word,
                                     torchrun_prologue)
-from nestplan.export.plan import ExportInput, PlanSettings
+from nestplan.export.plan import ExportInput
+from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute
 
 NAME = "nemo"
@@ -38,22 +39,22 @@ def _value(v: object) -> str:
 
 def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
     """(key, value) overrides and the notes."""
-    p = inp.plan
+    p, d, job = inp.plan, inp.plan.dims, inp.plan.job
     megatron.check(inp)
     order, notes = megatron.rank_layout(inp, TITLE, "tp-pp-dp mapping")
     out: list[tuple[str, object]] = [
-        ("model.tensor_model_parallel_size", p.tp), ("model.pipeline_model_parallel_size", p.pp),
-        ("model.context_parallel_size", p.cp), ("model.sequence_parallel", p.sp),
-        ("model.expert_model_parallel_size", p.ep), ("model.seq_length", p.seq_len),
-        ("train.global_batch_size", p.global_batch_size), ("train.micro_batch_size", p.micro_batch_size),
-        ("mixed_precision", f"{p.dtype}_mixed" if p.dtype in ("bf16", "fp16") else None)]
-    if p.ep > 1:
-        out.append(("model.expert_tensor_parallel_size", p.tp))
-    if p.virtual_stages > 1:
-        out.append(("model.virtual_pipeline_model_parallel_size", p.virtual_stages))
-    n = p.layers_per_stage
+        ("model.tensor_model_parallel_size", d.tp), ("model.pipeline_model_parallel_size", d.pp),
+        ("model.context_parallel_size", d.cp), ("model.sequence_parallel", d.sp_active),
+        ("model.expert_model_parallel_size", d.ep), ("model.seq_length", job.seq_len),
+        ("train.global_batch_size", job.global_batch_size), ("train.micro_batch_size", d.micro_batch_size),
+        ("mixed_precision", f"{job.dtype}_mixed" if job.dtype in ("bf16", "fp16") else None)]
+    if d.ep > 1:
+        out.append(("model.expert_tensor_parallel_size", d.tp))
+    if d.virtual_stages > 1:
+        out.append(("model.virtual_pipeline_model_parallel_size", d.virtual_stages))
+    n = d.layers_per_stage or ()
     if len(set(n)) > 1:
-        if p.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
+        if d.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
             out += [("model.num_layers_in_first_pipeline_stage", n[0]),
                     ("model.num_layers_in_last_pipeline_stage", n[-1])]
         else:
@@ -64,34 +65,37 @@ def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
     return out, notes
 
 
-def _recompute(p: PlanSettings) -> list[tuple[str, object]]:
-    if p.recompute is Recompute.FULL:
+def _recompute(plan: Plan) -> list[tuple[str, object]]:
+    if plan.dims.recompute is Recompute.FULL:
         return [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
                 ("model.recompute_num_layers", 1)]
-    if p.recompute is Recompute.SELECTIVE:
+    if plan.dims.recompute is Recompute.SELECTIVE:
         return [("model.recompute_granularity", "selective")]
     return [("model.recompute_granularity", None)]
 
 
-def _job(p: PlanSettings, notes: list[str]) -> list[tuple[str, object]]:
+def _job(plan: Plan, notes: list[str]) -> list[tuple[str, object]]:
     """Optimizer and attention kernel as costed. The gradients' dtype comes with the mixed-precision
     recipe (bf16_mixed reduces in fp32, fp16_mixed in fp16; it overwrites the ddp section's choice):
     a note where that is not the dtype costed."""
-    recipe_grads = "fp16" if p.dtype == "fp16" else "fp32"
-    if p.grad_dtype != recipe_grads:
-        notes.append(f"Megatron-Bridge's mixed-precision recipe for {p.dtype} keeps gradients in {recipe_grads}; "
-                     f"nestplan costed {p.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)")
-    return [("optimizer.optimizer", p.optimizer), ("model.attention_backend", "flash" if p.flash_attention else "unfused")]
+    job = plan.job
+    recipe_grads = "fp16" if job.dtype == "fp16" else "fp32"
+    if job.grad_dtype != recipe_grads:
+        notes.append(f"Megatron-Bridge's mixed-precision recipe for {job.dtype} keeps gradients in {recipe_grads}; "
+                     f"nestplan costed {job.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)")
+    return [("optimizer.optimizer", job.optimizer.value),
+            ("model.attention_backend", "flash" if job.flash_attention else "unfused")]
 
 
-def _zero(p: PlanSettings, notes: list[str]) -> list[tuple[str, object]]:
-    if p.zero == 0:
+def _zero(plan: Plan, notes: list[str]) -> list[tuple[str, object]]:
+    zero = int(plan.dims.zero)
+    if zero == 0:
         return [("ddp.use_distributed_optimizer", False), ("optimizer.use_distributed_optimizer", False)]
-    if p.zero == 1:
+    if zero == 1:
         return [("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True),
                 ("ddp.overlap_grad_reduce", True), ("ddp.overlap_param_gather", True)]
-    notes.append(f"ZeRO {p.zero} runs as Megatron-FSDP")
-    strategy = "optim_grads" if p.zero == 2 else "optim_grads_params"
+    notes.append(f"ZeRO {zero} runs as Megatron-FSDP")
+    strategy = "optim_grads" if zero == 2 else "optim_grads_params"
     return [("ddp.use_megatron_fsdp", True), ("ddp.data_parallel_sharding_strategy", strategy),
             ("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True)]
 

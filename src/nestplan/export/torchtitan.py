@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, expert_group_note, flag_pairs,
                                     header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
-from nestplan.export.plan import ExportInput, PlanSettings
+from nestplan.export.plan import ExportInput
+from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute, Schedule
 
 NAME = "torchtitan"
@@ -26,18 +27,19 @@ MODEL_CONFIGS = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", 
 Flags = list[tuple[str, object]]
 
 
-def _data_parallel(p: PlanSettings) -> tuple[Flags, list[str]]:
-    shards = p.dp * p.ep   # torchtitan's dp_shard includes the ranks expert parallelism borrows
-    if p.zero == 0:
-        if p.ep > 1:
-            return ([("--parallelism.data-parallel-replicate-degree", p.dp),
-                     ("--parallelism.data-parallel-shard-degree", p.ep)],
+def _data_parallel(plan: Plan) -> tuple[Flags, list[str]]:
+    d = plan.dims
+    shards = d.dp * d.ep   # torchtitan's dp_shard includes the ranks expert parallelism borrows
+    if d.zero == 0:
+        if d.ep > 1:
+            return ([("--parallelism.data-parallel-replicate-degree", d.dp),
+                     ("--parallelism.data-parallel-shard-degree", d.ep)],
                     ["expert parallelism borrows dp_shard ranks in torchtitan: ZeRO 0 runs as HSDP with "
-                     f"{p.dp} replicas of {p.ep}-way sharded FSDP"])
-        return [("--parallelism.data-parallel-replicate-degree", p.dp),
+                     f"{d.dp} replicas of {d.ep}-way sharded FSDP"])
+        return [("--parallelism.data-parallel-replicate-degree", d.dp),
                 ("--parallelism.data-parallel-shard-degree", 1)], []
-    reshard = "always" if p.zero == 3 else "never"
-    notes = [] if p.zero >= 2 else ["torchtitan's FSDP2 has no optimizer-only sharding: ZeRO 1 runs as FSDP "
+    reshard = "always" if d.zero == 3 else "never"
+    notes = [] if d.zero >= 2 else ["torchtitan's FSDP2 has no optimizer-only sharding: ZeRO 1 runs as FSDP "
                                     "without resharding after forward (gradients sharded too: less memory, "
                                     "reduce-scatter instead of all-reduce)"]
     return [("--parallelism.data-parallel-replicate-degree", 1), ("--parallelism.data-parallel-shard-degree", shards),
@@ -69,14 +71,15 @@ def _stage_weights(target: list[int]) -> tuple[int, int] | None:
     return None
 
 
-def _pipeline(p: PlanSettings) -> tuple[Flags, list[str]]:
-    if p.pp == 1:
+def _pipeline(plan: Plan) -> tuple[Flags, list[str]]:
+    d = plan.dims
+    if d.pp == 1:
         return [("--parallelism.pipeline-parallel-degree", 1)], []
-    flags: Flags = [("--parallelism.pipeline-parallel-degree", p.pp),
-                    ("--parallelism.pipeline-parallel-schedule", SCHEDULES[p.schedule]),
-                    ("--parallelism.pipeline-parallel-microbatch-size", p.micro_batch_size)]
-    v = p.virtual_stages
-    target = [n // v for _ in range(v) for n in p.layers_per_stage]   # virtual stage i runs on rank i % pp
+    flags: Flags = [("--parallelism.pipeline-parallel-degree", d.pp),
+                    ("--parallelism.pipeline-parallel-schedule", SCHEDULES[d.schedule]),
+                    ("--parallelism.pipeline-parallel-microbatch-size", d.micro_batch_size)]
+    v = d.virtual_stages
+    target = [n // v for _ in range(v) for n in d.layers_per_stage or ()]   # virtual stage i runs on rank i % pp
     weights = _stage_weights(target)
     if weights is None:   # the closest torchtitan split: even, the embedding and head counted as nothing
         weights = (0, 0)
@@ -98,29 +101,30 @@ def _pipeline(p: PlanSettings) -> tuple[Flags, list[str]]:
     return flags, notes
 
 
-def _checkpoint(p: PlanSettings) -> tuple[str, list[str]]:
-    if p.recompute is Recompute.FULL:
+def _checkpoint(plan: Plan) -> tuple[str, list[str]]:
+    if plan.dims.recompute is Recompute.FULL:
         return "activation-checkpoint:full", []
-    if p.recompute is Recompute.SELECTIVE:
+    if plan.dims.recompute is Recompute.SELECTIVE:
         return "activation-checkpoint:selective", [
             "torchtitan's selective checkpointing (op policy: keeps matmul outputs, recomputes the rest) is "
             "close to, not the same as, the attention-core recomputation nestplan costed"]
     return "activation-checkpoint:none", []
 
 
-def _job_notes(p: PlanSettings) -> list[str]:
+def _job_notes(plan: Plan) -> list[str]:
     """What torchtitan 0.3.0 cannot be told: its optimizers are Adam and AdamW (the default, the same
     state as Adam), its attention a fused kernel (SDPA), its FSDP reductions in float32."""
+    job = plan.job
     notes = []
-    if p.optimizer != "adam":
-        notes.append(f"torchtitan's optimizers are Adam and AdamW: nestplan costed {p.optimizer} (less optimizer "
-                     "state); AdamW will hold more memory than predicted")
-    if not p.flash_attention:
+    if job.optimizer.value != "adam":
+        notes.append(f"torchtitan's optimizers are Adam and AdamW: nestplan costed {job.optimizer.value} (less "
+                     "optimizer state); AdamW will hold more memory than predicted")
+    if not job.flash_attention:
         notes.append("torchtitan runs attention as a fused kernel (scaled_dot_product_attention): nestplan costed "
                      "attention without one (the score matrices stored), so the run takes less memory and time")
-    if p.grad_dtype != "fp32":
+    if job.grad_dtype != "fp32":
         notes.append(f"torchtitan reduces gradients in float32 (--training.mixed-precision-reduce); nestplan costed "
-                     f"{p.grad_dtype} gradients")
+                     f"{job.grad_dtype} gradients")
     return notes
 
 
@@ -128,38 +132,38 @@ def _experts(inp: ExportInput) -> tuple[int, list[str]]:
     """torchtitan's expert-parallel degree: its experts have no tensor parallelism (EP borrows the
     tp ranks instead), so nestplan's experts split ep x tp ways become ep x tp whole-expert shards
     (the same expert weights and FLOPs per device)."""
-    p, m = inp.plan, inp.model
-    if p.ep == 1:
+    d, m = inp.plan.dims, inp.model
+    if d.ep == 1:
         return 1, []
-    degree = p.ep * p.tp
+    degree = d.ep * d.tp
     if m.num_experts % degree:
-        raise refuse(TITLE, f"torchtitan has no expert tensor parallelism; ep {p.ep} x tp {p.tp} = {degree} does not "
-                     f"divide the {m.num_experts} experts", "ep", p.ep, m.num_experts)
-    notes = [] if p.tp == 1 else [
-        f"torchtitan has no expert tensor parallelism: expert-parallel degree {degree} (ep {p.ep} x tp {p.tp}) "
-        f"holds the same expert weights per device as nestplan's {p.tp}-way tensor-parallel experts"]
+        raise refuse(TITLE, f"torchtitan has no expert tensor parallelism; ep {d.ep} x tp {d.tp} = {degree} does not "
+                     f"divide the {m.num_experts} experts", "ep", d.ep, m.num_experts)
+    notes = [] if d.tp == 1 else [
+        f"torchtitan has no expert tensor parallelism: expert-parallel degree {degree} (ep {d.ep} x tp {d.tp}) "
+        f"holds the same expert weights per device as nestplan's {d.tp}-way tensor-parallel experts"]
     group = expert_group_note(TITLE, inp, 1, degree, with_tp=True)   # torchtitan's ep is the fastest mesh axis
     return degree, notes + ([group] if group else [])
 
 
 def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
     """Every torchtitan flag of the export, the checkpoint subcommand, and the notes."""
-    p = inp.plan
+    p, d, job = inp.plan, inp.plan.dims, inp.plan.job
     notes = [n for n in [rank_order_note(TITLE, inp, STAGE_MAJOR)] if n]
     ep, ep_notes = _experts(inp)
-    flags: Flags = [("--parallelism.tensor-parallel-degree", p.tp),
-                    ("--parallelism.enable-sequence-parallel" if p.sp else "--parallelism.no-enable-sequence-parallel",
-                     None),
-                    ("--parallelism.context-parallel-degree", p.cp), ("--parallelism.expert-parallel-degree", ep)]
+    flags: Flags = [("--parallelism.tensor-parallel-degree", d.tp),
+                    ("--parallelism.enable-sequence-parallel" if d.sp_active
+                     else "--parallelism.no-enable-sequence-parallel", None),
+                    ("--parallelism.context-parallel-degree", d.cp), ("--parallelism.expert-parallel-degree", ep)]
     dp, dp_notes = _data_parallel(p)
     pipe, pipe_notes = _pipeline(p)
     # with pp the local batch is one pipeline flush of num_microbatches; without, one microbatch per
     # gradient-accumulation step (torchtitan: accumulation = global / (local x dp_replicate x dp_shard))
-    local = p.global_batch_size // p.batch_replicas if p.pp > 1 else p.micro_batch_size
-    flags += dp + pipe + [("--training.global-batch-size", p.global_batch_size),
+    local = job.global_batch_size // d.batch_replicas if d.pp > 1 else d.micro_batch_size
+    flags += dp + pipe + [("--training.global-batch-size", job.global_batch_size),
                           ("--training.local-batch-size", local),
-                          ("--training.seq-len", p.seq_len),
-                          ("--training.mixed-precision-param", DTYPES.get(p.dtype, "bfloat16"))]
+                          ("--training.seq-len", job.seq_len),
+                          ("--training.mixed-precision-param", DTYPES.get(job.dtype, "bfloat16"))]
     ckpt, ckpt_notes = _checkpoint(p)
     return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes + _job_notes(p)
 

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import printable
+from nestplan.plan import Plan, PredictionSummary
 from nestplan.units import GiB
 
 
@@ -32,58 +33,58 @@ def _name(text: str) -> str:
     return escape(printable(str(text)))
 
 
-def fit_verdict(prediction: dict) -> str:
+def fit_verdict(prediction: PredictionSummary) -> str:
     """'fits in memory (...)' or 'does not fit: ... exceeds ... by ...; largest term: ...', one line."""
-    peak, capacity = prediction["peak_memory_bytes_per_device"], prediction["memory_capacity_bytes"]
-    if prediction["fits"]:
+    peak, capacity = prediction.peak_memory_bytes_per_device, prediction.memory_capacity_bytes
+    if prediction.fits:
         return f"fits in memory ({_gib(peak)} of {_gib(capacity)} GiB per device)"
-    worst = max(prediction["memory_breakdown_bytes"].items(), key=lambda kv: kv[1])
+    worst = max(prediction.memory_breakdown_bytes.items(), key=lambda kv: kv[1])
     return (f"does not fit: {_gib(peak)} GiB per device exceeds {_gib(capacity)} GiB by "
-            f"{_gib(prediction['memory_excess_bytes'])} GiB; largest term: {worst[0]} ({_gib(worst[1])} GiB)")
+            f"{_gib(prediction.memory_excess_bytes)} GiB; largest term: {worst[0]} ({_gib(worst[1])} GiB)")
 
 
-def render_plan(console: Console, plan: dict) -> None:
+def render_plan(console: Console, plan: Plan) -> None:
     """Print the plan (its first line ending with the fit verdict), its stage table, the step-time
     and memory breakdowns and, for a plan that does not fit, the verdict again under the memory table."""
-    par, p = plan["parallel"], plan["prediction"]
-    verdict = escape(fit_verdict(p)) if p["fits"] else f"[bold red]{escape(fit_verdict(p))}[/]"
-    console.print(f"[bold]{_name(plan['model'])}[/] on [bold]{_name(plan['cluster'])}[/]: {plan['devices_used']} of "
-                  f"{plan['devices_total']} devices, global batch {plan['job']['global_batch_size']}, "
-                  f"sequence {plan['job']['seq_len']}, {plan['job']['dtype']}; {verdict}")
-    console.print(f"plan: tp {par['tp']}{' +sp' if par['sp'] else ''}, cp {par['cp']}, ep {par['ep']}, "
-                  f"pp {par['pp']}, dp {par['dp']}, ZeRO {par['zero_stage']}, recompute {par['recompute']}, "
-                  f"microbatch {par['micro_batch_size']} x {par['num_microbatches']}, schedule {par['schedule']}"
-                  + (f" (v={par['virtual_stages']})" if par['virtual_stages'] > 1 else ""))
-    names = plan["placement"]["level_names"]
-    spans = ", ".join(f"{k} {names[v]}" for k, v in plan["placement"]["levels_spanned"].items() if par[k] > 1)
-    console.print(f"placement: axis order {'-'.join(plan['placement']['axis_order'])} (fastest first); groups span: {spans}")
-    console.print(f"step time [bold]{p['step_time_s']:.4f} s[/], {p['tokens_per_s']:,.0f} tokens/s, "
-                  f"{p['model_tflops_per_device']:.1f} model TFLOP/s per device (MFU {p['mfu']:.1%}), "
-                  f"{p['hardware_tflops_per_device']:.1f} hardware TFLOP/s")
+    d, job, p = plan.dims, plan.job, plan.predicted
+    verdict = escape(fit_verdict(p)) if p.fits else f"[bold red]{escape(fit_verdict(p))}[/]"
+    console.print(f"[bold]{_name(plan.model.name)}[/] on [bold]{_name(plan.cluster.name)}[/]: {plan.devices_used} of "
+                  f"{plan.cluster.devices} devices, global batch {job.global_batch_size}, "
+                  f"sequence {job.seq_len}, {job.dtype}; {verdict}")
+    console.print(f"plan: tp {d.tp}{' +sp' if d.sp_active else ''}, cp {d.cp}, ep {d.ep}, "
+                  f"pp {d.pp}, dp {d.dp}, ZeRO {int(d.zero)}, recompute {d.recompute.value}, "
+                  f"microbatch {d.micro_batch_size} x {plan.num_microbatches}, schedule {d.schedule.value}"
+                  + (f" (v={d.virtual_stages})" if d.virtual_stages > 1 else ""))
+    names = plan.level_names
+    spans = ", ".join(f"{k} {_name(names[v])}" for k, v in p.levels_spanned.items() if d.degree(k) > 1)
+    console.print(f"placement: axis order {'-'.join(plan.axis_order)} (fastest first); groups span: {spans}")
+    console.print(f"step time [bold]{p.step_time_s:.4f} s[/], {p.tokens_per_s:,.0f} tokens/s, "
+                  f"{p.model_tflops_per_device:.1f} model TFLOP/s per device (MFU {p.mfu:.1%}), "
+                  f"{p.hardware_tflops_per_device:.1f} hardware TFLOP/s")
     table = Table(title="stages (per microbatch, per device)")
     for col in ("stage", "layers", "devices", "fwd ms", "bwd ms", "cycle ms", "memory GiB"):
         table.add_column(col, justify="right")
-    for i, s in enumerate(plan["stages"]):
-        extra = ("E+" if s["embedding"] else "") + f"{s['layers'][0]}-{s['layers'][1]}" + ("+H" if s["head"] else "")
-        table.add_row(str(i), extra, str(s["devices"]), _ms(s["forward_s"]), _ms(s["backward_s"]),
-                      _ms(s["time_s"]), _gib(s["memory_bytes"]))
+    for i, s in enumerate(p.stages):
+        extra = ("E+" if s.has_embedding else "") + f"{s.first_layer}-{s.last_layer}" + ("+H" if s.has_head else "")
+        table.add_row(str(i), extra, str(s.devices), _ms(s.forward_s), _ms(s.backward_s), _ms(s.cycle_s),
+                      _gib(s.memory_bytes))
     console.print(table)
     bd = Table(title="step time breakdown")
     bd.add_column("term")
     bd.add_column("seconds", justify="right")
     bd.add_column("share", justify="right")
-    for key, val in p["breakdown_s"].items():
+    for key, val in p.breakdown_s.items():
         if val > 0:
-            bd.add_row(key, f"{val:.4f}", f"{val / p['step_time_s']:.1%}")
-    mem = Table(title=f"memory of the fullest stage (capacity {_gib(p['memory_capacity_bytes'])} GiB)")
+            bd.add_row(key, f"{val:.4f}", f"{val / p.step_time_s:.1%}")
+    mem = Table(title=f"memory of the fullest stage (capacity {_gib(p.memory_capacity_bytes)} GiB)")
     mem.add_column("term")
     mem.add_column("GiB", justify="right")
-    for key, val in p["memory_breakdown_bytes"].items():
+    for key, val in p.memory_breakdown_bytes.items():
         mem.add_row(key, _gib(val))
-    mem.add_row("[bold]total[/]", _gib(p["peak_memory_bytes_per_device"]))
+    mem.add_row("[bold]total[/]", _gib(p.peak_memory_bytes_per_device))
     console.print(bd)
     console.print(mem)
-    if not p["fits"]:
+    if not p.fits:
         console.print(verdict)
 
 
