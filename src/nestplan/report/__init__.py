@@ -1,1 +1,1 @@
-"""Presentation of plans: JSON (schema nestplan.plan/1) and readable text."""
+"""Presentation of plans: readable text, plots, comparison tables (the plan JSON itself: ``nestplan.plan``)."""
