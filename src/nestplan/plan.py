@@ -144,11 +144,13 @@ class Plan:
                               limit=self.devices_used)
 
     @classmethod
-    def from_prediction(cls, pred: Prediction, model: ModelSpec, cluster: Cluster, job: Job, search: SearchStats) -> Plan:
-        """The plan ``pred`` (the evaluator's prediction) was made for."""
+    def from_prediction(cls, pred: Prediction, model: ModelSpec, cluster: Cluster, job: Job,
+                        search: SearchStats) -> Plan:
+        """The plan ``pred`` (the evaluator's prediction of it on ``cluster``) was made for."""
         layers = tuple(s.last_layer - s.first_layer + 1 for s in pred.stages)
         return cls(model, cluster, job, replace(pred.plan, layers_per_stage=layers),
-                   tuple(str(axis) for axis in pred.placement.axis_order), PredictionSummary.from_prediction(pred), search, pred)
+                   tuple(str(axis) for axis in pred.placement.axis_order), PredictionSummary.from_prediction(pred),
+                   search, pred)
 
     @property
     def devices_used(self) -> int:
@@ -188,11 +190,11 @@ class Plan:
         dims, job, axis_order = _read_dims(data), _read_job(data, version2), _read_axis_order(data)
         spec = _read_model(data, model, version2)
         devices_total = _int(data, "devices_total", "")
-        cl = _read_cluster(data, cluster, devices_total, version2)
         if devices_total < dims.devices:
             raise ConfigError(f"plan JSON devices_total = {devices_total} is fewer than the devices_used = "
                               f"{dims.devices}", field="devices_total", value=devices_total,
                               limit=f">= {dims.devices}")
+        cl = _read_cluster(data, cluster, devices_total, version2)
         return cls(spec, cl, job, dims, axis_order, _read_predicted(data, dims), _read_search(data))
 
 
@@ -353,7 +355,8 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
     """An [accelerator] table of a cluster file (the fields of catalog/accelerators.toml)."""
     table: dict[str, Any] = {"name": acc.name}
     table |= {f"peak_{dtype}_TFLOPS": _in_unit(flops, units.TERA) for dtype, flops in acc.peak_flops.items()}
-    return table | {"hbm_GiB": acc.hbm_bytes / units.GiB, "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
+    return table | {"hbm_GiB": acc.hbm_bytes / units.GiB,
+                    "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
                     "matmul_efficiency": acc.matmul_efficiency, "matmul_half_dim": acc.matmul_half_dim,
                     "memory_efficiency": acc.memory_efficiency, "reserved_GiB": acc.reserved_bytes / units.GiB,
                     "source": acc.source}
@@ -616,8 +619,17 @@ def _read_stages(data: Any, dims: ParallelDims) -> tuple[StageSummary, ...]:
     return stages
 
 
-def _level_index(value: Any, field: str) -> int:
-    return _count(value, field, 0, MAX_LEVELS - 1)
+def _level_names(placement: Mapping[str, Any]) -> list[str]:
+    names = _list(placement, "level_names", "placement.", maximum=MAX_LEVELS)
+    if not names:
+        raise ConfigError("plan JSON field 'placement.level_names' lists no level", field="placement.level_names",
+                          value=names, limit=f"1..{MAX_LEVELS} names")
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise ConfigError(f"plan JSON field 'placement.level_names[{i}]' must be a string, got {brief(name)}",
+                              field=f"placement.level_names[{i}]", value=name, limit="a level name")
+        check_string(name, f"placement.level_names[{i}]", "plan JSON")
+    return names
 
 
 def _read_predicted(data: Any, dims: ParallelDims) -> PredictionSummary:
@@ -627,11 +639,11 @@ def _read_predicted(data: Any, dims: ParallelDims) -> PredictionSummary:
         raise ConfigError(f"plan JSON field 'placement.levels_spanned' must give a level for each of "
                           f"{', '.join(AXES)}, got {brief(sorted(spans))}", field="placement.levels_spanned",
                           value=sorted(spans), limit=list(AXES))
-    for i, name in enumerate(_list(placement, "level_names", "placement.", maximum=MAX_LEVELS)):
-        if not isinstance(name, str):
-            raise ConfigError(f"plan JSON field 'placement.level_names[{i}]' must be a string, got {brief(name)}",
-                              field=f"placement.level_names[{i}]", value=name, limit="a level name")
-        check_string(name, f"placement.level_names[{i}]", "plan JSON")
+    top = len(_level_names(placement)) - 1   # levels are indices into placement.level_names
+
+    def level(value: Any, field: str) -> int:
+        return _count(value, field, 0, top)
+
     boundaries = _list(placement, "pp_boundary_levels", "placement.", length=dims.pp - 1)
     return PredictionSummary(
         step_time_s=_float(pred, "step_time_s", "prediction."), breakdown_s=_terms(pred, "breakdown_s", "prediction."),
@@ -644,10 +656,8 @@ def _read_predicted(data: Any, dims: ParallelDims) -> PredictionSummary:
         memory_capacity_bytes=_float(pred, "memory_capacity_bytes", "prediction."),
         fits=_bool(pred, "fits", "prediction."), memory_excess_bytes=_float(pred, "memory_excess_bytes", "prediction."),
         stages=_read_stages(data, dims),
-        levels_spanned=_frozen({str(axis): _level_index(spans[axis], f"placement.levels_spanned.{axis}")
-                                for axis in AXES}),
-        pp_boundary_levels=tuple(_level_index(v, f"placement.pp_boundary_levels[{i}]")
-                                 for i, v in enumerate(boundaries)))
+        levels_spanned=_frozen({str(axis): level(spans[axis], f"placement.levels_spanned.{axis}") for axis in AXES}),
+        pp_boundary_levels=tuple(level(v, f"placement.pp_boundary_levels[{i}]") for i, v in enumerate(boundaries)))
 
 
 def _read_search(data: Any) -> SearchStats:
