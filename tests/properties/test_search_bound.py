@@ -1,8 +1,8 @@
 """The best-first search's two shortcuts against what they replace (hypothesis, small random instances).
 
-A group's lower bound (search/physical.py ``lower_bound``) never exceeds the proxy of any split
-the enumeration finds for it; the memory-only check (``fits``) says what the engine's
-``run_group`` says; and the best-first run returns the sequential run's candidates, in the same
+A group's lower bound (search/physical.py ``lower_bound``, tightened to the depths that fit)
+never exceeds the proxy of any split the enumeration finds for it; the memory-only check
+(``fits``, and ``feasible_depths`` depth by depth) says what the engine's ``run_group`` says; and the best-first run returns the sequential run's candidates, in the same
 order, ties included (the two rank-grid orders often tie exactly at one replica).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,7 +18,7 @@ from test_dp_exact import EVERY_ZERO_SPACE, instances
 
 from nestplan.job import Job
 from nestplan.search.engine import Candidate, Engine, run, run_best_first
-from nestplan.search.levels import SEARCH_ORDERS
+from nestplan.search.space import SEARCH_ORDERS
 from nestplan.search.oracle import enumerate_group
 from nestplan.search.physical import PhysicalSearchModel
 from nestplan.search.planner import _groups
@@ -42,6 +43,20 @@ def _fit_check_agrees(inst) -> None:
         assert cost.fits(group) == engine.run_group(group, key), group
 
 
+def _feasible_depths_agree(inst) -> None:
+    """Per depth, the memory-only check says what the engine's split says (a finite pipeline time)."""
+    model, cluster, job = inst
+    cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
+    engine = Engine(cost, cluster.accelerator.hbm_bytes)
+    for _, _, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
+        depths = cost.feasible_depths(group)
+        if depths is None:
+            continue
+        tab = cost.tables(group)
+        solved = np.isfinite(engine._pipeline_times(group, tab, engine._splits(group, tab)[0]))
+        assert depths.tolist() == solved.tolist(), group
+
+
 # a few instances in the default run (each enumerates every split of every group); many more under `slow`
 QUICK = settings(max_examples=6, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 THOROUGH = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -51,6 +66,19 @@ THOROUGH = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 @given(instances())
 def test_bound_never_exceeds_any_split_of_its_group(inst) -> None:
     _bound_below_every_split(inst)
+
+
+@QUICK
+@given(instances())
+def test_feasible_depths_are_the_engines(inst) -> None:
+    _feasible_depths_agree(inst)
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(instances())
+def test_feasible_depths_are_the_engines_thoroughly(inst) -> None:
+    _feasible_depths_agree(inst)
 
 
 @pytest.mark.slow

@@ -15,12 +15,11 @@ from nestplan.export.torchtitan import titan_split
 from nestplan.job import Job
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
-
-REPLICA_MAJOR = ("tp", "cp", "ep", "pp", "dp")
+from nestplan.strategy.placement import REPLICA_MAJOR, STAGE_MAJOR
 
 
 def _plan(model: str, devices: int, dims: ParallelDims, seq: int = 4096, batch: int = 1024,
-          order=("tp", "cp", "ep", "dp", "pp")) -> Plan:
+          order=STAGE_MAJOR) -> Plan:
     job = Job(global_batch_size=batch, seq_len=seq)
     return api.evaluate_full(model, "h100-spine-leaf", dims, job, devices=devices, axis_order=order).plan
 

@@ -28,7 +28,7 @@ from nestplan.export.plan import ExportInput
 from nestplan.job import Job, Optimizer
 from nestplan.plan import SCHEMA_V1, Plan
 from nestplan.search.engine import run
-from nestplan.search.levels import STAGE_MAJOR
+from nestplan.strategy.placement import STAGE_MAJOR
 from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SubConfig
 from nestplan.strategy.dims import ParallelDims

@@ -32,17 +32,15 @@ class ShardGroups:
     expert: int
 
 
-def in_flight_microbatches(schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int,
-                           virtual: int) -> float | np.ndarray:
-    """Microbatches whose activations a stage holds at its peak, in units of the whole stage.
+def warmup_forwards(schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int, virtual: int
+                    ) -> np.ndarray:
+    """Forwards (of model chunks) a stage runs before its first backward, at most all m v of them.
 
-    A stage runs w warm-up forwards, then one more before its first backward, and from then on
-    alternates, so it holds at most min(w + 1, m v) model chunks of 1/v of the stage each. The
-    warm-up counts are Megatron-LM's (schedules.py), the ones cost/schedule.py simulates:
-    GPipe all m v; 1F1B pp - stage - 1; interleaved 1F1B (forward_backward_pipelining_with_interleaving)
-    (pp - stage - 1) * 2 + (v - 1) * pp, or all m v when m == pp (every forward runs first).
-    ``stage`` and ``pp`` may be arrays (the search's tables): the count is then elementwise, an array.
-    """
+    Megatron-LM's counts (schedules.py): GPipe all m v; 1F1B pp - stage - 1; interleaved 1F1B
+    (forward_backward_pipelining_with_interleaving) (pp - stage - 1) * 2 + (v - 1) * pp, or all
+    m v when m == pp (every forward runs first). The schedule simulation (cost/schedule.py) runs
+    this order and :func:`in_flight_microbatches` charges its memory. ``stage`` and ``pp`` may be
+    arrays (elementwise)."""
     total = m * virtual
     stage, pp = np.asarray(stage), np.asarray(pp)
     if schedule is Schedule.GPIPE:
@@ -51,7 +49,19 @@ def in_flight_microbatches(schedule: Schedule, stage: int | np.ndarray, pp: int 
         warmup = np.where(pp == m, total, (pp - stage - 1) * 2 + (virtual - 1) * pp)
     else:
         warmup = pp - stage - 1
-    chunks = np.minimum(warmup + 1, total) / virtual
+    return np.minimum(warmup, total)
+
+
+def in_flight_microbatches(schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int,
+                           virtual: int) -> float | np.ndarray:
+    """Microbatches whose activations a stage holds at its peak, in units of the whole stage.
+
+    A stage runs w warm-up forwards (:func:`warmup_forwards`), then one more before its first
+    backward, and from then on alternates, so it holds at most min(w + 1, m v) model chunks of
+    1/v of the stage each. ``stage`` and ``pp`` may be arrays (the search's tables): the count is
+    then elementwise, an array.
+    """
+    chunks = np.minimum(warmup_forwards(schedule, stage, pp, m, virtual) + 1, m * virtual) / virtual
     return float(chunks) if chunks.ndim == 0 else chunks
 
 

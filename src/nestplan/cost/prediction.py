@@ -79,6 +79,14 @@ class Prediction:
         return MappingProxyType(dict(self.peak_stage.memory_bytes))
 
     @property
+    def bubble_free_step_s(self) -> float:
+        """The step without its pipeline bubble: no schedule of the same split is faster. Every
+        stage still runs all m microbatches, so the bottleneck stage alone takes m times its cycle;
+        interleaving only adds transfers to the cycles (cost/stage.py) and leaves the step end as
+        it is (cost/stepend.py sees the same parameters, compute and boundaries)."""
+        return self.step_time_s - self.breakdown_s["pipeline_bubble"]
+
+    @property
     def fits(self) -> bool:
         return self.peak_memory_bytes_per_device <= self.memory_capacity_bytes
 

@@ -31,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from nestplan.cost.memory import warmup_forwards
 from nestplan.errors import ConfigError
 from nestplan.strategy.enums import Schedule
 
@@ -64,16 +65,6 @@ class _Pattern:
     microbatch: np.ndarray
     dep_stage: np.ndarray   # -1: no dependency on another device
     dep_pos: np.ndarray
-
-
-def _warmups(schedule: Schedule, p: int, m: int, v: int) -> np.ndarray:
-    total = m * v
-    s = np.arange(p)
-    if schedule is Schedule.GPIPE:
-        return np.full(p, total)
-    if schedule is Schedule.INTERLEAVED:
-        return np.full(p, total) if m == p else np.minimum((p - s - 1) * 2 + (v - 1) * p, total)
-    return np.minimum(p - s - 1, total)
 
 
 def _pattern(w: np.ndarray, p: int, m: int, v: int, cols: np.ndarray) -> _Pattern:
@@ -156,7 +147,7 @@ def simulate(forward_s: Sequence[float], backward_s: Sequence[float], num_microb
     """
     p, m, v = len(forward_s), num_microbatches, virtual_stages
     assert p == len(backward_s) and m >= 1 and v >= 1
-    w = _warmups(schedule, p, m, v)
+    w = warmup_forwards(schedule, np.arange(p), p, m, v)
     n = 2 * m * v
     fwd_s = np.asarray(forward_s, float)[:, None] / v
     bwd_s = np.asarray(backward_s, float)[:, None] / v

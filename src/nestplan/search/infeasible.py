@@ -9,7 +9,7 @@ from nestplan.cost.prediction import Prediction
 from nestplan.errors import InfeasibleError
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
-from nestplan.search.levels import REPLICA_MAJOR
+from nestplan.strategy.placement import REPLICA_MAJOR
 from nestplan.search.space import SearchSpace, even_split, sub_configs
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage

@@ -71,6 +71,7 @@ class PhysicalSearchModel:
         self._sync: dict[tuple, SyncContext] = {}
         self._sums: dict[tuple, stage.StageSums] = {}
         self._feasible: tuple = (None, None)   # the last group's feasible_depths (fits, then lower_bound, ask)
+        self._feasible_by_key: dict[tuple, np.ndarray | None] = {}
         self._block_kinds = tuple(model.is_moe_layer(i) for i in range(model.num_layers))
         # index of each block's kind in sorted(GraphTerms.blocks): 0 = dense, 1 = MoE (when both exist)
         moe = np.array(self._block_kinds)
@@ -99,9 +100,9 @@ class PhysicalSearchModel:
 
     def memory_terms(self, g: Group) -> GraphTerms:
         """Node terms whose memory fields (params, activations, transients) are the group's own: those
-        of the first replica count met with the group's configuration and ZeRO stage. Only ZeRO-2/3's
-        communication depends on the replicas (``terms``), never what a node holds."""
-        key = (g.cfg, g.zero)
+        of the first replica count and rank order met with the group's shard and ZeRO stage. Only the
+        communication depends on the replicas and the order (``terms``), never what a node holds."""
+        key = (g.cfg.shard_key, g.zero)
         if key not in self._memory_terms:
             self._memory_terms[key] = self.terms(g)
         return self._memory_terms[key]
@@ -155,6 +156,21 @@ class PhysicalSearchModel:
         alone; None for blocks that differ (the engine then solves the splits)."""
         if self._feasible[0] == g:
             return self._feasible[1]
+        # Whether depth p fits depends on the stages of depth p only, not on the deepest the group
+        # may take; the capacities depend on the memory terms, the ZeRO shards (none below ZeRO 1)
+        # and the microbatches in flight, min(k, m) at k <= L. Groups that share those share the
+        # answer for every depth up to L, of which each takes its first P.
+        key = (self._terms_key(g) if self._mixed else (g.cfg.shard_key, g.zero), g.replicas if g.zero else 0,
+               min(g.microbatches, self.num_blocks))
+        every = self._feasible_by_key.get(key, False)
+        if every is False:
+            every = self._feasible_by_key[key] = self._feasible_depths(g)
+        out = None if every is None else every[:g.max_depth]
+        self._feasible = (g, out)
+        return out
+
+    def _feasible_depths(self, g: Group) -> np.ndarray | None:
+        """feasible_depths for every depth 1..L."""
         t = self.memory_terms(g)
         if len(t.blocks) > 1:   # whether two kinds of block cost the same depends on all their terms
             t = self.terms(g)
@@ -163,15 +179,14 @@ class PhysicalSearchModel:
         out = None
         if blocks.homogeneous:
             L = self.num_blocks
-            cap = stage.position_capacity(ctx, t, blocks, g.microbatches, g.max_depth)
+            cap = stage.position_capacity(ctx, t, blocks, g.microbatches, L)
             # depth p >= 2: first stage (k = p), middle stages k = 2 .. p - 1, last stage (k = 1)
             inner = cap.middle[1:-1]
             short = np.concatenate([[0], np.cumsum(inner < 1)])
             held = np.concatenate([[0], np.cumsum(inner)])
-            p = np.arange(2, g.max_depth + 1)
+            p = np.arange(2, L + 1)
             deeper = (cap.first[1:] >= 1) & (short == 0) & (cap.first[1:] + cap.last + held >= L) & (p <= L)
             out = np.concatenate([[cap.single >= L], deeper & (cap.last >= 1)])
-        self._feasible = (g, out)
         return out
 
     def fits(self, g: Group) -> bool | None:

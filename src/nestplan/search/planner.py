@@ -83,6 +83,12 @@ def _interleaved(model: ModelSpec, evaluate: Evaluate, pred: Prediction) -> list
     return out
 
 
+def _kth_fastest(preds: list[Prediction], k: int) -> float:
+    """The k-th smallest step time (inf with fewer than k plans)."""
+    times = sorted(p.step_time_s for p in preds)
+    return times[k - 1] if len(times) >= k else float("inf")
+
+
 def _moves(p: int) -> list[tuple[int, int]]:
     """(from, to) stage pairs a layer may move between: every pair up to 8 stages; beyond, the
     neighbours and the end stages (which carry the embedding and the head)."""
@@ -132,6 +138,8 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
     fitting = sorted((p for p in exact if p.fits), key=lambda p: p.step_time_s)
     fitting[:POLISHED] = [_polish(model, evaluate, p) for p in fitting[:POLISHED]]
     for pred in list(fitting):
+        if pred.bubble_free_step_s > _kth_fastest(fitting, 1 + top):
+            continue   # no variant of it could be returned: every one is slower than 1 + top plans found
         fitting.extend(p for p in _interleaved(model, evaluate, pred) if p.fits)
     fitting.sort(key=lambda p: p.step_time_s)
     best = fitting[0] if fitting else None

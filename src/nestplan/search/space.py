@@ -47,6 +47,11 @@ class SubConfig:
     def stage_devices(self) -> int:
         return self.tp * self.cp * self.ep
 
+    @property
+    def shard_key(self) -> tuple:
+        """Everything but the rank order: what a device holds does not depend on where its peers are."""
+        return self.tp, self.sp, self.cp, self.ep, self.micro_batch_size, self.recompute
+
 
 def even_split(layers: int, stages: int) -> tuple[int, ...]:
     """Layers per stage as even as possible (earlier stages take the remainder)."""

@@ -10,7 +10,7 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
-from nestplan.search.levels import STAGE_MAJOR
+from nestplan.strategy.placement import STAGE_MAJOR
 from nestplan.search.space import even_split as even_split  # re-exported for the baselines
 from nestplan.strategy.dims import ParallelDims, model_conflict, tp_conflict
 

@@ -13,7 +13,7 @@ from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.baselines.common import BaselineResult, Evaluator, even_split, faster, largest_dp, tp_candidates
-from nestplan.search.levels import SEARCH_ORDERS
+from nestplan.search.space import SEARCH_ORDERS
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 

@@ -1,0 +1,101 @@
+"""The shared stage module (cost/stage.py) and the in-flight rule (cost/memory.py) it charges.
+
+Memory: every schedule's peak of live microbatches per stage, counted on the simulation's own
+timeline, is what ``in_flight_microbatches`` charges. Search and evaluator: the search's
+per-position tables (memory besides the blocks plus the blocks', cycle besides the blocks plus
+the blocks') give the evaluator's stage memory and cycle for the same 1F1B split.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nestplan import api
+from nestplan.cost import stage
+from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.memory import in_flight_microbatches, warmup_forwards
+from nestplan.cost.schedule import FORWARD, simulate
+from nestplan.job import Job
+from nestplan.search.physical import Group, PhysicalSearchModel
+from nestplan.search.space import SubConfig
+from nestplan.strategy.axes import REPLICA_MAJOR
+from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
+
+SCHEDULES = [(Schedule.ONE_F_ONE_B, 1), (Schedule.GPIPE, 1), (Schedule.INTERLEAVED, 2), (Schedule.INTERLEAVED, 3)]
+
+
+def _peak_live_chunks(p: int, m: int, schedule: Schedule, v: int) -> list[int]:
+    """Per stage, the most model chunks whose forward ran and whose backward has not (timeline order)."""
+    rng = np.random.default_rng(p * 100 + m)
+    fwd, bwd = rng.uniform(1.0, 2.0, p), rng.uniform(2.0, 4.0, p)
+    _, timeline = simulate(fwd, bwd, m, schedule, v, record=True)
+    peaks = []
+    for s in range(p):
+        on = timeline.stage == s
+        order = np.argsort(timeline.start_s[on], kind="stable")
+        steps = np.where(timeline.kind[on][order] == FORWARD, 1, -1)
+        peaks.append(int(np.cumsum(steps).max()))
+    return peaks
+
+
+@pytest.mark.parametrize("schedule,v", SCHEDULES)
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6])
+@pytest.mark.parametrize("factor", [1, 2, 3])
+def test_memory_charges_the_simulations_live_microbatches(schedule, v, p, factor) -> None:
+    if schedule is Schedule.INTERLEAVED and p == 1:
+        pytest.skip("the interleaved schedule needs pp > 1")
+    m = p * factor if schedule is Schedule.INTERLEAVED else p + factor
+    peaks = _peak_live_chunks(p, m, schedule, v)
+    charged = [in_flight_microbatches(schedule, s, p, m, v) * v for s in range(p)]
+    assert peaks == pytest.approx(charged), (schedule, v, p, m)
+
+
+def test_warmups_are_the_in_flight_rules_count() -> None:
+    """Interleaved with m == pp runs every forward first (Megatron-LM), else 2 (p - s - 1) + (v - 1) p."""
+    assert warmup_forwards(Schedule.INTERLEAVED, np.arange(4), 4, 4, 2).tolist() == [8] * 4
+    assert warmup_forwards(Schedule.INTERLEAVED, np.arange(4), 4, 8, 2).tolist() == [10, 8, 6, 4]
+    assert warmup_forwards(Schedule.ONE_F_ONE_B, np.arange(4), 4, 2, 1).tolist() == [2, 2, 1, 0]
+    assert warmup_forwards(Schedule.GPIPE, np.arange(3), 3, 5, 1).tolist() == [5, 5, 5]
+
+
+@pytest.mark.parametrize("name,zero,recompute", [
+    ("llama2-7b", ZeroStage.NONE, Recompute.NONE), ("llama2-7b", ZeroStage.OPTIMIZER, Recompute.SELECTIVE),
+    ("gpt3-175b", ZeroStage.OPTIMIZER, Recompute.FULL), ("mixtral-8x7b", ZeroStage.NONE, Recompute.NONE)])
+def test_search_tables_give_the_evaluators_stages(name, zero, recompute) -> None:
+    model = api.resolve_model(name)
+    cluster = api.resolve_cluster("h100-spine-leaf", 64)
+    job = Job(global_batch_size=64, seq_len=2048)
+    ep = 8 if model.is_moe else 1
+    cfg = SubConfig(tp=2, sp=True, cp=1, ep=ep, micro_batch_size=1, recompute=recompute, order=REPLICA_MAJOR)
+    pp, replicas = 4, 64 // (2 * ep * 4)
+    group = Group(cfg, zero, replicas, job.global_batch_size // (replicas * ep), pp)
+    cost = PhysicalSearchModel(model, cluster, job, 64)
+    tables = cost.tables(group)
+    parts = tuple(model.num_layers // pp + (1 if s < model.num_layers % pp else 0) for s in range(pp))
+    pred = evaluate_plan(model, cluster, group.dims(pp, parts), job, REPLICA_MAJOR)
+    blocks = stage.block_arrays(cost._stage_context(group), cost.terms(group), cost._kinds)
+    inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, group.microbatches, 1)
+    for s, (n, st) in enumerate(zip(parts, pred.stages)):
+        held = tables.mem_fixed[pp - 1, s] + n * (blocks.states[0] + blocks.activations[0] * inflight[s])
+        assert held == pytest.approx(st.peak_memory_bytes, rel=1e-12)
+        assert tables.alpha[pp - 1, s] + n * tables.beta == pytest.approx(st.cycle_s, rel=1e-12)
+
+
+def test_stage_sums_hold_the_embedding_head_and_tied_copy() -> None:
+    model = api.resolve_model("gpt3-175b")   # tied embeddings: the last of several stages keeps a copy
+    cluster = api.resolve_cluster("h100-spine-leaf", 64)
+    job = Job(global_batch_size=64, seq_len=2048)
+    cfg = SubConfig(tp=8, sp=True, cp=1, ep=1, micro_batch_size=1, recompute=Recompute.NONE, order=REPLICA_MAJOR)
+    cost = PhysicalSearchModel(model, cluster, job, 64)
+    t = cost.terms(Group(cfg, ZeroStage.NONE, 1, 64, 8))
+    kinds = [False] * 3
+    first, middle, last = (stage.stage_sums(t, kinds, s, 3) for s in range(3))
+    block = 3 * t.blocks[False].params.dense
+    assert middle.params.dense == pytest.approx(block)
+    assert first.params.dense == pytest.approx(block + t.embedding.params.dense)
+    assert last.params.dense == pytest.approx(block + t.head.params.dense + t.tied_head_copy.dense)
+    assert t.tied_head_copy.dense > 0
+    alone = stage.stage_sums(t, [False] * model.num_layers, 0, 1)
+    assert alone.params.dense == pytest.approx(model.num_layers * t.blocks[False].params.dense
+                                               + t.embedding.params.dense + t.head.params.dense)
