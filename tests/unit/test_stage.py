@@ -99,3 +99,30 @@ def test_stage_sums_hold_the_embedding_head_and_tied_copy() -> None:
     alone = stage.stage_sums(t, [False] * model.num_layers, 0, 1)
     assert alone.params.dense == pytest.approx(model.num_layers * t.blocks[False].params.dense
                                                + t.embedding.params.dense + t.head.params.dense)
+
+
+@pytest.mark.parametrize("schedule,v", SCHEDULES)
+@pytest.mark.parametrize("name,devices,tp,pp", [("llama2-7b", 32, 2, 4), ("mixtral-8x7b", 64, 1, 4),
+                                                ("gpt3-175b", 64, 8, 8)])
+def test_step_floor_never_exceeds_the_step(schedule, v, name, devices, tp, pp) -> None:
+    """The planner skips splits and schedules by step_floor_s: it must bound every one from below."""
+    from dataclasses import replace
+
+    from nestplan.cost.evaluator import step_floor_s
+    from nestplan.strategy.dims import ParallelDims
+
+    model = api.resolve_model(name)
+    if model.num_layers % v:
+        pytest.skip(f"{model.num_layers} layers do not split into chunks of {v}")
+    cluster = api.resolve_cluster("h100-spine-leaf", devices)
+    job = Job(global_batch_size=8 * devices, seq_len=2048)
+    ep = 8 if model.is_moe else 1
+    dp = devices // (tp * pp * ep)
+    rng = np.random.default_rng(len(name) * pp)
+    for _ in range(6):
+        cuts = np.sort(rng.choice(np.arange(1, model.num_layers // v), pp - 1, replace=False))
+        parts = tuple(int(x) * v for x in np.diff(np.concatenate([[0], cuts, [model.num_layers // v]])))
+        dims = ParallelDims(tp=tp, pp=pp, dp=dp, ep=ep, sp=tp > 1, zero=1, layers_per_stage=parts)
+        dims = replace(dims, schedule=schedule, virtual_stages=v)
+        step = evaluate_plan(model, cluster, dims, job).step_time_s
+        assert step_floor_s(model, cluster, dims, job) <= step, (parts, schedule, v)

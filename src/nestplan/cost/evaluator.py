@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Sequence
@@ -9,9 +10,9 @@ from typing import TYPE_CHECKING, Sequence
 from nestplan.cost import comm
 from nestplan.cost import stage
 from nestplan.cost.memory import ShardGroups, in_flight_microbatches
-from nestplan.cost.pipeline import pipeline_time
+from nestplan.cost.pipeline import pipeline_floor, pipeline_time
 from nestplan.cost.prediction import Prediction, StageCost
-from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
+from nestplan.cost.stepend import StepEnd, SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import GraphTerms, TermCache, shard_of
 from nestplan.errors import ConfigError
 from nestplan.job import Job
@@ -61,14 +62,47 @@ def _boundary_times(model, cluster, dims, job, placement) -> list[float]:
     return [comm.boundary_time(cluster.topology, model, shard, lv) for lv in placement.pp_boundary_levels]
 
 
-def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Prediction:
+def _step_end(model, cluster, dims, job, placement, st: _Stages) -> tuple[StepEnd, float]:
+    """The step end of the stages (exposed sync and optimizer step) and the tied-embedding sync."""
+    sync = SyncContext(cluster.topology, cluster.accelerator, job, dims.zero, placement.groups["cp+ep+dp"],
+                       placement.groups["cp+dp"])
+    end = step_end(sync, *stage.step_end_inputs(st.sums), st.bounds)
+    return end, tied_embedding_sync(model, cluster.topology, dims.tp, job, placement.pp_ends)
+
+
+def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job,
+                     axis_order: Sequence[str] = DEFAULT_AXIS_ORDER, *, terms: TermCache | None = None) -> float:
+    """A lower bound of ``evaluate_plan(...).step_time_s`` at a fraction of its cost: the pipeline's
+    floor (cost/pipeline.py ``pipeline_floor``, no schedule simulation) of the same stages plus the
+    same step end. A caller comparing many splits or schedules of one plan skips those that cannot win."""
+    check_against_model(dims, model, job.seq_len)
+    m = dims.num_microbatches(job.global_batch_size)
+    placement = place(dims, cluster.topology, axis_order)
+    cache = terms if terms is not None else TermCache(model, cluster, job)
+    stages = _stages(model, cluster, dims, job, placement, cache.graph_terms(dims, placement.groups))
+    end, tied = _step_end(model, cluster, dims, job, placement, stages)
+    backward = [c - f for c, f in zip(stages.cycles, stages.forward)]
+    return pipeline_floor(stages.forward, backward, m, dims.virtual_stages) + end.exposed_s + tied + end.optimizer_s
+
+
+@dataclass(frozen=True)
+class _Stages:
+    """Every stage of one split: its boundary transfers, layers, summed nodes, components per
+    microbatch (transfers included), forward part and cycle."""
+
+    bounds: list[float]
+    layers: tuple[int, ...]
+    starts: list[int]
+    sums: list[stage.StageSums]
+    components: list[dict[str, float]]
+    forward: list[float]
+    cycles: list[float]
+
+
+def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
     bounds = _boundary_times(model, cluster, dims, job, placement)
     wrap = max(bounds, default=0.0)   # interleaved chunks also pass from the last stage back to the first
     v = dims.virtual_stages
-    acc = cluster.accelerator
-    ctx = stage.StageContext(job, dims.zero, ShardGroups(dense=placement.groups["cp+ep+dp"].size,
-                                                         expert=placement.groups["cp+dp"].size),
-                             acc.reserved_bytes, acc.hbm_bytes)
     kinds = [model.is_moe_layer(i) for i in range(model.num_layers)]
     layers = dims.stage_layers(model.num_layers)
     starts = [sum(layers[:i]) for i in range(dims.pp)]
@@ -80,12 +114,21 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
         sums.append(part)
         components.append(dict(part.components, pp_comm=stage.transfer_seconds(prev, nxt, v)))
         forward.append(part.forward + v * nxt)   # a stage sends its outputs forward, its input gradients back
-    cycles = [sum(c.values()) for c in components]
+    return _Stages(bounds, layers, starts, sums, components, forward, [sum(c.values()) for c in components])
+
+
+def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Prediction:
+    st = _stages(model, cluster, dims, job, placement, terms)
+    layers, starts, sums, components, forward, cycles = (
+        st.layers, st.starts, st.sums, st.components, st.forward, st.cycles)
+    v = dims.virtual_stages
+    acc = cluster.accelerator
+    ctx = stage.StageContext(job, dims.zero, ShardGroups(dense=placement.groups["cp+ep+dp"].size,
+                                                         expert=placement.groups["cp+dp"].size),
+                             acc.reserved_bytes, acc.hbm_bytes)
     pipe_s, bubble_s, slowest = pipeline_time(forward, [c - f for c, f in zip(cycles, forward)], m,
                                               dims.schedule, v)
-    sync = SyncContext(cluster.topology, acc, job, dims.zero, placement.groups["cp+ep+dp"], placement.groups["cp+dp"])
-    params, fwd_compute, bwd_compute = stage.step_end_inputs(sums)
-    end = step_end(sync, params, fwd_compute, bwd_compute, bounds)
+    end, tied = _step_end(model, cluster, dims, job, placement, st)
     stages = []
     for i, (first, n_layers, part, comp) in enumerate(zip(starts, layers, sums, components)):
         memory = stage.stage_memory_breakdown(ctx, part, in_flight_microbatches(dims.schedule, i, dims.pp, m, v))
@@ -94,7 +137,6 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
             has_head=i == dims.pp - 1, devices=dims.stage_devices, forward_s=forward[i],
             backward_s=cycles[i] - forward[i], cycle_s=cycles[i], components_s=MappingProxyType(comp),
             memory_bytes=MappingProxyType(memory)))
-    tied = tied_embedding_sync(model, cluster.topology, dims.tp, job, placement.pp_ends)
     breakdown = {k: m * v_ for k, v_ in components[slowest].items()}
     breakdown["pipeline_bubble"] = bubble_s
     breakdown["dp_sync"] = end.exposed_s + tied

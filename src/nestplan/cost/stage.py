@@ -199,13 +199,19 @@ class PositionCapacity:
     single: int
 
 
-def position_capacity(ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, microbatches: int,
-                      depth: int) -> PositionCapacity:
+def first_stage_in_flight(microbatches: int, depth: int) -> np.ndarray:
+    """Microbatches a 1F1B pipeline's first stage holds, for depths k = 1..depth: min(k, m)
+    (what stage s of depth p holds, at k = p - s)."""
+    return in_flight_microbatches(Schedule.ONE_F_ONE_B, 0, np.arange(1, depth + 1), microbatches, 1)
+
+
+def position_capacity(ctx: StageContext, terms: GraphTerms, block_states: float, block_activations: float,
+                      inflight: np.ndarray) -> PositionCapacity:
     """The same arithmetic as ``position_tables``' nmax element by element (its terms with 0 added
-    where a stage is not first or last), in O(P) instead of O(P^2); identical blocks only."""
-    k = np.arange(1, depth + 1)
-    inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, 0, k, microbatches, 1)
-    per_block = np.maximum(blocks.states[0] + blocks.activations[0] * inflight, 1.0)
+    where a stage is not first or last), in O(P) instead of O(P^2); identical blocks only, each
+    holding ``block_states`` and ``block_activations`` per microbatch in flight; ``inflight`` is
+    :func:`first_stage_in_flight`."""
+    per_block = np.maximum(block_states + block_activations * inflight, 1.0)
 
     def held(fixed, per) -> np.ndarray:
         return np.maximum(np.floor((ctx.capacity_bytes - fixed) / per).astype(np.int64), 0)

@@ -49,6 +49,12 @@ class GraphTerms:
 TERM_GROUPS = ("tp", "cp", "ep", "cp+ep+dp", "cp+dp")   # the groups whose spans the terms depend on
 
 
+def terms_zero(zero: ZeroStage) -> ZeroStage:
+    """The ZeRO stage as the node terms see it: ZeRO 1 shards only optimizer state, which no node
+    term holds or moves, so its terms are ZeRO 0's."""
+    return zero if zero >= ZeroStage.GRADIENTS else ZeroStage.NONE
+
+
 def shard_of(dims: ParallelDims, job: Job) -> L.Shard:
     return L.Shard(tp=dims.tp, sp=dims.sp_active, cp=dims.cp, ep=dims.ep, micro_batch=dims.micro_batch_size,
                    seq_len=job.seq_len, dtype_bytes=job.dtype_bytes, flash=job.flash_attention)
@@ -137,7 +143,7 @@ class TermCache:
 
     def graph_terms(self, dims: ParallelDims, groups: Mapping[str, GroupSpan]) -> GraphTerms:
         shard = shard_of(dims, self.job)
-        key = (shard, dims.recompute, dims.zero) + tuple(groups[k] for k in TERM_GROUPS)
+        key = (shard, dims.recompute, terms_zero(dims.zero)) + tuple(groups[k] for k in TERM_GROUPS)
         found = self._terms.get(key)
         if found is None:
             found = self._terms[key] = self._assemble(dims, shard, groups)

@@ -18,7 +18,7 @@ from nestplan.cost import comm
 from nestplan.cost import stage
 from nestplan.cost.memory import ShardGroups
 from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
-from nestplan.cost.terms import TERM_GROUPS, GraphTerms, TermCache, shard_of
+from nestplan.cost.terms import TERM_GROUPS, GraphTerms, TermCache, shard_of, terms_zero
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.placement import TopologyPlacements
@@ -72,6 +72,7 @@ class PhysicalSearchModel:
         self._sums: dict[tuple, stage.StageSums] = {}
         self._feasible: tuple = (None, None)   # the last group's feasible_depths (fits, then lower_bound, ask)
         self._feasible_by_key: dict[tuple, np.ndarray | None] = {}
+        self._inflight: dict[int, np.ndarray] = {}   # first_stage_in_flight by microbatches (up to L)
         self._block_kinds = tuple(model.is_moe_layer(i) for i in range(model.num_layers))
         # index of each block's kind in sorted(GraphTerms.blocks): 0 = dense, 1 = MoE (when both exist)
         moe = np.array(self._block_kinds)
@@ -96,13 +97,13 @@ class PhysicalSearchModel:
 
     @staticmethod
     def _terms_key(g: Group) -> tuple:
-        return g.cfg, g.zero, g.replicas if g.zero >= ZeroStage.GRADIENTS else 0
+        return g.cfg, terms_zero(g.zero), g.replicas if g.zero >= ZeroStage.GRADIENTS else 0
 
     def memory_terms(self, g: Group) -> GraphTerms:
         """Node terms whose memory fields (params, activations, transients) are the group's own: those
         of the first replica count and rank order met with the group's shard and ZeRO stage. Only the
         communication depends on the replicas and the order (``terms``), never what a node holds."""
-        key = (g.cfg.shard_key, g.zero)
+        key = (g.cfg.shard_key, terms_zero(g.zero))
         if key not in self._memory_terms:
             self._memory_terms[key] = self.terms(g)
         return self._memory_terms[key]
@@ -171,23 +172,29 @@ class PhysicalSearchModel:
 
     def _feasible_depths(self, g: Group) -> np.ndarray | None:
         """feasible_depths for every depth 1..L."""
-        t = self.memory_terms(g)
-        if len(t.blocks) > 1:   # whether two kinds of block cost the same depends on all their terms
-            t = self.terms(g)
         ctx = self._stage_context(g)
-        blocks = stage.block_arrays(ctx, t, self._kinds)
-        out = None
-        if blocks.homogeneous:
-            L = self.num_blocks
-            cap = stage.position_capacity(ctx, t, blocks, g.microbatches, L)
-            # depth p >= 2: first stage (k = p), middle stages k = 2 .. p - 1, last stage (k = 1)
-            inner = cap.middle[1:-1]
-            short = np.concatenate([[0], np.cumsum(inner < 1)])
-            held = np.concatenate([[0], np.cumsum(inner)])
-            p = np.arange(2, L + 1)
-            deeper = (cap.first[1:] >= 1) & (short == 0) & (cap.first[1:] + cap.last + held >= L) & (p <= L)
-            out = np.concatenate([[cap.single >= L], deeper & (cap.last >= 1)])
-        return out
+        t = self.memory_terms(g)
+        if self._mixed:   # whether two kinds of block cost the same depends on all their terms
+            t = self.terms(g)
+            blocks = stage.block_arrays(ctx, t, self._kinds)
+            if not blocks.homogeneous:
+                return None
+            states, acts = blocks.states[0], blocks.activations[0]
+        else:
+            block = t.blocks[self._block_kinds[0]]
+            states, acts = ctx.state_bytes(block.params), block.activations
+        L = self.num_blocks
+        m = min(g.microbatches, L)
+        inflight = self._inflight.get(m)
+        if inflight is None:
+            inflight = self._inflight[m] = stage.first_stage_in_flight(m, L)
+        cap = stage.position_capacity(ctx, t, states, acts, inflight)
+        # depth p >= 2: first stage (k = p), middle stages k = 2 .. p - 1, last stage (k = 1)
+        inner = cap.middle[1:-1]
+        short = np.concatenate([[0], np.cumsum(inner < 1)])
+        held = np.concatenate([[0], np.cumsum(inner)])
+        deeper = (cap.first[1:] >= 1) & (short == 0) & (cap.first[1:] + cap.last + held >= L)
+        return np.concatenate([[cap.single >= L], deeper & (cap.last >= 1)])
 
     def fits(self, g: Group) -> bool | None:
         """Whether some depth of the group has a split that fits in memory (what the engine's

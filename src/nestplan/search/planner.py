@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.evaluator import evaluate_plan, step_floor_s
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError
 from nestplan.job import Job
@@ -70,8 +70,10 @@ def _exact(evaluate: Evaluate, cand) -> Prediction:
     return evaluate(g.dims(len(cand.parts), cand.parts), g.cfg.order)
 
 
-def _interleaved(model: ModelSpec, evaluate: Evaluate, pred: Prediction) -> list[Prediction]:
-    """Interleaved 1F1B variants of a plan (same stages, v chunks each) where Megatron allows them."""
+def _interleaved(model: ModelSpec, evaluate: Evaluate, pred: Prediction,
+                 worth: Callable[[ParallelDims], bool] = lambda dims: True) -> list[Prediction]:
+    """Interleaved 1F1B variants of a plan (same stages, v chunks each) where Megatron allows them,
+    those ``worth`` evaluating."""
     dims, out = pred.plan, []
     if dims.pp < 2 or pred.num_microbatches % dims.pp:
         return out
@@ -79,7 +81,8 @@ def _interleaved(model: ModelSpec, evaluate: Evaluate, pred: Prediction) -> list
         if any(n % v for n in dims.stage_layers(model.num_layers)):
             continue
         variant = replace(dims, schedule=Schedule.INTERLEAVED, virtual_stages=v)
-        out.append(evaluate(variant, pred.placement.axis_order))
+        if worth(variant):
+            out.append(evaluate(variant, pred.placement.axis_order))
     return out
 
 
@@ -96,7 +99,8 @@ def _moves(p: int) -> list[tuple[int, int]]:
             if a != b and (p <= 8 or abs(a - b) == 1 or {a, b} & {0, p - 1})]
 
 
-def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int = POLISH_BUDGET) -> Prediction:
+def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int = POLISH_BUDGET,
+            floor: Evaluate | None = None) -> Prediction:
     """Steepest descent on the evaluator over one-layer moves between stages.
 
     The search ranks splits by the closed-form proxy; the evaluator simulates the schedule, which
@@ -113,7 +117,10 @@ def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int 
             moved[src] -= 1
             moved[dst] += 1
             budget -= 1
-            trial = evaluate(replace(dims, layers_per_stage=tuple(moved)), pred.placement.axis_order)
+            trial_dims = replace(dims, layers_per_stage=tuple(moved))
+            if floor is not None and floor(trial_dims, pred.placement.axis_order) >= best.step_time_s * (1 - 1e-12):
+                continue   # its step time is at least this floor: it cannot be accepted
+            trial = evaluate(trial_dims, pred.placement.axis_order)
             if trial.fits and trial.step_time_s < best.step_time_s * (1 - 1e-12):
                 best = trial
         if best is pred:
@@ -134,13 +141,20 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
     def evaluate(dims: ParallelDims, order: tuple[str, ...]) -> Prediction:
         return evaluate_plan(model, cluster, dims, job, order, terms=cost.term_cache)
 
+    def floor(dims: ParallelDims, order: tuple[str, ...]) -> float:
+        return step_floor_s(model, cluster, dims, job, order, terms=cost.term_cache)
+
     exact = [_exact(evaluate, cand) for cand in finalists]
     fitting = sorted((p for p in exact if p.fits), key=lambda p: p.step_time_s)
-    fitting[:POLISHED] = [_polish(model, evaluate, p) for p in fitting[:POLISHED]]
+    fitting[:POLISHED] = [_polish(model, evaluate, p, floor=floor) for p in fitting[:POLISHED]]
     for pred in list(fitting):
-        if pred.bubble_free_step_s > _kth_fastest(fitting, 1 + top):
-            continue   # no variant of it could be returned: every one is slower than 1 + top plans found
-        fitting.extend(p for p in _interleaved(model, evaluate, pred) if p.fits)
+        # a variant slower than 1 + top plans found cannot be returned: skip the plan when its
+        # bubble-free step already is, a variant when its floor is
+        limit, order = _kth_fastest(fitting, 1 + top), pred.placement.axis_order
+        if pred.bubble_free_step_s > limit:
+            continue
+        variants = _interleaved(model, evaluate, pred, lambda dims: floor(dims, order) <= limit)
+        fitting.extend(p for p in variants if p.fits)
     fitting.sort(key=lambda p: p.step_time_s)
     best = fitting[0] if fitting else None
     return PlanResult(best, tuple(fitting[1:1 + top]), engine.stats, len(exact))
