@@ -322,8 +322,11 @@ def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None
     render_plan(console, best)
     render_runners_up(console, report.best, report.runners_up)
     s = report.stats
-    console.print(f"search: {s.solve_time_s:.2f} s, {s.groups} groups, {s.depths} pipeline depths, "
-                  f"{s.pruned_memory} pruned by memory, {s.pruned_bound} by the bound, {s.candidates} splits costed")
+    console.print(f"search: {s.solve_time_s:.2f} s, {s.configurations:,} configurations, {s.enumerated:,} groups "
+                  f"({s.groups:,} solved; {s.skipped_bound:,} skipped by the bound, {s.skipped_memory:,} that fit "
+                  f"nowhere, {s.skipped_zero:,} by ZeRO escalation), {s.depths:,} pipeline depths, "
+                  f"{s.pruned_memory:,} pruned by memory, {s.pruned_bound:,} by the bound, {s.candidates:,} splits "
+                  "costed")
 
 
 class _progress:

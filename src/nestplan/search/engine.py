@@ -63,6 +63,7 @@ class Candidate:
 
 @dataclass
 class SearchStats:
+    configurations: int = 0      # sub-graph configurations (tp, sp, cp, ep, microbatch, recomputation, rank order)
     groups: int = 0              # groups searched (their tables built, every depth solved)
     skipped_zero: int = 0        # groups not searched: a lower ZeRO stage fits their configuration
     skipped_memory: int = 0      # groups not searched: no split of any depth fits in memory
@@ -72,6 +73,11 @@ class SearchStats:
     pruned_bound: int = 0        # depths dominated by the K best before their step end was costed
     candidates: int = 0          # splits whose full proxy was computed
     solve_time_s: float = 0.0
+
+    @property
+    def enumerated(self) -> int:
+        """Groups of the space (a configuration with a ZeRO stage and a replica count): searched or skipped."""
+        return self.groups + self.skipped_zero + self.skipped_memory + self.skipped_bound
 
 
 @dataclass
@@ -251,9 +257,11 @@ def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object,
     start = time.perf_counter()
     lowest_fit: dict = {}
     queue = []
+    configurations = set()
     for i, (cfg_key, key, group, zero) in enumerate(groups):
         if progress is not None:
             progress(i)   # the first pass: the second searches only the groups the bound leaves
+        configurations.add(cfg_key)
         if zero >= escalate_from and lowest_fit.get(cfg_key, zero) < zero:
             engine.stats.skipped_zero += 1
             continue   # a lower ZeRO stage already fits this configuration
@@ -280,5 +288,6 @@ def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object,
                 heapq.heappush(queue, (tight, i, None, key, group))
                 continue
         engine.run_group(group, key, order=i)
+    engine.stats.configurations = len(configurations)
     engine.stats.solve_time_s = time.perf_counter() - start
     return engine.best()
