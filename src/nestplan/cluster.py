@@ -1,4 +1,5 @@
-"""A cluster: one accelerator type on a network of levels, read from the catalog or a file.
+"""A cluster: one accelerator type on a network of levels, read from the catalog or a file
+(``cluster_from_dict``), and written back as a file's table (``cluster_to_dict``, its inverse).
 
 File format (TOML, or JSON with the same structure; every field: docs/formats.md)::
 
@@ -36,6 +37,7 @@ the devices of the whole network against ``nestplan.network.topology.MAX_DEVICES
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -50,7 +52,7 @@ from nestplan.hardware.accelerator import Accelerator, accelerator_from_dict, lo
 from nestplan.inputs import check_string, load_object
 from nestplan.network.builders import from_graph, hierarchical, torus
 from nestplan.network.graph import MAX_GRAPH_EDGES, MAX_GRAPH_NODES
-from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Topology
+from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Level, Topology
 
 _TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes")
 _NETWORK_KEYS = ("levels", "torus", "graph")
@@ -334,3 +336,47 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
     else:
         topology, order = _graph_topology(name, data["graph"])
     return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order)
+
+
+# ---------------------------------------------------------------------------
+# writing: the inverse of cluster_from_dict
+
+
+def _in_unit(value: float, scale: float) -> float:
+    """``value`` (SI) in the unit ``scale`` (1e9 for GB/s): the float that the cluster reader's
+    conversion (``x * scale``) turns back into exactly ``value`` where one lies within two steps
+    of the quotient (always, for a value a file gave), else the quotient."""
+    guess = value / scale
+    candidates = [guess]
+    for direction in (math.inf, -math.inf):
+        step = guess
+        for _ in range(2):
+            step = math.nextafter(step, direction)
+            candidates.append(step)
+    return next((c for c in candidates if float(c) * scale == value), guess)
+
+
+def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
+    """An [accelerator] table of a cluster file (the fields of catalog/accelerators.toml)."""
+    table: dict[str, Any] = {"name": acc.name}
+    table |= {f"peak_{dtype}_TFLOPS": _in_unit(flops, units.TERA) for dtype, flops in acc.peak_flops.items()}
+    return table | {"hbm_GiB": acc.hbm_bytes / units.GiB,
+                    "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
+                    "matmul_efficiency": acc.matmul_efficiency, "matmul_half_dim": acc.matmul_half_dim,
+                    "memory_efficiency": acc.memory_efficiency, "reserved_GiB": acc.reserved_bytes / units.GiB,
+                    "source": acc.source}
+
+
+def _level_table(level: Level) -> dict[str, Any]:
+    return {"name": level.name, "size": level.size, "bandwidth_GBps": _in_unit(level.bandwidth_Bps, units.GB),
+            "latency_us": _in_unit(level.latency_s, units.US), "oversubscription": level.oversubscription,
+            "bus_efficiency": level.bus_efficiency}
+
+
+def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
+    """The inverse of :func:`cluster_from_dict`: ``cluster`` as a cluster file's table (its levels as
+    they are after ``--devices``: a torus or a graph as the levels derived from it), so that
+    ``cluster_from_dict(cluster_to_dict(c))`` has the topology and the accelerator of ``c``
+    (``== c`` where ``c`` was not derived from a graph: ``device_order`` is not written)."""
+    return {"name": cluster.name, "accelerator": _accelerator_table(cluster.accelerator),
+            "levels": [_level_table(level) for level in cluster.topology.levels]}

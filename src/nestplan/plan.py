@@ -8,14 +8,14 @@ setting, the ``ModelSpec`` and the ``Cluster`` it was planned on, and the predic
 (what the JSON carries: step time and its breakdown, throughput, memory, the stages, the levels
 the groups span). ``Plan.from_dict(p.to_dict()) == p``: reading a plan file re-evaluates nothing.
 
-The JSON carries the model as a Hugging Face ``config.json`` object (``model_config``, read back
-by ``nestplan.model.config.parse_config``) and the cluster as a cluster-file table
-(``cluster_definition``, read back by ``nestplan.cluster.cluster_from_dict``), so that the same
-checks apply as to those files. Plans of schema ``nestplan.plan/1`` carry neither: their model
-and cluster are resolved by name. Every other field is checked here: names without control
-characters, integers (not bools or floats) within bounds, finite numbers, categorical settings
-among their allowed values, and the arithmetic between them; a failure is one ``ConfigError``
-naming the field and what is allowed.
+The JSON carries the model as a Hugging Face ``config.json`` object (``model_config``, written by
+``nestplan.model.config.config_dict``, read back by its inverse ``parse_config``) and the cluster
+as a cluster-file table (``cluster_definition``, written by ``nestplan.cluster.cluster_to_dict``,
+read back by ``cluster_from_dict``), so that the same checks apply as to those files. Plans of
+schema ``nestplan.plan/1`` carry neither: their model and cluster are resolved by name. Every
+other field is checked here: names without control characters, integers (not bools or floats)
+within bounds, finite numbers, categorical settings among their allowed values, and the
+arithmetic between them; a failure is one ``ConfigError`` naming the field and what is allowed.
 """
 
 from __future__ import annotations
@@ -27,17 +27,15 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from nestplan import units
-from nestplan.cluster import Cluster, cluster_from_dict, load_cluster
+from nestplan.cluster import Cluster, cluster_from_dict, cluster_to_dict, load_cluster
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, brief, printable
-from nestplan.hardware.accelerator import Accelerator
 from nestplan.inputs import check_name, check_string
 from nestplan.job import Job, Optimizer, check_context
-from nestplan.model.config import load_model, parse_config
+from nestplan.model.config import config_dict, load_model, parse_config
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
-from nestplan.network.topology import MAX_LEVELS, Level
+from nestplan.network.topology import MAX_LEVELS
 from nestplan.strategy.dims import AXES, ParallelDims, check_against_model
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.units import DTYPE_BYTES
@@ -171,10 +169,10 @@ class Plan:
         return {"schema": SCHEMA, "model": self.model.name, "cluster": self.cluster.name,
                 "devices_total": self.cluster.devices,
                 **sections(self.dims, self.axis_order, self.job, self.predicted, self.level_names, self.search),
-                "model_config": model_config(self.model),
+                "model_config": config_dict(self.model),
                 "model_calibration": {"traced_flops_scale": self.model.traced_flops_scale,
                                       "traced_activation_scale": self.model.traced_activation_scale},
-                "cluster_definition": cluster_definition(self.cluster),
+                "cluster_definition": cluster_to_dict(self.cluster),
                 **({} if order is None else {"device_order": list(order)})}
 
     @classmethod
@@ -255,125 +253,6 @@ def sections(dims: ParallelDims, axis_order: Sequence[str], job: Job, predicted:
                    "pruned_memory": search.pruned_memory},
     }
 
-
-def model_config(spec: ModelSpec) -> dict[str, Any]:
-    """``spec`` as a Hugging Face ``config.json`` object of its family, which
-    ``nestplan.model.config.parse_config`` reads back into ``spec`` (its name and trace
-    calibration aside); a ConfigError naming the first field that no config.json of the family
-    can give (a ModelSpec built by hand)."""
-    config = {"model_type": spec.family, **_FAMILY_FIELDS[spec.family](spec)}
-    expected = replace(spec, traced_flops_scale=1.0, traced_activation_scale=1.0)
-    read = parse_config(config, spec.name)
-    if read != expected:
-        differing = next(f.name for f in fields(ModelSpec) if getattr(read, f.name) != getattr(expected, f.name))
-        raise ConfigError(f"model {printable(spec.name)} cannot be written as a {spec.family} config.json: its "
-                          f"{differing} {brief(getattr(expected, differing))} is not one such a config gives",
-                          field=differing, value=getattr(expected, differing))
-    return config
-
-
-def _dropout(spec: ModelSpec, *keys: str) -> dict[str, float]:
-    """The family's dropout probabilities: 0.1 where the model stores dropout masks, else 0."""
-    return dict.fromkeys(keys, 0.1 if spec.dropout else 0.0)
-
-
-def _rotary_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"hidden_size": spec.hidden_size, "num_hidden_layers": spec.num_layers,
-            "num_attention_heads": spec.num_heads, "num_key_value_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
-            "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
-            "max_position_embeddings": spec.max_position_embeddings, **_dropout(spec, "attention_dropout")}
-
-
-def _llama_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "attention_bias": spec.linear_bias}
-
-
-def _dense_rotary_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size}
-
-
-def _mixtral_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size,
-            "num_local_experts": spec.num_experts, "num_experts_per_tok": spec.experts_per_token}
-
-
-def _qwen_moe_fields(spec: ModelSpec) -> dict[str, Any]:
-    out = {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "num_experts": spec.num_experts,
-           "num_experts_per_tok": spec.experts_per_token, "moe_intermediate_size": spec.moe_ffn_hidden_size,
-           "decoder_sparse_step": 1,
-           "mlp_only_layers": [i for i in range(spec.num_layers) if i not in spec.moe_layers]}
-    if spec.family == "qwen2_moe":
-        out["shared_expert_intermediate_size"] = spec.shared_expert_ffn_hidden_size
-    else:
-        out["attention_bias"] = spec.linear_bias
-    return out
-
-
-def _gpt2_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"n_embd": spec.hidden_size, "n_head": spec.num_heads, "n_layer": spec.num_layers,
-            "n_inner": spec.ffn_hidden_size, "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
-            "n_positions": spec.max_position_embeddings,
-            **_dropout(spec, "resid_pdrop", "embd_pdrop", "attn_pdrop")}
-
-
-def _encoder_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"hidden_size": spec.hidden_size, "num_attention_heads": spec.num_heads,
-            "num_hidden_layers": spec.num_layers, "intermediate_size": spec.ffn_hidden_size,
-            "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
-            "max_position_embeddings": spec.max_position_embeddings}
-
-
-def _gpt_neox_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_encoder_fields(spec), **_dropout(spec, "attention_dropout", "hidden_dropout")}
-
-
-def _bert_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_encoder_fields(spec), "type_vocab_size": spec.type_vocab_size,
-            **_dropout(spec, "hidden_dropout_prob", "attention_probs_dropout_prob")}
-
-
-_FAMILY_FIELDS = {"llama": _llama_fields, "mistral": _dense_rotary_fields, "mixtral": _mixtral_fields,
-                  "qwen2": _dense_rotary_fields, "qwen2_moe": _qwen_moe_fields, "qwen3_moe": _qwen_moe_fields,
-                  "gpt2": _gpt2_fields, "gpt_neox": _gpt_neox_fields, "bert": _bert_fields}
-
-
-def _in_unit(value: float, scale: float) -> float:
-    """``value`` (SI) in the unit ``scale`` (1e9 for GB/s): the float that the cluster reader's
-    conversion (``x * scale``) turns back into exactly ``value`` where one lies within two steps
-    of the quotient (always, for a value a file gave), else the quotient."""
-    guess = value / scale
-    candidates = [guess]
-    for direction in (math.inf, -math.inf):
-        step = guess
-        for _ in range(2):
-            step = math.nextafter(step, direction)
-            candidates.append(step)
-    return next((c for c in candidates if float(c) * scale == value), guess)
-
-
-def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
-    """An [accelerator] table of a cluster file (the fields of catalog/accelerators.toml)."""
-    table: dict[str, Any] = {"name": acc.name}
-    table |= {f"peak_{dtype}_TFLOPS": _in_unit(flops, units.TERA) for dtype, flops in acc.peak_flops.items()}
-    return table | {"hbm_GiB": acc.hbm_bytes / units.GiB,
-                    "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
-                    "matmul_efficiency": acc.matmul_efficiency, "matmul_half_dim": acc.matmul_half_dim,
-                    "memory_efficiency": acc.memory_efficiency, "reserved_GiB": acc.reserved_bytes / units.GiB,
-                    "source": acc.source}
-
-
-def _level_table(level: Level) -> dict[str, Any]:
-    return {"name": level.name, "size": level.size, "bandwidth_GBps": _in_unit(level.bandwidth_Bps, units.GB),
-            "latency_us": _in_unit(level.latency_s, units.US), "oversubscription": level.oversubscription,
-            "bus_efficiency": level.bus_efficiency}
-
-
-def cluster_definition(cluster: Cluster) -> dict[str, Any]:
-    """``cluster`` as a cluster file's table (its levels as they are after ``--devices``: a torus or
-    a graph as the levels derived from it), which ``nestplan.cluster.cluster_from_dict`` reads back
-    into the same topology and accelerator."""
-    return {"name": cluster.name, "accelerator": _accelerator_table(cluster.accelerator),
-            "levels": [_level_table(level) for level in cluster.topology.levels]}
 
 
 # ---------------------------------------------------------------------------------------------

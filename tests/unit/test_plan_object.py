@@ -18,7 +18,8 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError
 from nestplan.job import Job, Optimizer
 from nestplan.model import model_names
-from nestplan.plan import SCHEMA, SCHEMA_V1, Plan, model_config
+from nestplan.model.config import config_dict
+from nestplan.plan import SCHEMA, SCHEMA_V1, Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 
@@ -147,7 +148,7 @@ def test_round_trip_a_calibrated_model() -> None:
 def test_a_model_no_config_json_describes_is_refused_by_name() -> None:
     odd = dataclasses.replace(api.resolve_model("llama2-7b"), norm="layernorm")
     with pytest.raises(ConfigError, match="llama config.json: its norm 'layernorm'") as err:
-        model_config(odd)
+        config_dict(odd)
     assert err.value.field == "norm"
 
 

@@ -1,4 +1,5 @@
-"""Read a Hugging Face style ``config.json`` into a :class:`ModelSpec`.
+"""Read a Hugging Face style ``config.json`` into a :class:`ModelSpec` (:func:`parse_config`), and
+write a ModelSpec back as one (:func:`config_dict`, its inverse).
 
 The dict is read directly (no ``transformers`` import, no download), with each
 family's own field names. A field that is absent (or ``null``) takes the
@@ -34,11 +35,12 @@ Choices other modules rely on:
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
 from nestplan import catalog
-from nestplan.errors import ConfigError, brief
+from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_string, load_object
 from nestplan.model.spec import SUPPORTED_FAMILIES, ModelSpec
 
@@ -341,6 +343,107 @@ def parse_config(data: dict, name: str) -> ModelSpec:
             field="model_type", value=brief(family), limit=list(SUPPORTED_FAMILIES),
         )
     return _READERS[family](_Fields(data, family), _check_model_name(name))
+
+
+# ---------------------------------------------------------------------------
+# writing: the inverse of parse_config
+
+
+def config_dict(spec: ModelSpec) -> dict[str, Any]:
+    """The inverse of :func:`parse_config`: ``spec`` as a Hugging Face ``config.json`` object of its
+    family, which ``parse_config`` reads back into ``spec`` (its name and trace calibration aside:
+    ``parse_config(config_dict(s), s.name)`` is ``s`` with both ``traced_*_scale`` at 1.0).
+
+    It cannot write a ModelSpec that no config.json of its family gives (one built or altered by
+    hand, such as a Llama with LayerNorm): a ConfigError names the first such field."""
+    config = {"model_type": spec.family, **_WRITERS[spec.family](spec)}
+    expected = dataclasses.replace(spec, traced_flops_scale=1.0, traced_activation_scale=1.0)
+    read = parse_config(config, spec.name)
+    if read != expected:
+        differing = next(f.name for f in dataclasses.fields(ModelSpec)
+                         if getattr(read, f.name) != getattr(expected, f.name))
+        raise ConfigError(f"model {printable(spec.name)} cannot be written as a {spec.family} config.json: its "
+                          f"{differing} {brief(getattr(expected, differing))} is not one such a config gives",
+                          field=differing, value=getattr(expected, differing))
+    return config
+
+
+def _dropout(spec: ModelSpec, *keys: str) -> dict[str, float]:
+    """The family's dropout probabilities: 0.1 where the model stores dropout masks, else 0."""
+    return dict.fromkeys(keys, 0.1 if spec.dropout else 0.0)
+
+
+def _rotary_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {"hidden_size": spec.hidden_size, "num_hidden_layers": spec.num_layers,
+            "num_attention_heads": spec.num_heads, "num_key_value_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
+            "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
+            "max_position_embeddings": spec.max_position_embeddings, **_dropout(spec, "attention_dropout")}
+
+
+def _llama_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "attention_bias": spec.linear_bias}
+
+
+def _dense_rotary_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size}
+
+
+def _mixtral_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size,
+            "num_local_experts": spec.num_experts, "num_experts_per_tok": spec.experts_per_token}
+
+
+def _qwen_moe_fields(spec: ModelSpec) -> dict[str, Any]:
+    out = {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "num_experts": spec.num_experts,
+           "num_experts_per_tok": spec.experts_per_token, "moe_intermediate_size": spec.moe_ffn_hidden_size,
+           "decoder_sparse_step": 1,
+           "mlp_only_layers": [i for i in range(spec.num_layers) if i not in spec.moe_layers]}
+    if spec.family == "qwen2_moe":
+        out["shared_expert_intermediate_size"] = spec.shared_expert_ffn_hidden_size
+    else:
+        out["attention_bias"] = spec.linear_bias
+    return out
+
+
+def _gpt2_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {"n_embd": spec.hidden_size, "n_head": spec.num_heads, "n_layer": spec.num_layers,
+            "n_inner": spec.ffn_hidden_size, "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
+            "n_positions": spec.max_position_embeddings,
+            **_dropout(spec, "resid_pdrop", "embd_pdrop", "attn_pdrop")}
+
+
+def _encoder_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {"hidden_size": spec.hidden_size, "num_attention_heads": spec.num_heads,
+            "num_hidden_layers": spec.num_layers, "intermediate_size": spec.ffn_hidden_size,
+            "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
+            "max_position_embeddings": spec.max_position_embeddings}
+
+
+def _gpt_neox_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_encoder_fields(spec), **_dropout(spec, "attention_dropout", "hidden_dropout")}
+
+
+def _bert_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_encoder_fields(spec), "type_vocab_size": spec.type_vocab_size,
+            **_dropout(spec, "hidden_dropout_prob", "attention_probs_dropout_prob")}
+
+
+_WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
+    "llama": _llama_fields,
+    "mistral": _dense_rotary_fields,
+    "mixtral": _mixtral_fields,
+    "qwen2": _dense_rotary_fields,
+    "qwen2_moe": _qwen_moe_fields,
+    "qwen3_moe": _qwen_moe_fields,
+    "gpt2": _gpt2_fields,
+    "gpt_neox": _gpt_neox_fields,
+    "bert": _bert_fields,
+}
+assert set(_WRITERS) == set(SUPPORTED_FAMILIES)
+
+
+# ---------------------------------------------------------------------------
+# files and the catalog
 
 
 def _name_for_path(data: dict, path: Path) -> str:
