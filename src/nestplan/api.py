@@ -13,7 +13,7 @@ from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, printable
-from nestplan.job import Job, check_context, default_seq_len, make_job, preferred_dtype
+from nestplan.job import Fp8Recipe, Job, check_context, default_fp8_recipe, default_seq_len, make_job, preferred_dtype
 from nestplan.model import ModelSpec, load_model
 from nestplan.plan import Plan, SearchStats
 from nestplan.strategy.dims import ParallelDims, check_against_model
@@ -29,6 +29,7 @@ if TYPE_CHECKING:   # imported where used: the CLI starts without the search, th
     from nestplan.search.engine import SearchStats as SearchCounts
     from nestplan.search.space import SearchSpace
     from nestplan.sweep.run import SweepSummary
+    from nestplan.validate import RowResult
 
 MAX_TOP = 100        # runner-up plans a search keeps: each costs finalists kept and simulated
 MAX_WORKERS = 1024   # local worker processes of a sweep
@@ -42,6 +43,19 @@ def resolve_cluster(cluster: str | Cluster, devices: int | None = None) -> Clust
     if isinstance(cluster, Cluster):
         return cluster if devices is None else cluster.truncate(devices)
     return load_cluster(cluster, devices)
+
+
+def framework_settings(cluster: Cluster, *, fp8: bool = False, fp8_recipe: Fp8Recipe | None = None,
+                       **overlap: bool) -> dict[str, Any]:
+    """Job settings for what the framework runs: ``overlap`` (tp_comm_overlap, overlap_grad_reduce,
+    overlap_param_gather, fp8_params) as given; an FP8 recipe when ``fp8`` or ``fp8_recipe`` asks for
+    one, by default the accelerator's (``job.default_fp8_recipe``)."""
+    acc = cluster.accelerator
+    if fp8_recipe is None and fp8:
+        fp8_recipe = default_fp8_recipe(acc.peak_flops, acc.mx_block_scaling)
+    elif fp8_recipe is not None:
+        default_fp8_recipe(acc.peak_flops, acc.mx_block_scaling)   # refuses an accelerator without FP8
+    return {"fp8_recipe": fp8_recipe, **overlap}
 
 
 def default_dtype(cluster: Cluster) -> str:
@@ -372,6 +386,13 @@ def load_plan(path: str | Path, *, model: str | ModelSpec | None = None,
     from nestplan.inputs import load_object
 
     return Plan.from_dict(load_object(path, "plan file"), model=model, cluster=cluster)
+
+
+def validate(runs: str | Path) -> list[RowResult]:
+    """Every measured run of a runs file predicted as it ran (``nestplan.validate``)."""
+    from nestplan.validate import validate as validate_runs
+
+    return validate_runs(runs)
 
 
 def export_plan(plan: Plan, framework: str, out_dir: str | Path) -> tuple[list[Path], Export]:

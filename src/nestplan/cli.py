@@ -23,7 +23,7 @@ from rich.console import Console
 
 from nestplan import __version__, api
 from nestplan.errors import ConfigError, PlannerError, printable
-from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Optimizer
+from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Fp8Recipe, Optimizer
 from nestplan.network.topology import MAX_DEVICES   # --devices, and each parallel degree
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -43,6 +43,21 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 # -- integers: plain decimal digits within bounds --------------------------------------------------
 _DIGITS = re.compile(r"-?[0-9]+")
+
+# What the framework runs (job settings shared by evaluate and plan; Megatron-LM's flag names)
+GRAD_REDUCE_OPTION = typer.Option("fp32", "--grad-reduce-dtype", help="gradient buffer and reduction dtype: fp32 "
+                                  "(Megatron-LM's default) or bf16 (--grad-reduce-in-bf16, NeMo grad_sync_dtype)")
+TP_OVERLAP_OPTION = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
+                                 help="tensor-parallel collectives under the GEMMs (Transformer Engine userbuffers)")
+GRAD_OVERLAP_OPTION = typer.Option(True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
+                                   help="data-parallel gradient reduction under the backward pass")
+PARAM_OVERLAP_OPTION = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
+                                    help="distributed optimizer's parameter all-gather under the next forward")
+FP8_OPTION = typer.Option(False, "--fp8", help="FP8 GEMMs in the transformer blocks (Transformer Engine), the rest "
+                          "in --dtype")
+FP8_RECIPE_OPTION = typer.Option(None, "--fp8-recipe", help="delayed, tensorwise, blockwise or mxfp8 (implies "
+                                 "--fp8; default: mxfp8 on Blackwell, tensorwise before)")
+FP8_PARAMS_OPTION = typer.Option(False, "--fp8-params", help="keep parameters in FP8 (fp8_model_init); needs --fp8")
 
 
 def _shown(text: str, limit: int = 40) -> str:
@@ -224,6 +239,13 @@ def evaluate(
     dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
+    grad_reduce_dtype: str = GRAD_REDUCE_OPTION,
+    tp_comm_overlap: bool = TP_OVERLAP_OPTION,
+    overlap_grad_reduce: bool = GRAD_OVERLAP_OPTION,
+    overlap_param_gather: bool = PARAM_OVERLAP_OPTION,
+    fp8: bool = FP8_OPTION,
+    fp8_recipe: Fp8Recipe | None = FP8_RECIPE_OPTION,
+    fp8_params: bool = FP8_PARAMS_OPTION,
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -241,7 +263,10 @@ def evaluate(
     plan, note = _from_megatron_dp(plan, devices)
     full = api.resolve_cluster(cluster)
     job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(full), optimizer=optimizer,
-                       flash_attention=flash)
+                       flash_attention=flash, grad_dtype=grad_reduce_dtype,
+                       **api.framework_settings(full, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
+                                                fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
+                                                overlap_param_gather=overlap_param_gather))
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
@@ -272,6 +297,13 @@ def plan_command(
     dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
+    grad_reduce_dtype: str = GRAD_REDUCE_OPTION,
+    tp_comm_overlap: bool = TP_OVERLAP_OPTION,
+    overlap_grad_reduce: bool = GRAD_OVERLAP_OPTION,
+    overlap_param_gather: bool = PARAM_OVERLAP_OPTION,
+    fp8: bool = FP8_OPTION,
+    fp8_recipe: Fp8Recipe | None = FP8_RECIPE_OPTION,
+    fp8_params: bool = FP8_PARAMS_OPTION,
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -296,7 +328,10 @@ def plan_command(
              f"activations x {spec.traced_activation_scale:.4f} of the formulas")
     cl = api.resolve_cluster(cluster, devices)
     job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(cl), optimizer=optimizer,
-                       flash_attention=flash)
+                       flash_attention=flash, grad_dtype=grad_reduce_dtype,
+                       **api.framework_settings(cl, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
+                                                fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
+                                                overlap_param_gather=overlap_param_gather))
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance)
     best = report.plan
@@ -492,6 +527,23 @@ def nest_solve_command(
         lines = api.nest_explain(inp, result, model=model, cluster=cluster)
         stream = sys.stderr if output_path is None else sys.stdout
         stream.write("".join(printable(line) + "\n" for line in lines))
+
+
+@app.command()
+def validate(
+    runs: Path = typer.Argument(..., help="runs file: measured runs as JSON (docs/formats.md, \"Runs file\")"),
+    as_json: bool = typer.Option(False, "--json", help="print the rows and summaries as JSON"),
+) -> None:
+    """Predict every measured run of a runs file as it ran and print the error of each, with the
+    median and largest per precision, model and tp degree. A row that cannot be evaluated is
+    reported in one line; the others still are."""
+    from nestplan.report.validation import render_validation, validation_dict
+
+    results = api.validate(runs)
+    if as_json:
+        _print_json(validation_dict(results))
+    else:
+        render_validation(_console(), results)
 
 
 @app.command("list")

@@ -364,7 +364,7 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
                     "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
                     "matmul_efficiency": acc.matmul_efficiency, "matmul_half_dim": acc.matmul_half_dim,
                     "memory_efficiency": acc.memory_efficiency, "reserved_GiB": acc.reserved_bytes / units.GiB,
-                    "source": acc.source}
+                    "mx_block_scaling": acc.mx_block_scaling, "source": acc.source}
 
 
 def _level_table(level: Level) -> dict[str, Any]:

@@ -30,6 +30,15 @@ class Optimizer(str, Enum):
     SGD = "sgd"     # master weights only: 4 bytes/param
 
 
+class Fp8Recipe(str, Enum):
+    """How FP8 GEMMs are scaled (Transformer Engine recipes, ``transformer_engine.common.recipe``)."""
+
+    DELAYED = "delayed"          # per-tensor scale from an amax history (DelayedScaling; Hopper)
+    TENSORWISE = "tensorwise"    # per-tensor scale from the current amax (Float8CurrentScaling)
+    BLOCKWISE = "blockwise"      # 1 x 128 activation and 128 x 128 weight blocks (Float8BlockScaling)
+    MXFP8 = "mxfp8"              # 32-element blocks with E8M0 scales (MXFP8BlockScaling; Blackwell)
+
+
 @dataclass(frozen=True)
 class Job:
     """A training job.
@@ -38,8 +47,21 @@ class Job:
     grad_dtype: dtype of the accumulated gradients; Megatron-LM accumulates and
         all-reduces gradients in fp32 by default (``--accumulate-allreduce-grads-in-fp32``),
         which makes mixed-precision Adam 18 bytes per parameter (Korthikanti et al. 2022, Figure 1).
+        ``--grad-reduce-in-bf16`` (NeMo ``grad_sync_dtype: bf16``) makes the buffer and its traffic bf16.
     flash_attention: attention runs as a fused kernel (Dao et al. 2022): the s x s
         score tensors are neither stored nor written to HBM.
+    tp_comm_overlap: tensor-parallel all-gathers and reduce-scatters run under the GEMMs that
+        consume or produce them (Transformer Engine userbuffers, Megatron-LM ``--tp-comm-overlap``;
+        off by default there).
+    overlap_grad_reduce, overlap_param_gather: the data-parallel gradient reduction runs under the
+        backward pass and the distributed optimizer's parameter all-gather under the next forward
+        (Megatron-LM ``--overlap-grad-reduce`` / ``--overlap-param-gather``, NeMo ``overlap_grad_sync`` /
+        ``overlap_param_sync``; on in NeMo's and Megatron-Bridge's recipes).
+    fp8_recipe: the transformer blocks' GEMMs run in FP8 with this scaling (Transformer Engine,
+        ``--fp8-format hybrid --fp8-recipe ...``); None: no FP8. Attention, norms, the output
+        layer and master weights stay in ``dtype``.
+    fp8_params: parameters are kept in FP8 instead of ``dtype`` (Transformer Engine ``fp8_model_init``,
+        NeMo ``fp8_params``), so the distributed optimizer all-gathers FP8 parameters.
     """
 
     global_batch_size: int
@@ -48,6 +70,11 @@ class Job:
     grad_dtype: str = "fp32"
     optimizer: Optimizer = Optimizer.ADAM
     flash_attention: bool = True
+    tp_comm_overlap: bool = False
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    fp8_recipe: Fp8Recipe | None = None
+    fp8_params: bool = False
 
     def __post_init__(self) -> None:
         check_count(self.global_batch_size, "global_batch_size", MAX_GLOBAL_BATCH_SIZE)
@@ -62,9 +89,24 @@ class Job:
             raise ConfigError(f"optimizer {brief(self.optimizer)} is not one of {', '.join(allowed)}",
                               field="optimizer", value=self.optimizer, limit=allowed)
         object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
-        if not isinstance(self.flash_attention, bool):
-            raise ConfigError(f"flash_attention must be true or false, got {brief(self.flash_attention)}",
-                              field="flash_attention", value=self.flash_attention, limit=[True, False])
+        for flag in ("flash_attention", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
+                     "fp8_params"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{flag} must be true or false, got {brief(getattr(self, flag))}",
+                                  field=flag, value=getattr(self, flag), limit=[True, False])
+        if self.dtype == "fp8":
+            raise ConfigError("dtype fp8 would run every tensor in FP8, which no framework trains with; use --fp8 "
+                              "(FP8 GEMMs in the transformer blocks, everything else in bf16)", field="dtype",
+                              value=self.dtype, limit="bf16, fp16 or fp32 (with --fp8 for FP8 GEMMs)")
+        recipes = [r.value for r in Fp8Recipe]
+        if self.fp8_recipe is not None and self.fp8_recipe not in recipes:
+            raise ConfigError(f"fp8 recipe {brief(self.fp8_recipe)} is not one of {', '.join(recipes)}",
+                              field="fp8_recipe", value=self.fp8_recipe, limit=recipes)
+        if self.fp8_recipe is not None:
+            object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
+        if self.fp8_params and self.fp8_recipe is None:
+            raise ConfigError("fp8_params keeps parameters in FP8 and needs an FP8 recipe (--fp8)",
+                              field="fp8_params", value=True, limit="with --fp8")
 
     @property
     def dtype_bytes(self) -> int:
@@ -73,6 +115,15 @@ class Job:
     @property
     def grad_bytes(self) -> int:
         return DTYPE_BYTES[self.grad_dtype]
+
+    @property
+    def fp8(self) -> bool:
+        return self.fp8_recipe is not None
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The dtype the transformer blocks' GEMMs run in."""
+        return "fp8" if self.fp8 else self.dtype
 
     @property
     def tokens_per_step(self) -> int:
@@ -119,11 +170,19 @@ def check_context(model: Positions, seq_len: int) -> None:
                           value=seq_len, limit=limit, unit="tokens")
 
 
-def make_job(model: Positions, global_batch_size: int, seq_len: int | None = None, *, dtype: str = "bf16",
-             grad_dtype: str = "fp32", optimizer: Optimizer = Optimizer.ADAM,
-             flash_attention: bool = True) -> Job:
-    """A Job for ``model``; ``seq_len`` None means :func:`default_seq_len` (0 is refused, not a default)."""
-    job = Job(global_batch_size, default_seq_len(model) if seq_len is None else seq_len, dtype=dtype,
-              grad_dtype=grad_dtype, optimizer=optimizer, flash_attention=flash_attention)
+def make_job(model: Positions, global_batch_size: int, seq_len: int | None = None, **settings) -> Job:
+    """A Job for ``model``; ``seq_len`` None means :func:`default_seq_len` (0 is refused, not a default).
+    ``settings``: any other Job field (dtype, grad_dtype, optimizer, flash_attention, ...)."""
+    job = Job(global_batch_size, default_seq_len(model) if seq_len is None else seq_len, **settings)
     check_context(model, job.seq_len)
     return job
+
+
+def default_fp8_recipe(dtypes: Collection[str], mx_block_scaling: bool) -> Fp8Recipe:
+    """Transformer Engine's usual recipe per generation: MXFP8 blocks where the tensor cores scale
+    32-element blocks themselves (Blackwell), per-tensor current scaling before (Hopper).
+    ``dtypes``: those the accelerator has a peak for (FP8 needs fp8)."""
+    if "fp8" not in dtypes:
+        raise ConfigError("the accelerator has no FP8 tensor cores; --fp8 needs Hopper or later", field="fp8",
+                          value=True, limit="an accelerator with a peak_fp8_TFLOPS")
+    return Fp8Recipe.MXFP8 if mx_block_scaling else Fp8Recipe.TENSORWISE

@@ -31,7 +31,7 @@ from nestplan.cluster import Cluster, cluster_from_dict, cluster_to_dict, load_c
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_name, check_string
-from nestplan.job import Job, Optimizer, check_context
+from nestplan.job import Fp8Recipe, Job, Optimizer, check_context
 from nestplan.model.config import config_dict, load_model, parse_config
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
@@ -391,6 +391,9 @@ def _read_dims(data: Any) -> ParallelDims:
         virtual_stages=ints["virtual_stages"], layers_per_stage=layers)
 
 
+FRAMEWORK_FLAGS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "fp8_params")
+
+
 def _read_job(data: Any, version2: bool) -> Job:
     """Every job setting; a /1 plan written before the job's gradient dtype, optimizer and flash
     setting were recorded reads them as ``UNSAVED_JOB_SETTINGS``."""
@@ -399,8 +402,12 @@ def _read_job(data: Any, version2: bool) -> Job:
                 "optimizer": lambda: _choice(job, "optimizer", "job.", [o.value for o in Optimizer]),
                 "flash_attention": lambda: _bool(job, "flash_attention", "job.")}
     read = {key: value() if version2 or key in job else UNSAVED_JOB_SETTINGS[key] for key, value in settings.items()}
+    # what the framework runs (recorded from nestplan 0.2 on; absent: Job's defaults)
+    framework = {key: _bool(job, key, "job.") for key in FRAMEWORK_FLAGS if key in job}
+    if job.get("fp8_recipe") is not None:
+        framework["fp8_recipe"] = _choice(job, "fp8_recipe", "job.", [r.value for r in Fp8Recipe])
     return Job(global_batch_size=_int(job, "global_batch_size", "job."), seq_len=_int(job, "seq_len", "job."),
-               dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)), **read)
+               dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)), **read, **framework)
 
 
 def _read_axis_order(data: Any) -> tuple[str, ...]:

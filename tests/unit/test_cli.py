@@ -11,9 +11,12 @@ EXAMPLE = ["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devic
            "--dp", "1", "--global-batch-size", "64", "--recompute", "full"]
 
 
+NULLABLE = {"fp8_recipe"}   # null: no FP8 (docs/formats.md, the plan's job)
+
+
 def _filled(value) -> bool:
     if isinstance(value, dict):
-        return all(_filled(v) for v in value.values())
+        return all(_filled(v) for k, v in value.items() if k not in NULLABLE)
     if isinstance(value, list):
         return all(_filled(v) for v in value)
     return value is not None

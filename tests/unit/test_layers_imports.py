@@ -19,7 +19,7 @@ LAYERS: dict[str, int] = {
     "model": 1, "hardware": 1, "network": 1, "strategy": 1, "cluster": 1,
     "cost": 2,
     "search": 3, "plan": 3,
-    "export": 4, "report": 4, "sweep": 4, "compat": 4,
+    "export": 4, "report": 4, "sweep": 4, "compat": 4, "validate": 4,
     "api": 5, "": 5,
     "cli": 6, "__main__": 6,
 }

@@ -49,6 +49,7 @@ class Accelerator:
     reserved_bytes: float
     source: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    mx_block_scaling: bool = False   # tensor cores scale 32-element blocks themselves (MXFP8; Blackwell)
 
     def __reduce__(self):
         """Picklable (a sweep ships accelerators to worker processes): the read-only peak table
@@ -127,7 +128,7 @@ def _check_fields(entry: Mapping[str, Any], name: str) -> None:
     """Only known fields; text fields are strings; exactly one of hbm_GiB and hbm_GB."""
     known = {f"peak_{d}_TFLOPS" for d in _DTYPES} | {
         "hbm_GiB", "hbm_GB", "hbm_bandwidth_TBps", "matmul_efficiency", "matmul_half_dim",
-        "memory_efficiency", "reserved_GiB", *_STRING_FIELDS,
+        "memory_efficiency", "reserved_GiB", "mx_block_scaling", *_STRING_FIELDS,
     }
     unknown = sorted(set(entry) - known, key=str)
     if unknown:
@@ -137,6 +138,10 @@ def _check_fields(entry: Mapping[str, Any], name: str) -> None:
         if key in entry and not isinstance(entry[key], str):
             raise ConfigError(f"{_where(name)}: field '{key}' must be a string, got {type(entry[key]).__name__}",
                               field=key, value=type(entry[key]).__name__, limit="a string")
+    if not isinstance(entry.get("mx_block_scaling", False), bool):
+        raise ConfigError(f"{_where(name)}: field 'mx_block_scaling' must be true or false, got "
+                          f"{printable(brief(entry['mx_block_scaling']))}", field="mx_block_scaling",
+                          value=printable(brief(entry["mx_block_scaling"])), limit=[True, False])
     if ("hbm_GiB" in entry) == ("hbm_GB" in entry):
         raise ConfigError(f"{_where(name)}: give exactly one of hbm_GiB and hbm_GB", field="hbm_GiB",
                           limit="hbm_GiB or hbm_GB")
@@ -184,6 +189,7 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
         memory_efficiency=_number(entry, "memory_efficiency", name, EFFICIENCY_RANGE),
         reserved_bytes=_reserved_bytes(entry, name, hbm),
         source=entry.get("source", ""),
+        mx_block_scaling=entry.get("mx_block_scaling", False),
     )
 
 
