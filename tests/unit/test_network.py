@@ -344,8 +344,10 @@ CATALOG = {
     "h100-spine-leaf": (1024, 3),
     "v100-spine-leaf": (16, 2),
     "dgx-a100": (4480, 2),
-    "dgx-h100": (1024, 2),
+    "dgx-h100": (4608, 2),
     "llama3-h100": (24576, 4),
+    "dgx-b200": (16384, 2),
+    "gb200-nvl72": (9216, 2),
 }
 
 
@@ -374,15 +376,15 @@ def test_catalog_cluster_details():
 
 def test_interconnect_kinds():
     kinds = interconnect_kinds()
-    assert {"nvlink2", "nvlink3", "nvlink4", "infiniband", "roce", "ici", "ethernet", "paper"} <= set(kinds)
+    assert {"nvlink2", "nvlink3", "nvlink4", "nvlink5", "infiniband", "roce", "ici", "ethernet", "paper"} <= set(kinds)
     assert interconnect_bus_efficiency("nvlink3") == pytest.approx(232.5 / 300)
     assert interconnect_bus_efficiency("nvlink4") == pytest.approx(370 / 450, rel=1e-3)
     assert all(0 < interconnect_bus_efficiency(k) <= 1 for k in kinds)
 
 
 def test_catalog_accelerators():
-    assert {"v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm-80gb", "h200-141gb", "b200", "tpuv4-nest"} <= set(
-        accelerator_names())
+    assert {"v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm-80gb", "h200-141gb", "b200", "gb200", "gb300",
+            "tpuv4-nest"} <= set(accelerator_names())
     h100 = load_accelerator("h100-sxm-80gb")
     assert h100.peak("bf16") == pytest.approx(989.5e12)  # H100 SXM datasheet: 1,979 TFLOPS with sparsity
     assert "bf16" not in load_accelerator("v100-32gb").peak_flops

@@ -28,6 +28,11 @@ Choices other modules rely on:
   a few kilo-parameters per layer and is recorded as ``linear_bias=False``.
 * ``dropout`` is True when any of the family's dropout probabilities is > 0
   (GPT-2 and BERT default to 0.1, the others to 0.0).
+* Nemotron (``NemotronForCausalLM``) is a rotary decoder with a non-gated MLP of two
+  projections (up, down: squared ReLU, ``hidden_act`` "relu2", whatever the activation),
+  LayerNorm (its layernorm1p stores weight - 1: the same 2 h parameters) and rotary
+  positions on ``partial_rotary_factor`` (default 0.5) of each head, ``rotary_fraction``;
+  biases as Llama.
 * Every size is a JSON integer (not ``2.0``, not ``true``) between 1 and a bound
   (``MAX_LAYERS`` ...): far beyond any published model, but finite, so the planner's
   work stays bounded and no count overflows.
@@ -66,6 +71,7 @@ _DEFAULT_MAX_POSITIONS = {
     "qwen2": 32768,
     "qwen2_moe": 32768,
     "qwen3_moe": 32768,
+    "nemotron": 4096,
     "gpt2": 1024,
     "gpt_neox": 2048,
     "bert": 512,
@@ -113,6 +119,14 @@ class _Fields:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
             raise self.error(f"field '{key}' must be a probability in [0, 1], got {brief(value)}", key,
                              brief(value), "[0, 1]")
+        return float(value)
+
+    def fraction(self, key: str, default: float) -> float:
+        """A number in (0, 1] (not a bool)."""
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+            raise self.error(f"field '{key}' must be a number in (0, 1], got {brief(value)}", key,
+                             brief(value), "(0, 1]")
         return float(value)
 
     def any_dropout(self, defaults: dict[str, float]) -> bool:
@@ -192,6 +206,18 @@ def _experts(f: _Fields, experts_key: str) -> tuple[int, int]:
 def _read_llama(f: _Fields, name: str) -> ModelSpec:
     bias = f.flag("attention_bias", False) or f.flag("mlp_bias", False)
     fields = _rotary_decoder(f, name) | {"linear_bias": bias}
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields)
+
+
+def _read_nemotron(f: _Fields, name: str) -> ModelSpec:
+    """Nemotron: the rotary decoder's attention with a squared-ReLU MLP of two projections, LayerNorm
+    and partial rotary positions (HF NemotronConfig: partial_rotary_factor 0.5, no biases by default)."""
+    fields = _rotary_decoder(f, name) | {
+        "gated_mlp": False,
+        "norm": "layernorm",
+        "linear_bias": f.flag("attention_bias", False) or f.flag("mlp_bias", False),
+        "rotary_fraction": f.fraction("partial_rotary_factor", 0.5),
+    }
     return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields)
 
 
@@ -308,6 +334,7 @@ _READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
     "qwen2": _read_dense_rotary,
     "qwen2_moe": _read_qwen_moe,
     "qwen3_moe": _read_qwen_moe,
+    "nemotron": _read_nemotron,
     "gpt2": _read_gpt2,
     "gpt_neox": _read_gpt_neox,
     "bert": _read_bert,
@@ -384,6 +411,11 @@ def _llama_fields(spec: ModelSpec) -> dict[str, Any]:
     return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "attention_bias": spec.linear_bias}
 
 
+def _nemotron_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "attention_bias": spec.linear_bias,
+            "mlp_bias": spec.linear_bias, "partial_rotary_factor": spec.rotary_fraction}
+
+
 def _dense_rotary_fields(spec: ModelSpec) -> dict[str, Any]:
     return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size}
 
@@ -435,6 +467,7 @@ _WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
     "qwen2": _dense_rotary_fields,
     "qwen2_moe": _qwen_moe_fields,
     "qwen3_moe": _qwen_moe_fields,
+    "nemotron": _nemotron_fields,
     "gpt2": _gpt2_fields,
     "gpt_neox": _gpt_neox_fields,
     "bert": _bert_fields,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe", "gpt2", "gpt_neox", "bert")
+SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe", "nemotron", "gpt2",
+                      "gpt_neox", "bert")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class ModelSpec:
     shared_expert_ffn_hidden_size: int = 0
     moe_layers: tuple[int, ...] = field(default_factory=tuple)
     type_vocab_size: int = 0           # bert token-type embeddings
+    # fraction of each query and key head that rotary position embeddings rotate (Nemotron's
+    # partial_rotary_factor: 0.5); 1.0 for the other rotary families, unused with learned positions
+    rotary_fraction: float = 1.0
     # measured / closed-form ratios of a block's FLOPs and saved bytes (``nestplan plan --trace``);
     # the cost model scales block compute and activation memory by them (1: the formulas as they are)
     traced_flops_scale: float = 1.0
