@@ -360,11 +360,13 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
     """An [accelerator] table of a cluster file (the fields of catalog/accelerators.toml)."""
     table: dict[str, Any] = {"name": acc.name}
     table |= {f"peak_{dtype}_TFLOPS": _in_unit(flops, units.TERA) for dtype, flops in acc.peak_flops.items()}
-    return table | {"hbm_GiB": acc.hbm_bytes / units.GiB,
-                    "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
-                    "matmul_efficiency": acc.matmul_efficiency, "matmul_half_dim": acc.matmul_half_dim,
-                    "memory_efficiency": acc.memory_efficiency, "reserved_GiB": acc.reserved_bytes / units.GiB,
-                    "mx_block_scaling": acc.mx_block_scaling, "source": acc.source}
+    table |= {"hbm_GiB": acc.hbm_bytes / units.GiB, "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
+              "matmul_efficiency": acc.matmul_efficiency, "matmul_half_dim": acc.matmul_half_dim,
+              "memory_efficiency": acc.memory_efficiency, "reserved_GiB": acc.reserved_bytes / units.GiB,
+              "mx_block_scaling": acc.mx_block_scaling, "source": acc.source}
+    if acc.fp8_matmul_efficiency is not None:
+        table["fp8_matmul_efficiency"] = acc.fp8_matmul_efficiency
+    return table
 
 
 def _level_table(level: Level) -> dict[str, Any]:

@@ -113,6 +113,11 @@ class Job:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def param_bytes(self) -> int:
+        """Bytes of a parameter as the model holds and all-gathers it: FP8 under fp8_params."""
+        return DTYPE_BYTES["fp8"] if self.fp8_params else self.dtype_bytes
+
+    @property
     def grad_bytes(self) -> int:
         return DTYPE_BYTES[self.grad_dtype]
 

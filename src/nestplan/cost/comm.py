@@ -7,6 +7,7 @@ placement gives its group, so the level a group spans sets its cost.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nestplan.model.layers import Shard, _kv_per_device, boundary_bytes
@@ -44,6 +45,23 @@ def tp_collectives(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, cou
     return count * one
 
 
+def overlapped(collective_s: float, gemm_s: float, chunks: int) -> float:
+    """Exposed seconds of a collective pipelined with the GEMM that produces or consumes it, both
+    split into ``chunks`` pieces (Transformer Engine's userbuffer overlap, Megatron-LM
+    --tp-comm-overlap; Wang et al., ASPLOS 2023, "Overlap communication with dependent computation
+    via decomposition"): the first piece cannot hide, the rest hides under the GEMM while it lasts."""
+    piece = collective_s / chunks
+    return piece + max(0.0, collective_s - piece - gemm_s)
+
+
+def _tp_exposed(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, gemms: Sequence[float]) -> float:
+    """Exposed tp collectives of the sub-blocks whose GEMMs overlap them: with sequence parallelism
+    each GEMM pair (column-parallel, row-parallel) hides one all-gather and one reduce-scatter,
+    forward and backward alike; ``gemms`` the GEMM seconds in that order, pair by pair."""
+    one = tp_collectives(topo, tp, shard, hidden, 1) / 2   # an all-gather or a reduce-scatter
+    return sum(overlapped(one, g, tp.size) for g in gemms)
+
+
 def block_comm(
     topo: Topology,
     spec: ModelSpec,
@@ -51,11 +69,28 @@ def block_comm(
     shard: Shard,
     groups: dict[str, GroupSpan],
     attention_forward_s: float,
+    gemms: Sequence[tuple[float, float]] = (),
+    tp_overlap: bool = False,
 ) -> LayerComm:
     """Collectives of one transformer block: 2 tp syncs forward and 2 backward (Megatron
     column/row-parallel pair per sub-block, Shoeybi et al. 2019 Figure 3), the context-parallel
-    K/V ring (Liu et al. 2023, ring attention), the expert all-to-alls (dispatch and combine)."""
-    tp_f = tp_collectives(topo, groups["tp"], shard, spec.hidden_size, 2)
+    K/V ring (Liu et al. 2023, ring attention), the expert all-to-alls (dispatch and combine).
+
+    With ``tp_overlap`` (and sequence parallelism, which Megatron-LM requires for it) each tp
+    all-gather and reduce-scatter hides under its GEMM (``overlapped``); ``gemms`` are the block's
+    (forward, backward) GEMM seconds in ``model.layers.block_gemms`` order. Transformer Engine
+    overlaps its own linear layers: the attention projections always, the MLP's only in a dense
+    block (experts run as grouped GEMMs without it)."""
+    tp_f = tp_b = tp_collectives(topo, groups["tp"], shard, spec.hidden_size, 2)
+    if tp_overlap and shard.sp_div > 1:
+        pairs = [gemms[0], gemms[1]] + ([] if spec.is_moe_layer(layer) else [gemms[2], gemms[3]])
+        # backward: the row-parallel GEMM's grad-output all-gather hides under its data-gradient
+        # product, the column-parallel GEMM's input-gradient reduce-scatter under its weight-gradient
+        # product: each half of the GEMM's backward
+        hiding = ([f for f, _ in pairs], [b / 2 for _, b in pairs])
+        exposed = [_tp_exposed(topo, groups["tp"], shard, spec.hidden_size, under) for under in hiding]
+        moe_mlp = tp_collectives(topo, groups["tp"], shard, spec.hidden_size, 1) if spec.is_moe_layer(layer) else 0.0
+        tp_f, tp_b = exposed[0] + moe_mlp, exposed[1] + moe_mlp
     cp_f = cp_b = 0.0
     cp = groups["cp"]
     if cp.size > 1:
@@ -69,7 +104,7 @@ def block_comm(
     if spec.is_moe_layer(layer) and ep.size > 1:
         routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp
         ep_f = 2 * coll.all_to_all(topo, ep.fanout, routed)   # dispatch + combine
-    return LayerComm(tp_forward=tp_f, tp_backward=tp_f, cp_forward=cp_f, cp_backward=cp_b,
+    return LayerComm(tp_forward=tp_f, tp_backward=tp_b, cp_forward=cp_f, cp_backward=cp_b,
                      ep_forward=ep_f, ep_backward=ep_f)
 
 

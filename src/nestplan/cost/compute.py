@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nestplan.hardware.accelerator import Accelerator
+from nestplan.job import Fp8Recipe, Job
 from nestplan.model.layers import (
     MASK_BYTES,
     Gemm,
@@ -27,6 +28,15 @@ FLASH_BACKWARD_FLOP_RATIO = 2.5  # flash backward: 5 GEMMs vs 2 forward (Dao 202
 ELEMENTWISE_BACKWARD_RATIO = 2.0  # a backward elementwise kernel reads input and output grad, writes input grad
 
 
+# FP8 casts (Transformer Engine, transformer_engine/pytorch/module/linear.py and its cast kernels): every
+# FP8 GEMM operand is cast from the activation dtype; a GEMM's forward input is used again transposed by
+# the weight-gradient GEMM and its output gradient by the data-gradient one, so each is written twice
+# (row- and column-wise: Hopper's FP8 tensor cores take only the TN layout, MXFP8 scales along either
+# axis), and per-tensor current scaling reads the tensor once more for its amax first.
+FP8_BYTES = 1
+FP8_COPIES = 2
+
+
 @dataclass(frozen=True)
 class LayerTime:
     """Seconds per microbatch on one device, before communication."""
@@ -34,16 +44,47 @@ class LayerTime:
     forward: float
     backward: float
     attention_forward: float  # the part of forward a selective recomputation re-runs
+    gemms: tuple[tuple[float, float], ...] = ()   # (forward, backward) of each GEMM of block_gemms' list
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What a block computes in: its activations and non-GEMM kernels (``dtype``), its GEMMs
+    (``gemm_dtype``: fp8 under an FP8 recipe) and the FP8 recipe, if any."""
+
+    dtype: str
+    gemm_dtype: str
+    fp8_recipe: Fp8Recipe | None = None
+
+    @classmethod
+    def of(cls, job: Job) -> Precision:
+        return cls(job.dtype, job.gemm_dtype, job.fp8_recipe)
+
+
+def _gemm_times(acc: Accelerator, gemms: list[Gemm], dtype: str) -> tuple[tuple[float, float], ...]:
+    """(forward, backward) seconds of each GEMM; backward = data gradient (m x n) @ (n x k) and
+    weight gradient (k x m) @ (m x n)."""
+    return tuple((acc.matmul_time(g.m, g.n, g.k, dtype, g.count),
+                  acc.matmul_time(g.m, g.k, g.n, dtype, g.count) + acc.matmul_time(g.k, g.n, g.m, dtype, g.count))
+                 for g in gemms)
 
 
 def _gemms_forward(acc: Accelerator, gemms: list[Gemm], dtype: str) -> float:
-    return sum(acc.matmul_time(g.m, g.n, g.k, dtype, g.count) for g in gemms)
+    return sum(f for f, _ in _gemm_times(acc, gemms, dtype))
 
 
 def _gemms_backward(acc: Accelerator, gemms: list[Gemm], dtype: str) -> float:
-    dgrad = sum(acc.matmul_time(g.m, g.k, g.n, dtype, g.count) for g in gemms)
-    wgrad = sum(acc.matmul_time(g.k, g.n, g.m, dtype, g.count) for g in gemms)
-    return dgrad + wgrad
+    return sum(b for _, b in _gemm_times(acc, gemms, dtype))
+
+
+def fp8_cast_bytes(gemms: list[Gemm], dtype_bytes: int, recipe: Fp8Recipe) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of casting the FP8 GEMMs' activation operands: the input (m x k)
+    in forward, the output gradient (m x n) in backward; weights are cast once a step and kept
+    (Megatron passes is_first_microbatch), which is not charged per microbatch."""
+    per_element = dtype_bytes + FP8_COPIES * FP8_BYTES + (dtype_bytes if recipe is Fp8Recipe.TENSORWISE else 0)
+    forward = sum(g.count * g.m * g.k for g in gemms) * per_element
+    backward = sum(g.count * g.m * g.n for g in gemms) * per_element
+    return forward, backward
 
 
 def _attention_core(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str) -> tuple[float, float]:
@@ -76,17 +117,25 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
     else:
         ffn, permute = spec.ffn_hidden_size, 0.0
     activation = (3 if spec.gated_mlp else 2) * B * T * ffn / t     # act(x) [* up]: read 1-2, write 1
-    rotary = 0.0 if spec.learned_position_embeddings else 2 * B * T * (spec.q_channels + spec.kv_channels) / t
+    # RoPE: read and write the rotated share of Q and K (partial rotary: rotary_fraction of each head)
+    rotary = 0.0 if spec.learned_position_embeddings else (
+        spec.rotary_fraction * 2 * B * T * (spec.q_channels + spec.kv_channels) / t)
     return norms + residual + activation + rotary + permute
 
 
-def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dtype: str) -> LayerTime:
+def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, precision: Precision) -> LayerTime:
+    """A block's GEMMs in ``precision.gemm_dtype`` (with their FP8 casts), attention and elementwise
+    kernels in ``precision.dtype``."""
     gemms = block_gemms(spec, layer, shard)
-    attn_f, attn_b = _attention_core(acc, spec, shard, dtype)
+    times = _gemm_times(acc, gemms, precision.gemm_dtype)
+    attn_f, attn_b = _attention_core(acc, spec, shard, precision.dtype)
     elem = acc.memory_time(_elementwise_bytes(spec, layer, shard))
-    forward = _gemms_forward(acc, gemms, dtype) + attn_f + elem
-    backward = _gemms_backward(acc, gemms, dtype) + attn_b + ELEMENTWISE_BACKWARD_RATIO * elem
-    return LayerTime(forward=forward, backward=backward, attention_forward=attn_f)
+    cast_f = cast_b = 0.0
+    if precision.fp8_recipe is not None:
+        cast_f, cast_b = (acc.memory_time(b) for b in fp8_cast_bytes(gemms, shard.dtype_bytes, precision.fp8_recipe))
+    forward = sum(f for f, _ in times) + attn_f + elem + cast_f
+    backward = sum(b for _, b in times) + attn_b + ELEMENTWISE_BACKWARD_RATIO * elem + cast_b
+    return LayerTime(forward=forward, backward=backward, attention_forward=attn_f, gemms=times)
 
 
 def embedding_time(acc: Accelerator, spec: ModelSpec, shard: Shard) -> LayerTime:

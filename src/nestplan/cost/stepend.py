@@ -66,7 +66,7 @@ class SyncContext:
                    for g, n in self._pairs(params))
 
     def _gather(self, params: L.ParamCount) -> float:
-        return sum(comm.param_gather_time(self.topo, g, n * self.job.dtype_bytes, int(self.zero))
+        return sum(comm.param_gather_time(self.topo, g, n * self.job.param_bytes, int(self.zero))
                    for g, n in self._pairs(params))
 
     def _optimizer(self, params: L.ParamCount) -> float:
@@ -94,7 +94,10 @@ def stage_end(ctx: SyncContext, params: L.ParamCount, forward: float, backward: 
               ) -> tuple[float, float]:
     """(exposed sync + gather, optimizer) of one stage; ``drain`` is the time the stages before it
     still run after its last backward (their backwards and transfers)."""
-    exposed = max(0.0, ctx.sync(params) - (backward + drain)) + max(0.0, ctx.gather(params) - forward)
+    job = ctx.job
+    hides_sync = backward + drain if job.overlap_grad_reduce else 0.0
+    hides_gather = forward if job.overlap_param_gather else 0.0
+    exposed = max(0.0, ctx.sync(params) - hides_sync) + max(0.0, ctx.gather(params) - hides_gather)
     return exposed, ctx.optimizer(params)
 
 

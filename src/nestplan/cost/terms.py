@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from nestplan.cost import comm
-from nestplan.cost.compute import LayerTime, block_time, embedding_time, head_time
+from nestplan.cost.compute import LayerTime, Precision, block_time, embedding_time, head_time
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.job import Job
 from nestplan.model import layers as L
@@ -76,11 +76,11 @@ class _BlockCompute:
     activations: Mapping[Recompute, float]
 
 
-def _block_compute(model: ModelSpec, acc, shard: L.Shard, dtype: str, layer: int) -> _BlockCompute:
+def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, layer: int) -> _BlockCompute:
     acts = model.traced_activation_scale   # 1 unless a trace calibrated it
     stored = {rc: acts * L.block_activation_bytes(model, layer, shard, L.Recomputation(rc.value)) for rc in Recompute}
-    return _BlockCompute(block_time(acc, model, layer, shard, dtype), L.block_params_per_device(model, layer, shard),
-                         MappingProxyType(stored))
+    return _BlockCompute(block_time(acc, model, layer, shard, precision),
+                         L.block_params_per_device(model, layer, shard), MappingProxyType(stored))
 
 
 def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan],
@@ -153,7 +153,8 @@ class TermCache:
         found = self._compute.get(shard)
         if found is None:
             model, acc, job = self.model, self.cluster.accelerator, self.job
-            blocks = {moe: _block_compute(model, acc, shard, job.dtype, i) for moe, i in self._kinds.items()}
+            precision = Precision.of(job)
+            blocks = {moe: _block_compute(model, acc, shard, precision, i) for moe, i in self._kinds.items()}
             found = self._compute[shard] = (blocks, embedding_time(acc, model, shard), head_time(acc, model, shard, job.dtype))
         return found
 
@@ -163,7 +164,8 @@ class TermCache:
         found = self._comm.get(key)
         if found is None:
             topo, model = self.cluster.topology, self.model
-            comms = {moe: comm.block_comm(topo, model, i, shard, groups, blocks[moe].time.attention_forward)
+            comms = {moe: comm.block_comm(topo, model, i, shard, groups, blocks[moe].time.attention_forward,
+                                          blocks[moe].time.gemms, self.job.tp_comm_overlap)
                      for moe, i in self._kinds.items()}
             found = self._comm[key] = (comms, comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1))
         return found

@@ -50,6 +50,7 @@ class Accelerator:
     source: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
     mx_block_scaling: bool = False   # tensor cores scale 32-element blocks themselves (MXFP8; Blackwell)
+    fp8_matmul_efficiency: float | None = None   # the FP8 GEMMs' ceiling; None: matmul_efficiency
 
     def __reduce__(self):
         """Picklable (a sweep ships accelerators to worker processes): the read-only peak table
@@ -69,18 +70,19 @@ class Accelerator:
             )
         return self.peak_flops[dtype]
 
-    def matmul_efficiency_for(self, m: float, n: float, k: float) -> float:
-        """Fraction of peak a GEMM of this shape achieves (see class docstring)."""
+    def matmul_efficiency_for(self, m: float, n: float, k: float, dtype: str = "bf16") -> float:
+        """Fraction of ``dtype``'s peak a GEMM of this shape achieves (see class docstring)."""
         d0 = self.matmul_half_dim
         shape_factor = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
-        return self.matmul_efficiency * shape_factor
+        ceiling = self.fp8_matmul_efficiency if dtype == "fp8" and self.fp8_matmul_efficiency else self.matmul_efficiency
+        return ceiling * shape_factor
 
     def matmul_time(self, m: float, n: float, k: float, dtype: str, count: float = 1.0) -> float:
         """Seconds for ``count`` GEMMs of shape (m, k) x (k, n): roofline of compute and HBM traffic."""
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
         flops = 2.0 * m * n * k * count
-        compute_s = flops / (self.peak(dtype) * self.matmul_efficiency_for(m, n, k))
+        compute_s = flops / (self.peak(dtype) * self.matmul_efficiency_for(m, n, k, dtype))
         elem = units.DTYPE_BYTES[dtype]
         traffic_bytes = (m * k + k * n + m * n) * elem * count
         return max(compute_s, self.memory_time(traffic_bytes))
@@ -128,7 +130,7 @@ def _check_fields(entry: Mapping[str, Any], name: str) -> None:
     """Only known fields; text fields are strings; exactly one of hbm_GiB and hbm_GB."""
     known = {f"peak_{d}_TFLOPS" for d in _DTYPES} | {
         "hbm_GiB", "hbm_GB", "hbm_bandwidth_TBps", "matmul_efficiency", "matmul_half_dim",
-        "memory_efficiency", "reserved_GiB", "mx_block_scaling", *_STRING_FIELDS,
+        "memory_efficiency", "reserved_GiB", "mx_block_scaling", "fp8_matmul_efficiency", *_STRING_FIELDS,
     }
     unknown = sorted(set(entry) - known, key=str)
     if unknown:
@@ -190,6 +192,8 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
         reserved_bytes=_reserved_bytes(entry, name, hbm),
         source=entry.get("source", ""),
         mx_block_scaling=entry.get("mx_block_scaling", False),
+        fp8_matmul_efficiency=(_number(entry, "fp8_matmul_efficiency", name, EFFICIENCY_RANGE)
+                               if "fp8_matmul_efficiency" in entry else None),
     )
 
 
