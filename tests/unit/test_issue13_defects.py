@@ -103,7 +103,9 @@ SGD_EAGER = Job(global_batch_size=12, seq_len=2048, optimizer=Optimizer.SGD, fla
 def test_plan_json_carries_every_job_setting() -> None:
     plan = _idle_devices_plan(SGD_EAGER).to_dict()
     assert plan["job"] == {"global_batch_size": 12, "seq_len": 2048, "dtype": "bf16", "grad_dtype": "bf16",
-                           "optimizer": "sgd", "flash_attention": False}
+                           "optimizer": "sgd", "flash_attention": False, "tp_comm_overlap": False,
+                           "overlap_grad_reduce": True, "overlap_param_gather": True, "fp8_recipe": None,
+                           "fp8_params": False}
     assert Plan.from_dict(plan).job == SGD_EAGER
 
 
