@@ -1,0 +1,72 @@
+"""Validation against NVIDIA's DGX Cloud benchmarking recipes, release v24.11.1 (NeMo 24.09/24.11 on
+DGX H100): 88 published step times of Llama 3.1 8B/70B/405B, Nemotron-4 15B/340B, GPT-3 175B and
+Grok-1 314B, BF16 and FP8, 8-2,304 GPUs (github.com/NVIDIA/dgxc-benchmarking, tag v24.11.1; the
+rows with their configuration as run: ../shared/reference/measured/dgxc_benchmarking_h100_v24.11.json,
+read through `nestplan validate`'s reader, skipped with a reason where the folder is absent).
+
+Two factors were calibrated on ten of these rows (the Hopper GEMM ceilings, on Llama 3.1 8B at tp 1:
+catalog/accelerators.toml, bench/calibrate_gemm.py); every other row is a prediction. The bounds
+below are what nestplan reaches today, so that a change that makes it worse fails; issue 14's
+targets (median |error| <= 5% and max <= 12% per precision, tp 1/4/8 means within 4 points) are
+stated beside them and not all met yet (Grok-1, a mixture of experts, is predicted 5-25% fast).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from nestplan.validate import RowResult, validate
+
+RUNS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "measured" / "dgxc_benchmarking_h100_v24.11.json"
+
+# precision: (median |error| bound, max |error| bound) reached today; the issue's targets are 0.05 and 0.12
+BOUNDS = {"bf16": (0.05, 0.16), "fp8": (0.065, 0.26)}
+CALIBRATED = "llama3.1-8b"    # the rows the two GEMM ceilings were calibrated on
+
+
+@pytest.fixture(scope="module")
+def results() -> list[RowResult]:
+    if not RUNS.exists():
+        pytest.skip(f"the published runs are not here ({RUNS}): the NEST workspace's shared folder is absent")
+    return validate(RUNS)
+
+
+# Nemotron-4 340B on 128 GPUs is predicted 1.7 GiB over its 80 GiB: NeMo 1.x's Apex distributed Adam keeps
+# only the 16 low bits of the fp32 master weights beside the bf16 ones (10 bytes of optimizer state per
+# parameter, not 12), which nestplan does not model yet
+NOT_FITTING_YET = {"dgxc24.11-nemotron4-340b-bf16-128", "dgxc24.11-nemotron4-340b-fp8-128"}
+
+
+def test_every_published_run_is_expressible_and_fits(results) -> None:
+    """Every row evaluates with the flags nestplan has, and every configuration that ran is predicted to
+    fit but the two stated above."""
+    assert len(results) == 88
+    assert [r.problem for r in results if r.run is None] == []
+    assert {r.id for r in results if not r.fits} <= NOT_FITTING_YET
+
+
+@pytest.mark.parametrize("precision", sorted(BOUNDS))
+def test_error_per_precision(results, precision) -> None:
+    errors = [abs(r.error) for r in results if r.run.precision == precision]
+    median_bound, max_bound = BOUNDS[precision]
+    assert len(errors) == 44
+    assert statistics.median(errors) <= median_bound
+    assert max(errors) <= max_bound
+
+
+def test_the_calibration_rows_are_matched(results) -> None:
+    """The ceilings were chosen so that these rows' mean error is zero, per precision."""
+    for precision in BOUNDS:
+        errors = [r.error for r in results if CALIBRATED in r.id and r.run.precision == precision]
+        assert len(errors) == 5 and abs(statistics.fmean(errors)) < 0.005
+
+
+def test_dense_models_off_the_calibration_rows(results) -> None:
+    """Dense models other than the calibration rows: median |error| within 6%, every row within 19%."""
+    errors = [abs(r.error) for r in results if CALIBRATED not in r.id and r.run.model.num_experts == 0]
+    assert len(errors) == 60
+    assert statistics.median(errors) <= 0.06
+    assert max(errors) <= 0.19
