@@ -32,7 +32,7 @@ from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 
 MAX_MICRO_BATCH = MAX_GLOBAL_BATCH_SIZE
 MAX_VIRTUAL_STAGES = 1024         # model chunks per pipeline stage
-MAX_STAGES = 4096                 # entries of --layers-per-stage
+MAX_STAGES = 1024                 # entries of --layers-per-stage (pp, or pp x v), NxK repeats counted
 MAX_LIST_ENTRIES = 64             # entries of compare's --devices and --mbs
 PIPE_WIDTH = 10_000               # columns of rich output that is not on a terminal: rows stay one line
 
@@ -193,8 +193,27 @@ def _plots(out: Path, draw: Callable[[Path], list[Path]]) -> list[Path]:
 
 
 # -- commands -------------------------------------------------------------------------------------
+_LAYER_ITEM = re.compile(r"([0-9]+)(?:x([0-9]+))?")   # a count, or NxK: the count N repeated K times
+
+
 def _layers(text: str | None) -> tuple[int, ...] | None:
-    return _int_list(text, "--layers-per-stage", MAX_DEVICES, MAX_STAGES) if text else None
+    """``--layers-per-stage``: comma-separated counts (0 allowed: the dims say where), each a plain
+    decimal integer or NxK (N repeated K times: 1,2x62,1 is 1, 62 twos, 1), at most MAX_STAGES in all."""
+    if not text:
+        return None
+    option, counts = "--layers-per-stage", []
+    for item in (x.strip() for x in text.split(",")):
+        match = _LAYER_ITEM.fullmatch(item)
+        if match is None:
+            raise ConfigError(f"{option} '{_shown(item)}' is not a plain decimal integer or NxK (N repeated K "
+                              "times, digits 0-9), e.g. 1,2x62,1", field=option, value=_shown(item))
+        count = _parse_int(option, match[1], 0, MAX_DEVICES)
+        repeat = _parse_int(option, match[2], 1, MAX_STAGES) if match[2] else 1
+        if len(counts) + repeat > MAX_STAGES:
+            raise ConfigError(f"{option} has more than {MAX_STAGES} entries; at most {MAX_STAGES} allowed",
+                              field=option, value=_shown(text), limit=MAX_STAGES)
+        counts += [count] * repeat
+    return tuple(counts)
 
 
 def _axis_order(text: str) -> tuple[str, ...]:
@@ -231,7 +250,9 @@ def evaluate(
     schedule: Schedule = typer.Option(Schedule.ONE_F_ONE_B, "--schedule"),
     virtual_stages: int = typer.Option(1, "--virtual-stages",
                                        parser=_integer("--virtual-stages", 1, MAX_VIRTUAL_STAGES)),
-    layers_per_stage: str | None = typer.Option(None, "--layers-per-stage", help="e.g. 10,11,11,10"),
+    layers_per_stage: str | None = typer.Option(
+        None, "--layers-per-stage", help="per stage, e.g. 10,11,11,10; with --virtual-stages V > 1 also pp x V "
+        "virtual stages in model order, NxK = N repeated K times, e.g. 1,2x62,1"),
     global_batch_size: int = typer.Option(..., "--global-batch-size", parser=GLOBAL_BATCH,
                                           help="sequences per step"),
     seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN,

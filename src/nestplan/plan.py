@@ -36,7 +36,7 @@ from nestplan.model.config import config_dict, load_model, parse_config
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
 from nestplan.network.topology import MAX_LEVELS
-from nestplan.strategy.dims import AXES, ParallelDims, check_against_model
+from nestplan.strategy.dims import AXES, ParallelDims, check_against_model, layout_problem
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.units import DTYPE_BYTES
 
@@ -145,7 +145,7 @@ class Plan:
     def from_prediction(cls, pred: Prediction, model: ModelSpec, cluster: Cluster, job: Job,
                         search: SearchStats) -> Plan:
         """The plan ``pred`` (the evaluator's prediction of it on ``cluster``) was made for."""
-        layers = tuple(s.last_layer - s.first_layer + 1 for s in pred.stages)
+        layers = pred.plan.layers_per_stage or tuple(s.last_layer - s.first_layer + 1 for s in pred.stages)
         return cls(model, cluster, job, replace(pred.plan, layers_per_stage=layers),
                    tuple(str(axis) for axis in pred.placement.axis_order), PredictionSummary.from_prediction(pred),
                    search, pred)
@@ -365,8 +365,7 @@ def _read_dims(data: Any) -> ParallelDims:
     """The parallel section, its batch arithmetic and its layers per stage checked."""
     par, job = _object(data, "parallel", ""), _object(data, "job", "")
     ints = {k: _int(par, k, "parallel.") for k in _PARALLEL_INTS}
-    layers = tuple(_count(n, f"parallel.layers_per_stage[{i}]")
-                   for i, n in enumerate(_list(par, "layers_per_stage", "parallel.", length=ints["pp"])))
+    layers = _read_layers(par, ints["pp"], ints["virtual_stages"])
     product = ints["tp"] * ints["cp"] * ints["ep"] * ints["pp"] * ints["dp"]
     used = _int(data, "devices_used", "")
     if product != used:
@@ -378,7 +377,7 @@ def _read_dims(data: Any) -> ParallelDims:
         raise ConfigError(f"plan JSON batch: dp x ep x micro-batch size x microbatches = {per_step}, "
                           f"not the global batch size {batch}", field="job.global_batch_size", value=batch,
                           limit=per_step)
-    bad = [n for n in layers if n % ints["virtual_stages"]]
+    bad = [n for n in layers if n % ints["virtual_stages"]] if len(layers) == ints["pp"] else []
     if bad:
         raise ConfigError(f"plan JSON stage of {bad[0]} layers does not split into {ints['virtual_stages']} virtual "
                           "stages", field="parallel.virtual_stages", value=ints["virtual_stages"], limit=bad[0])
@@ -392,6 +391,19 @@ def _read_dims(data: Any) -> ParallelDims:
 
 
 FRAMEWORK_FLAGS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "fp8_params")
+
+
+def _read_layers(par: Mapping[str, Any], pp: int, virtual_stages: int) -> tuple[int, ...]:
+    """``parallel.layers_per_stage``: pp counts, or with v > 1 pp x v counts (virtual stages in model
+    order, the first and last of which may be 0: ``strategy.dims.layout_problem``)."""
+    lengths = (pp, pp * virtual_stages) if virtual_stages > 1 else (pp,)
+    given = _list(par, "layers_per_stage", "parallel.", maximum=max(lengths))
+    layers = tuple(_count(n, f"parallel.layers_per_stage[{i}]", 0) for i, n in enumerate(given))
+    problem = layout_problem(layers, pp, virtual_stages)
+    if problem is not None:
+        raise ConfigError(f"plan JSON field 'parallel.layers_per_stage' {problem}", field="parallel.layers_per_stage",
+                          value=len(layers), limit=problem)
+    return layers
 
 
 def _read_job(data: Any, version2: bool) -> Job:
@@ -491,7 +503,8 @@ def _read_stages(data: Any, dims: ParallelDims) -> tuple[StageSummary, ...]:
     """One entry per stage, holding the blocks ``parallel.layers_per_stage`` gives it on tp x cp x ep devices."""
     stages = tuple(_read_stage(s, f"stages[{i}].") for i, s in enumerate(_list(data, "stages", "", length=dims.pp)))
     first = 0
-    for i, (stage, count) in enumerate(zip(stages, dims.layers_per_stage or ())):
+    per_stage = dims.stage_layers(sum(dims.layers_per_stage or ()))   # all of a stage's chunks together
+    for i, (stage, count) in enumerate(zip(stages, per_stage)):
         if (stage.first_layer, stage.last_layer) != (first, first + count - 1):
             raise ConfigError(f"plan JSON field 'stages[{i}].layers' is [{stage.first_layer}, {stage.last_layer}]; "
                               f"parallel.layers_per_stage gives [{first}, {first + count - 1}]",

@@ -304,8 +304,15 @@ def test_hostile_job_setting_in_settings_is_refused_or_inert(field, text, plan, 
         _check_scripts(paths, framework, tmp_path / framework)
 
 
-def test_megatron_layout_survives_the_shell(plan, tmp_path) -> None:
-    """The pipeline layout ('Et*7|t*9|t*8|t*8L') reaches Megatron-LM and NeMo as one argument."""
+@pytest.mark.parametrize("dims, layout", [
+    (DIMS, "Et*7|t*9|t*8|t*8L"),
+    (dataclasses.replace(DIMS, schedule="interleaved", virtual_stages=2, layers_per_stage=(0, 5, 4, 3, 4, 4, 4, 8)),
+     "E|t*5|t*4|t*3|(t*4|)*3t*8L"),
+])
+def test_megatron_layout_survives_the_shell(dims, layout, tmp_path) -> None:
+    """The pipeline layout ('Et*7|t*9|t*8|t*8L'; per virtual stage with Megatron's (...)*n
+    repetition) reaches Megatron-LM and NeMo as one argument."""
+    plan = api.evaluate_full("llama2-7b", "h100-spine-leaf", dims, JOB, devices=DEVICES).plan
     for framework in ("megatron", "nemo"):
         paths, _ = api.export_plan(plan, framework, tmp_path / framework)
         script = next(p for p in paths if p.suffix == ".sh")
@@ -316,5 +323,5 @@ def test_megatron_layout_survives_the_shell(plan, tmp_path) -> None:
         _sandbox_run(script, tmp_path / framework)
         home = tmp_path / framework / f"box-{framework}-{script.stem}" / "home"
         args = (home / "args").read_text().splitlines()
-        assert ("Et*7|t*9|t*8|t*8L" in args if framework == "megatron"
-                else 'model.pipeline_model_parallel_layout="Et*7|t*9|t*8|t*8L"' in args), args
+        assert (layout in args if framework == "megatron"
+                else f'model.pipeline_model_parallel_layout="{layout}"' in args), args

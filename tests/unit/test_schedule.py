@@ -133,3 +133,20 @@ def test_recording_a_huge_timeline_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match="at most .* are recorded") as err:
         simulate([0.1] * 8, [0.2] * 8, 2**30, Schedule.ONE_F_ONE_B, record=True)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("schedule,v", SCHEDULES + [(Schedule.INTERLEAVED, 8)])
+def test_floor_bounds_the_simulation_with_chunk_times(schedule, v) -> None:
+    """pipeline_floor (the bottleneck's m C_s plus chunk 0's fill before it and drain after it) lies
+    below the simulated makespan for random per-(stage, chunk) times, and equals it for equal stages."""
+    from nestplan.cost.pipeline import pipeline_floor
+
+    rng = np.random.default_rng(17 + v)
+    for _ in range(40):
+        p = int(rng.integers(2, 9))
+        m = p * int(rng.integers(1, 6)) if schedule is Schedule.INTERLEAVED else int(rng.integers(1, 40))
+        fwd, bwd = rng.uniform(0.1, 2.0, (p, v)), rng.uniform(0.1, 3.0, (p, v))
+        total, _ = simulate(fwd, bwd, m, schedule, v)
+        assert pipeline_floor(fwd, bwd, m, v) <= total
+    equal, _ = simulate([0.3] * 4, [0.7] * 4, 8, schedule, v)
+    assert pipeline_floor([0.3] * 4, [0.7] * 4, 8, v) == pytest.approx(equal, rel=1e-8)

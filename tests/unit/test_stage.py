@@ -14,7 +14,7 @@ import pytest
 from nestplan import api
 from nestplan.cost import stage
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.cost.memory import in_flight_microbatches, warmup_forwards
+from nestplan.cost.memory import in_flight_microbatches, live_activation_peak, warmup_forwards
 from nestplan.cost.schedule import FORWARD, simulate
 from nestplan.job import Job
 from nestplan.search.physical import Group, PhysicalSearchModel
@@ -25,17 +25,22 @@ from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 SCHEDULES = [(Schedule.ONE_F_ONE_B, 1), (Schedule.GPIPE, 1), (Schedule.INTERLEAVED, 2), (Schedule.INTERLEAVED, 3)]
 
 
-def _peak_live_chunks(p: int, m: int, schedule: Schedule, v: int) -> list[int]:
-    """Per stage, the most model chunks whose forward ran and whose backward has not (timeline order)."""
+def _peak_live_chunks(p: int, m: int, schedule: Schedule, v: int, chunk_bytes: np.ndarray | None = None,
+                      per_chunk_times: bool = False) -> list[float]:
+    """Per stage, the most model chunks (or, given ``chunk_bytes`` (p, v), the most bytes of them)
+    whose forward ran and whose backward has not, in the simulation's timeline order."""
     rng = np.random.default_rng(p * 100 + m)
-    fwd, bwd = rng.uniform(1.0, 2.0, p), rng.uniform(2.0, 4.0, p)
+    shape = (p, v) if per_chunk_times else p
+    fwd, bwd = rng.uniform(1.0, 2.0, shape), rng.uniform(2.0, 4.0, shape)
     _, timeline = simulate(fwd, bwd, m, schedule, v, record=True)
+    weights = np.ones((p, v)) if chunk_bytes is None else chunk_bytes
     peaks = []
     for s in range(p):
         on = timeline.stage == s
         order = np.argsort(timeline.start_s[on], kind="stable")
-        steps = np.where(timeline.kind[on][order] == FORWARD, 1, -1)
-        peaks.append(int(np.cumsum(steps).max()))
+        held = weights[s, timeline.chunk[on][order]]
+        steps = np.where(timeline.kind[on][order] == FORWARD, held, -held)
+        peaks.append(float(np.cumsum(steps).max()))
     return peaks
 
 
@@ -49,6 +54,24 @@ def test_memory_charges_the_simulations_live_microbatches(schedule, v, p, factor
     peaks = _peak_live_chunks(p, m, schedule, v)
     charged = [in_flight_microbatches(schedule, s, p, m, v) * v for s in range(p)]
     assert peaks == pytest.approx(charged), (schedule, v, p, m)
+
+
+@pytest.mark.parametrize("v", [2, 3, 5])
+@pytest.mark.parametrize("p", [2, 3, 4, 6])
+@pytest.mark.parametrize("factor", [1, 2, 3])
+def test_memory_charges_the_simulations_live_chunks_of_unequal_size(v, p, factor) -> None:
+    """Uneven interleaved layouts: chunks of a stage store different bytes per microbatch (their
+    blocks, the embedding, the head; a chunk holding only the embedding stores little), and run for
+    different times; the peak is the largest sum of the live chunks' bytes."""
+    m = p * factor
+    rng = np.random.default_rng(p * v + factor)
+    chunk_bytes = rng.uniform(0.0, 5.0, (p, v)) * (rng.random((p, v)) < 0.8)
+    peaks = _peak_live_chunks(p, m, Schedule.INTERLEAVED, v, chunk_bytes, per_chunk_times=True)
+    charged = [live_activation_peak(Schedule.INTERLEAVED, s, p, m, chunk_bytes[s]) for s in range(p)]
+    assert peaks == pytest.approx(charged, rel=1e-12), (v, p, m)
+    even = [live_activation_peak(Schedule.INTERLEAVED, s, p, m, np.full(v, 1.5)) for s in range(p)]
+    assert even == pytest.approx([in_flight_microbatches(Schedule.INTERLEAVED, s, p, m, v) * 1.5 * v
+                                  for s in range(p)], rel=1e-12)
 
 
 def test_warmups_are_the_in_flight_rules_count() -> None:
@@ -126,3 +149,34 @@ def test_step_floor_never_exceeds_the_step(schedule, v, name, devices, tp, pp) -
         dims = replace(dims, schedule=schedule, virtual_stages=v)
         step = evaluate_plan(model, cluster, dims, job).step_time_s
         assert step_floor_s(model, cluster, dims, job) <= step, (parts, schedule, v)
+
+
+@pytest.mark.parametrize("name,devices,tp,pp,v", [("llama2-7b", 32, 2, 4, 2), ("mixtral-8x7b", 64, 1, 4, 3),
+                                                 ("gpt3-175b", 64, 8, 8, 2), ("gpt3-175b", 64, 8, 7, 7)])
+def test_step_floor_never_exceeds_the_step_of_uneven_layouts(name, devices, tp, pp, v) -> None:
+    """Layers per virtual stage (random, the first and last virtual stage sometimes holding only the
+    embedding or the head; and the end-balanced layout the planner tries): the floor still bounds."""
+    from nestplan.cost.evaluator import step_floor_s
+    from nestplan.search.planner import ends_balanced_layout
+    from nestplan.strategy.dims import ParallelDims
+
+    model = api.resolve_model(name)
+    cluster = api.resolve_cluster("h100-spine-leaf", devices)
+    job = Job(global_batch_size=8 * devices - 8 * devices % (pp * 8), seq_len=2048)
+    ep = 8 if model.is_moe else 1
+    dp = devices // (tp * pp * ep)
+    rng = np.random.default_rng(pp * v)
+    layouts = [ends_balanced_layout(model.num_layers, pp, v)]
+    for _ in range(5):
+        cuts = np.sort(rng.choice(np.arange(1, model.num_layers), pp * v - 1, replace=False))
+        counts = np.diff(np.concatenate([[0], cuts, [model.num_layers]]))
+        for end, inner in ((0, 1), (-1, -2)):
+            if rng.random() < 0.4:
+                counts[inner] += counts[end]
+                counts[end] = 0
+        layouts.append(tuple(int(x) for x in counts))
+    for layout in (x for x in layouts if x is not None):
+        dims = ParallelDims(tp=tp, pp=pp, dp=dp, ep=ep, sp=tp > 1, zero=1, schedule=Schedule.INTERLEAVED,
+                            virtual_stages=v, layers_per_stage=layout)
+        step = evaluate_plan(model, cluster, dims, job).step_time_s
+        assert step_floor_s(model, cluster, dims, job) <= step, (layout, v)

@@ -7,9 +7,11 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 from nestplan.cost import comm
 from nestplan.cost import stage
-from nestplan.cost.memory import ShardGroups, in_flight_microbatches
+from nestplan.cost.memory import ShardGroups, in_flight_microbatches, live_activation_peak
 from nestplan.cost.pipeline import pipeline_floor, pipeline_time
 from nestplan.cost.prediction import Prediction, StageCost
 from nestplan.cost.stepend import StepEnd, SyncContext, step_end, tied_embedding_sync
@@ -81,14 +83,24 @@ def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Jo
     cache = terms if terms is not None else TermCache(model, cluster, job)
     stages = _stages(model, cluster, dims, job, placement, cache.graph_terms(dims, placement.groups))
     end, tied = _step_end(model, cluster, dims, job, placement, stages)
-    backward = [c - f for c, f in zip(stages.cycles, stages.forward)]
-    return pipeline_floor(stages.forward, backward, m, dims.virtual_stages) + end.exposed_s + tied + end.optimizer_s
+    forward, backward = stages.times()
+    return pipeline_floor(forward, backward, m, dims.virtual_stages) + end.exposed_s + tied + end.optimizer_s
+
+
+@dataclass(frozen=True)
+class _Chunks:
+    """Per stage and chunk (p, v), for chunks given per virtual stage: seconds of a forward and of a
+    backward per microbatch (transfers included) and activation bytes stored per microbatch."""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    activations: np.ndarray
 
 
 @dataclass(frozen=True)
 class _Stages:
     """Every stage of one split: its boundary transfers, layers, summed nodes, components per
-    microbatch (transfers included), forward part and cycle."""
+    microbatch (transfers included), forward part and cycle; its chunks where they differ."""
 
     bounds: list[float]
     layers: tuple[int, ...]
@@ -97,6 +109,14 @@ class _Stages:
     components: list[dict[str, float]]
     forward: list[float]
     cycles: list[float]
+    chunks: _Chunks | None = None
+
+    def times(self) -> tuple[list[float] | np.ndarray, list[float] | np.ndarray]:
+        """(forward, backward) per microbatch as the schedule simulation takes them: per stage and
+        chunk where the chunks differ, else per stage."""
+        if self.chunks is not None:
+            return self.chunks.forward, self.chunks.backward
+        return self.forward, [c - f for c, f in zip(self.cycles, self.forward)]
 
 
 def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
@@ -106,6 +126,8 @@ def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
     kinds = [model.is_moe_layer(i) for i in range(model.num_layers)]
     layers = dims.stage_layers(model.num_layers)
     starts = [sum(layers[:i]) for i in range(dims.pp)]
+    if dims.per_virtual_stage:
+        return _chunked_stages(model, dims, terms, bounds, kinds, layers, starts)
     sums, components, forward = [], [], []
     for i, (first, n_layers) in enumerate(zip(starts, layers)):
         part = stage.stage_sums(terms, kinds[first:first + n_layers], i, dims.pp)
@@ -117,6 +139,45 @@ def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
     return _Stages(bounds, layers, starts, sums, components, forward, [sum(c.values()) for c in components])
 
 
+def _chunked_stages(model, dims, terms: GraphTerms, bounds, kinds, layers, starts) -> _Stages:
+    """Stages whose chunks are given per virtual stage: chunk c of stage s is virtual stage c pp + s
+    (model order), holding its own blocks, the embedding (virtual stage 0) or the head (the last)."""
+    pp, v = dims.pp, dims.virtual_stages
+    counts = dims.virtual_stage_layers(model.num_layers)
+    firsts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    fwd, bwd, acts = np.zeros((pp, v)), np.zeros((pp, v)), np.zeros((pp, v))
+    sums, components = [], []
+    known: dict[tuple, stage.StageSums] = {}   # a virtual stage's sums depend on its blocks and whether it is an end
+    for s in range(pp):
+        parts, sent = [], 0.0
+        for c in range(v):
+            i = c * pp + s
+            held = tuple(kinds[firsts[i]:firsts[i + 1]])
+            key = (held, i == 0, i == pp * v - 1)
+            part = known.get(key) or known.setdefault(key, stage.stage_sums(terms, held, i, pp * v))
+            prev, nxt = stage.chunk_transfers(s, c, pp, v, bounds)
+            fwd[s, c] = part.forward + nxt                                  # its outputs forward
+            bwd[s, c] = sum(part.components.values()) - part.forward + prev  # its input gradients back
+            acts[s, c] = part.activations
+            parts.append(part)
+            sent += prev + nxt
+        whole = stage.combined_sums(parts)
+        sums.append(whole)
+        components.append(dict(whole.components, pp_comm=sent))
+    cycles = [sum(c.values()) for c in components]
+    return _Stages(bounds, layers, starts, sums, components, fwd.sum(axis=1).tolist(), cycles, _Chunks(fwd, bwd, acts))
+
+
+def _stage_memory(ctx: stage.StageContext, dims: ParallelDims, st: _Stages, i: int, m: int) -> dict[str, float]:
+    """Stage i's memory breakdown: activations x microbatches in flight, or, where its chunks
+    differ, the peak of its live chunks."""
+    if st.chunks is None:
+        in_flight = in_flight_microbatches(dims.schedule, i, dims.pp, m, dims.virtual_stages)
+        return stage.stage_memory_breakdown(ctx, st.sums[i], in_flight)
+    live = live_activation_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i])
+    return stage.chunked_memory_breakdown(ctx, st.sums[i], live)
+
+
 def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Prediction:
     st = _stages(model, cluster, dims, job, placement, terms)
     layers, starts, sums, components, forward, cycles = (
@@ -126,12 +187,11 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
     ctx = stage.StageContext(job, dims.zero, ShardGroups(dense=placement.groups["cp+ep+dp"].size,
                                                          expert=placement.groups["cp+dp"].size),
                              acc.reserved_bytes, acc.hbm_bytes)
-    pipe_s, bubble_s, slowest = pipeline_time(forward, [c - f for c, f in zip(cycles, forward)], m,
-                                              dims.schedule, v)
+    pipe_s, bubble_s, slowest = pipeline_time(*st.times(), m, dims.schedule, v)
     end, tied = _step_end(model, cluster, dims, job, placement, st)
     stages = []
     for i, (first, n_layers, part, comp) in enumerate(zip(starts, layers, sums, components)):
-        memory = stage.stage_memory_breakdown(ctx, part, in_flight_microbatches(dims.schedule, i, dims.pp, m, v))
+        memory = _stage_memory(ctx, dims, st, i, m)
         stages.append(StageCost(
             index=i, first_layer=first, last_layer=first + n_layers - 1, has_embedding=i == 0,
             has_head=i == dims.pp - 1, devices=dims.stage_devices, forward_s=forward[i],

@@ -5,7 +5,8 @@ peak = weights + gradients + optimizer state   (each divided over the ZeRO shard
      + activations stored per microbatch x microbatches in flight at the stage
        (1F1B: the stage k-th from the end holds k, GPipe: all m; interleaved per Megatron's
        warm-up count, which reproduces Korthikanti et al. 2022 eq. in section 4.2.3, and all m
-       when m equals the stages: :func:`in_flight_microbatches`, checked against the schedule
+       when m equals the stages: :func:`in_flight_microbatches`; chunks of unequal size per
+       virtual stage: :func:`live_activation_peak`; both checked against the schedule
        simulation's timeline)
      + transient buffers (one layer's full activations while recomputing it; ZeRO-3's
        gathered layer parameters, two with prefetch)
@@ -52,14 +53,46 @@ def warmup_forwards(schedule: Schedule, stage: int | np.ndarray, pp: int | np.nd
     return np.minimum(warmup, total)
 
 
+def forward_chunk(k: int | np.ndarray, pp: int, virtual: int) -> int | np.ndarray:
+    """The model chunk a stage's k-th forward runs in Megatron-LM's interleaved order
+    (schedules.py, get_model_chunk_id: microbatches in groups of pp per chunk): (k mod pp v) div pp;
+    its k-th backward runs chunk v - 1 minus that. Without interleaving, chunk 0."""
+    return (k % (pp * virtual)) // pp
+
+
+def live_activation_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: np.ndarray) -> float:
+    """The most activation bytes a stage holds at once, its v chunks storing ``chunk_bytes[c]`` per
+    microbatch (chunk c of the stage; they may differ).
+
+    The exact rule: the stage runs forwards 0 .. w - 1 (w = :func:`warmup_forwards`), then forward
+    w + j before backward j for j = 0, 1, ...; forward k stores its chunk's bytes, backward k frees
+    chunk v - 1 - :func:`forward_chunk` (k)'s. Only forwards add, so the peak follows a forward:
+    max_j [ sum_{k <= w + j} a(forward_chunk(k)) - sum_{k < j} a(v - 1 - forward_chunk(k)) ]. Both
+    sums gain every chunk p times per p v operations, so the bracket repeats with period p v in j
+    and the first min(p v, m v - w) values of j suffice. With equal chunks it is
+    :func:`in_flight_microbatches` x their sum."""
+    a = np.asarray(chunk_bytes, float)
+    v = len(a)
+    total = m * v
+    w = int(warmup_forwards(schedule, stage, pp, m, v))
+    if w >= total:
+        return float(m * a.sum())
+    span = min(pp * v, total - w)
+    ks = np.arange(w + span)
+    stored = np.cumsum(a[forward_chunk(ks, pp, v)])
+    freed = np.concatenate([[0.0], np.cumsum(a[v - 1 - forward_chunk(np.arange(span), pp, v)])])
+    j = np.arange(span)
+    return float((stored[w + j] - freed[j]).max())
+
+
 def in_flight_microbatches(schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int,
                            virtual: int) -> float | np.ndarray:
     """Microbatches whose activations a stage holds at its peak, in units of the whole stage.
 
     A stage runs w warm-up forwards (:func:`warmup_forwards`), then one more before its first
     backward, and from then on alternates, so it holds at most min(w + 1, m v) model chunks of
-    1/v of the stage each. ``stage`` and ``pp`` may be arrays (the search's tables): the count is
-    then elementwise, an array.
+    1/v of the stage each (:func:`live_activation_peak` with equal chunks). ``stage`` and ``pp``
+    may be arrays (the search's tables): the count is then elementwise, an array.
     """
     chunks = np.minimum(warmup_forwards(schedule, stage, pp, m, virtual) + 1, m * virtual) / virtual
     return float(chunks) if chunks.ndim == 0 else chunks

@@ -15,34 +15,45 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from nestplan.cost.schedule import simulate
+import numpy as np
+
+from nestplan.cost.schedule import chunk_times, simulate
 from nestplan.strategy.enums import Schedule
 
+Times = Sequence[float] | np.ndarray   # per stage (p,), or per stage and chunk (p, v): cost/schedule.chunk_times
 
-def pipeline_time(forward_s: Sequence[float], backward_s: Sequence[float], num_microbatches: int,
+
+def _per_stage(times: Times) -> list[float]:
+    """A stage's time per microbatch, all its chunks together."""
+    array = np.asarray(times, float)
+    return (array.sum(axis=1) if array.ndim == 2 else array).tolist()
+
+
+def pipeline_time(forward_s: Times, backward_s: Times, num_microbatches: int,
                   schedule: Schedule = Schedule.ONE_F_ONE_B, virtual_stages: int = 1) -> tuple[float, float, int]:
     """(total seconds, bubble seconds, index of the bottleneck stage). The bubble is the time the
-    bottleneck stage (largest F + B) is idle: total - m * C_max."""
-    assert forward_s and len(forward_s) == len(backward_s) and num_microbatches >= 1
-    cycles = [f + b for f, b in zip(forward_s, backward_s)]
+    bottleneck stage (largest F + B, all its chunks together) is idle: total - m * C_max."""
+    assert len(forward_s) and len(forward_s) == len(backward_s) and num_microbatches >= 1
+    cycles = [f + b for f, b in zip(_per_stage(forward_s), _per_stage(backward_s))]
     slowest = max(range(len(cycles)), key=lambda i: cycles[i])
     total, _ = simulate(forward_s, backward_s, num_microbatches, schedule, virtual_stages)
     bubble = max(0.0, total - num_microbatches * cycles[slowest])
     return num_microbatches * cycles[slowest] + bubble, bubble, slowest
 
 
-def pipeline_floor(forward_s: Sequence[float], backward_s: Sequence[float], num_microbatches: int,
-                   virtual_stages: int = 1) -> float:
+def pipeline_floor(forward_s: Times, backward_s: Times, num_microbatches: int, virtual_stages: int = 1) -> float:
     """A lower bound of ``pipeline_time``'s total under any schedule of these stages.
 
-    Stage s runs its m forwards and m backwards one after another (m C_s). Without interleaving,
-    its first forward waits for microbatch 0's forwards on the stages before it, and its last
-    backward is followed by that microbatch's backwards on them, so the step takes at least
-    sum_{u<s} F_u + m C_s + sum_{u<s} B_u for every s; with interleaving, at least m C_s. Shrunk
-    by 1e-9 against rounding (the simulation sums in another order)."""
-    cycles = [f + b for f, b in zip(forward_s, backward_s)]
-    m = num_microbatches
-    if virtual_stages > 1:
-        return m * max(cycles) * (1 - 1e-9)
-    before = [sum(forward_s[:s]) + sum(backward_s[:s]) for s in range(len(cycles))]
-    return max(b + m * c for b, c in zip(before, cycles)) * (1 - 1e-9)
+    Stage s runs its m v forwards and m v backwards one after another (m C_s, C_s its chunks'
+    times together, however unequal). Its first operation, every schedule's, is chunk 0's forward
+    of microbatch 0, which waits for that forward on the stages before it; its last is chunk 0's
+    backward of microbatch m - 1 (interleaved: m a multiple of p, so backward m v - 1 runs chunk
+    v - 1 - ((m v - 1) mod p v) div p = 0), which the stages before it still pass back. So the step
+    takes at least sum_{u<s} F_u0 + m C_s + sum_{u<s} B_u0 for every s (F_u0, B_u0: chunk 0's
+    times; the stage's without interleaving); for equal stages this is the simulation's
+    m C + (p - 1) C / v. Shrunk by 1e-9 against rounding (the simulation sums in another order)."""
+    fwd, bwd = chunk_times(forward_s, virtual_stages), chunk_times(backward_s, virtual_stages)
+    cycles = fwd.sum(axis=1) + bwd.sum(axis=1)
+    before = np.concatenate([[0.0], np.cumsum(fwd[:-1, 0] + bwd[:-1, 0])])
+    return float((before + num_microbatches * cycles).max()) * (1 - 1e-9)
+

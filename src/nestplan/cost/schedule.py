@@ -9,7 +9,8 @@ operation starts when its device is free and its input has arrived:
     backward (s, c, j) after backward (s + 1, c, j), or (0, c + 1, j) for s = p - 1, and after
                        its own forward (earlier on the same device).
 A stage's send of its output (forward) or input gradient (backward) is part of the sending
-operation's duration (blocking point-to-point, as the evaluator costs it).
+operation's duration (blocking point-to-point, as the evaluator costs it). Each operation takes
+its stage's and chunk's time (chunks of one stage may differ: uneven interleaved layouts).
 
 The makespan is the longest path through this dependency graph. Operations are processed in
 order of their index in the device's sequence; every dependency points to a lower index or, at
@@ -31,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from nestplan.cost.memory import warmup_forwards
+from nestplan.cost.memory import forward_chunk, warmup_forwards
 from nestplan.errors import ConfigError
 from nestplan.strategy.enums import Schedule
 
@@ -78,7 +79,7 @@ def _pattern(w: np.ndarray, p: int, m: int, v: int, cols: np.ndarray) -> _Patter
     kind = np.where(steady & ((i - wc) % 2 == 1) | (i >= 2 * total - wc), BACKWARD, FORWARD)
     fwd = kind == FORWARD
     k = np.where(i < wc, i, np.where(steady, np.where(fwd, wc + (i - wc) // 2, (i - wc - 1) // 2), i - total))
-    group = (k % (p * v)) // p
+    group = forward_chunk(k, p, v)
     chunk = np.where(fwd, group, v - 1 - group)
     microbatch = (k // (p * v)) * p + k % p
     stage = np.arange(p)[:, None]
@@ -137,24 +138,35 @@ def _period(schedule: Schedule, p: int, v: int) -> int:
     return 2 * p * v if schedule is Schedule.INTERLEAVED else 2
 
 
-def simulate(forward_s: Sequence[float], backward_s: Sequence[float], num_microbatches: int,
-             schedule: Schedule = Schedule.ONE_F_ONE_B, virtual_stages: int = 1,
+def chunk_times(stage_s: Sequence[float] | np.ndarray, virtual_stages: int) -> np.ndarray:
+    """(p, v) seconds per microbatch of every stage's every chunk: given per stage (p,), each of its
+    v chunks takes 1/v of it; given per chunk (p, v), as is (chunk c of stage s is virtual stage
+    c * p + s in model order)."""
+    times = np.asarray(stage_s, float)
+    if times.ndim == 1:
+        return np.repeat(times[:, None] / virtual_stages, virtual_stages, axis=1)
+    assert times.ndim == 2 and times.shape[1] == virtual_stages, (times.shape, virtual_stages)
+    return times
+
+
+def simulate(forward_s: Sequence[float] | np.ndarray, backward_s: Sequence[float] | np.ndarray,
+             num_microbatches: int, schedule: Schedule = Schedule.ONE_F_ONE_B, virtual_stages: int = 1,
              record: bool = False) -> tuple[float, Timeline | None]:
     """Makespan of one step's pipeline (and, with ``record``, every operation's start and end).
 
-    ``forward_s[s]`` and ``backward_s[s]`` are stage s's per-microbatch times including the sends
-    it makes; each of its v chunks takes 1/v of them.
+    ``forward_s`` and ``backward_s`` are per-microbatch times including the sends each operation
+    makes, per stage (p,: each of its v chunks takes 1/v) or per stage and chunk (p, v:
+    :func:`chunk_times`).
     """
     p, m, v = len(forward_s), num_microbatches, virtual_stages
     assert p == len(backward_s) and m >= 1 and v >= 1
     w = warmup_forwards(schedule, np.arange(p), p, m, v)
     n = 2 * m * v
-    fwd_s = np.asarray(forward_s, float)[:, None] / v
-    bwd_s = np.asarray(backward_s, float)[:, None] / v
+    fwd_s, bwd_s = chunk_times(forward_s, v), chunk_times(backward_s, v)
     if record:
         return _record(w, p, m, v, fwd_s, bwd_s)
     if schedule is Schedule.GPIPE:
-        return _gpipe_makespan(fwd_s[:, 0], bwd_s[:, 0], m), None
+        return _gpipe_makespan(fwd_s.sum(axis=1), bwd_s.sum(axis=1), m), None
     period = _period(schedule, p, v)
     first, last, lag = _steady_window(w, p, m, v, period)
     block = n if first >= n else max(period, 32)
@@ -163,7 +175,7 @@ def simulate(forward_s: Sequence[float], backward_s: Sequence[float], num_microb
     while i < n:
         hi = min(n, i + block)
         pt = _pattern(w, p, m, v, np.arange(i, hi))
-        _run_block(end, pt, np.where(pt.kind == FORWARD, fwd_s, bwd_s), i)
+        _run_block(end, pt, _durations(pt, fwd_s, bwd_s), i)
         i = hi
         if i >= max(first, lag + period) and last - i >= 2 * period:
             skip = _skippable(end, i, lag, period, last)
@@ -183,12 +195,18 @@ def _record(w: np.ndarray, p: int, m: int, v: int, fwd_s: np.ndarray, bwd_s: np.
                           field="num_microbatches", value=m, limit=MAX_RECORDED_OPERATIONS // (2 * p * v))
     end = _Ring(p, n)
     pt = _pattern(w, p, m, v, np.arange(n))
-    dur = np.where(pt.kind == FORWARD, fwd_s, bwd_s)
+    dur = _durations(pt, fwd_s, bwd_s)
     _run_block(end, pt, dur, 0)
     start = end.values - dur
     timeline = Timeline(np.repeat(np.arange(p), n), pt.kind.ravel(), pt.chunk.ravel(),
                         pt.microbatch.ravel(), start.ravel(), end.values.ravel())
     return timeline.makespan_s, timeline
+
+
+def _durations(pt: _Pattern, fwd_s: np.ndarray, bwd_s: np.ndarray) -> np.ndarray:
+    """Seconds of every operation of ``pt``: its stage's forward or backward time of its chunk."""
+    rows = np.arange(fwd_s.shape[0])[:, None]
+    return np.where(pt.kind == FORWARD, fwd_s[rows, pt.chunk], bwd_s[rows, pt.chunk])
 
 
 def _gpipe_makespan(fwd_s: np.ndarray, bwd_s: np.ndarray, m: int) -> float:

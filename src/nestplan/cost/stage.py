@@ -10,10 +10,14 @@ evaluator (one split: :func:`stage_sums`, :func:`stage_memory_breakdown`) and fo
   (Megatron keeps one: ``GraphTerms.tied_head_copy``);
 - its cycle per microbatch is the sum of its nodes' components plus its boundary transfers:
   its outputs forward and its input gradients back, once per model chunk (v under interleaving,
-  whose chunks also pass from the last stage back to the first);
+  whose chunks also pass from the last stage back to the first); with chunks given per virtual
+  stage (uneven interleaving), each chunk holds its own blocks, the embedding virtual stage 0 and
+  the head the last (:func:`stage_sums` of the virtual stage among pp x v, :func:`combined_sums`
+  per stage, :func:`chunk_transfers`);
 - its memory is its weights, gradients and optimizer state under ZeRO (cost/memory.py), its
   activations per microbatch times the microbatches in flight at its position
-  (``memory.in_flight_microbatches``), the largest transient buffer of a node it holds, and the
+  (``memory.in_flight_microbatches``; chunks of unequal size: the peak of the live chunks,
+  ``memory.live_activation_peak``), the largest transient buffer of a node it holds, and the
   accelerator's reserve. Before a split is known, the transient is the largest of any block kind
   (exact when all blocks are alike, an upper bound otherwise);
 - its step end (cost/stepend.py) sees its parameters, its forward compute and its backward
@@ -102,6 +106,30 @@ def stage_sums(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) ->
     return StageSums(MappingProxyType(comp), fwd, acts, params, transient)
 
 
+def combined_sums(parts: Sequence[StageSums]) -> StageSums:
+    """The model chunks of one stage as one: components, forward, activations and parameters add,
+    the transient is the largest."""
+    comp = {k: sum(x.components[k] for x in parts) for k in BREAKDOWN_TERMS}
+    params = L.ParamCount()
+    for x in parts:
+        params = params + x.params
+    return StageSums(MappingProxyType(comp), sum(x.forward for x in parts), sum(x.activations for x in parts),
+                     params, max(x.transient for x in parts))
+
+
+def chunk_transfers(stage: int, chunk: int, pp: int, virtual: int, bounds: Sequence[float]) -> tuple[float, float]:
+    """(receive side, send side) seconds per microbatch of chunk ``chunk`` of stage ``stage``: it
+    sends its outputs to the next virtual stage (forward) and its input gradients to the previous
+    one (backward), across the boundary to the neighbouring stage or, from the last stage to the
+    first, the wrap-around link (the slowest boundary, as for even chunks); the first virtual
+    stage has nothing before it, the last nothing after."""
+    wrap = max(bounds, default=0.0)
+    index = chunk * pp + stage
+    prev = 0.0 if index == 0 else (bounds[stage - 1] if stage > 0 else wrap)
+    nxt = 0.0 if index == pp * virtual - 1 else (bounds[stage] if stage < pp - 1 else wrap)
+    return prev, nxt
+
+
 def transfer_seconds(prev: float, nxt: float, virtual: int) -> float:
     """Boundary transfers per microbatch: each of the v chunks receives from and sends to its neighbours."""
     return virtual * (prev + nxt)
@@ -110,6 +138,12 @@ def transfer_seconds(prev: float, nxt: float, virtual: int) -> float:
 def stage_memory_breakdown(ctx: StageContext, sums: StageSums, in_flight: float) -> dict[str, float]:
     """Bytes per device of one stage by MEMORY_TERMS."""
     return stage_memory(ctx.states(sums.params), sums.activations, in_flight, sums.transient, ctx.reserved_bytes)
+
+
+def chunked_memory_breakdown(ctx: StageContext, sums: StageSums, live_activation_bytes: float) -> dict[str, float]:
+    """Bytes per device of one stage whose chunks differ by MEMORY_TERMS: its activations are the
+    peak of its live chunks (``memory.live_activation_peak``), not a count x their mean."""
+    return stage_memory(ctx.states(sums.params), live_activation_bytes, 1.0, sums.transient, ctx.reserved_bytes)
 
 
 def step_end_inputs(sums: Sequence[StageSums]) -> tuple[list[L.ParamCount], list[float], list[float]]:

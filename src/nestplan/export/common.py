@@ -75,13 +75,27 @@ def refuse(framework: str, what: str, field: str, value: object, limit: object =
     return ConfigError(f"cannot export to {framework}: {what}", field=field, value=value, limit=limit)
 
 
+def counts_text(counts: Sequence[int]) -> str:
+    """Counts as ``--layers-per-stage`` reads them: three or more equal in a row as NxK (1,2x62,1)."""
+    runs: list[list[int]] = []
+    for n in counts:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ",".join(f"{n}x{k}" if k >= 3 else ",".join([str(n)] * k) for n, k in runs)
+
+
 def dims_text(plan: Plan) -> str:
     d = plan.dims
-    split = ",".join(map(str, d.layers_per_stage or ()))
     virtual = f" x {d.virtual_stages} virtual" if d.virtual_stages > 1 else ""
+    if d.per_virtual_stage:
+        split = f"layers per virtual stage {counts_text(d.layers_per_stage or ())}"
+    else:
+        split = f"layers per stage {','.join(map(str, d.layers_per_stage or ()))}"
     return (f"tp {d.tp}{' (sp)' if d.sp_active else ''} x cp {d.cp} x ep {d.ep} x pp {d.pp} x dp {d.dp}; "
             f"ZeRO {int(d.zero)}; recompute {d.recompute.value}; microbatch {d.micro_batch_size} x "
-            f"{plan.num_microbatches}; schedule {d.schedule.value}{virtual}; layers per stage {split}")
+            f"{plan.num_microbatches}; schedule {d.schedule.value}{virtual}; {split}")
 
 
 def prediction_text(plan: Plan) -> str:

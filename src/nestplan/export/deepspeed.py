@@ -7,7 +7,8 @@ and the expert-parallel width from ``deepspeed.moe.layer.MoE(ep_size=...)``, not
 the launch script says both. Its topology is pipe-data-model (model fastest): tp-dp-pp.
 Context parallelism becomes DeepSpeed-Ulysses sequence parallelism of the same width (an
 all-to-all over attention heads instead of the ring nestplan costed; the export says so). ZeRO 2
-and 3 cannot run under DeepSpeed's pipeline engine: such plans are refused.
+and 3 cannot run under DeepSpeed's pipeline engine, nor layers given per virtual stage (it runs
+no interleaving): such plans are refused.
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ def check(plan: Plan, heads: int) -> None:
     if d.cp > 1 and heads % (d.cp * d.tp):
         raise refuse(TITLE, f"Ulysses sequence parallelism of {d.cp} with tp {d.tp} needs the {heads} attention "
                      f"heads divisible by {d.cp * d.tp}", "cp", d.cp)
+    if d.per_virtual_stage:
+        raise refuse(TITLE, "DeepSpeed's pipeline engine runs one contiguous part per stage (PipelineModule, 1F1B) "
+                     f"and cannot place layers per virtual stage ({d.pp} x {d.virtual_stages} chunks)",
+                     "layers_per_stage", len(d.layers_per_stage or ()), d.pp)
     if d.zero >= 2 and d.pp > 1:
         raise refuse(TITLE, f"DeepSpeed's pipeline engine supports ZeRO 0 and 1 only, the plan has ZeRO "
                      f"{int(d.zero)} with pp {d.pp}", "zero_stage", int(d.zero), 1)

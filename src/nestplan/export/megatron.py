@@ -50,16 +50,24 @@ def _pipeline_split(plan: Plan) -> tuple[Flags, list[str]]:
 def layout(plan: Plan) -> str:
     """Megatron's --pipeline-model-parallel-layout: pp x v segments in model order (segment v*pp + k is
     virtual chunk v of pipeline rank k, as Megatron's interleaved schedule places them), E = embedding
-    on the first, L = loss (head) on the last, t*n = n transformer layers."""
-    d = plan.dims
-    layers = d.layers_per_stage or ()
-    segments = []
-    for chunk in range(d.virtual_stages):
-        for stage in range(d.pp):
-            segments.append(f"t*{layers[stage] // d.virtual_stages}")
+    on the first, L = loss (head) on the last, t*n = n transformer layers (none: the segment is E or
+    L alone); three or more equal segments in a row as Megatron's (segment|)*k
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py, parse_str_to_list)."""
+    counts = plan.dims.virtual_stage_layers(plan.model.num_layers)
+    segments = [f"t*{n}" if n else "" for n in counts]
     segments[0] = "E" + segments[0]
     segments[-1] = segments[-1] + "L"
-    return "|".join(segments)
+    runs: list[list] = []
+    for segment in segments:
+        if runs and runs[-1][0] == segment:
+            runs[-1][1] += 1
+        else:
+            runs.append([segment, 1])
+    text = ""
+    for i, (segment, count) in enumerate(runs):
+        repeated = count - 1 if i == len(runs) - 1 else count   # the last segment has no '|' after it
+        text += f"({segment}|)*{repeated}" if repeated >= 3 else f"{segment}|" * repeated
+    return text + runs[-1][0]
 
 
 def _zero(plan: Plan) -> tuple[Flags, list[str]]:

@@ -20,12 +20,12 @@ NAME = "nemo"
 TITLE = "NeMo / Megatron-Bridge"
 PIN = "Megatron-Bridge 0.3.1 ConfigContainer override keys"
 _HYDRA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a string Hydra's override grammar reads unquoted
-_HYDRA_QUOTABLE = re.compile(r"[A-Za-z0-9_.*|+-]*")   # no quote, backslash or $: literal in Hydra's double quotes
+_HYDRA_QUOTABLE = re.compile(r"[A-Za-z0-9_.*|+()-]*")   # no quote, backslash or $: literal in Hydra's double quotes
 
 
 def _value(v: object) -> str:
     """An override value in Hydra's grammar: booleans, null and integers as literals; other strings
-    double-quoted unless a plain identifier (the pipeline layout's '|' and '*' need the quotes)."""
+    double-quoted unless a plain identifier (the pipeline layout's '|', '*' and '()' need the quotes)."""
     if isinstance(v, bool) or v is None:
         return "true" if v is True else "false" if v is False else "null"
     if isinstance(v, int):

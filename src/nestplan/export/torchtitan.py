@@ -79,7 +79,7 @@ def _pipeline(plan: Plan) -> tuple[Flags, list[str]]:
                     ("--parallelism.pipeline-parallel-schedule", SCHEDULES[d.schedule]),
                     ("--parallelism.pipeline-parallel-microbatch-size", d.micro_batch_size)]
     v = d.virtual_stages
-    target = [n // v for _ in range(v) for n in d.layers_per_stage or ()]   # virtual stage i runs on rank i % pp
+    target = list(d.virtual_stage_layers(plan.model.num_layers))   # virtual stage i runs on rank i % pp
     weights = _stage_weights(target)
     if weights is None:   # the closest torchtitan split: even, the embedding and head counted as nothing
         weights = (0, 0)

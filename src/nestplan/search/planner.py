@@ -17,6 +17,7 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 
 INTERLEAVE_CHOICES = (2, 3, 4)
+ENDS_LAYOUT_MAX_V = 8   # most chunks per stage of the end-balanced layouts (Llama 3 and NeMo's 405B run 8)
 POLISHED = 3            # best plans whose split is polished against the evaluator
 POLISH_BUDGET = 64      # evaluations per polished plan
 
@@ -86,6 +87,30 @@ def _interleaved(model: ModelSpec, evaluate: Evaluate, pred: Prediction,
     return out
 
 
+def ends_balanced_layout(num_layers: int, pp: int, v: int) -> tuple[int, ...] | None:
+    """Layers per virtual stage (pp x v, model order) with the embedding and the head each counted
+    as one layer, where they divide evenly: k = (L + 2) / (pp v) per virtual stage, k - 1 on the
+    first and the last (NeMo's account_for_embedding/loss_in_pipeline_split; Llama 3 405B's
+    0, 1 x 126, 0 over pp 16 x v 8, Dubey et al. 2024 section 3.3.2; NeMo's 1, 2 x 62, 1 over
+    pp 8 x v 8). None where pp v does not divide L + 2."""
+    stages = pp * v
+    if v < 2 or (num_layers + 2) % stages:
+        return None
+    k = (num_layers + 2) // stages
+    return (k - 1,) + (k,) * (stages - 2) + (k - 1,)
+
+
+def _layout_variants(model: ModelSpec, pred: Prediction) -> list[ParallelDims]:
+    """Interleaved variants of a plan's degrees whose virtual stages balance the embedding and the
+    head (:func:`ends_balanced_layout`), v = 2 .. ENDS_LAYOUT_MAX_V, where Megatron allows them."""
+    dims = pred.plan
+    if dims.pp < 2 or pred.num_microbatches % dims.pp:
+        return []
+    layouts = ((v, ends_balanced_layout(model.num_layers, dims.pp, v)) for v in range(2, ENDS_LAYOUT_MAX_V + 1))
+    return [replace(dims, schedule=Schedule.INTERLEAVED, virtual_stages=v, layers_per_stage=layout)
+            for v, layout in layouts if layout is not None]
+
+
 def _kth_fastest(preds: list[Prediction], k: int) -> float:
     """The k-th smallest step time (inf with fewer than k plans)."""
     times = sorted(p.step_time_s for p in preds)
@@ -147,10 +172,18 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
     exact = [_exact(evaluate, cand) for cand in finalists]
     fitting = sorted((p for p in exact if p.fits), key=lambda p: p.step_time_s)
     fitting[:POLISHED] = [_polish(model, evaluate, p, floor=floor) for p in fitting[:POLISHED]]
+    seen: set[tuple[ParallelDims, tuple[str, ...]]] = set()   # layouts do not depend on the plan's split
     for pred in list(fitting):
-        # a variant slower than 1 + top plans found cannot be returned: skip the plan when its
-        # bubble-free step already is, a variant when its floor is
-        limit, order = _kth_fastest(fitting, 1 + top), pred.placement.axis_order
+        # a variant slower than 1 + top plans found cannot be returned (the bar only falls): skip
+        # it when its floor is; the same split's variants also when the plan's bubble-free step is
+        order = pred.placement.axis_order
+        for dims in _layout_variants(model, pred):
+            if (dims, order) in seen:
+                continue
+            seen.add((dims, order))
+            if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
+                fitting.extend(p for p in [evaluate(dims, order)] if p.fits)
+        limit = _kth_fastest(fitting, 1 + top)
         if pred.bubble_free_step_s > limit:
             continue
         variants = _interleaved(model, evaluate, pred, lambda dims: floor(dims, order) <= limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from nestplan.errors import ConfigError
 from nestplan.strategy.axes import AXES
@@ -21,8 +22,13 @@ class ParallelDims:
     parallelism as in Megatron-LM: the ep ranks of a stage hold different experts
     but run the dense parts as data-parallel replicas, so a step processes
     dp * ep * micro_batch_size * num_microbatches sequences.
-    ``layers_per_stage`` gives uneven transformer-layer counts per stage (the
-    embedding rides with the first stage, the output head with the last).
+    ``layers_per_stage`` gives uneven transformer-layer counts: pp entries, one per stage (with
+    v > 1 each divides by v and a stage's v chunks share its work evenly, its embedding or head
+    included), or, when v > 1, pp x v entries, one per virtual stage in model order (chunk c of
+    stage s is virtual stage c * pp + s, as Megatron-LM's interleaved schedule and its
+    --pipeline-model-parallel-layout place them; the embedding rides with virtual stage 0, the
+    head with the last). Given per virtual stage, a layout whose chunks are equal within every
+    stage is stored per stage (the same plan), so that one plan has one value.
     """
 
     tp: int = 1
@@ -54,13 +60,11 @@ class ParallelDims:
         if self.schedule is Schedule.INTERLEAVED and self.pp == 1:
             raise _err("the interleaved schedule needs pp > 1, got pp 1", "schedule", self.schedule.value, "pp > 1")
         if self.layers_per_stage is not None:
-            object.__setattr__(self, "layers_per_stage", tuple(int(x) for x in self.layers_per_stage))
-            if len(self.layers_per_stage) != self.pp:
-                raise _err(f"layers-per-stage has {len(self.layers_per_stage)} entries but pp is {self.pp}",
-                           "layers_per_stage", self.layers_per_stage, self.pp)
-            if min(self.layers_per_stage) < 1:
-                raise _err(f"every stage needs at least one layer, got {self.layers_per_stage}",
-                           "layers_per_stage", self.layers_per_stage, ">= 1")
+            counts = tuple(int(x) for x in self.layers_per_stage)
+            problem = layout_problem(counts, self.pp, self.virtual_stages)
+            if problem is not None:
+                raise _err(f"layers-per-stage {problem}", "layers_per_stage", _brief(counts), problem)
+            object.__setattr__(self, "layers_per_stage", _per_stage_when_even(counts, self.pp, self.virtual_stages))
 
     # -- derived sizes ---------------------------------------------------------
     @property
@@ -106,14 +110,35 @@ class ParallelDims:
                         "global_batch_size", global_batch_size, self.pp)
         return None
 
+    @property
+    def per_virtual_stage(self) -> bool:
+        """``layers_per_stage`` gives every virtual stage (pp x v entries), not every stage."""
+        return self.layers_per_stage is not None and len(self.layers_per_stage) != self.pp
+
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Transformer layers of each pipeline stage (even split unless given)."""
+        """Transformer layers of each pipeline stage, all its chunks together (even split unless given)."""
         problem = self.layers_conflict(num_layers)
         if problem is not None:
             raise problem
+        if self.per_virtual_stage:
+            chunks = self.virtual_stage_layers(num_layers)
+            return tuple(sum(chunks[s::self.pp]) for s in range(self.pp))
         if self.layers_per_stage is not None:
             return self.layers_per_stage
         return (num_layers // self.pp,) * self.pp
+
+    def virtual_stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Transformer layers of each of the pp x v virtual stages in model order (chunk c of stage
+        s is entry c * pp + s); without interleaving, the stages'."""
+        if self.per_virtual_stage:
+            problem = self.layers_conflict(num_layers)
+            if problem is not None:
+                raise problem
+            assert self.layers_per_stage is not None
+            return self.layers_per_stage
+        v = self.virtual_stages
+        per_stage = self.stage_layers(num_layers)
+        return tuple(per_stage[s] // v for _ in range(v) for s in range(self.pp))
 
     def layers_conflict(self, num_layers: int) -> ConfigError | None:
         """Why the layers do not split into this plan's stages (an error to raise), or None."""
@@ -129,12 +154,51 @@ class ParallelDims:
                 return _err(f"pp {self.pp} does not divide the model's {num_layers} layers; "
                             "give --layers-per-stage for an uneven split", "pp", self.pp, num_layers)
             parts = (num_layers // self.pp,) * self.pp
-        if self.virtual_stages > 1:
+        if self.virtual_stages > 1 and not self.per_virtual_stage:
             bad = [n for n in parts if n % self.virtual_stages]
             if bad:
                 return _err(f"a stage of {bad[0]} layers does not split into {self.virtual_stages} virtual stages",
                             "virtual_stages", self.virtual_stages, bad[0])
         return None
+
+
+def layout_problem(counts: Sequence[int], pp: int, virtual_stages: int) -> str | None:
+    """What is wrong with transformer-layer counts given per stage (pp entries) or, with v > 1, per
+    virtual stage (pp x v entries), or None.
+
+    Every (virtual) stage holds at least one layer, except that, per virtual stage, the first may
+    hold only the embedding and the last only the head (Megatron-LM's --pipeline-model-parallel-layout
+    allows the stages 'E' and 'L': megatron/core/transformer/pipeline_parallel_layer_layout.py; the
+    Llama 3 paper, section 3.3.2, runs its first and last chunk so)."""
+    v = virtual_stages
+    lengths = (pp, pp * v) if v > 1 else (pp,)
+    if len(counts) not in lengths:
+        wanted = f"pp {pp} or pp x v = {pp * v}" if v > 1 else f"pp {pp} (pp x v entries need v > 1)"
+        return f"has {len(counts)} entries; allowed: {wanted}"
+    if min(counts, default=0) < 0:
+        return f"has a negative count {min(counts)}"
+    if len(counts) == pp and min(counts) < 1:
+        return "gives a stage no layer; every stage needs one (per virtual stage, the first and last may hold none)"
+    if len(counts) != pp and min(counts[1:-1], default=1) < 1:
+        return ("gives a virtual stage between the first and the last no layer; only the first (embedding) and "
+                "the last (head) may hold none")
+    return None
+
+
+def _per_stage_when_even(counts: tuple[int, ...], pp: int, v: int) -> tuple[int, ...]:
+    """Counts per virtual stage whose chunks are equal within every stage, as counts per stage."""
+    if len(counts) == pp:
+        return counts
+    chunks = [counts[s::pp] for s in range(pp)]
+    if all(len(set(c)) == 1 for c in chunks):
+        return tuple(sum(c) for c in chunks)
+    return counts
+
+
+def _brief(counts: Sequence[int]) -> str:
+    """Counts as one short text for an error message."""
+    text = ",".join(map(str, counts))
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def tp_conflict(model, tp: int) -> ConfigError | None:
