@@ -117,3 +117,56 @@ def test_cli_records_the_settings_in_the_plan(capsys) -> None:
     assert code == 0, err
     job = json.loads(out)["job"]
     assert (job["fp8_recipe"], job["tp_comm_overlap"], job["grad_dtype"]) == ("tensorwise", True, "bf16")
+
+
+# ---------------------------------------------------------------- exports set what was costed
+def _framework_plan(**settings):
+    from nestplan.export.plan import ExportInput
+
+    job = replace(BASE, grad_dtype="bf16", **settings)
+    plan = api.evaluate_full(MODEL, H100, PLAN, job, devices=64).plan
+    return ExportInput(plan, "test")
+
+
+def _pinned(name: str) -> set[str]:
+    from pathlib import Path
+
+    from nestplan.export import megatron
+
+    lines = (Path(megatron.__file__).parent / name).read_text().splitlines()
+    return {line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()}
+
+
+@pytest.mark.parametrize("recipe", list(Fp8Recipe))
+def test_megatron_sets_fp8_overlap_and_bf16_reduction(recipe) -> None:
+    from nestplan.export import megatron
+
+    inp = _framework_plan(fp8_recipe=recipe, fp8_params=True, tp_comm_overlap=True)
+    flags, notes = megatron.all_flags(inp)
+    values = dict(flags)
+    assert values["--fp8-format"] == "hybrid" and values["--fp8-recipe"] == recipe.value
+    assert {"--fp8-param-gather", "--tp-comm-overlap", "--grad-reduce-in-bf16", "--overlap-grad-reduce",
+            "--overlap-param-gather"} <= set(values)
+    assert set(values) <= _pinned("megatron_flags.txt")
+    assert "--fp8-recipe" in megatron.export(inp).files[0].text
+
+
+def test_megatron_leaves_out_the_overlaps_not_costed() -> None:
+    from nestplan.export import megatron
+
+    values = dict(megatron.all_flags(_framework_plan(overlap_grad_reduce=False, overlap_param_gather=False))[0])
+    assert "--overlap-grad-reduce" not in values and "--overlap-param-gather" not in values
+    assert "--fp8-format" not in values and "--tp-comm-overlap" not in values
+
+
+@pytest.mark.parametrize("recipe,name", [(Fp8Recipe.DELAYED, "bf16_with_fp8_delayed_scaling_mixed"),
+                                         (Fp8Recipe.TENSORWISE, "bf16_with_fp8_current_scaling_mixed"),
+                                         (Fp8Recipe.BLOCKWISE, "bf16_with_fp8_subchannel_scaling_mixed"),
+                                         (Fp8Recipe.MXFP8, "bf16_with_mxfp8_mixed")])
+def test_megatron_bridge_recipe_and_overlap(recipe, name) -> None:
+    from nestplan.export import nemo
+
+    items, notes = nemo.overrides(_framework_plan(fp8_recipe=recipe, tp_comm_overlap=True))
+    values = dict(items)
+    assert values["mixed_precision"] == name and values["model.tp_comm_overlap"] is True
+    assert set(values) <= _pinned("megatron_bridge_keys.txt")

@@ -122,6 +122,13 @@ def _job_notes(plan: Plan) -> list[str]:
     if not plan.job.flash_attention:
         notes.append("nestplan costed attention without a fused kernel (the score matrices stored): your model "
                      "code decides which attention runs")
+    job = plan.job
+    if job.fp8:
+        notes.append(f"nestplan costed FP8 GEMMs ({job.fp8_recipe.value} scaling): DeepSpeed has no FP8 setting; "
+                     "your model code must run its linear layers in FP8 (Transformer Engine's fp8_autocast)")
+    if job.tp_comm_overlap and plan.dims.tp > 1:
+        notes.append("nestplan costed tp collectives overlapped with their GEMMs: your model code's tensor-parallel "
+                     "layers decide whether they are")
     return notes
 
 

@@ -70,20 +70,44 @@ def layout(plan: Plan) -> str:
     return text + runs[-1][0]
 
 
+def _overlaps(plan: Plan, gather: bool) -> Flags:
+    """The step end's overlaps as costed (the parameter all-gather only where parameters are sharded)."""
+    job = plan.job
+    flags: Flags = [("--overlap-grad-reduce", None)] if job.overlap_grad_reduce else []
+    return flags + ([("--overlap-param-gather", None)] if gather and job.overlap_param_gather else [])
+
+
 def _zero(plan: Plan) -> tuple[Flags, list[str]]:
     """ZeRO 1: the distributed optimizer; ZeRO 2/3: Megatron-FSDP's sharding strategies."""
     zero = int(plan.dims.zero)
     if zero == 0:
-        return [("--overlap-grad-reduce", None)], []
+        return _overlaps(plan, gather=False), []
     if zero == 1:
-        return [("--use-distributed-optimizer", None), ("--overlap-grad-reduce", None),
-                ("--overlap-param-gather", None)], []
+        return [("--use-distributed-optimizer", None)] + _overlaps(plan, gather=True), []
     strategy = "optim_grads" if zero == 2 else "optim_grads_params"
     note = (f"ZeRO {zero} runs as Megatron-FSDP (--data-parallel-sharding-strategy {strategy}), which needs "
             "--ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS other than 1")
     return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
-            ("--ckpt-format", "fsdp_dtensor"), ("--overlap-grad-reduce", None),
-            ("--overlap-param-gather", None)], [note]
+            ("--ckpt-format", "fsdp_dtensor")] + _overlaps(plan, gather=True), [note]
+
+
+def framework_flags(plan: Plan) -> tuple[Flags, list[str]]:
+    """FP8 (Transformer Engine's hybrid format: E4M3 forward, E5M2 gradients) with the costed recipe,
+    FP8 parameters, and the userbuffer tp overlap, which Megatron-LM runs only with sequence
+    parallelism (nestplan costs no overlap without it either)."""
+    job, d = plan.job, plan.dims
+    flags: Flags = []
+    if job.fp8_recipe is not None:
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", job.fp8_recipe.value)]
+    if job.fp8_params:
+        flags.append(("--fp8-param-gather", None))
+    notes = []
+    if job.tp_comm_overlap and d.sp_active:
+        flags.append(("--tp-comm-overlap", None))
+    elif job.tp_comm_overlap and d.tp > 1:
+        notes.append("tp communication overlap needs sequence parallelism in Megatron-LM: not set, and nestplan "
+                     "costed the tp collectives exposed")
+    return flags, notes
 
 
 def _recompute(plan: Plan) -> Flags:
@@ -215,7 +239,8 @@ def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     check(inp)
     par, notes = parallel_flags(inp)
     train, train_notes = training_flags(inp.plan)
-    return par + model_flags(inp.model, inp.plan) + train, notes + train_notes
+    framework, framework_notes = framework_flags(inp.plan)
+    return par + model_flags(inp.model, inp.plan) + train + framework, notes + train_notes + framework_notes
 
 
 def _environment(plan: Plan) -> str:
@@ -232,7 +257,9 @@ def export(inp: ExportInput) -> Export:
     check(inp)
     par, notes = parallel_flags(inp)
     train, train_notes = training_flags(p)
-    notes += train_notes
+    framework, framework_notes = framework_flags(p)
+    train += framework
+    notes += train_notes + framework_notes
     script = "pretrain_gpt.py" if m.causal else "pretrain_bert.py"
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
@@ -240,7 +267,7 @@ def export(inp: ExportInput) -> Export:
             + 'MEGATRON_LM="${MEGATRON_LM:-/workspace/Megatron-LM}"\n\n'
             + bash_array("PARALLEL_ARGS", flag_pairs(par), "parallelism, as nestplan costed it")
             + bash_array("MODEL_ARGS", flag_pairs(model_flags(m, p)), f"model shape of {m.name}")
-            + bash_array("TRAINING_ARGS", flag_pairs(train), "batch, precision, optimizer")
+            + bash_array("TRAINING_ARGS", flag_pairs(train), "batch, precision, optimizer, overlaps")
             + bash_array("DATA_ARGS", flag_pairs(data) + ['--train-iters "${TRAIN_ITERS:-100}"',
                                                           '--lr "${LR:-1.0e-4}"'],
                          "yours to replace: tokenizer, data, schedule (mock data runs as is)")

@@ -13,6 +13,7 @@ from nestplan.export import megatron
 from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, sbatch_lines, shell_word,
                                     torchrun_prologue)
 from nestplan.export.plan import ExportInput
+from nestplan.job import Fp8Recipe
 from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute
 
@@ -47,7 +48,7 @@ def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
         ("model.context_parallel_size", d.cp), ("model.sequence_parallel", d.sp_active),
         ("model.expert_model_parallel_size", d.ep), ("model.seq_length", job.seq_len),
         ("train.global_batch_size", job.global_batch_size), ("train.micro_batch_size", d.micro_batch_size),
-        ("mixed_precision", f"{job.dtype}_mixed" if job.dtype in ("bf16", "fp16") else None)]
+        ("mixed_precision", _precision_recipe(job))]
     if d.ep > 1:
         out.append(("model.expert_tensor_parallel_size", d.tp))
     if d.virtual_stages > 1:
@@ -59,10 +60,40 @@ def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
                     ("model.num_layers_in_last_pipeline_stage", n[-1])]
         else:
             out.append(("model.pipeline_model_parallel_layout", megatron.layout(p)))
-    out += _recompute(p) + _zero(p, notes) + _job(p, notes)
+    out += _recompute(p) + _zero(p, notes) + _job(p, notes) + _framework(p, notes)
     if order == REPLICA_MAJOR:   # Megatron-core's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping)
         out.append(("dist.use_tp_pp_dp_mapping", True))
     return out, notes
+
+
+# Megatron-Bridge's mixed-precision recipes per FP8 scaling (megatron/bridge/training/mixed_precision.py)
+FP8_RECIPES = {Fp8Recipe.DELAYED: "with_fp8_delayed_scaling", Fp8Recipe.TENSORWISE: "with_fp8_current_scaling",
+               Fp8Recipe.BLOCKWISE: "with_fp8_subchannel_scaling", Fp8Recipe.MXFP8: "with_mxfp8"}
+
+
+def _precision_recipe(job) -> str | None:
+    if job.dtype not in ("bf16", "fp16"):
+        return None
+    return f"{job.dtype}_{FP8_RECIPES[job.fp8_recipe]}_mixed" if job.fp8 else f"{job.dtype}_mixed"
+
+
+def _framework(plan: Plan, notes: list[str]) -> list[tuple[str, object]]:
+    """The userbuffer tp overlap (with sequence parallelism, as Megatron needs) and what the
+    mixed-precision recipe decides that nestplan may have costed otherwise."""
+    job, d = plan.job, plan.dims
+    if job.fp8_recipe is Fp8Recipe.TENSORWISE:
+        notes.append("Megatron-Bridge's current-scaling FP8 recipe keeps the first and last transformer layers in "
+                     "bf16 (first_last_layers_bf16); nestplan costed every block's GEMMs in FP8")
+    if job.fp8_params:
+        notes.append("nestplan costed parameters kept and all-gathered in FP8: set fp8_param_gather in your "
+                     "recipe's mixed_precision")
+    out: list[tuple[str, object]] = []
+    if job.tp_comm_overlap and d.sp_active:
+        out.append(("model.tp_comm_overlap", True))
+    elif job.tp_comm_overlap and d.tp > 1:
+        notes.append("tp communication overlap needs sequence parallelism: not set, and nestplan costed the tp "
+                     "collectives exposed")
+    return out
 
 
 def _recompute(plan: Plan) -> list[tuple[str, object]]:
@@ -92,8 +123,10 @@ def _zero(plan: Plan, notes: list[str]) -> list[tuple[str, object]]:
     if zero == 0:
         return [("ddp.use_distributed_optimizer", False), ("optimizer.use_distributed_optimizer", False)]
     if zero == 1:
+        job = plan.job
         return [("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True),
-                ("ddp.overlap_grad_reduce", True), ("ddp.overlap_param_gather", True)]
+                ("ddp.overlap_grad_reduce", job.overlap_grad_reduce),
+                ("ddp.overlap_param_gather", job.overlap_param_gather)]
     notes.append(f"ZeRO {zero} runs as Megatron-FSDP")
     strategy = "optim_grads" if zero == 2 else "optim_grads_params"
     return [("ddp.use_megatron_fsdp", True), ("ddp.data_parallel_sharding_strategy", strategy),

@@ -125,6 +125,12 @@ def _job_notes(plan: Plan) -> list[str]:
     if job.grad_dtype != "fp32":
         notes.append(f"torchtitan reduces gradients in float32 (--training.mixed-precision-reduce); nestplan costed "
                      f"{job.grad_dtype} gradients")
+    if job.fp8:
+        notes.append(f"nestplan costed FP8 GEMMs ({job.fp8_recipe.value} scaling): torchtitan 0.3.0's command line "
+                     "has no float8 option; add the float8 model converter (torchao) to your config")
+    if job.tp_comm_overlap and plan.dims.tp > 1:
+        notes.append("nestplan costed tp collectives overlapped with their GEMMs: torchtitan's counterpart is async "
+                     "tensor parallelism under torch.compile (--compile.enable-async-tensor-parallel)")
     return notes
 
 
