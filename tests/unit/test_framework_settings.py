@@ -170,3 +170,16 @@ def test_megatron_bridge_recipe_and_overlap(recipe, name) -> None:
     values = dict(items)
     assert values["mixed_precision"] == name and values["model.tp_comm_overlap"] is True
     assert set(values) <= _pinned("megatron_bridge_keys.txt")
+
+
+def test_fp8_weight_copies_are_held_unless_the_parameters_are_fp8() -> None:
+    """Transformer Engine keeps row- and column-wise FP8 copies of every block weight across the
+    step's microbatches: 2 bytes per block parameter on top of the bf16 weight (not for the
+    embedding, which stays bf16), none under fp8_params."""
+    bf16 = _predict(BASE).stages[0]
+    fp8 = _predict(replace(BASE, fp8_recipe=Fp8Recipe.DELAYED)).stages[0]
+    fp8_params = _predict(replace(BASE, fp8_recipe=Fp8Recipe.DELAYED, fp8_params=True)).stages[0]
+    embedding = MODEL.vocab_size / PLAN.tp * MODEL.hidden_size     # parameters of the first stage's embedding
+    block_params = bf16.memory_bytes["weights"] / 2 - embedding    # bf16 weights: 2 bytes each (ZeRO 1 keeps them)
+    assert fp8.memory_bytes["weights"] - bf16.memory_bytes["weights"] == pytest.approx(2 * block_params, rel=1e-9)
+    assert fp8_params.memory_bytes["weights"] == pytest.approx(bf16.memory_bytes["weights"])

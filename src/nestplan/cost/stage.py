@@ -64,6 +64,10 @@ class StageContext:
         return model_state_bytes(params, self.shards, self.zero, j.dtype_bytes, j.grad_bytes,
                                  j.optimizer_state_bytes)
 
+    def node_state_bytes(self, node: NodeTerms) -> float:
+        """What a node holds all step: its ZeRO-managed states and its FP8 weight copies."""
+        return self.state_bytes(node.params) + node.fp8_weight_bytes
+
     def state_bytes(self, params: L.ParamCount) -> float:
         j = self.job
         return model_state_total(params, self.shards, self.zero, j.dtype_bytes, j.grad_bytes,
@@ -91,11 +95,12 @@ class StageSums:
     activations: float
     params: L.ParamCount
     transient: float
+    fp8_weight_bytes: float = 0.0
 
 
 def stage_sums(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) -> StageSums:
     comp: dict[str, float] = {k: 0.0 for k in BREAKDOWN_TERMS}
-    acts, fwd, params, transient = 0.0, 0.0, extra_params(terms, stage, pp), 0.0
+    acts, fwd, params, transient, fp8 = 0.0, 0.0, extra_params(terms, stage, pp), 0.0, 0.0
     for node in held_nodes(terms, kinds, stage, pp):
         for key, value in node.components.items():
             comp[key] += value
@@ -103,7 +108,8 @@ def stage_sums(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) ->
         fwd += node.forward
         params = params + node.params
         transient = max(transient, node.transient)
-    return StageSums(MappingProxyType(comp), fwd, acts, params, transient)
+        fp8 += node.fp8_weight_bytes
+    return StageSums(MappingProxyType(comp), fwd, acts, params, transient, fp8)
 
 
 def combined_sums(parts: Sequence[StageSums]) -> StageSums:
@@ -114,7 +120,7 @@ def combined_sums(parts: Sequence[StageSums]) -> StageSums:
     for x in parts:
         params = params + x.params
     return StageSums(MappingProxyType(comp), sum(x.forward for x in parts), sum(x.activations for x in parts),
-                     params, max(x.transient for x in parts))
+                     params, max(x.transient for x in parts), sum(x.fp8_weight_bytes for x in parts))
 
 
 def chunk_transfers(stage: int, chunk: int, pp: int, virtual: int, bounds: Sequence[float]) -> tuple[float, float]:
@@ -137,13 +143,20 @@ def transfer_seconds(prev: float, nxt: float, virtual: int) -> float:
 
 def stage_memory_breakdown(ctx: StageContext, sums: StageSums, in_flight: float) -> dict[str, float]:
     """Bytes per device of one stage by MEMORY_TERMS."""
-    return stage_memory(ctx.states(sums.params), sums.activations, in_flight, sums.transient, ctx.reserved_bytes)
+    return stage_memory(_states(ctx, sums), sums.activations, in_flight, sums.transient, ctx.reserved_bytes)
+
+
+def _states(ctx: StageContext, sums: StageSums) -> dict[str, float]:
+    """Weights (with the FP8 weight copies), gradients and optimizer state of a stage."""
+    states = ctx.states(sums.params)
+    states["weights"] += sums.fp8_weight_bytes
+    return states
 
 
 def chunked_memory_breakdown(ctx: StageContext, sums: StageSums, live_activation_bytes: float) -> dict[str, float]:
     """Bytes per device of one stage whose chunks differ by MEMORY_TERMS: its activations are the
     peak of its live chunks (``memory.live_activation_peak``), not a count x their mean."""
-    return stage_memory(ctx.states(sums.params), live_activation_bytes, 1.0, sums.transient, ctx.reserved_bytes)
+    return stage_memory(_states(ctx, sums), live_activation_bytes, 1.0, sums.transient, ctx.reserved_bytes)
 
 
 def step_end_inputs(sums: Sequence[StageSums]) -> tuple[list[L.ParamCount], list[float], list[float]]:
@@ -170,7 +183,7 @@ class BlockArrays:
 def block_arrays(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray) -> BlockArrays:
     """``kind_index``: each block's index in sorted(terms.blocks) (False, dense, before True, MoE)."""
     kind_ids = sorted(terms.blocks)
-    per_kind = {k: (terms.blocks[k].cycle, ctx.state_bytes(terms.blocks[k].params), terms.blocks[k].activations)
+    per_kind = {k: (terms.blocks[k].cycle, ctx.node_state_bytes(terms.blocks[k]), terms.blocks[k].activations)
                 for k in kind_ids}
     costs, states, acts = (np.array([per_kind[k][i] for k in kind_ids])[kind_index] for i in range(3))
     alike = len(kind_ids) == 1 or bool(np.all(costs == costs[0]) and np.all(states == states[0]))
@@ -266,7 +279,7 @@ def block_memory(ctx: StageContext, terms: GraphTerms, kinds: Sequence[bool], pp
     out = np.empty((pp, len(kinds)))
     for i, kind in enumerate(kinds):
         node = terms.blocks[kind]
-        out[:, i] = ctx.state_bytes(node.params) + node.activations * inflight
+        out[:, i] = ctx.node_state_bytes(node) + node.activations * inflight
     return out
 
 

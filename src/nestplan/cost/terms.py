@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from nestplan.cost import comm
-from nestplan.cost.compute import LayerTime, Precision, block_time, embedding_time, head_time
+from nestplan.cost.compute import FP8_BYTES, FP8_COPIES, LayerTime, Precision, block_time, embedding_time, head_time
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.job import Job
 from nestplan.model import layers as L
@@ -32,6 +32,7 @@ class NodeTerms:
     activations: float                # bytes stored per microbatch
     forward: float = 0.0              # seconds of the components that run in the forward pass
     transient: float = 0.0            # bytes alive only while this node recomputes
+    fp8_weight_bytes: float = 0.0     # FP8 copies of its GEMM weights, kept all step besides the ZeRO states
 
     @property
     def cycle(self) -> float:
@@ -83,6 +84,16 @@ def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, 
                          L.block_params_per_device(model, layer, shard), MappingProxyType(stored))
 
 
+def fp8_weight_copies(job: Job) -> float:
+    """Bytes per block parameter of the FP8 weight copies Transformer Engine keeps across a step's
+    microbatches (row- and column-wise, cost/compute.py FP8_COPIES); none when the parameters are
+    themselves FP8 (fp8_params: the weight is the row-wise copy and its transpose takes the bytes
+    the bf16 weight would)."""
+    if not job.fp8 or job.fp8_params:
+        return 0.0
+    return FP8_COPIES * FP8_BYTES
+
+
 def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan],
            b: _BlockCompute, c: comm.LayerComm) -> NodeTerms:
     t, params = b.time, b.params
@@ -115,7 +126,8 @@ def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping
             tp_comm=c.tp_forward + c.tp_backward, cp_comm=c.cp_forward + c.cp_backward,
             ep_comm=c.ep_forward + c.ep_backward, zero_comm=zero_f + zero_b),
         params=params, activations=b.activations[dims.recompute],
-        forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f, transient=transient)
+        forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f, transient=transient,
+        fp8_weight_bytes=fp8_weight_copies(job) * params.total)
 
 
 def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:

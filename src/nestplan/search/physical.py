@@ -182,7 +182,7 @@ class PhysicalSearchModel:
             states, acts = blocks.states[0], blocks.activations[0]
         else:
             block = t.blocks[self._block_kinds[0]]
-            states, acts = ctx.state_bytes(block.params), block.activations
+            states, acts = ctx.node_state_bytes(block), block.activations
         L = self.num_blocks
         m = min(g.microbatches, L)
         inflight = self._inflight.get(m)
