@@ -183,3 +183,14 @@ def test_fp8_weight_copies_are_held_unless_the_parameters_are_fp8() -> None:
     block_params = bf16.memory_bytes["weights"] / 2 - embedding    # bf16 weights: 2 bytes each (ZeRO 1 keeps them)
     assert fp8.memory_bytes["weights"] - bf16.memory_bytes["weights"] == pytest.approx(2 * block_params, rel=1e-9)
     assert fp8_params.memory_bytes["weights"] == pytest.approx(bf16.memory_bytes["weights"])
+
+
+def test_megatron_runs_nemotron_as_costed() -> None:
+    from nestplan.export import megatron
+    from nestplan.export.plan import ExportInput
+
+    plan = api.evaluate_full("nemotron4-15b", "dgx-h100", ParallelDims(tp=4, sp=True, dp=2),
+                             Job(global_batch_size=16, seq_len=4096), devices=8).plan
+    values = dict(megatron.all_flags(ExportInput(plan, "test"))[0])
+    assert {"--squared-relu", "--apply-layernorm-1p"} <= set(values) and values["--rotary-percent"] == 0.5
+    assert "--swiglu" not in values

@@ -176,6 +176,10 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
               ("--attention-backend", "flash" if job.flash_attention else "unfused")]
     if m.gated_mlp:
         flags.append(("--swiglu", None))
+    if m.family == "nemotron":   # squared-ReLU MLP and LayerNorm with a zero-centred gamma (HF NemotronConfig)
+        flags += [("--squared-relu", None), ("--apply-layernorm-1p", None)]
+    if not m.learned_position_embeddings and m.rotary_fraction < 1:
+        flags.append(("--rotary-percent", m.rotary_fraction))
     if not m.linear_bias:
         flags.append(("--disable-bias-linear", None))
     if not m.tied_embeddings:
