@@ -58,3 +58,20 @@ def test_cli_plot_options(capsys, tmp_path) -> None:
     assert code == 0 and out.lstrip().startswith("{")
     for d in ("e", "p"):
         assert sorted(f.name for f in (tmp_path / d).iterdir()) == ["memory.png", "placement.png", "timeline.png"]
+
+
+def test_timeline_of_an_uneven_interleaved_layout_is_the_evaluators() -> None:
+    """The plot records the same per-(stage, chunk) schedule the evaluator costs (Llama 3's layout)."""
+    from nestplan import api
+    from nestplan.cost.evaluator import evaluate_plan
+    from nestplan.job import Job
+    from nestplan.report.plots import step_timeline
+    from nestplan.strategy.dims import ParallelDims
+
+    dims = ParallelDims(tp=8, sp=True, pp=16, dp=8, zero=1, recompute="full", schedule="interleaved",
+                        virtual_stages=8, layers_per_stage=(0,) + (1,) * 126 + (0,))
+    pred = evaluate_plan(api.resolve_model("llama3.1-405b"), api.resolve_cluster("llama3-h100", 1024), dims,
+                         Job(global_batch_size=128, seq_len=8192))
+    assert pred.stages[0].chunk_forward_s
+    pipeline = pred.step_time_s - pred.breakdown_s["dp_sync"] - pred.breakdown_s["optimizer"]
+    assert step_timeline(pred).pipeline.makespan_s == pytest.approx(pipeline, rel=1e-9)

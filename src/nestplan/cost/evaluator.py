@@ -196,7 +196,9 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
             index=i, first_layer=first, last_layer=first + n_layers - 1, has_embedding=i == 0,
             has_head=i == dims.pp - 1, devices=dims.stage_devices, forward_s=forward[i],
             backward_s=cycles[i] - forward[i], cycle_s=cycles[i], components_s=MappingProxyType(comp),
-            memory_bytes=MappingProxyType(memory)))
+            memory_bytes=MappingProxyType(memory),
+            chunk_forward_s=() if st.chunks is None else tuple(st.chunks.forward[i].tolist()),
+            chunk_backward_s=() if st.chunks is None else tuple(st.chunks.backward[i].tolist())))
     breakdown = {k: m * v_ for k, v_ in components[slowest].items()}
     breakdown["pipeline_bubble"] = bubble_s
     breakdown["dp_sync"] = end.exposed_s + tied

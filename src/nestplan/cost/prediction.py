@@ -31,6 +31,10 @@ class StageCost:
     cycle_s: float            # forward + backward + boundary transfers, per microbatch
     components_s: Mapping[str, float]   # cycle split over BREAKDOWN_TERMS (per microbatch)
     memory_bytes: Mapping[str, float]   # MEMORY_TERMS -> bytes per device
+    # per model chunk where an uneven interleaved layout makes them differ (else empty: each chunk
+    # takes 1/v of forward_s and backward_s)
+    chunk_forward_s: tuple[float, ...] = ()
+    chunk_backward_s: tuple[float, ...] = ()
 
     @property
     def peak_memory_bytes(self) -> float:

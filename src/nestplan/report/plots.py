@@ -42,8 +42,12 @@ class StepTimeline:
 def step_timeline(pred: Prediction) -> StepTimeline:
     """Record the plan's pipeline schedule, every forward and backward of every stage."""
     dims = pred.plan
-    _, timeline = simulate([s.forward_s for s in pred.stages], [s.backward_s for s in pred.stages],
-                           pred.num_microbatches, dims.schedule, dims.virtual_stages, record=True)
+    if pred.stages[0].chunk_forward_s:   # an uneven interleaved layout: per (stage, chunk) times
+        forward = np.array([s.chunk_forward_s for s in pred.stages])
+        backward = np.array([s.chunk_backward_s for s in pred.stages])
+    else:
+        forward, backward = [s.forward_s for s in pred.stages], [s.backward_s for s in pred.stages]
+    _, timeline = simulate(forward, backward, pred.num_microbatches, dims.schedule, dims.virtual_stages, record=True)
     step_end = pred.breakdown_s["dp_sync"] + pred.breakdown_s["optimizer"]
     return StepTimeline(timeline, step_end)
 
