@@ -364,9 +364,9 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
               "matmul_efficiency": acc.matmul_efficiency, "matmul_half_dim": acc.matmul_half_dim,
               "memory_efficiency": acc.memory_efficiency, "reserved_GiB": acc.reserved_bytes / units.GiB,
               "mx_block_scaling": acc.mx_block_scaling, "source": acc.source}
-    if acc.fp8_matmul_efficiency is not None:
-        table["fp8_matmul_efficiency"] = acc.fp8_matmul_efficiency
-    return table
+    optional = {"fp8_matmul_efficiency": acc.fp8_matmul_efficiency, "attention_efficiency": acc.attention_efficiency,
+                "attention_backward_efficiency": acc.attention_backward_efficiency}
+    return table | {key: value for key, value in optional.items() if value is not None}
 
 
 def _level_table(level: Level) -> dict[str, Any]:

@@ -194,3 +194,32 @@ def test_megatron_runs_nemotron_as_costed() -> None:
     values = dict(megatron.all_flags(ExportInput(plan, "test"))[0])
     assert {"--squared-relu", "--apply-layernorm-1p"} <= set(values) and values["--rotary-percent"] == 0.5
     assert "--swiglu" not in values
+
+
+def test_fused_attention_runs_at_its_measured_efficiency() -> None:
+    """H100's fused attention: FlashAttention-3's forward 0.63 and backward 0.51 of the BF16 peak at
+    long sequences (Shah et al. 2024), less where the blocks are short."""
+    from nestplan.cost.compute import FLASH_BACKWARD_FLOP_RATIO, _attention_core
+    from nestplan.model.layers import Shard, attention_core_gemms
+
+    acc = H100.accelerator
+    long = Shard(seq_len=65536)
+    flops = 0.5 * sum(g.flops for g in attention_core_gemms(MODEL, long))   # causal: half the scores
+    forward, backward = _attention_core(acc, MODEL, long, "bf16")
+    assert flops / forward / acc.peak("bf16") == pytest.approx(0.63, rel=0.01)
+    assert FLASH_BACKWARD_FLOP_RATIO * flops / backward / acc.peak("bf16") == pytest.approx(0.51, rel=0.01)
+    short = Shard(seq_len=512)
+    short_forward = _attention_core(acc, MODEL, short, "bf16")[0]
+    short_flops = 0.5 * sum(g.flops for g in attention_core_gemms(MODEL, short))
+    assert short_flops / short_forward < flops / forward
+
+
+def test_attention_efficiencies_come_in_pairs() -> None:
+    from nestplan.hardware.accelerator import accelerator_from_dict
+
+    table = {"peak_bf16_TFLOPS": 100.0, "hbm_GiB": 10.0, "hbm_bandwidth_TBps": 1.0, "matmul_efficiency": 0.8,
+             "matmul_half_dim": 64.0, "memory_efficiency": 0.8}
+    with pytest.raises(ConfigError, match="both"):
+        accelerator_from_dict("x", table | {"attention_efficiency": 0.6})
+    acc = accelerator_from_dict("x", table | {"attention_efficiency": 0.6, "attention_backward_efficiency": 0.5})
+    assert (acc.attention_efficiency, acc.attention_backward_efficiency) == (0.6, 0.5)

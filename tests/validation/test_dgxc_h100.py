@@ -8,7 +8,8 @@ Two factors were calibrated on ten of these rows (the Hopper GEMM ceilings, on L
 catalog/accelerators.toml, bench/calibrate_gemm.py); every other row is a prediction. The bounds
 below are what nestplan reaches today, so that a change that makes it worse fails; issue 14's
 targets (median |error| <= 5% and max <= 12% per precision, tp 1/4/8 means within 4 points) are
-stated beside them and not all met yet (Grok-1, a mixture of experts, is predicted 5-25% fast).
+stated beside them: BF16 meets them, FP8 its median (Grok-1, a mixture of experts, is predicted
+5-19% fast).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from nestplan.validate import RowResult, validate
 
 RUNS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "measured" / "dgxc_benchmarking_h100_v24.11.json"
 
-# precision: (median |error| bound, max |error| bound) reached today; the issue's targets are 0.05 and 0.12
-BOUNDS = {"bf16": (0.05, 0.16), "fp8": (0.065, 0.26)}
+# precision: (median |error| bound, max |error| bound): BF16 meets the issue's targets (0.05 and 0.12); FP8 its
+# median, not yet its max (Grok-1's 2-layer proxy at 8 GPUs is predicted 19% fast)
+BOUNDS = {"bf16": (0.05, 0.12), "fp8": (0.05, 0.20)}
 CALIBRATED = "llama3.1-8b"    # the rows the two GEMM ceilings were calibrated on
 
 
@@ -67,8 +69,8 @@ def test_the_calibration_rows_are_matched(results) -> None:
 
 
 def test_dense_models_off_the_calibration_rows(results) -> None:
-    """Dense models other than the calibration rows: median |error| within 6%, every row within 19%."""
+    """Dense models other than the calibration rows: median |error| within 4%, every row within 15%."""
     errors = [abs(r.error) for r in results if CALIBRATED not in r.id and r.run.model.num_experts == 0]
     assert len(errors) == 60
-    assert statistics.median(errors) <= 0.06
-    assert max(errors) <= 0.19
+    assert statistics.median(errors) <= 0.04
+    assert max(errors) <= 0.15

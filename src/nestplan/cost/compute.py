@@ -93,9 +93,15 @@ def _attention_core(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str)
     if shard.flash:
         causal = 0.5 if spec.causal else 1.0  # a causal flash kernel skips the masked half
         q, k = gemms[0].m, gemms[0].n
-        eff = acc.matmul_efficiency_for(q, k, spec.head_dim)
-        fwd = causal * sum(g.flops for g in gemms) / (acc.peak(dtype) * eff)
-        return fwd, FLASH_BACKWARD_FLOP_RATIO * fwd
+        flops = causal * sum(g.flops for g in gemms)
+        if acc.attention_efficiency is None:   # no kernel measurement: the GEMM efficiency of its shapes
+            fwd = flops / (acc.peak(dtype) * acc.matmul_efficiency_for(q, k, spec.head_dim))
+            return fwd, FLASH_BACKWARD_FLOP_RATIO * fwd
+        # the kernel's measured efficiency at long sequences, lower where the queries or keys are few
+        shape = acc.shape_factor(q, k)
+        fwd = flops / (acc.peak(dtype) * acc.attention_efficiency * shape)
+        bwd = FLASH_BACKWARD_FLOP_RATIO * flops / (acc.peak(dtype) * acc.attention_backward_efficiency * shape)
+        return fwd, bwd
     elems = score_elements(spec, shard)
     B = shard.dtype_bytes
     # scale+mask+softmax reads and writes the scores; dropout reads them, writes output and mask

@@ -6,6 +6,7 @@ they are checked and converted once, in :func:`accelerator_from_dict`, into SI f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -51,6 +52,10 @@ class Accelerator:
     extra: Mapping[str, Any] = field(default_factory=dict)
     mx_block_scaling: bool = False   # tensor cores scale 32-element blocks themselves (MXFP8; Blackwell)
     fp8_matmul_efficiency: float | None = None   # the FP8 GEMMs' ceiling; None: matmul_efficiency
+    # a fused attention kernel's forward and backward, fractions of the dtype's peak at long sequences;
+    # None: attention runs at the GEMM efficiency of its shapes
+    attention_efficiency: float | None = None
+    attention_backward_efficiency: float | None = None
 
     def __reduce__(self):
         """Picklable (a sweep ships accelerators to worker processes): the read-only peak table
@@ -70,12 +75,16 @@ class Accelerator:
             )
         return self.peak_flops[dtype]
 
+    def shape_factor(self, *dims: float) -> float:
+        """prod_d d / (d + matmul_half_dim): how much of its ceiling a kernel with these tile
+        dimensions reaches (small dimensions waste tiles and waves)."""
+        d0 = self.matmul_half_dim
+        return math.prod(d / (d + d0) for d in dims)
+
     def matmul_efficiency_for(self, m: float, n: float, k: float, dtype: str = "bf16") -> float:
         """Fraction of ``dtype``'s peak a GEMM of this shape achieves (see class docstring)."""
-        d0 = self.matmul_half_dim
-        shape_factor = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
         ceiling = self.fp8_matmul_efficiency if dtype == "fp8" and self.fp8_matmul_efficiency else self.matmul_efficiency
-        return ceiling * shape_factor
+        return ceiling * self.shape_factor(m, n, k)
 
     def matmul_time(self, m: float, n: float, k: float, dtype: str, count: float = 1.0) -> float:
         """Seconds for ``count`` GEMMs of shape (m, k) x (k, n): roofline of compute and HBM traffic."""
@@ -130,7 +139,8 @@ def _check_fields(entry: Mapping[str, Any], name: str) -> None:
     """Only known fields; text fields are strings; exactly one of hbm_GiB and hbm_GB."""
     known = {f"peak_{d}_TFLOPS" for d in _DTYPES} | {
         "hbm_GiB", "hbm_GB", "hbm_bandwidth_TBps", "matmul_efficiency", "matmul_half_dim",
-        "memory_efficiency", "reserved_GiB", "mx_block_scaling", "fp8_matmul_efficiency", *_STRING_FIELDS,
+        "memory_efficiency", "reserved_GiB", "mx_block_scaling", "fp8_matmul_efficiency", "attention_efficiency",
+        "attention_backward_efficiency", *_STRING_FIELDS,
     }
     unknown = sorted(set(entry) - known, key=str)
     if unknown:
@@ -144,6 +154,9 @@ def _check_fields(entry: Mapping[str, Any], name: str) -> None:
         raise ConfigError(f"{_where(name)}: field 'mx_block_scaling' must be true or false, got "
                           f"{printable(brief(entry['mx_block_scaling']))}", field="mx_block_scaling",
                           value=printable(brief(entry["mx_block_scaling"])), limit=[True, False])
+    if ("attention_efficiency" in entry) != ("attention_backward_efficiency" in entry):
+        raise ConfigError(f"{_where(name)}: give both attention_efficiency and attention_backward_efficiency, or "
+                          "neither", field="attention_efficiency", limit="both or neither")
     if ("hbm_GiB" in entry) == ("hbm_GB" in entry):
         raise ConfigError(f"{_where(name)}: give exactly one of hbm_GiB and hbm_GB", field="hbm_GiB",
                           limit="hbm_GiB or hbm_GB")
@@ -192,9 +205,15 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
         reserved_bytes=_reserved_bytes(entry, name, hbm),
         source=entry.get("source", ""),
         mx_block_scaling=entry.get("mx_block_scaling", False),
-        fp8_matmul_efficiency=(_number(entry, "fp8_matmul_efficiency", name, EFFICIENCY_RANGE)
-                               if "fp8_matmul_efficiency" in entry else None),
+        fp8_matmul_efficiency=_optional(entry, "fp8_matmul_efficiency", name),
+        attention_efficiency=_optional(entry, "attention_efficiency", name),
+        attention_backward_efficiency=_optional(entry, "attention_backward_efficiency", name),
     )
+
+
+def _optional(entry: Mapping[str, Any], key: str, name: str) -> float | None:
+    """An optional efficiency (a fraction in EFFICIENCY_RANGE), None when absent."""
+    return _number(entry, key, name, EFFICIENCY_RANGE) if key in entry else None
 
 
 def _catalog() -> dict[str, Any]:
