@@ -223,3 +223,24 @@ def test_attention_efficiencies_come_in_pairs() -> None:
         accelerator_from_dict("x", table | {"attention_efficiency": 0.6})
     acc = accelerator_from_dict("x", table | {"attention_efficiency": 0.6, "attention_backward_efficiency": 0.5})
     assert (acc.attention_efficiency, acc.attention_backward_efficiency) == (0.6, 0.5)
+
+
+def test_fp8_operands_gathered_by_sequence_parallelism_are_cast_on_the_share() -> None:
+    """A column-parallel input under sp: the 1/tp share is cast (read bf16, write FP8) and gathered in
+    FP8, the gathered whole transposed (read and write FP8); an operand nobody gathers is cast whole."""
+    g = [Gemm(m=8, n=20, k=30, gathered="input")]
+    forward, backward = fp8_cast_bytes(g, 2, Fp8Recipe.DELAYED, sp_div=4)
+    assert forward == pytest.approx(8 * 30 * ((2 + 1) / 4 + 2))
+    assert backward == pytest.approx(8 * 20 * (2 + FP8_COPIES))
+    assert fp8_cast_bytes(g, 2, Fp8Recipe.DELAYED, sp_div=1) == fp8_cast_bytes([Gemm(8, 20, 30)], 2, Fp8Recipe.DELAYED)
+
+
+def test_fp8_all_gathers_move_one_byte_an_element() -> None:
+    from nestplan.model.layers import Shard
+    from nestplan.strategy.placement import GroupSpan
+
+    tp = GroupSpan(size=4, fanout=(4,) + (1,) * (H100.topology.num_levels - 1), level=0)
+    shard = Shard(tp=4, sp=True, seq_len=4096)
+    both = comm.tp_collectives(H100.topology, tp, shard, 8192, 1)
+    fp8 = comm.tp_collectives(H100.topology, tp, shard, 8192, 1, gather_bytes=1)
+    assert fp8 < both and both - fp8 == pytest.approx(both / 4, rel=0.2)   # half the gather, a quarter of both

@@ -29,20 +29,29 @@ class LayerComm:
     ep_backward: float = 0.0
 
 
-def tp_collectives(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, count: int) -> float:
+def tp_collectives(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, count: int,
+                   gather_bytes: int | None = None) -> float:
     """``count`` tensor-parallel synchronisations of the hidden states.
 
     Without sp each is an all-reduce; with sp an all-gather plus a reduce-scatter of the
     same buffer, which moves the same bytes (Korthikanti et al. 2022, section 4.2.2).
+    ``gather_bytes``: bytes per element of the all-gather where it moves another dtype than the
+    activations (FP8 operands cast before the gather), else the activations' own.
     """
     if tp.size <= 1:
         return 0.0
-    nbytes = shard.dtype_bytes * shard.tokens * hidden
     if shard.sp_div > 1:
-        one = coll.all_gather(topo, tp.fanout, nbytes) + coll.reduce_scatter(topo, tp.fanout, nbytes)
-    else:
-        one = coll.all_reduce(topo, tp.fanout, nbytes)
-    return count * one
+        return count * (_all_gather(topo, tp, shard, hidden, gather_bytes) + _reduce_scatter(topo, tp, shard, hidden))
+    return count * coll.all_reduce(topo, tp.fanout, shard.dtype_bytes * shard.tokens * hidden)
+
+
+def _all_gather(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, gather_bytes: int | None) -> float:
+    element = shard.dtype_bytes if gather_bytes is None else gather_bytes
+    return coll.all_gather(topo, tp.fanout, element * shard.tokens * hidden)
+
+
+def _reduce_scatter(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int) -> float:
+    return coll.reduce_scatter(topo, tp.fanout, shard.dtype_bytes * shard.tokens * hidden)
 
 
 def overlapped(collective_s: float, gemm_s: float, chunks: int) -> float:
@@ -54,12 +63,21 @@ def overlapped(collective_s: float, gemm_s: float, chunks: int) -> float:
     return piece + max(0.0, collective_s - piece - gemm_s)
 
 
-def _tp_exposed(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, gemms: Sequence[float]) -> float:
-    """Exposed tp collectives of the sub-blocks whose GEMMs overlap them: with sequence parallelism
-    each GEMM pair (column-parallel, row-parallel) hides one all-gather and one reduce-scatter,
-    forward and backward alike; ``gemms`` the GEMM seconds in that order, pair by pair."""
-    one = tp_collectives(topo, tp, shard, hidden, 1) / 2   # an all-gather or a reduce-scatter
-    return sum(overlapped(one, g, tp.size) for g in gemms)
+def _tp_exposed(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, pairs: Sequence[tuple[float, float]],
+                gather_bytes: int | None) -> tuple[float, float]:
+    """(forward, backward) exposed tp collectives of the sub-blocks whose GEMMs overlap them;
+    ``pairs``: (forward, backward) seconds of each sub-block's column- and row-parallel GEMM, in
+    that order. Forward, the all-gather hides under the column-parallel GEMM and the reduce-scatter
+    under the row-parallel one. Backward, the row-parallel GEMM's grad-output all-gather hides under
+    its data-gradient product and the column-parallel GEMM's input-gradient reduce-scatter under its
+    weight-gradient product: each half of the GEMM's backward."""
+    gather = _all_gather(topo, tp, shard, hidden, gather_bytes)
+    scatter = _reduce_scatter(topo, tp, shard, hidden)
+    forward = backward = 0.0
+    for column, row in zip(pairs[::2], pairs[1::2]):
+        forward += overlapped(gather, column[0], tp.size) + overlapped(scatter, row[0], tp.size)
+        backward += overlapped(gather, row[1] / 2, tp.size) + overlapped(scatter, column[1] / 2, tp.size)
+    return forward, backward
 
 
 def block_comm(
@@ -71,6 +89,7 @@ def block_comm(
     attention_forward_s: float,
     gemms: Sequence[tuple[float, float]] = (),
     tp_overlap: bool = False,
+    gather_bytes: int | None = None,
 ) -> LayerComm:
     """Collectives of one transformer block: 2 tp syncs forward and 2 backward (Megatron
     column/row-parallel pair per sub-block, Shoeybi et al. 2019 Figure 3), the context-parallel
@@ -80,17 +99,16 @@ def block_comm(
     all-gather and reduce-scatter hides under its GEMM (``overlapped``); ``gemms`` are the block's
     (forward, backward) GEMM seconds in ``model.layers.block_gemms`` order. Transformer Engine
     overlaps its own linear layers: the attention projections always, the MLP's only in a dense
-    block (experts run as grouped GEMMs without it)."""
-    tp_f = tp_b = tp_collectives(topo, groups["tp"], shard, spec.hidden_size, 2)
+    block (experts run as grouped GEMMs without it). ``gather_bytes``: the all-gathers' bytes per
+    element when they move FP8 operands (``tp_collectives``)."""
+    tp, hidden = groups["tp"], spec.hidden_size
+    tp_f = tp_b = tp_collectives(topo, tp, shard, hidden, 2, gather_bytes)
     if tp_overlap and shard.sp_div > 1:
         pairs = [gemms[0], gemms[1]] + ([] if spec.is_moe_layer(layer) else [gemms[2], gemms[3]])
-        # backward: the row-parallel GEMM's grad-output all-gather hides under its data-gradient
-        # product, the column-parallel GEMM's input-gradient reduce-scatter under its weight-gradient
-        # product: each half of the GEMM's backward
-        hiding = ([f for f, _ in pairs], [b / 2 for _, b in pairs])
-        exposed = [_tp_exposed(topo, groups["tp"], shard, spec.hidden_size, under) for under in hiding]
-        moe_mlp = tp_collectives(topo, groups["tp"], shard, spec.hidden_size, 1) if spec.is_moe_layer(layer) else 0.0
-        tp_f, tp_b = exposed[0] + moe_mlp, exposed[1] + moe_mlp
+        tp_f, tp_b = _tp_exposed(topo, tp, shard, hidden, pairs, gather_bytes)
+        if spec.is_moe_layer(layer):   # the experts' gather and scatter, not overlapped
+            moe_mlp = tp_collectives(topo, tp, shard, hidden, 1, gather_bytes)
+            tp_f, tp_b = tp_f + moe_mlp, tp_b + moe_mlp
     cp_f = cp_b = 0.0
     cp = groups["cp"]
     if cp.size > 1:

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Fp8Recipe, Job
 from nestplan.model.layers import (
+    COLUMN,
     MASK_BYTES,
+    ROW,
     Gemm,
     Shard,
     attention_core_gemms,
@@ -77,13 +79,23 @@ def _gemms_backward(acc: Accelerator, gemms: list[Gemm], dtype: str) -> float:
     return sum(b for _, b in _gemm_times(acc, gemms, dtype))
 
 
-def fp8_cast_bytes(gemms: list[Gemm], dtype_bytes: int, recipe: Fp8Recipe) -> tuple[float, float]:
+def fp8_cast_bytes(gemms: list[Gemm], dtype_bytes: int, recipe: Fp8Recipe, sp_div: int = 1) -> tuple[float, float]:
     """(forward, backward) HBM bytes of casting the FP8 GEMMs' activation operands: the input (m x k)
-    in forward, the output gradient (m x n) in backward; weights are cast once a step and kept
-    (Megatron passes is_first_microbatch), which is not charged per microbatch."""
-    per_element = dtype_bytes + FP8_COPIES * FP8_BYTES + (dtype_bytes if recipe is Fp8Recipe.TENSORWISE else 0)
-    forward = sum(g.count * g.m * g.k for g in gemms) * per_element
-    backward = sum(g.count * g.m * g.n for g in gemms) * per_element
+    in forward, the output gradient (m x n) in backward, each read once and written row- and
+    column-wise. An operand sequence parallelism gathers is cast row-wise on the device's 1/tp
+    share before the gather, which then moves FP8, and the gathered whole is transposed (read and
+    written in FP8) for the other copy (Transformer Engine's linear layers with sequence_parallel).
+    Weights are cast once a step and kept (Megatron passes is_first_microbatch), which is not
+    charged per microbatch."""
+    amax = dtype_bytes if recipe is Fp8Recipe.TENSORWISE else 0
+    local = dtype_bytes + FP8_COPIES * FP8_BYTES + amax      # read, write both copies
+    gathered = (dtype_bytes + FP8_BYTES + amax) / sp_div + 2 * FP8_BYTES   # cast the share, transpose the whole
+
+    def traffic(elements: float, is_gathered: bool) -> float:
+        return elements * (gathered if is_gathered and sp_div > 1 else local)
+
+    forward = sum(traffic(g.count * g.m * g.k, g.gathered == COLUMN) for g in gemms)
+    backward = sum(traffic(g.count * g.m * g.n, g.gathered == ROW) for g in gemms)
     return forward, backward
 
 
@@ -138,7 +150,8 @@ def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, prec
     elem = acc.memory_time(_elementwise_bytes(spec, layer, shard))
     cast_f = cast_b = 0.0
     if precision.fp8_recipe is not None:
-        cast_f, cast_b = (acc.memory_time(b) for b in fp8_cast_bytes(gemms, shard.dtype_bytes, precision.fp8_recipe))
+        cast = fp8_cast_bytes(gemms, shard.dtype_bytes, precision.fp8_recipe, shard.sp_div)
+        cast_f, cast_b = (acc.memory_time(b) for b in cast)
     forward = sum(f for f, _ in times) + attn_f + elem + cast_f
     backward = sum(b for _, b in times) + attn_b + ELEMENTWISE_BACKWARD_RATIO * elem + cast_b
     return LayerTime(forward=forward, backward=backward, attention_forward=attn_f, gemms=times)

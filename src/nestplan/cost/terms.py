@@ -176,8 +176,9 @@ class TermCache:
         found = self._comm.get(key)
         if found is None:
             topo, model = self.cluster.topology, self.model
+            gather = FP8_BYTES if self.job.fp8 else None   # FP8 operands are cast, then gathered
             comms = {moe: comm.block_comm(topo, model, i, shard, groups, blocks[moe].time.attention_forward,
-                                          blocks[moe].time.gemms, self.job.tp_comm_overlap)
+                                          blocks[moe].time.gemms, self.job.tp_comm_overlap, gather)
                      for moe, i in self._kinds.items()}
             found = self._comm[key] = (comms, comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1))
         return found

@@ -51,12 +51,17 @@ class Shard:
 
 @dataclass(frozen=True)
 class Gemm:
-    """``count`` GEMMs of (m x k) @ (k x n) on one device in the forward pass."""
+    """``count`` GEMMs of (m x k) @ (k x n) on one device in the forward pass.
+
+    ``gathered``: under sequence parallelism the GEMM's forward input (a column-parallel layer) or
+    its output gradient in backward (a row-parallel layer) is all-gathered over tp first, so the
+    device holds 1/tp of that operand before the gather (Korthikanti et al. 2022, section 4.2.2)."""
 
     m: float
     n: float
     k: float
     count: float = 1.0
+    gathered: str = ""   # "input" (column-parallel), "output_grad" (row-parallel) or "" (neither)
 
     @property
     def flops(self) -> float:
@@ -147,17 +152,20 @@ def _kv_per_device(spec: ModelSpec, tp: int) -> float:
     return math.ceil(spec.num_kv_heads / tp) * spec.head_dim
 
 
+COLUMN, ROW = "input", "output_grad"   # what sequence parallelism gathers for a column- / row-parallel layer
+
+
 def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     """Forward GEMMs of one block on one device (Megatron column/row-parallel split)."""
     t, h, T = shard.tp, spec.hidden_size, shard.tokens
     gemms = [
-        Gemm(T, spec.q_channels / t + 2 * _kv_per_device(spec, t), h),   # QKV projection
-        Gemm(T, h, spec.q_channels / t),                                 # attention output projection
+        Gemm(T, spec.q_channels / t + 2 * _kv_per_device(spec, t), h, gathered=COLUMN),   # QKV projection
+        Gemm(T, h, spec.q_channels / t, gathered=ROW),                                    # attention output
     ]
     up = 2 if spec.gated_mlp else 1
     if not spec.is_moe_layer(layer):
         f = spec.ffn_hidden_size / t
-        return gemms + [Gemm(T, up * f, h), Gemm(T, h, f)]
+        return gemms + [Gemm(T, up * f, h, gathered=COLUMN), Gemm(T, h, f, gathered=ROW)]
     gemms.append(Gemm(T, spec.num_experts, h))                            # router
     local_experts = spec.num_experts / shard.ep
     rows = T * shard.ep * spec.experts_per_token / spec.num_experts     # tokens per expert (balanced)
@@ -165,7 +173,7 @@ def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     gemms += [Gemm(rows, up * f, h, local_experts), Gemm(rows, h, f, local_experts)]
     if spec.num_shared_experts:
         fs = spec.shared_expert_ffn_hidden_size / t
-        gemms += [Gemm(T, up * fs, h, spec.num_shared_experts), Gemm(T, h, fs, spec.num_shared_experts)]
+        gemms += [Gemm(T, up * fs, h, spec.num_shared_experts, COLUMN), Gemm(T, h, fs, spec.num_shared_experts, ROW)]
     return gemms
 
 
