@@ -13,7 +13,8 @@ from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, printable
-from nestplan.job import Fp8Recipe, Job, check_context, default_fp8_recipe, default_seq_len, make_job, preferred_dtype
+from nestplan.job import (
+    Fp8Recipe, Job, check_context, check_fp8, default_fp8_recipe, default_seq_len, make_job, preferred_dtype)
 from nestplan.model import ModelSpec, load_model
 from nestplan.plan import Plan, SearchStats
 from nestplan.strategy.dims import ParallelDims, check_against_model
@@ -51,11 +52,20 @@ def framework_settings(cluster: Cluster, *, fp8: bool = False, fp8_recipe: Fp8Re
     overlap_param_gather, fp8_params) as given; an FP8 recipe when ``fp8`` or ``fp8_recipe`` asks for
     one, by default the accelerator's (``job.default_fp8_recipe``)."""
     acc = cluster.accelerator
-    if fp8_recipe is None and fp8:
+    if fp8_recipe is not None:
+        check_fp8(acc.peak_flops)
+    elif fp8:
         fp8_recipe = default_fp8_recipe(acc.peak_flops, acc.mx_block_scaling)
-    elif fp8_recipe is not None:
-        default_fp8_recipe(acc.peak_flops, acc.mx_block_scaling)   # refuses an accelerator without FP8
     return {"fp8_recipe": fp8_recipe, **overlap}
+
+
+def job_for(model: ModelSpec, cluster: Cluster, global_batch_size: int, seq_len: int | None, *,
+            dtype: str | None = None, fp8: bool = False, fp8_recipe: Fp8Recipe | None = None,
+            **settings: Any) -> Job:
+    """A Job for ``model`` on ``cluster``: ``dtype`` by default the accelerator's (``default_dtype``),
+    the FP8 recipe as ``framework_settings`` resolves it, every other Job field in ``settings``."""
+    framework = framework_settings(cluster, fp8=fp8, fp8_recipe=fp8_recipe)
+    return make_job(model, global_batch_size, seq_len, dtype=dtype or default_dtype(cluster), **framework, **settings)
 
 
 def default_dtype(cluster: Cluster) -> str:
@@ -252,7 +262,7 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
     spec = resolve_model(model)
     cl = resolve_cluster(cluster, devices)
     if job is None:
-        job = make_job(spec, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len, dtype=default_dtype(cl))
+        job = job_for(spec, cl, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)
     check_context(spec, job.seq_len)
     n = cl.devices
     check_job(spec, cl, job, n)
@@ -332,7 +342,7 @@ def _compare_case(args: tuple[CompareCase, list[str], int]) -> Comparison:
 
     case, names, global_batch_size = args
     spec, whole = resolve_model(case.model), resolve_cluster(case.cluster)
-    job = make_job(spec, global_batch_size, case.seq_len, dtype=default_dtype(whole))
+    job = job_for(spec, whole, global_batch_size, case.seq_len)
 
     def load(n: int) -> Cluster:
         cl = whole.truncate(n)

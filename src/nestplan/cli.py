@@ -283,11 +283,10 @@ def evaluate(
                         layers_per_stage=_layers(layers_per_stage))
     plan, note = _from_megatron_dp(plan, devices)
     full = api.resolve_cluster(cluster)
-    job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(full), optimizer=optimizer,
-                       flash_attention=flash, grad_dtype=grad_reduce_dtype,
-                       **api.framework_settings(full, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
-                                                fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
-                                                overlap_param_gather=overlap_param_gather))
+    job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
+                      grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
+                      fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
+                      overlap_param_gather=overlap_param_gather)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
@@ -348,11 +347,10 @@ def plan_command(
         _say(f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "
              f"activations x {spec.traced_activation_scale:.4f} of the formulas")
     cl = api.resolve_cluster(cluster, devices)
-    job = api.make_job(spec, global_batch_size, seq_len, dtype=dtype or api.default_dtype(cl), optimizer=optimizer,
-                       flash_attention=flash, grad_dtype=grad_reduce_dtype,
-                       **api.framework_settings(cl, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
-                                                fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
-                                                overlap_param_gather=overlap_param_gather))
+    job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
+                      grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
+                      fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
+                      overlap_param_gather=overlap_param_gather)
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance)
     best = report.plan

@@ -187,7 +187,12 @@ def default_fp8_recipe(dtypes: Collection[str], mx_block_scaling: bool) -> Fp8Re
     """Transformer Engine's usual recipe per generation: MXFP8 blocks where the tensor cores scale
     32-element blocks themselves (Blackwell), per-tensor current scaling before (Hopper).
     ``dtypes``: those the accelerator has a peak for (FP8 needs fp8)."""
+    check_fp8(dtypes)
+    return Fp8Recipe.MXFP8 if mx_block_scaling else Fp8Recipe.TENSORWISE
+
+
+def check_fp8(dtypes: Collection[str]) -> None:
+    """Refuse FP8 on an accelerator without FP8 tensor cores (``dtypes``: those it has a peak for)."""
     if "fp8" not in dtypes:
         raise ConfigError("the accelerator has no FP8 tensor cores; --fp8 needs Hopper or later", field="fp8",
                           value=True, limit="an accelerator with a peak_fp8_TFLOPS")
-    return Fp8Recipe.MXFP8 if mx_block_scaling else Fp8Recipe.TENSORWISE
