@@ -9,7 +9,7 @@ catalog/accelerators.toml, bench/calibrate_gemm.py); every other row is a predic
 below are what nestplan reaches today, so that a change that makes it worse fails; issue 14's
 targets (median |error| <= 5% and max <= 12% per precision, tp 1/4/8 means within 4 points) are
 stated beside them: BF16 meets them; FP8 does not yet (Grok-1, a mixture of experts, is predicted
-8-21% fast, Llama 3.1 405B 2-13% slow).
+6-14% fast, Llama 3.1 405B up to 13% slow).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from nestplan.validate import RowResult, validate
 
 RUNS = Path(__file__).resolve().parents[3] / "shared" / "reference" / "measured" / "dgxc_benchmarking_h100_v24.11.json"
 
-# precision: (median |error| bound, max |error| bound): BF16 meets the issue's targets (0.05 and 0.12); FP8 not
-# yet (median 5.2%; Grok-1's 2-layer proxy at 8 GPUs is predicted 21% fast)
-BOUNDS = {"bf16": (0.05, 0.12), "fp8": (0.055, 0.22)}
+# precision: (median |error| bound, max |error| bound): BF16 meets the issue's targets (0.05 and 0.12) with
+# room (median 1.8%, max 6.5%); FP8 not yet (median 5.2%; Grok-1's 2-layer proxy at 8 GPUs is 14% fast)
+BOUNDS = {"bf16": (0.03, 0.08), "fp8": (0.055, 0.15)}
 CALIBRATED = "llama3.1-8b"    # the rows the two GEMM ceilings were calibrated on
 
 

@@ -80,6 +80,24 @@ def _tp_exposed(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, pairs:
     return forward, backward
 
 
+def routed_tokens_per_token(spec: ModelSpec, layer: int) -> int:
+    """Copies of each token an MoE block's routed experts receive (top-k), 0 in a dense block."""
+    return spec.experts_per_token if spec.is_moe_layer(layer) else 0
+
+
+def _mlp_syncs(topo: Topology, tp: GroupSpan, shard: Shard, spec: ModelSpec, layer: int,
+               gather_bytes: int | None) -> float:
+    """One direction's tp synchronisations of an MoE block's MLP part. Megatron-Core's all-to-all
+    token dispatcher (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher)
+    all-gathers the permuted token copies over tp after the expert all-to-all and reduce-scatters
+    them after the experts, so the routed experts' sync moves top-k copies of every token, in the
+    activations' dtype (the experts cast to FP8 after the gather); shared experts are ordinary
+    column/row-parallel layers on the tokens themselves."""
+    routed = routed_tokens_per_token(spec, layer) * tp_collectives(topo, tp, shard, spec.hidden_size, 1)
+    shared = tp_collectives(topo, tp, shard, spec.hidden_size, 1, gather_bytes) if spec.num_shared_experts else 0.0
+    return routed + shared
+
+
 def block_comm(
     topo: Topology,
     spec: ModelSpec,
@@ -92,8 +110,9 @@ def block_comm(
     gather_bytes: int | None = None,
 ) -> LayerComm:
     """Collectives of one transformer block: 2 tp syncs forward and 2 backward (Megatron
-    column/row-parallel pair per sub-block, Shoeybi et al. 2019 Figure 3), the context-parallel
-    K/V ring (Liu et al. 2023, ring attention), the expert all-to-alls (dispatch and combine).
+    column/row-parallel pair per sub-block, Shoeybi et al. 2019 Figure 3; an MoE block's MLP
+    syncs its routed token copies, ``_mlp_syncs``), the context-parallel K/V ring (Liu et al.
+    2023, ring attention), the expert all-to-alls (dispatch and combine).
 
     With ``tp_overlap`` (and sequence parallelism, which Megatron-LM requires for it) each tp
     all-gather and reduce-scatter hides under its GEMM (``overlapped``); ``gemms`` are the block's
@@ -102,13 +121,15 @@ def block_comm(
     block (experts run as grouped GEMMs without it). ``gather_bytes``: the all-gathers' bytes per
     element when they move FP8 operands (``tp_collectives``)."""
     tp, hidden = groups["tp"], spec.hidden_size
-    tp_f = tp_b = tp_collectives(topo, tp, shard, hidden, 2, gather_bytes)
+    moe = spec.is_moe_layer(layer)
     if tp_overlap and shard.sp_div > 1:
-        pairs = [gemms[0], gemms[1]] + ([] if spec.is_moe_layer(layer) else [gemms[2], gemms[3]])
+        pairs = [gemms[0], gemms[1]] + ([] if moe else [gemms[2], gemms[3]])
         tp_f, tp_b = _tp_exposed(topo, tp, shard, hidden, pairs, gather_bytes)
-        if spec.is_moe_layer(layer):   # the experts' gather and scatter, not overlapped
-            moe_mlp = tp_collectives(topo, tp, shard, hidden, 1, gather_bytes)
-            tp_f, tp_b = tp_f + moe_mlp, tp_b + moe_mlp
+    else:
+        tp_f = tp_b = tp_collectives(topo, tp, shard, hidden, 1 if moe else 2, gather_bytes)
+    if moe:
+        mlp = _mlp_syncs(topo, tp, shard, spec, layer, gather_bytes)
+        tp_f, tp_b = tp_f + mlp, tp_b + mlp
     cp_f = cp_b = 0.0
     cp = groups["cp"]
     if cp.size > 1:

@@ -131,7 +131,12 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
     residual = 2 * (3 * B * rep + (MASK_BYTES * rep if spec.dropout else 0))  # (bias-dropout-)add
     if spec.is_moe_layer(layer):
         ffn = spec.moe_ffn_hidden_size * spec.experts_per_token + spec.shared_expert_ffn_hidden_size * spec.num_shared_experts
-        permute = 2 * 2 * B * T * spec.experts_per_token * spec.hidden_size / shard.sp_div
+        copies = T * spec.experts_per_token * spec.hidden_size   # the routed token copies, tp-gathered
+        permute = 2 * 2 * B * copies / shard.sp_div            # permute and unpermute: read and write
+        # copies received from every ep rank, regrouped by local expert and back (Megatron-Core's
+        # MoEAlltoAllTokenDispatcher, sort_chunks_by_idxs, where a device holds several experts)
+        regroup = 2 * 2 * B * copies if spec.num_experts > shard.ep else 0.0
+        permute += regroup
     else:
         ffn, permute = spec.ffn_hidden_size, 0.0
     activation = (3 if spec.gated_mlp else 2) * B * T * ffn / t     # act(x) [* up]: read 1-2, write 1
