@@ -192,6 +192,20 @@ def _plots(out: Path, draw: Callable[[Path], list[Path]]) -> list[Path]:
         return draw(out)
 
 
+REPORT_OPTION = typer.Option(None, "--report", help="write a self-contained HTML report to this file")
+
+
+def _write_report(path: Path, page: Callable[[], str]) -> None:
+    """The HTML report ``page`` builds, written whole to ``path`` (``--report``; missing folders created);
+    one line on stderr names it."""
+    text = page()
+    with _output("--report", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _replacing(path) as partial:
+            partial.write_text(text, encoding="utf-8")
+    _say(f"nestplan: wrote the report {path}")
+
+
 # -- commands -------------------------------------------------------------------------------------
 _LAYER_ITEM = re.compile(r"([0-9]+)(?:x([0-9]+))?")   # a count, or NxK: the count N repeated K times
 
@@ -270,11 +284,14 @@ def evaluate(
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
+    report: Path | None = REPORT_OPTION,
 ) -> None:
     """Predict step time, its breakdown and memory per device of one plan. A plan that does not fit
     is still predicted (exit 0): a warning on stderr, the verdict in the first line, "fits" in JSON."""
     if plot is not None:
         _check_output("--plot", plot, folder=True)
+    if report is not None:
+        _check_output("--report", report, folder=False)
     spec = api.resolve_model(model)
     if schedule is Schedule.ONE_F_ONE_B and virtual_stages > 1:
         schedule = Schedule.INTERLEAVED
@@ -303,6 +320,10 @@ def evaluate(
     written = _plots(plot, result.plot) if plot is not None else []
     if not as_json:
         _print_paths(console, "plots", written)
+    if report is not None:
+        from nestplan.report.html import plan_report
+
+        _write_report(report, lambda: plan_report(typed))
 
 
 @app.command("plan")
@@ -331,10 +352,13 @@ def plan_command(
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
     trace: bool = typer.Option(False, "--trace", help="calibrate the model's block FLOPs and activations on its "
                                                        "traced PyTorch graph first (extra [trace])"),
+    report_path: Path | None = REPORT_OPTION,
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
     if plot is not None:
         _check_output("--plot", plot, folder=True)
+    if report_path is not None:
+        _check_output("--report", report_path, folder=False)
     if export is not None:
         from nestplan.export import check_framework
 
@@ -368,6 +392,10 @@ def plan_command(
             _say(f"{export}: note: {note}")
     if not as_json:
         _print_paths(console, "wrote", written)
+    if report_path is not None:
+        from nestplan.report.html import plan_report
+
+        _write_report(report_path, lambda: plan_report(best, report.runners_up))
 
 
 def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None:
@@ -415,6 +443,7 @@ def compare_command(
     plot: Path | None = typer.Option(None, "--plot", help="PNG file (with --paper: a folder)"),
     csv_path: Path | None = typer.Option(None, "--csv", help="CSV file (with --paper: a folder)"),
     paper: bool = typer.Option(False, "--paper", help="the NEST paper's grid (Figure 5, Table 3 setting)"),
+    report: Path | None = REPORT_OPTION,
 ) -> None:
     """Compare nestplan with baseline planners over device counts (and microbatch sizes)."""
     from nestplan.report.compare import plot as draw
@@ -432,8 +461,11 @@ def compare_command(
     for option, path in (("--plot", plot), ("--csv", csv_path)):
         if path is not None:
             _check_output(option, path, folder=paper)
+    if report is not None:
+        _check_output("--report", report, folder=False)
     console = _console()
-    for result in api.compare(cases, baselines.split(","), global_batch_size):
+    results = api.compare(cases, baselines.split(","), global_batch_size)
+    for result in results:
         render_compare(console, result.title, result.rows, result.normalised)
         if csv_path is not None:
             target = csv_path / f"{result.tag}.csv" if paper else csv_path
@@ -443,6 +475,10 @@ def compare_command(
             target = plot / f"{result.tag}.png" if paper else plot
             with _drawing("--plot", target), _replacing(target) as partial:
                 draw(partial, result.rows, result.normalised, result.title)
+    if report is not None:
+        from nestplan.report.html import compare_report
+
+        _write_report(report, lambda: compare_report(results))
 
 
 @app.command("export")

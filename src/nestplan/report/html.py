@@ -1,0 +1,316 @@
+"""A self-contained HTML report (``--report`` on ``plan``, ``evaluate`` and ``compare``).
+
+One file that a browser opens with nothing else: the CSS is inline, the figures are PNGs inlined
+as ``data:`` URIs, there is no script and nothing is fetched from the network. A plan's page holds
+the plan (degrees, placement, schedule, job settings), its prediction and breakdown, the memory of
+every stage, the timeline, memory and placement figures, the runner-ups and why each lost, every
+framework's export with its notes, what nestplan was checked against on the plan's accelerator,
+and the plan JSON itself; a comparison's page holds each case's table and figure.
+
+Every string that comes from the input (model and cluster names, level names, export files,
+notes) is written through :func:`html.escape`: nothing from the input reaches the page as markup.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields
+from enum import Enum
+from pathlib import Path
+from typing import Protocol
+
+from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.prediction import Prediction
+from nestplan.errors import PlannerError
+from nestplan.export import FRAMEWORKS, export, framework_orders
+from nestplan.export.common import Export, choose_order
+from nestplan.export.plan import ExportInput
+from nestplan.hardware.accelerator import Accelerator
+from nestplan.plan import Plan, StageSummary
+from nestplan.report.text import fit_verdict, why_lost
+from nestplan.search.compare import CompareRow, describe
+from nestplan.strategy.dims import AXES
+from nestplan.units import GiB
+from nestplan.version import __version__
+
+# What each catalog accelerator's predictions were checked against (tests/validation; the figures
+# are in the README's "Validation" section). An accelerator not listed has no published runs there.
+MEASURED_SETS: Mapping[str, str] = {
+    "a100-80gb": "Korthikanti et al. 2022 (Reducing Activation Recomputation in Large Transformer Models) on "
+                 "DGX A100: iteration times of Table 5, memory per GPU of Figures 1 and 7",
+    "h100-sxm-80gb": "NVIDIA DGX Cloud benchmarking recipes v24.11.1 (NeMo on DGX H100): step times of Llama 3.1 "
+                     "8B, 70B and 405B, Nemotron-4 15B and 340B, GPT-3 175B and Grok-1 314B in BF16 and FP8, "
+                     "whose Llama 3.1 8B rows also calibrate the GEMM ceilings",
+}
+
+STYLE = """
+body { font-family: sans-serif; margin: 1.5em auto; max-width: 80em; padding: 0 1em; color: #1a1a1a;
+       background: #ffffff; line-height: 1.4; }
+h1 { font-size: 1.5em; border-bottom: 2px solid #2b5d8a; padding-bottom: 0.2em; }
+h2 { font-size: 1.2em; margin-top: 1.6em; color: #2b5d8a; }
+h3 { font-size: 1em; }
+nav a { margin-right: 1em; }
+table { border-collapse: collapse; margin: 0.5em 0 1em 0; }
+th, td { border: 1px solid #c8c8c8; padding: 0.2em 0.6em; text-align: right; }
+td { white-space: nowrap; }
+th { background: #eef3f8; }
+td.text, th.text { text-align: left; }
+pre { background: #f6f6f6; border: 1px solid #dddddd; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
+img { max-width: 100%; border: 1px solid #dddddd; margin: 0.4em 0; }
+.verdict-bad { color: #b00020; font-weight: bold; }
+.note { color: #555555; }
+"""
+
+
+# -- pages ----------------------------------------------------------------------------------------
+def plan_report(plan: Plan, runners_up: Sequence[Prediction] = ()) -> str:
+    """The report of ``plan`` (from ``plan`` or ``evaluate``) and, for a search, its runner-ups
+    (best first): one HTML page that needs nothing else."""
+    pred = plan.prediction or evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, plan.axis_order)
+    title = f"{plan.model.name} on {plan.cluster.name}"
+    sections = [
+        ("plan", "Plan", _plan_section(plan)),
+        ("prediction", "Prediction", _prediction_section(plan)),
+        ("memory", "Memory per stage", _memory_section(plan)),
+        ("pictures", "Pictures", _pictures(lambda folder: _plan_figures(pred, plan, folder))),
+    ]
+    if runners_up:
+        sections.append(("runners-up", "Runner-ups", _runners_up_section(pred, runners_up)))
+    sections += [
+        ("exports", "Exports", _exports_section(plan)),
+        ("validation", "Validation", _validation_section(plan.cluster.accelerator)),
+        ("plan-json", "Plan JSON", _plan_json(plan)),
+    ]
+    return _page(f"nestplan report: {title}", _summary(plan), sections)
+
+
+class Comparison(Protocol):
+    """One comparison case as ``api.compare`` returns it."""
+
+    title: str
+    rows: Sequence[CompareRow]
+    normalised: Sequence[float]
+
+
+def compare_report(comparisons: Sequence[Comparison]) -> str:
+    """The report of ``nestplan compare``: each case's table and figure, on one HTML page."""
+    sections = [(f"case-{i}", c.title, _comparison_section(c)) for i, c in enumerate(comparisons)]
+    intro = ("<p>nestplan against the baseline planners, each over the same evaluator; throughput is normalised "
+             "to manual at the smallest scale (to nestplan's where manual finds nothing), as in the NEST paper.</p>")
+    sections.append(("validation", "Validation", _validation_paragraph()))
+    return _page("nestplan report: comparison with baseline planners", intro, sections)
+
+
+def _page(title: str, intro: str, sections: Sequence[tuple[str, str, str]]) -> str:
+    nav = " ".join(f'<a href="#{anchor}">{_e(heading)}</a>' for anchor, heading, _ in sections)
+    body = "".join(f'<section id="{anchor}"><h2>{_e(heading)}</h2>{content}</section>\n'
+                   for anchor, heading, content in sections)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<link rel=\"icon\" href=\"data:,\"><title>{_e(title)}</title><style>{STYLE}</style></head>\n"
+            f"<body><h1>{_e(title)}</h1>\n{intro}\n<nav>{nav}</nav>\n{body}"
+            f"<p class=\"note\">written by nestplan {_e(__version__)}</p></body></html>\n")
+
+
+# -- building blocks ------------------------------------------------------------------------------
+def _e(value: object) -> str:
+    """Any value as page text: escaped, quotes included."""
+    return html.escape(str(value), quote=True)
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[object]], text_columns: Sequence[int] = (0,)) -> str:
+    """A table of escaped cells; the ``text_columns`` are left-aligned, the others (numbers) right."""
+    def cell(tag: str, i: int, value: object) -> str:
+        return f'<{tag} class="text">{_e(value)}</{tag}>' if i in text_columns else f"<{tag}>{_e(value)}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>\n" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}</tbody></table>\n"
+
+
+def _pairs(items: Iterable[tuple[str, object]]) -> str:
+    return _table(("setting", "value"), items, text_columns=(0, 1))
+
+
+def _gib(x: float) -> str:
+    return f"{x / GiB:.2f}"
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.2f}"
+
+
+def _plain(value: object) -> object:
+    return value.value if isinstance(value, Enum) else value
+
+
+# -- the plan's sections --------------------------------------------------------------------------
+def _summary(plan: Plan) -> str:
+    job, p = plan.job, plan.predicted
+    verdict = fit_verdict(p)
+    shown = _e(verdict) if p.fits else f'<span class="verdict-bad">{_e(verdict)}</span>'
+    return (f"<p>{plan.devices_used} of {plan.cluster.devices} devices of {_e(plan.cluster.name)} "
+            f"({_e(plan.cluster.accelerator.name)}), global batch {job.global_batch_size}, sequence {job.seq_len}, "
+            f"{_e(job.dtype)}; {shown}.</p>\n<p><b>step time {p.step_time_s:.4f} s</b>, "
+            f"{p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}.</p>")
+
+
+def _plan_section(plan: Plan) -> str:
+    d, p, names = plan.dims, plan.predicted, plan.level_names
+    degrees = [("tp", f"{d.tp}" + (" with sequence parallelism" if d.sp_active else "")), ("cp", d.cp),
+               ("ep", d.ep), ("pp", d.pp), ("dp", d.dp), ("ZeRO stage", int(d.zero)),
+               ("recomputation", d.recompute.value),
+               ("microbatch", f"{d.micro_batch_size} sequences; {plan.num_microbatches} microbatches per replica per step"),
+               ("schedule", d.schedule.value + (f", {d.virtual_stages} virtual stages" if d.virtual_stages > 1
+                                                else "")),
+               ("layers per stage", ",".join(map(str, d.layers_per_stage or ())))]
+    spans = [(f"{axis} {d.degree(axis)}", names[p.levels_spanned[axis]]) for axis in AXES if d.degree(axis) > 1]
+    boundaries = ", ".join(names[level] for level in p.pp_boundary_levels) or "none (one stage)"
+    job = [(f.name, _plain(getattr(plan.job, f.name))) for f in fields(plan.job)]
+    return (f"<h3>Parallelism and schedule</h3>{_pairs(degrees)}"
+            f"<h3>Placement</h3><p>rank order {_e('-'.join(plan.axis_order))} (fastest axis first); the network "
+            f"level each parallel group spans:</p>{_table(('group', 'level'), spans, (0, 1))}"
+            f"<p>links between consecutive pipeline stages: {_e(boundaries)}</p>"
+            f"<h3>Job settings</h3>{_pairs(job)}")
+
+
+def _prediction_section(plan: Plan) -> str:
+    p = plan.predicted
+    figures = [("step time", f"{p.step_time_s:.4f} s"), ("throughput", f"{p.tokens_per_s:,.0f} tokens/s"),
+               ("model TFLOP/s per device", f"{p.model_tflops_per_device:.1f}"), ("MFU", f"{p.mfu:.1%}"),
+               ("hardware TFLOP/s per device", f"{p.hardware_tflops_per_device:.1f}"),
+               ("peak memory per device", f"{_gib(p.peak_memory_bytes_per_device)} of "
+                                          f"{_gib(p.memory_capacity_bytes)} GiB")]
+    breakdown = [(term, f"{value:.4f}", f"{value / p.step_time_s:.1%}")
+                 for term, value in p.breakdown_s.items() if value > 0]
+    return (_pairs(figures) + "<h3>Step time breakdown</h3>"
+            + _table(("term", "seconds", "share of the step"), breakdown))
+
+
+def _stage_layers(s: StageSummary) -> str:
+    """'E+0-11', '84-95+H': the blocks a stage holds, with the embedding and the output head."""
+    return ("E+" if s.has_embedding else "") + f"{s.first_layer}-{s.last_layer}" + ("+H" if s.has_head else "")
+
+
+def _memory_section(plan: Plan) -> str:
+    p = plan.predicted
+    terms = list(dict.fromkeys(term for s in p.stages for term in s.memory_breakdown_bytes))
+    rows = [(i, _stage_layers(s), s.devices, _ms(s.forward_s), _ms(s.backward_s), _ms(s.cycle_s),
+             *(_gib(s.memory_breakdown_bytes.get(term, 0.0)) for term in terms), _gib(s.memory_bytes))
+            for i, s in enumerate(p.stages)]
+    header = ("stage", "layers", "devices", "fwd ms", "bwd ms", "cycle ms", *(f"{t} GiB" for t in terms), "total GiB")
+    return (f"<p>Per device and per microbatch; the device holds {_gib(p.memory_capacity_bytes)} GiB. "
+            "E: the embedding, H: the output head.</p>" + _table(header, rows, text_columns=(1,))
+            + ("" if p.fits else f'<p class="verdict-bad">{_e(fit_verdict(p))}</p>'))
+
+
+def _plan_figures(pred: Prediction, plan: Plan, folder: Path) -> list[tuple[str, Path]]:
+    from nestplan.report.plots import write_plan_plots
+
+    paths = write_plan_plots(pred, plan.cluster.topology, folder, f"{plan.model.name} on {plan.cluster.name}")
+    captions = ("Timeline: the pipeline schedule as the evaluator simulates it, then the step end; its length is "
+                "the predicted step time.",
+                "Memory per device of every stage, by term, against the device's capacity.",
+                "Placement: every device of the cluster by pipeline stage and data-parallel replica.")
+    return list(zip(captions, paths))
+
+
+def _pictures(draw: Callable[[Path], list[tuple[str, Path]]]) -> str:
+    """The figures ``draw`` writes into a scratch folder, inlined; one line where matplotlib is absent."""
+    try:
+        import matplotlib   # noqa: F401  (an optional dependency: the report says so where it is absent)
+    except ImportError:
+        return "<p>No pictures: matplotlib is not installed (pip install matplotlib).</p>"
+    with tempfile.TemporaryDirectory(prefix="nestplan-report-") as scratch:
+        figures = [(caption, base64.b64encode(path.read_bytes()).decode("ascii"))
+                   for caption, path in draw(Path(scratch))]
+    return "".join(f'<figure><img alt="{_e(caption)}" src="data:image/png;base64,{data}">'
+                   f"<figcaption>{_e(caption)}</figcaption></figure>\n" for caption, data in figures)
+
+
+def _runners_up_section(best: Prediction, runners_up: Sequence[Prediction]) -> str:
+    rows = [(describe(pred) + f" mbs{pred.plan.micro_batch_size} {'-'.join(pred.placement.axis_order)}",
+             f"{pred.step_time_s:.3f}", f"+{pred.step_time_s / best.step_time_s - 1:.1%}", why_lost(best, pred),
+             _gib(pred.peak_memory_bytes_per_device)) for pred in runners_up]
+    return ("<p>The next-best plans the search kept, best first; why each lost is the step-time term that grew "
+            "most against the best plan.</p>"
+            + _table(("plan", "step s", "vs best", "why it lost", "memory GiB"), rows, text_columns=(0, 3)))
+
+
+def _framework_export(plan: Plan, framework: str) -> Export:
+    """``framework``'s export of ``plan`` as ``nestplan export`` writes it, quoting the prediction
+    under the framework's rank order where that differs from the one costed."""
+    order = choose_order(plan, framework_orders(framework, plan))
+    alternative = None
+    if tuple(order) != plan.axis_order:
+        other = evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, order)
+        alternative = {"step_time_s": other.step_time_s, "tokens_per_s": other.tokens_per_s}
+    return export(framework, ExportInput(plan, __version__, alternative))
+
+
+def _exports_section(plan: Plan) -> str:
+    parts = ["<p>The launch settings of each framework for this plan, as <code>nestplan plan ... --export "
+             "FRAMEWORK --out DIR</code> writes them, with their notes.</p>"]
+    for framework in FRAMEWORKS:
+        try:
+            result = _framework_export(plan, framework)
+        except PlannerError as exc:   # a framework that cannot run this plan: its reason, the others still shown
+            parts.append(f"<h3>{_e(framework)}</h3><p class=\"note\">not exported: {_e(exc)}</p>")
+            continue
+        notes = "".join(f"<li>{_e(note)}</li>" for note in result.notes)
+        parts.append(f"<h3>{_e(framework)}</h3>" + (f"<ul>{notes}</ul>" if notes else "<p>no notes</p>"))
+        parts += [f"<details><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n"
+                  for f in result.files]
+    return "".join(parts)
+
+
+def _validation_section(accelerator: Accelerator) -> str:
+    measured = MEASURED_SETS.get(accelerator.name)
+    checked = (f"On {_e(accelerator.name)} nestplan's predictions are checked in its test suite against {_e(measured)}."
+               if measured else
+               f"No published runs on {_e(accelerator.name)} are among those nestplan's predictions are checked "
+               "against; its efficiency constants below are taken as stated, not measured here.")
+    fp8 = accelerator.fp8_matmul_efficiency
+    constants = [("large GEMMs, fraction of the dense peak", f"{accelerator.matmul_efficiency:.3f}"),
+                 ("FP8 GEMMs, fraction of the FP8 peak",
+                  f"{fp8:.3f}" if fp8 is not None else "as the other GEMMs"),
+                 ("fused attention forward / backward, fraction of the peak",
+                  f"{accelerator.attention_efficiency:.2f} / {accelerator.attention_backward_efficiency:.2f}"
+                  if accelerator.attention_efficiency is not None else "at the GEMM efficiency of its shapes"),
+                 ("memory-bound kernels, fraction of the HBM bandwidth", f"{accelerator.memory_efficiency:.2f}"),
+                 ("source", accelerator.source or "-")]
+    return f"<p>{checked}</p>{_validation_paragraph()}<h3>Efficiency model of the accelerator</h3>{_pairs(constants)}"
+
+
+def _validation_paragraph() -> str:
+    return ("<p>The errors against each published set are in nestplan's README (section \"Validation\"). How far "
+            "nestplan is from your own cluster: put a few measured steps in a runs file and run "
+            "<code>nestplan validate RUNS.json</code>, which predicts each run as it ran and prints its error.</p>")
+
+
+def _plan_json(plan: Plan) -> str:
+    text = json.dumps(plan.to_dict(), indent=2, allow_nan=False)
+    return ("<p>The plan file (<code>nestplan plan ... --json</code>); saved as plan.json, "
+            "<code>nestplan export plan.json --framework megatron --out DIR</code> re-exports it.</p>"
+            f"<details><summary>plan.json</summary><pre>{_e(text)}</pre></details>")
+
+
+# -- the comparison's sections --------------------------------------------------------------------
+def _comparison_section(c: Comparison) -> str:
+    from nestplan.report.compare import plot
+
+    rows = [(r.devices, r.micro_batch_size, r.planner, f"{r.tokens_per_s:,.0f}" if r.feasible else "-",
+             f"{x:.2f}" if r.feasible else "-", f"{r.solve_time_s:.2f}", r.plan) for r, x in zip(c.rows, c.normalised)]
+    table = _table(("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"), rows,
+                   text_columns=(2, 6))
+
+    def draw(folder: Path) -> list[tuple[str, Path]]:
+        path = folder / "compare.png"
+        plot(path, c.rows, c.normalised, c.title)
+        return [(f"{c.title}: normalised throughput per device count, and tokens/s per planner", path)]
+
+    return table + _pictures(draw)
