@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.cost.prediction import Prediction
+from nestplan.cost.prediction import Prediction, html_table, plan_text, rank_order
 from nestplan.errors import ConfigError, printable
 from nestplan.job import (
     Fp8Recipe, Job, check_context, check_fp8, default_fp8_recipe, default_seq_len, make_job, preferred_dtype)
@@ -22,6 +23,8 @@ from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 from nestplan.units import GiB, MiB
 
 if TYPE_CHECKING:   # imported where used: the CLI starts without the search, the exports and the sweep
+    import pandas
+
     from nestplan.compat.schema import NestInput
     from nestplan.compat.solve import NestResult
     from nestplan.export.common import Export
@@ -94,6 +97,32 @@ class Evaluation:
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Write the plan's timeline.png, memory.png and placement.png (needs matplotlib)."""
         return plot_plan(self.plan, out_dir)
+
+    def __repr__(self) -> str:
+        return f"Evaluation({_summary(self.model, self.cluster, self.prediction)})"
+
+    def _repr_html_(self) -> str:
+        return _heading(self.model, self.cluster, "evaluated") + self.prediction._repr_html_()
+
+
+NAME_WIDTH = 24   # characters of a model's or a cluster's name in a one-line repr
+
+
+def _short(name: str, width: int = NAME_WIDTH) -> str:
+    """``name`` printable and cut to ``width`` characters."""
+    text = printable(name)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _summary(model: ModelSpec, cluster: Cluster, pred: Prediction) -> str:
+    """One line: what ran where, the plan and its headline figures."""
+    return (f"{_short(model.name)} on {_short(cluster.name)}: {plan_text(pred.plan)}, step {pred.step_time_s:.4g} s, "
+            f"{pred.tokens_per_s:,.0f} tokens/s, MFU {pred.mfu:.1%}, {'fits' if pred.fits else 'does NOT fit'}")
+
+
+def _heading(model: ModelSpec, cluster: Cluster, what: str) -> str:
+    return (f"<h4>{html.escape(model.name)} on {html.escape(cluster.name)} "
+            f"({cluster.devices:,} devices): {html.escape(what)}</h4>")
 
 
 def evaluate(model: str | ModelSpec, cluster: str | Cluster, plan: ParallelDims, job: Job,
@@ -233,6 +262,21 @@ class PlanReport:
         """Write the best plan's timeline.png, memory.png and placement.png (needs matplotlib)."""
         return plot_plan(self.plan, out_dir)
 
+    def __repr__(self) -> str:
+        return f"PlanReport({_summary(self.model, self.cluster, self.best)}; {len(self.runners_up)} runner-ups)"
+
+    def _repr_html_(self) -> str:
+        """The best plan's tables, then the runner-ups against it."""
+        searched = f"best of {self.stats.candidates:,} candidates, {self.stats.solve_time_s:.2f} s"
+        return _heading(self.model, self.cluster, searched) + self.best._repr_html_() + self.runners_up_html()
+
+    def runners_up_html(self) -> str:
+        best = self.best.step_time_s
+        rows = [(rank, plan_text(p.plan), rank_order(p.placement), f"{p.step_time_s:.4g}", f"{p.tokens_per_s:,.0f}",
+                 f"{p.mfu:.1%}", f"{p.step_time_s / best - 1:+.1%}") for rank, p in enumerate(self.runners_up, 2)]
+        return html_table("runner-ups", ("rank", "plan", "rank order", "step s", "tokens/s", "MFU", "step vs best"),
+                          rows)
+
 
 def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
     """Figures of one plan: pipeline timeline (its length is the predicted step time), memory per
@@ -308,6 +352,23 @@ class Comparison:
     def tag(self) -> str:
         """The title as a file name stem."""
         return self.title.replace(" on ", "_").replace(" ", "_").replace(",", "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The title and the rows, each with its normalised throughput."""
+        return {"title": self.title,
+                "rows": [{**row.to_dict(), "normalised": n} for row, n in zip(self.rows, self.normalised)]}
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """The rows as a pandas DataFrame, a column per CompareRow field and ``normalised`` (needs pandas)."""
+        from nestplan.search.compare import to_dataframe
+
+        frame = to_dataframe(self.rows)
+        frame["normalised"] = self.normalised
+        return frame
+
+    def __repr__(self) -> str:
+        planners = ", ".join(dict.fromkeys(row.planner for row in self.rows))
+        return f"Comparison({_short(self.title, 64)}: {len(self.rows)} rows, {_short(planners, 48)})"
 
 
 def paper_cases() -> list[CompareCase]:

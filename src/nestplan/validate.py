@@ -57,6 +57,20 @@ class RowResult:
     capacity_bytes: float | None = None
     problem: str | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The run's degrees and its prediction against its measurement as plain JSON values; a run not
+        evaluated gives its id and its problem."""
+        if self.run is None:
+            return {"id": self.id, "evaluated": False, "problem": self.problem}
+        dims = self.run.dims
+        return {"id": self.id, "evaluated": True, "model": self.run.model.name, "cluster": self.run.cluster.name,
+                "gpus": dims.devices, "tp": dims.tp, "sp": dims.sp_active, "pp": dims.pp, "vp": dims.virtual_stages,
+                "cp": dims.cp, "ep": dims.ep, "dp": dims.dp, "precision": self.run.precision,
+                "measured_step_s": self.run.measured_step_s, "predicted_step_s": self.predicted_step_s,
+                "measured_tokens_per_s_per_gpu": self.measured_tokens_per_s_per_gpu,
+                "predicted_tokens_per_s_per_gpu": self.predicted_tokens_per_s_per_gpu, "error": self.error,
+                "fits": self.fits, "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes}
+
     @property
     def error(self) -> float | None:
         """Predicted throughput over measured, minus 1: positive means predicted too fast."""

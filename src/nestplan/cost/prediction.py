@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.enums import Recompute
+from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import Placement
 from nestplan.units import TERA, GiB
 
@@ -91,7 +91,8 @@ class Prediction:
         return "".join((self.headline_html(), self.breakdown_html(), self.stages_html()))
 
     def headline_html(self) -> str:
-        rows = [("plan", plan_text(self.plan)), ("devices", f"{self.devices_used:,}"),
+        rows = [("plan", plan_text(self.plan)), ("rank order", rank_order(self.placement)),
+                ("devices", f"{self.devices_used:,}"),
                 ("microbatches", f"{self.num_microbatches:,}"), ("step time", f"{self.step_time_s:.4g} s"),
                 ("throughput", f"{self.tokens_per_s:,.0f} tokens/s"),
                 ("model TFLOP/s per device", f"{self.model_tflops_per_device:.1f}"), ("MFU", f"{self.mfu:.1%}"),
@@ -174,12 +175,18 @@ def plain(value: Any) -> Any:
 
 
 def plan_text(dims: ParallelDims) -> str:
-    """A plan's degrees and settings in one short line: ``tp8+sp pp4 dp2 v2 mbs1 zero1 recompute full``."""
+    """A plan's degrees and settings in one short line: ``tp8+sp pp4 dp2 interleaved v2 mbs1 zero1 recompute full``."""
     text = f"tp{dims.tp}{'+sp' if dims.sp_active else ''} pp{dims.pp} dp{dims.dp}"
     text += "".join(f" {axis}{getattr(dims, axis)}" for axis in ("cp", "ep") if getattr(dims, axis) > 1)
+    text += f" {dims.schedule.value}" if dims.schedule is not Schedule.ONE_F_ONE_B else ""
     text += f" v{dims.virtual_stages}" if dims.virtual_stages > 1 else ""
     text += f" mbs{dims.micro_batch_size} zero{int(dims.zero)}"
     return text + (f" recompute {dims.recompute.value}" if dims.recompute is not Recompute.NONE else "")
+
+
+def rank_order(placement: Placement) -> str:
+    """The rank grid's axes, fastest-varying first: ``tp,cp,ep,dp,pp``."""
+    return ",".join(str(axis) for axis in placement.axis_order)
 
 
 def html_table(caption: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from nestplan.errors import ConfigError
 from nestplan.job import Job
@@ -12,6 +12,9 @@ from nestplan.model.spec import ModelSpec
 from nestplan.search.baselines import BASELINES
 from nestplan.search.planner import search
 from nestplan.search.space import SearchSpace
+
+if TYPE_CHECKING:
+    import pandas
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class CompareRow:
     tokens_per_s: float
     solve_time_s: float
     plan: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def describe(pred) -> str:
@@ -88,3 +94,19 @@ def run_compare(model: ModelSpec, load_cluster: Callable[[int], object], job: Jo
                 progress(f"{model.name} on {n} devices, microbatch {mbs}")
             rows.extend(compare_case(model, cluster, job, mbs, baselines))
     return rows
+
+
+def to_dataframe(rows: Sequence[CompareRow]) -> pandas.DataFrame:
+    """Compare rows as a pandas DataFrame, a column per CompareRow field (needs pandas)."""
+    return dataframe([row.to_dict() for row in rows], [f.name for f in fields(CompareRow)])
+
+
+def dataframe(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> pandas.DataFrame:
+    """``records`` as a pandas DataFrame with ``columns`` (there even when no record is); one
+    ConfigError naming what to install where pandas is not."""
+    try:
+        import pandas
+    except ImportError:
+        raise ConfigError("to_dataframe needs pandas: pip install pandas", field="to_dataframe",
+                          limit="pandas installed") from None
+    return pandas.DataFrame.from_records(list(records), columns=list(columns))

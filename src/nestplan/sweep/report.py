@@ -16,13 +16,16 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
 from nestplan.errors import ConfigError, printable
 from nestplan.sweep.store import Store
+
+if TYPE_CHECKING:
+    import pandas
 
 CSV_FIELDS = ("model", "label", "accelerator", "overrides", "devices", "global_batch_size", "seq_len", "hbm_GiB",
               "status", "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu", "peak_memory_GiB", "plan",
@@ -84,13 +87,26 @@ def _writing(path: Path) -> Iterator[None]:
                           field="out", value=printable(str(path)), limit="a writable folder") from None
 
 
+def csv_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A store row as results.csv writes it: CSV_FIELDS, the cluster variant and the plan as text."""
+    return {f: variant(row) if f == "overrides" else plan_text(row["plan"]) if f == "plan" else row[f]
+            for f in CSV_FIELDS}
+
+
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
     with _writing(path), open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(CSV_FIELDS)
         for r in rows:
-            w.writerow([variant(r) if f == "overrides" else plan_text(r["plan"]) if f == "plan" else r[f]
-                        for f in CSV_FIELDS])
+            w.writerow(csv_record(r).values())
+
+
+def to_dataframe(rows: Sequence[dict[str, Any]]) -> pandas.DataFrame:
+    """A sweep's rows (``read_rows``, ``nestplan.api.sweep_report``) as a pandas DataFrame with the
+    columns and cells of results.csv (needs pandas)."""
+    from nestplan.search.compare import dataframe
+
+    return dataframe([csv_record(r) for r in rows], CSV_FIELDS)
 
 
 def write_plots(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
