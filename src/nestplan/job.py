@@ -30,6 +30,19 @@ class Optimizer(str, Enum):
     SGD = "sgd"     # master weights only: 4 bytes/param
 
 
+class CpCommType(str, Enum):
+    """How context parallelism exchanges keys and values (Megatron-LM ``--cp-comm-type``, Transformer
+    Engine's attention with context parallelism)."""
+
+    P2P = "p2p"              # ring: K/V passed cp - 1 steps, overlapped with attention (Liu et al. 2023)
+    A2A = "a2a"              # Ulysses: all-to-alls trade sequence for heads around attention (Jacobs et al. 2023)
+    ALLGATHER = "allgather"  # K/V all-gathered before attention (Llama 3, Dubey et al. 2024, section 3.3.2)
+    A2A_P2P = "a2a+p2p"      # all-to-all inside groups of cp_a2a_size ranks, a ring across them
+
+
+MAX_CP_A2A_SIZE = 2**20   # the bound of any parallel degree
+
+
 class Fp8Recipe(str, Enum):
     """How FP8 GEMMs are scaled (Transformer Engine recipes, ``transformer_engine.common.recipe``)."""
 
@@ -62,6 +75,9 @@ class Job:
         layer and master weights stay in ``dtype``.
     fp8_params: parameters are kept in FP8 instead of ``dtype`` (Transformer Engine ``fp8_model_init``,
         NeMo ``fp8_params``), so the distributed optimizer all-gathers FP8 parameters.
+    cp_comm_type, cp_a2a_size: how context parallelism exchanges keys and values (``CpCommType``) and,
+        for a2a+p2p, the all-to-all group's size (Megatron-LM ``--hierarchical-context-parallel-sizes
+        A P``); 1 otherwise.
     """
 
     global_batch_size: int
@@ -75,6 +91,8 @@ class Job:
     overlap_param_gather: bool = True
     fp8_recipe: Fp8Recipe | None = None
     fp8_params: bool = False
+    cp_comm_type: CpCommType = CpCommType.P2P
+    cp_a2a_size: int = 1
 
     def __post_init__(self) -> None:
         check_count(self.global_batch_size, "global_batch_size", MAX_GLOBAL_BATCH_SIZE)
@@ -104,9 +122,43 @@ class Job:
                               field="fp8_recipe", value=self.fp8_recipe, limit=recipes)
         if self.fp8_recipe is not None:
             object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
+        self._check_cp_comm()
         if self.fp8_params and self.fp8_recipe is None:
             raise ConfigError("fp8_params keeps parameters in FP8 and needs an FP8 recipe (--fp8)",
                               field="fp8_params", value=True, limit="with --fp8")
+
+    def _check_cp_comm(self) -> None:
+        types = [t.value for t in CpCommType]
+        if self.cp_comm_type not in types:
+            raise ConfigError(f"cp comm type {brief(self.cp_comm_type)} is not one of {', '.join(types)}",
+                              field="cp_comm_type", value=self.cp_comm_type, limit=types)
+        object.__setattr__(self, "cp_comm_type", CpCommType(self.cp_comm_type))
+        check_count(self.cp_a2a_size, "cp_a2a_size", MAX_CP_A2A_SIZE)
+        hierarchical = self.cp_comm_type is CpCommType.A2A_P2P
+        if hierarchical and self.cp_a2a_size < 2:
+            raise ConfigError("cp comm type a2a+p2p needs its all-to-all group size (cp_a2a_size) of at least 2",
+                              field="cp_a2a_size", value=self.cp_a2a_size, limit=">= 2")
+        if not hierarchical and self.cp_a2a_size != 1:
+            raise ConfigError(f"cp_a2a_size {self.cp_a2a_size} is the all-to-all group of cp comm type a2a+p2p, "
+                              f"not of {self.cp_comm_type.value}", field="cp_a2a_size", value=self.cp_a2a_size,
+                              limit=1)
+
+    def cp_comm_conflict(self, cp: int, heads_per_device: int, kv_heads_per_device: int) -> ConfigError | None:
+        """Why this job's context-parallel exchange cannot run at degree ``cp`` with these attention
+        heads on a device (after tp), or None. The all-to-alls split a device's query and key/value
+        heads over the group (Transformer Engine asserts both divisible); a2a+p2p's group divides cp."""
+        if cp == 1 or self.cp_comm_type in (CpCommType.P2P, CpCommType.ALLGATHER):
+            return None
+        group = cp if self.cp_comm_type is CpCommType.A2A else self.cp_a2a_size
+        if self.cp_comm_type is CpCommType.A2A_P2P and (cp % group or group >= cp):
+            return ConfigError(f"cp {cp} is not a multiple of the a2a+p2p all-to-all group {group} times 2 or more",
+                               field="cp", value=cp, limit=f"a multiple of {group}, above it")
+        for name, heads in (("query", heads_per_device), ("key/value", kv_heads_per_device)):
+            if heads % group:
+                return ConfigError(f"cp comm type {self.cp_comm_type.value} splits a device's {heads} {name} heads "
+                                   f"over {group} ranks, which does not divide them", field="cp", value=cp,
+                                   limit=f"a divisor of {heads}")
+        return None
 
     @property
     def dtype_bytes(self) -> int:

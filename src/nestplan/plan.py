@@ -31,7 +31,7 @@ from nestplan.cluster import Cluster, cluster_from_dict, cluster_to_dict, load_c
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_name, check_string
-from nestplan.job import Fp8Recipe, Job, Optimizer, check_context
+from nestplan.job import CpCommType, Fp8Recipe, Job, Optimizer, check_context
 from nestplan.model.config import config_dict, load_model, parse_config
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
@@ -418,6 +418,9 @@ def _read_job(data: Any, version2: bool) -> Job:
     framework = {key: _bool(job, key, "job.") for key in FRAMEWORK_FLAGS if key in job}
     if job.get("fp8_recipe") is not None:
         framework["fp8_recipe"] = _choice(job, "fp8_recipe", "job.", [r.value for r in Fp8Recipe])
+    if "cp_comm_type" in job:
+        framework["cp_comm_type"] = _choice(job, "cp_comm_type", "job.", [t.value for t in CpCommType])
+        framework["cp_a2a_size"] = _int(job, "cp_a2a_size", "job.")
     return Job(global_batch_size=_int(job, "global_batch_size", "job."), seq_len=_int(job, "seq_len", "job."),
                dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)), **read, **framework)
 

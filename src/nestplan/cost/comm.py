@@ -7,9 +7,11 @@ placement gives its group, so the level a group spans sets its cost.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nestplan.job import CpCommType
 from nestplan.model.layers import Shard, _kv_per_device, boundary_bytes
 from nestplan.model.spec import ModelSpec
 from nestplan.network import collectives as coll
@@ -27,6 +29,15 @@ class LayerComm:
     cp_backward: float = 0.0
     ep_forward: float = 0.0
     ep_backward: float = 0.0
+
+
+@dataclass(frozen=True)
+class CpComm:
+    """How context parallelism exchanges keys and values (``job.CpCommType``) and the all-to-all
+    group's size of the hierarchical kind."""
+
+    kind: CpCommType = CpCommType.P2P
+    a2a_size: int = 1
 
 
 def tp_collectives(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, count: int,
@@ -108,11 +119,12 @@ def block_comm(
     gemms: Sequence[tuple[float, float]] = (),
     tp_overlap: bool = False,
     gather_bytes: int | None = None,
+    cp_comm: CpComm = CpComm(),
 ) -> LayerComm:
     """Collectives of one transformer block: 2 tp syncs forward and 2 backward (Megatron
     column/row-parallel pair per sub-block, Shoeybi et al. 2019 Figure 3; an MoE block's MLP
-    syncs its routed token copies, ``_mlp_syncs``), the context-parallel K/V ring (Liu et al.
-    2023, ring attention), the expert all-to-alls (dispatch and combine).
+    syncs its routed token copies, ``_mlp_syncs``), the context-parallel exchange of keys and
+    values (``context_exchange``), the expert all-to-alls (dispatch and combine).
 
     With ``tp_overlap`` (and sequence parallelism, which Megatron-LM requires for it) each tp
     all-gather and reduce-scatter hides under its GEMM (``overlapped``); ``gemms`` are the block's
@@ -130,14 +142,7 @@ def block_comm(
     if moe:
         mlp = _mlp_syncs(topo, tp, shard, spec, layer, gather_bytes)
         tp_f, tp_b = tp_f + mlp, tp_b + mlp
-    cp_f = cp_b = 0.0
-    cp = groups["cp"]
-    if cp.size > 1:
-        kv_bytes = shard.dtype_bytes * shard.tokens * 2 * _kv_per_device(spec, shard.tp)
-        level = topo.span_level(cp.fanout)
-        ring = (cp.size - 1) * coll.send_recv(topo, level, kv_bytes)
-        cp_f = max(0.0, ring - attention_forward_s)
-        cp_b = max(0.0, 2 * ring - 2 * attention_forward_s)   # K/V and their gradients travel back
+    cp_f, cp_b = context_exchange(topo, spec, shard, groups["cp"], cp_comm, attention_forward_s)
     ep_f = 0.0
     ep = groups["ep"]
     if spec.is_moe_layer(layer) and ep.size > 1:
@@ -145,6 +150,60 @@ def block_comm(
         ep_f = 2 * coll.all_to_all(topo, ep.fanout, routed)   # dispatch + combine
     return LayerComm(tp_forward=tp_f, tp_backward=tp_b, cp_forward=cp_f, cp_backward=cp_b,
                      ep_forward=ep_f, ep_backward=ep_f)
+
+
+def split_fanout(fanout: Sequence[int], inner: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A group's fan-out split into sub-groups of ``inner`` consecutive ranks (the lowest levels
+    first, as ranks are laid out) and the group across them."""
+    inside, across, left = [], [], inner
+    for g in fanout:
+        take = math.gcd(left, g)
+        inside.append(take)
+        across.append(g // take)
+        left //= take
+    assert left == 1, "the sub-group size divides the group"
+    return tuple(inside), tuple(across)
+
+
+def _ring(topo: Topology, fanout: Sequence[int], kv_bytes: float, attention_forward_s: float) -> tuple[float, float]:
+    """K/V passed round a ring of ranks (Liu et al. 2023, ring attention; Megatron-LM/Transformer
+    Engine cp_comm_type p2p), hidden under the attention it feeds; backward, K/V and their
+    gradients travel, under the backward attention (twice the forward's time)."""
+    ring = (math.prod(fanout) - 1) * coll.send_recv(topo, topo.span_level(fanout), kv_bytes)
+    return max(0.0, ring - attention_forward_s), max(0.0, 2 * ring - 2 * attention_forward_s)
+
+
+def _head_all_to_alls(topo: Topology, fanout: Sequence[int], spec: ModelSpec, shard: Shard) -> float:
+    """One direction's all-to-alls of Ulysses sequence parallelism (Jacobs et al. 2023, section
+    3.1): Q, K and V trade their sequence shard for a head shard before attention, the output
+    trades back after it; not overlapped with compute."""
+    q = spec.q_channels / shard.tp
+    kv = _kv_per_device(spec, shard.tp)
+    tensors = (q, kv, kv, q)   # Q, K, V in; the attention output back
+    return sum(coll.all_to_all(topo, fanout, shard.dtype_bytes * shard.tokens * c) for c in tensors)
+
+
+def context_exchange(topo: Topology, spec: ModelSpec, shard: Shard, cp: GroupSpan, how: CpComm,
+                     attention_forward_s: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of one block's context-parallel exchange per microbatch."""
+    if cp.size <= 1:
+        return 0.0, 0.0
+    kv_bytes = shard.dtype_bytes * shard.tokens * 2 * _kv_per_device(spec, shard.tp)   # this rank's K and V
+    if how.kind is CpCommType.P2P:
+        return _ring(topo, cp.fanout, kv_bytes, attention_forward_s)
+    if how.kind is CpCommType.ALLGATHER:
+        # K/V of the whole sequence gathered before attention, again in backward, whose K/V gradients
+        # are reduce-scattered (Dubey et al. 2024, section 3.3.2; Transformer Engine's all-gather kind)
+        gather = coll.all_gather(topo, cp.fanout, cp.size * kv_bytes)
+        return gather, gather + coll.reduce_scatter(topo, cp.fanout, cp.size * kv_bytes)
+    if how.kind is CpCommType.A2A:
+        a2a = _head_all_to_alls(topo, cp.fanout, spec, shard)
+        return a2a, a2a
+    inside, across = split_fanout(cp.fanout, how.a2a_size)
+    a2a = _head_all_to_alls(topo, inside, spec, shard)
+    # after the all-to-all a rank holds a2a_size times the tokens of 1/a2a_size of the heads: the same K/V bytes
+    ring_f, ring_b = _ring(topo, across, kv_bytes, attention_forward_s)
+    return a2a + ring_f, a2a + ring_b
 
 
 def boundary_time(topo: Topology, spec: ModelSpec, shard: Shard, level: int) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
@@ -49,6 +50,7 @@ def evaluate_plan(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: J
     ``terms``: the node terms already computed for this (model, cluster, job), shared by a caller
     that evaluates many plans of it (the planner); the result is the same without it."""
     check_against_model(dims, model, job.seq_len)
+    check_cp_comm(dims, model, job)
     if dims.devices > cluster.devices:
         raise ConfigError(f"the plan needs {dims.devices} devices but cluster '{cluster.name}' has {cluster.devices}",
                           field="devices", value=dims.devices, limit=cluster.devices)
@@ -78,6 +80,7 @@ def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Jo
     floor (cost/pipeline.py ``pipeline_floor``, no schedule simulation) of the same stages plus the
     same step end. A caller comparing many splits or schedules of one plan skips those that cannot win."""
     check_against_model(dims, model, job.seq_len)
+    check_cp_comm(dims, model, job)
     m = dims.num_microbatches(job.global_batch_size)
     placement = place(dims, cluster.topology, axis_order)
     cache = terms if terms is not None else TermCache(model, cluster, job)
@@ -85,6 +88,17 @@ def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Jo
     end, tied = _step_end(model, cluster, dims, job, placement, stages)
     forward, backward = stages.times()
     return pipeline_floor(forward, backward, m, dims.virtual_stages) + end.exposed_s + tied + end.optimizer_s
+
+
+def cp_comm_conflict(job: Job, cp: int, tp: int, model: ModelSpec) -> ConfigError | None:
+    """Why ``job``'s context-parallel exchange cannot run at cp with tp's share of the heads, or None."""
+    return job.cp_comm_conflict(cp, model.num_heads // tp, math.ceil(model.num_kv_heads / tp))
+
+
+def check_cp_comm(dims: ParallelDims, model: ModelSpec, job: Job) -> None:
+    problem = cp_comm_conflict(job, dims.cp, dims.tp, model)
+    if problem is not None:
+        raise problem
 
 
 @dataclass(frozen=True)

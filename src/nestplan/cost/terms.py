@@ -15,7 +15,7 @@ from typing import Mapping
 from nestplan.cost import comm
 from nestplan.cost.compute import FP8_BYTES, FP8_COPIES, LayerTime, Precision, block_time, embedding_time, head_time
 from nestplan.cost.prediction import BREAKDOWN_TERMS
-from nestplan.job import Job
+from nestplan.job import CpCommType, Job
 from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims
@@ -94,6 +94,12 @@ def fp8_weight_copies(job: Job) -> float:
     return FP8_COPIES * FP8_BYTES
 
 
+def gathered_kv_bytes(model: ModelSpec, shard: L.Shard, cp: int) -> float:
+    """Keys and values of the whole sequence a device holds while its attention runs when context
+    parallelism all-gathers them (Transformer Engine's all-gather kind keeps them for that layer only)."""
+    return cp * shard.dtype_bytes * shard.tokens * 2 * L._kv_per_device(model, shard.tp)
+
+
 def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan],
            b: _BlockCompute, c: comm.LayerComm) -> NodeTerms:
     t, params = b.time, b.params
@@ -120,6 +126,8 @@ def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping
     transient = b.activations[Recompute.NONE] if dims.recompute is Recompute.FULL else 0.0
     if dims.zero is ZeroStage.PARAMETERS:
         transient += 2 * params.total * job.dtype_bytes   # the gathered layer and the prefetched next one
+    if job.cp_comm_type is CpCommType.ALLGATHER and dims.cp > 1:
+        transient += gathered_kv_bytes(model, shard_of(dims, job), dims.cp)
     return NodeTerms(
         components=_components(
             forward_compute=fs * t.forward, backward_compute=fs * t.backward, recompute=fs * redo,
@@ -177,8 +185,9 @@ class TermCache:
         if found is None:
             topo, model = self.cluster.topology, self.model
             gather = FP8_BYTES if self.job.fp8 else None   # FP8 operands are cast, then gathered
+            cp_comm = comm.CpComm(self.job.cp_comm_type, self.job.cp_a2a_size)
             comms = {moe: comm.block_comm(topo, model, i, shard, groups, blocks[moe].time.attention_forward,
-                                          blocks[moe].time.gemms, self.job.tp_comm_overlap, gather)
+                                          blocks[moe].time.gemms, self.job.tp_comm_overlap, gather, cp_comm)
                      for moe, i in self._kinds.items()}
             found = self._comm[key] = (comms, comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1))
         return found

@@ -221,5 +221,9 @@ def bash_array(name: str, items: Sequence[str], comment: str = "") -> str:
 
 
 def flag_pairs(flags: Sequence[tuple[str, object]]) -> list[str]:
-    """('--x', 3) -> '--x 3'; ('--y', None) -> '--y' (a switch); each value one literal shell word."""
-    return [name if value is None else f"{name} {shell_word(value)}" for name, value in flags]
+    """('--x', 3) -> '--x 3'; ('--y', None) -> '--y' (a switch); ('--z', (2, 4)) -> '--z 2 4' (a flag of
+    several values); each value one literal shell word."""
+    def words(value: object) -> str:
+        return " ".join(shell_word(v) for v in value) if isinstance(value, tuple) else shell_word(value)
+
+    return [name if value is None else f"{name} {words(value)}" for name, value in flags]

@@ -13,6 +13,7 @@ from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFi
                                     expert_group_note, flag_pairs, header, rank_order_note, refuse, sbatch_lines,
                                     torchrun_prologue)
 from nestplan.export.plan import ExportInput
+from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute, Schedule
@@ -135,6 +136,15 @@ def rank_layout(inp: ExportInput, title: str, mapping: str) -> tuple[tuple[str, 
     return order, notes
 
 
+def _cp_flags(job: Job, cp: int) -> Flags:
+    """The context-parallel exchange nestplan costs (job.CpCommType), by Megatron-LM's own names;
+    the hierarchical kind names its all-to-all and ring sizes, innermost first."""
+    flags: Flags = [("--cp-comm-type", job.cp_comm_type.value)]
+    if job.cp_comm_type is CpCommType.A2A_P2P:
+        flags.append(("--hierarchical-context-parallel-sizes", (job.cp_a2a_size, cp // job.cp_a2a_size)))
+    return flags
+
+
 def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     d = inp.plan.dims
     order, notes = rank_layout(inp, TITLE, "--use-tp-pp-dp-mapping")
@@ -144,7 +154,7 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     if d.sp_active:
         flags.append(("--sequence-parallel", None))
     if d.cp > 1:
-        flags.append(("--cp-comm-type", "p2p"))   # the ring exchange nestplan costs
+        flags += _cp_flags(inp.plan.job, d.cp)
     if d.ep > 1:
         flags += [("--expert-model-parallel-size", d.ep), ("--expert-tensor-parallel-size", d.tp)]
     split, split_notes = _pipeline_split(inp.plan)

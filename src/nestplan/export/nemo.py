@@ -13,7 +13,7 @@ from nestplan.export import megatron
 from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, sbatch_lines, shell_word,
                                     torchrun_prologue)
 from nestplan.export.plan import ExportInput
-from nestplan.job import Fp8Recipe
+from nestplan.job import CpCommType, Fp8Recipe
 from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute
 
@@ -25,12 +25,14 @@ _HYDRA_QUOTABLE = re.compile(r"[A-Za-z0-9_.*|+()-]*")   # no quote, backslash or
 
 
 def _value(v: object) -> str:
-    """An override value in Hydra's grammar: booleans, null and integers as literals; other strings
+    """An override value in Hydra's grammar: booleans, null and integers as literals, lists bracketed; other strings
     double-quoted unless a plain identifier (the pipeline layout's '|', '*' and '()' need the quotes)."""
     if isinstance(v, bool) or v is None:
         return "true" if v is True else "false" if v is False else "null"
     if isinstance(v, int):
         return str(v)
+    if isinstance(v, list):
+        return "[" + ",".join(_value(x) for x in v) + "]"
     text = str(v)
     if _HYDRA_WORD.fullmatch(text) and text.lower() not in ("true", "false", "null", "nan", "inf"):
         return text
@@ -51,6 +53,10 @@ def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
         ("mixed_precision", _precision_recipe(job))]
     if d.ep > 1:
         out.append(("model.expert_tensor_parallel_size", d.tp))
+    if d.cp > 1:
+        out.append(("model.cp_comm_type", job.cp_comm_type.value))
+        if job.cp_comm_type is CpCommType.A2A_P2P:
+            out.append(("model.hierarchical_context_parallel_sizes", [job.cp_a2a_size, d.cp // job.cp_a2a_size]))
     if d.virtual_stages > 1:
         out.append(("model.virtual_pipeline_model_parallel_size", d.virtual_stages))
     n = d.layers_per_stage or ()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, expert_group_note, flag_pairs,
                                     header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
 from nestplan.export.plan import ExportInput
+from nestplan.job import CpCommType
 from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute, Schedule
 
@@ -116,6 +117,10 @@ def _job_notes(plan: Plan) -> list[str]:
     state as Adam), its attention a fused kernel (SDPA), its FSDP reductions in float32."""
     job = plan.job
     notes = []
+    if plan.dims.cp > 1 and job.cp_comm_type is not CpCommType.ALLGATHER:
+        notes.append(f"torchtitan's context parallelism (PyTorch's context_parallel) all-gathers or rotates K/V "
+                     f"shards; it has no {job.cp_comm_type.value} exchange, which nestplan costed: evaluate the plan "
+                     "with cp comm type allgather for the run torchtitan makes by default")
     if job.optimizer.value != "adam":
         notes.append(f"torchtitan's optimizers are Adam and AdamW: nestplan costed {job.optimizer.value} (less "
                      "optimizer state); AdamW will hold more memory than predicted")

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from nestplan.cost.evaluator import cp_comm_conflict
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import tp_conflict
@@ -79,7 +80,7 @@ def sub_configs(space: SearchSpace, model: ModelSpec, job: Job, node_devices: in
         for sp in sorted({s and tp > 1 for s in space.sp}):
             for cp in cps:
                 for ep in eps:
-                    if tp * cp * ep > devices:
+                    if tp * cp * ep > devices or cp_comm_conflict(job, cp, tp, model) is not None:
                         continue
                     if not all(aligned(x, unit_sizes) for x in (tp, tp * cp, tp * cp * ep)):
                         continue

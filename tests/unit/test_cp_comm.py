@@ -1,0 +1,112 @@
+"""Context parallelism's four exchanges (issue 16, item 3): p2p ring, Ulysses all-to-all, K/V all-gather
+and the hierarchical a2a+p2p; their costs, legality, memory, plan JSON and exports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nestplan import api
+from nestplan.cost import comm
+from nestplan.errors import ConfigError
+from nestplan.job import CpCommType, Job
+from nestplan.model.layers import Shard
+from nestplan.network import collectives as coll
+from nestplan.plan import Plan
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.placement import GroupSpan
+
+CLUSTER = api.resolve_cluster("dgx-h100", 32)
+TOPO = CLUSTER.topology
+LLAMA = api.resolve_model("llama3-8b")
+SEQ = 65536
+PLAN = ParallelDims(tp=1, pp=1, dp=1, cp=32)
+
+
+def _job(kind: str, a2a: int = 1) -> Job:
+    return api.job_for(LLAMA, CLUSTER, 8, SEQ, cp_comm_type=kind, cp_a2a_size=a2a)
+
+
+def _cp_group(fanout: tuple[int, ...]) -> GroupSpan:
+    return GroupSpan(size=int(__import__("math").prod(fanout)), fanout=fanout, level=TOPO.span_level(fanout))
+
+
+def test_job_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="at least 2"):
+        Job(8, SEQ, cp_comm_type="a2a+p2p")
+    with pytest.raises(ConfigError, match="not of p2p"):
+        Job(8, SEQ, cp_a2a_size=4)
+    with pytest.raises(ConfigError, match="not one of p2p, a2a, allgather, a2a\\+p2p"):
+        Job(8, SEQ, cp_comm_type="ring")
+    assert Job(8, SEQ, cp_comm_type="a2a").cp_comm_type is CpCommType.A2A
+
+
+def test_all_to_alls_need_heads_divisible_by_their_group() -> None:
+    """Llama 3 8B has 32 query and 8 key/value heads: Ulysses runs at cp 8, not 16 (Transformer Engine
+    asserts the heads divisible); a2a+p2p needs its group to divide the heads and cp."""
+    a2a = Job(8, SEQ, cp_comm_type="a2a")
+    assert a2a.cp_comm_conflict(8, 32, 8) is None
+    assert "8 key/value heads over 16" in str(a2a.cp_comm_conflict(16, 32, 8))
+    hybrid = Job(8, SEQ, cp_comm_type="a2a+p2p", cp_a2a_size=8)
+    assert hybrid.cp_comm_conflict(32, 32, 8) is None
+    assert hybrid.cp_comm_conflict(12, 32, 8) is not None   # 8 does not divide 12
+    assert hybrid.cp_comm_conflict(8, 32, 8) is not None    # the ring needs 2 groups or more
+    assert Job(8, SEQ, cp_comm_type="allgather").cp_comm_conflict(64, 32, 8) is None
+    with pytest.raises(ConfigError, match="key/value heads"):
+        api.evaluate(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=1, cp=16), _job("a2a"))
+
+
+def test_split_fanout_takes_the_lowest_levels_first() -> None:
+    assert comm.split_fanout((8, 4, 1), 4) == ((4, 1, 1), (2, 4, 1))
+    assert comm.split_fanout((8, 4, 1), 16) == ((8, 2, 1), (1, 2, 1))
+    assert comm.split_fanout((8, 4, 1), 32) == ((8, 4, 1), (1, 1, 1))
+
+
+def test_each_exchange_moves_what_its_algorithm_moves() -> None:
+    shard = Shard(tp=1, cp=32, seq_len=SEQ)
+    cp = _cp_group((8, 4, 1))
+    kv = 2 * shard.tokens * 2 * 1024          # bf16 K and V of this rank's tokens (8 kv heads x 128)
+    q = 2 * shard.tokens * 4096
+    ulysses = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(CpCommType.A2A), 0.0)
+    expected = sum(coll.all_to_all(TOPO, cp.fanout, b) for b in (q, kv / 2, kv / 2, q))
+    assert ulysses == pytest.approx((expected, expected))
+    gather_f, gather_b = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(CpCommType.ALLGATHER), 0.0)
+    assert gather_f == pytest.approx(coll.all_gather(TOPO, cp.fanout, 32 * kv))
+    assert gather_b == pytest.approx(gather_f + coll.reduce_scatter(TOPO, cp.fanout, 32 * kv))
+    ring_f, ring_b = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(), 0.0)
+    assert ring_f == pytest.approx(31 * coll.send_recv(TOPO, 1, kv)) and ring_b == pytest.approx(2 * ring_f)
+    hidden = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(), attention_forward_s=1.0)
+    assert hidden == (0.0, 0.0)   # the ring hides under a long enough attention; the all-to-alls never do
+    hybrid = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(CpCommType.A2A_P2P, 8), 1.0)
+    inner = sum(coll.all_to_all(TOPO, (8, 1, 1), b) for b in (q, kv / 2, kv / 2, q))
+    assert hybrid == pytest.approx((inner, inner))
+
+
+def test_every_exchange_evaluates_and_all_gather_holds_the_whole_sequence() -> None:
+    preds = {kind: api.evaluate(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=4, cp=8), _job(kind, a2a))
+             for kind, a2a in (("p2p", 1), ("a2a", 1), ("allgather", 1), ("a2a+p2p", 2))}
+    assert len({p.step_time_s for p in preds.values()}) == 4
+    transient = {k: p.stages[0].memory_bytes["transient"] for k, p in preds.items()}
+    assert transient["allgather"] - transient["p2p"] == pytest.approx(8 * 2 * (SEQ // 8) * 2 * 1024)
+
+
+def test_the_planner_never_picks_a_cp_its_exchange_cannot_run() -> None:
+    report = api.plan(LLAMA, CLUSTER, _job("a2a"), devices=32)
+    for pred in (report.best, *report.runners_up):
+        assert 8 % pred.plan.cp == 0
+
+
+def test_plan_json_and_exports_carry_the_exchange(tmp_path) -> None:
+    job = _job("a2a+p2p", 2)
+    ev = api.evaluate_full(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=4, cp=8), job)
+    again = Plan.from_dict(json.loads(json.dumps(ev.plan.to_dict())))
+    assert (again.job.cp_comm_type, again.job.cp_a2a_size) == (CpCommType.A2A_P2P, 2)
+    files, _ = api.export_plan(ev.plan, "megatron", tmp_path / "m")
+    script = "\n".join(p.read_text() for p in files)
+    assert "--cp-comm-type a2a+p2p" in script and "--hierarchical-context-parallel-sizes 2 4" in script
+    files, _ = api.export_plan(ev.plan, "nemo", tmp_path / "b")
+    text = "\n".join(p.read_text() for p in files)
+    assert 'model.cp_comm_type="a2a+p2p"' in text and "model.hierarchical_context_parallel_sizes=[2,4]" in text
+    _, exported = api.export_plan(ev.plan, "torchtitan", tmp_path / "t")
+    assert any("no a2a+p2p exchange" in note for note in exported.notes)
