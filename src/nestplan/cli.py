@@ -23,7 +23,7 @@ from rich.console import Console
 
 from nestplan import __version__, api
 from nestplan.errors import ConfigError, PlannerError, printable
-from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Fp8Recipe, Optimizer
+from nestplan.job import MAX_CP_A2A_SIZE, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, CpCommType, Fp8Recipe, Optimizer
 from nestplan.network.topology import MAX_DEVICES   # --devices, and each parallel degree
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -82,6 +82,13 @@ def _integer(option: str, low: int, high: int) -> Callable[[object], int]:
     def parse(value: object) -> int:
         return value if isinstance(value, int) else _parse_int(option, str(value), low, high)
     return parse
+
+
+# context parallelism (job settings shared by evaluate and plan; Megatron-LM's names)
+CP_COMM_OPTION = typer.Option(CpCommType.P2P, "--cp-comm-type", help="context parallelism's K/V exchange: p2p "
+                              "(ring), a2a (Ulysses), allgather or a2a+p2p (with --cp-a2a-size)")
+CP_A2A_OPTION = typer.Option(1, "--cp-a2a-size", parser=_integer("--cp-a2a-size", 1, MAX_CP_A2A_SIZE),
+                             help="a2a+p2p: ranks of each all-to-all group (Megatron's first hierarchical cp size)")
 
 
 def _int_list(text: str, option: str, high: int, entries: int) -> tuple[int, ...]:
@@ -281,6 +288,8 @@ def evaluate(
     fp8: bool = FP8_OPTION,
     fp8_recipe: Fp8Recipe | None = FP8_RECIPE_OPTION,
     fp8_params: bool = FP8_PARAMS_OPTION,
+    cp_comm_type: CpCommType = CP_COMM_OPTION,
+    cp_a2a_size: int = CP_A2A_OPTION,
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -303,7 +312,7 @@ def evaluate(
     job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
-                      overlap_param_gather=overlap_param_gather)
+                      overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
@@ -345,6 +354,8 @@ def plan_command(
     fp8: bool = FP8_OPTION,
     fp8_recipe: Fp8Recipe | None = FP8_RECIPE_OPTION,
     fp8_params: bool = FP8_PARAMS_OPTION,
+    cp_comm_type: CpCommType = CP_COMM_OPTION,
+    cp_a2a_size: int = CP_A2A_OPTION,
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -374,7 +385,7 @@ def plan_command(
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
-                      overlap_param_gather=overlap_param_gather)
+                      overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance)
     best = report.plan

@@ -110,3 +110,15 @@ def test_plan_json_and_exports_carry_the_exchange(tmp_path) -> None:
     assert 'model.cp_comm_type="a2a+p2p"' in text and "model.hierarchical_context_parallel_sizes=[2,4]" in text
     _, exported = api.export_plan(ev.plan, "torchtitan", tmp_path / "t")
     assert any("no a2a+p2p exchange" in note for note in exported.notes)
+
+
+def test_cli_takes_the_exchange_and_refuses_an_illegal_one(capsys) -> None:
+    from tests.unit.cli_helpers import run_cli
+
+    base = ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "32", "--tp", "1", "--pp", "1",
+            "--cp", "32", "--dp", "1", "--zero", "1", "--recompute", "full", "--global-batch-size", "4",
+            "--seq-len", "131072", "--json"]
+    code, out, _ = run_cli(capsys, base + ["--cp-comm-type", "a2a+p2p", "--cp-a2a-size", "8"])
+    assert code == 0 and json.loads(out)["job"]["cp_comm_type"] == "a2a+p2p"
+    code, _, err = run_cli(capsys, base + ["--cp-comm-type", "a2a"])
+    assert code == 2 and "8 key/value heads over 32 ranks" in err
