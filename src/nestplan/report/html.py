@@ -263,7 +263,7 @@ def _exports_section(plan: Plan) -> str:
             continue
         notes = "".join(f"<li>{_e(note)}</li>" for note in result.notes)
         parts.append(f"<h3>{_e(framework)}</h3>" + (f"<ul>{notes}</ul>" if notes else "<p>no notes</p>"))
-        parts += [f"<details><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n"
+        parts += [f"<details open><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n"
                   for f in result.files]
     return "".join(parts)
 
