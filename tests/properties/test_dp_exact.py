@@ -27,7 +27,7 @@ from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.network.topology import Level, Topology
 from nestplan.search.oracle import compositions, enumerate_group
-from nestplan.search.partition import dp_split, waterfill_bottlenecks, waterfill_split
+from nestplan.search.partition import FIT_RELATIVE_TOLERANCE, dp_split, waterfill_bottlenecks, waterfill_split
 from nestplan.search.physical import PhysicalSearchModel
 from nestplan.search.planner import _groups, search
 from nestplan.search.space import SearchSpace
@@ -228,7 +228,7 @@ def test_dp_heterogeneous_equals_brute_force(costs, p, data) -> None:
     best = None
     for parts in compositions(n, p):
         e = np.concatenate([[0], np.cumsum(parts)])
-        if any(mem[s, e[s]:e[s + 1]].sum() > cap for s in range(p)):
+        if any(mem[s, e[s]:e[s + 1]].sum() > cap * (1 + FIT_RELATIVE_TOLERANCE) for s in range(p)):
             continue
         value = max(alpha[s] + c[e[s]:e[s + 1]].sum() for s in range(p))
         best = value if best is None else min(best, value)

@@ -57,6 +57,11 @@ def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fi
     return dp_split_matrix(stage_cost_matrix(costs, alpha, mem_layer, mem_fixed, capacity, start_costs, start_memory))
 
 
+# a stage exactly at capacity fits: prefix-sum differences round in the last bits, so memory is compared
+# with this relative slack (a byte in a terabyte)
+FIT_RELATIVE_TOLERANCE = 1e-12
+
+
 def stage_cost_matrix(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fixed: np.ndarray,
                       capacity: float, start_costs: np.ndarray | None = None,
                       start_memory: np.ndarray | None = None) -> np.ndarray:
@@ -69,13 +74,14 @@ def stage_cost_matrix(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarra
     start = np.arange(n_blocks + 1)[:, None]
     end = np.arange(n_blocks + 1)[None, :]
     stage_costs = np.empty((p, n_blocks + 1, n_blocks + 1))
+    fits_below = capacity * (1 + FIT_RELATIVE_TOLERANCE)
     for s in range(p):
         if per_stage:
             prefix = np.concatenate([[0.0], np.cumsum(costs[s])])
         mem_prefix = np.concatenate([[0.0], np.cumsum(mem_layer[s])])
         extra_mem = 0.0 if start_memory is None else np.append(start_memory[s], 0.0)[:, None]
         extra_cost = 0.0 if start_costs is None else np.append(start_costs[s], 0.0)[:, None]
-        ok = (end > start) & (mem_fixed[s] + extra_mem + mem_prefix[end] - mem_prefix[start] <= capacity)
+        ok = (end > start) & (mem_fixed[s] + extra_mem + mem_prefix[end] - mem_prefix[start] <= fits_below)
         stage_costs[s] = np.where(ok, alpha[s] + extra_cost + prefix[end] - prefix[start], INFEASIBLE)
     return stage_costs
 
