@@ -471,18 +471,10 @@ def export_plan(plan: Plan, framework: str, out_dir: str | Path) -> tuple[list[P
     :func:`load_plan`), on the model and cluster the plan holds (never truncated again). Where the
     framework's rank order differs from the one costed, the export quotes nestplan's prediction
     under the framework's order too. Returns (paths written, the Export with its notes)."""
-    from nestplan.export import check_framework, export, framework_orders
-    from nestplan.export.common import choose_order
-    from nestplan.export.plan import ExportInput
+    from nestplan.export import build
     from nestplan.version import __version__
 
-    key = check_framework(framework)
-    order = choose_order(plan, framework_orders(key, plan))
-    alternative = None
-    if tuple(order) != plan.axis_order:
-        other = evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, order)
-        alternative = {"step_time_s": other.step_time_s, "tokens_per_s": other.tokens_per_s}
-    result = export(key, ExportInput(plan, __version__, alternative))
+    result = build(plan, framework, __version__)
     return result.write(out_dir), result
 
 

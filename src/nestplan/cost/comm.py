@@ -165,6 +165,11 @@ def split_fanout(fanout: Sequence[int], inner: int) -> tuple[tuple[int, ...], tu
     return tuple(inside), tuple(across)
 
 
+def local_kv_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """Bytes of the keys and values of a device's own tokens (its share of heads after tp)."""
+    return shard.dtype_bytes * shard.tokens * 2 * _kv_per_device(spec, shard.tp)
+
+
 def _ring(topo: Topology, fanout: Sequence[int], kv_bytes: float, attention_forward_s: float) -> tuple[float, float]:
     """K/V passed round a ring of ranks (Liu et al. 2023, ring attention; Megatron-LM/Transformer
     Engine cp_comm_type p2p), hidden under the attention it feeds; backward, K/V and their
@@ -188,7 +193,7 @@ def context_exchange(topo: Topology, spec: ModelSpec, shard: Shard, cp: GroupSpa
     """(forward, backward) exposed seconds of one block's context-parallel exchange per microbatch."""
     if cp.size <= 1:
         return 0.0, 0.0
-    kv_bytes = shard.dtype_bytes * shard.tokens * 2 * _kv_per_device(spec, shard.tp)   # this rank's K and V
+    kv_bytes = local_kv_bytes(spec, shard)
     if how.kind is CpCommType.P2P:
         return _ring(topo, cp.fanout, kv_bytes, attention_forward_s)
     if how.kind is CpCommType.ALLGATHER:

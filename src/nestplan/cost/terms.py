@@ -97,7 +97,7 @@ def fp8_weight_copies(job: Job) -> float:
 def gathered_kv_bytes(model: ModelSpec, shard: L.Shard, cp: int) -> float:
     """Keys and values of the whole sequence a device holds while its attention runs when context
     parallelism all-gathers them (Transformer Engine's all-gather kind keeps them for that layer only)."""
-    return cp * shard.dtype_bytes * shard.tokens * 2 * L._kv_per_device(model, shard.tp)
+    return cp * comm.local_kv_bytes(model, shard)
 
 
 def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan],

@@ -9,9 +9,10 @@ differently from what nestplan costed; a plan it cannot launch at all is a Confi
 
 from __future__ import annotations
 
+from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError
 from nestplan.export import deepspeed, megatron, nemo, torchtitan
-from nestplan.export.common import Export
+from nestplan.export.common import Export, choose_order
 from nestplan.export.plan import ExportInput
 from nestplan.plan import Plan
 
@@ -36,3 +37,15 @@ def check_framework(name: str) -> str:
 
 def export(framework: str, inp: ExportInput) -> Export:
     return EXPORTERS[check_framework(framework)].export(inp)
+
+
+def build(plan: Plan, framework: str, version: str) -> Export:
+    """``framework``'s export of ``plan`` (nestplan ``version`` in its header), quoting nestplan's
+    prediction under the framework's rank order where that differs from the one costed."""
+    key = check_framework(framework)
+    order = choose_order(plan, framework_orders(key, plan))
+    alternative = None
+    if tuple(order) != plan.axis_order:
+        other = evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, order)
+        alternative = {"step_time_s": other.step_time_s, "tokens_per_s": other.tokens_per_s}
+    return export(key, ExportInput(plan, version, alternative))

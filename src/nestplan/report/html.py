@@ -26,9 +26,7 @@ from typing import Protocol
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import PlannerError
-from nestplan.export import FRAMEWORKS, export, framework_orders
-from nestplan.export.common import Export, choose_order
-from nestplan.export.plan import ExportInput
+from nestplan.export import FRAMEWORKS, build
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.plan import Plan, StageSummary
 from nestplan.report.text import fit_verdict, why_lost
@@ -241,23 +239,12 @@ def _runners_up_section(best: Prediction, runners_up: Sequence[Prediction]) -> s
             + _table(("plan", "step s", "vs best", "why it lost", "memory GiB"), rows, text_columns=(0, 3)))
 
 
-def _framework_export(plan: Plan, framework: str) -> Export:
-    """``framework``'s export of ``plan`` as ``nestplan export`` writes it, quoting the prediction
-    under the framework's rank order where that differs from the one costed."""
-    order = choose_order(plan, framework_orders(framework, plan))
-    alternative = None
-    if tuple(order) != plan.axis_order:
-        other = evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, order)
-        alternative = {"step_time_s": other.step_time_s, "tokens_per_s": other.tokens_per_s}
-    return export(framework, ExportInput(plan, __version__, alternative))
-
-
 def _exports_section(plan: Plan) -> str:
     parts = ["<p>The launch settings of each framework for this plan, as <code>nestplan plan ... --export "
              "FRAMEWORK --out DIR</code> writes them, with their notes.</p>"]
     for framework in FRAMEWORKS:
         try:
-            result = _framework_export(plan, framework)
+            result = build(plan, framework, __version__)
         except PlannerError as exc:   # a framework that cannot run this plan: its reason, the others still shown
             parts.append(f"<h3>{_e(framework)}</h3><p class=\"note\">not exported: {_e(exc)}</p>")
             continue
