@@ -7,7 +7,7 @@ they are checked and converted once, in :func:`accelerator_from_dict`, into SI f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -57,13 +57,6 @@ class Accelerator:
     attention_efficiency: float | None = None
     attention_backward_efficiency: float | None = None
 
-    def __reduce__(self):
-        """Picklable (a sweep ships accelerators to worker processes): the read-only peak table
-        travels as a plain dict and is frozen again on arrival."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["peak_flops"], values["extra"] = dict(self.peak_flops), dict(self.extra)
-        return _rebuild, (values,)
-
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``."""
         if dtype not in self.peak_flops:
@@ -99,10 +92,6 @@ class Accelerator:
     def memory_time(self, nbytes: float) -> float:
         """Seconds to stream ``nbytes`` through HBM at the achievable bandwidth."""
         return nbytes / (self.hbm_bandwidth_Bps * self.memory_efficiency)
-
-
-def _rebuild(values: dict[str, Any]) -> Accelerator:
-    return Accelerator(**{**values, "peak_flops": MappingProxyType(values["peak_flops"])})
 
 
 def _where(name: str) -> str:
