@@ -1,0 +1,94 @@
+"""Plans the planner itself produces, over the shapes an export must handle (issue 18's property test):
+dense and MoE, tp/sp, cp > 1, pp with even, uneven and interleaved splits, ZeRO 0-3, recomputation.
+
+Each case is a real search (``api.plan``) on a catalog model and cluster, some with the search space
+narrowed so that the shape appears (a ZeRO stage, a cp degree, a pipeline depth); the plan is
+whatever the planner picks there. The tests that use them run the frameworks' own validators on
+each export. ``planned_plans()`` caches the plans for the whole test session (about a minute of
+searches on a 2-core machine), so the tests using it are marked slow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from nestplan import api
+from nestplan.job import Fp8Recipe, Job
+from nestplan.plan import Plan
+from nestplan.search.space import SearchSpace
+from nestplan.strategy.enums import Recompute, ZeroStage
+
+
+@dataclass(frozen=True)
+class Case:
+    """One planning problem: model, cluster, devices, batch, sequence and the space searched."""
+
+    name: str
+    model: str
+    cluster: str
+    devices: int
+    global_batch_size: int
+    seq_len: int
+    space: dict = field(default_factory=dict)   # SearchSpace overrides that force the shape wanted
+    job: dict = field(default_factory=dict)     # Job settings beyond batch and sequence (FP8, overlap)
+
+
+def _z(stage: int) -> tuple[ZeroStage, ...]:
+    return (ZeroStage(stage),)
+
+
+CASES: tuple[Case, ...] = (
+    # dense, the planner's own choice
+    Case("llama3-8b-8", "llama3-8b", "dgx-h100", 8, 128, 8192),
+    Case("llama3-8b-64", "llama3-8b", "dgx-h100", 64, 512, 8192),
+    Case("llama3-70b-64", "llama3-70b", "dgx-h100", 64, 256, 8192),
+    Case("llama3-70b-256", "llama3-70b", "h100-spine-leaf", 256, 4096, 8192),
+    Case("gpt3-175b-128", "gpt3-175b", "dgx-a100", 128, 256, 2048),
+    Case("gpt3-175b-512", "gpt3-175b", "dgx-h100", 512, 1536, 2048),
+    Case("nemotron4-15b-64", "nemotron4-15b", "dgx-h100", 64, 256, 4096),
+    Case("nemotron4-340b-256", "nemotron4-340b", "dgx-h100", 256, 512, 4096),
+    Case("llama3.1-405b-1024", "llama3.1-405b", "dgx-h100", 1024, 2048, 8192),
+    Case("llama2-7b-32", "llama2-7b", "dgx-a100", 32, 256, 4096),
+    Case("bert-large-16", "bert-large", "dgx-a100", 16, 256, 512),
+    # dense, a shape forced
+    Case("llama2-7b-zero0", "llama2-7b", "dgx-a100", 32, 256, 4096, {"zero": _z(0), "tp": (2,)}),
+    Case("llama3-8b-zero1", "llama3-8b", "dgx-h100", 16, 256, 4096, {"zero": _z(1), "tp": (1,)}),
+    Case("llama3-8b-zero2", "llama3-8b", "dgx-h100", 16, 256, 4096, {"zero": _z(2), "tp": (1,)}),
+    Case("llama3-8b-zero3", "llama3-8b", "dgx-h100", 16, 256, 4096, {"zero": _z(3), "tp": (1,)}),
+    Case("llama3-70b-zero3", "llama3-70b", "dgx-h100", 64, 256, 4096, {"zero": _z(3), "tp": (1, 2)}),
+    Case("llama3-8b-cp2", "llama3-8b", "dgx-h100", 16, 32, 32768, {"cp": (2,)}),
+    Case("llama3-8b-cp4", "llama3-8b", "dgx-h100", 32, 32, 65536, {"cp": (4,)}),
+    Case("llama3-70b-cp2", "llama3-70b", "dgx-h100", 128, 128, 16384, {"cp": (2,)}),
+    Case("llama3-70b-cp8", "llama3-70b", "dgx-h100", 128, 32, 131072, {"cp": (8,)}),
+    Case("llama3-70b-pp8", "llama3-70b", "dgx-h100", 128, 512, 8192, {"max_pp": 8, "tp": (4,), "cp": (1,)}),
+    Case("gpt3-175b-tp8", "gpt3-175b", "dgx-a100", 256, 512, 2048, {"tp": (8,), "recompute": (Recompute.FULL,)}),
+    Case("nemotron4-15b-tp2", "nemotron4-15b", "dgx-h100", 32, 256, 4096, {"tp": (2,)}),
+    Case("gpt3-35b-selective", "gpt3-35b", "dgx-a100", 64, 256, 2048, {"recompute": (Recompute.SELECTIVE,)}),
+    Case("llama3-70b-mbs2", "llama3-70b", "dgx-h100", 64, 256, 4096, {"micro_batch_sizes": (2,)}),
+    # mixture of experts
+    Case("mixtral-8x7b-64", "mixtral-8x7b", "dgx-h100", 64, 256, 4096),
+    Case("mixtral-8x7b-128", "mixtral-8x7b", "h100-spine-leaf", 128, 4096, 8192),
+    Case("mixtral-8x7b-ep8", "mixtral-8x7b", "dgx-h100", 64, 256, 4096, {"ep": (8,)}),
+    Case("mixtral-8x7b-ep2", "mixtral-8x7b", "dgx-h100", 32, 256, 4096, {"ep": (2,)}),
+    Case("mixtral-8x7b-cp2", "mixtral-8x7b", "dgx-h100", 64, 64, 32768, {"cp": (2,)}),
+    Case("mixtral-small-16", "mixtral-small", "dgx-h100", 16, 128, 4096),
+    Case("mixtral-8x7b-zero3", "mixtral-8x7b", "dgx-h100", 64, 256, 4096, {"zero": _z(3), "ep": (1,)}),
+    Case("mixtral-8x7b-a100", "mixtral-8x7b", "dgx-a100", 128, 512, 4096),
+    # FP8 GEMMs (Transformer Engine's delayed scaling), parameters kept in FP8
+    Case("llama3-70b-fp8", "llama3-70b", "dgx-h100", 128, 512, 8192, job={"fp8_recipe": Fp8Recipe.DELAYED}),
+    Case("mixtral-8x7b-fp8", "mixtral-8x7b", "dgx-h100", 64, 256, 4096,
+         job={"fp8_recipe": Fp8Recipe.DELAYED, "fp8_params": True}),
+)
+
+
+@lru_cache(maxsize=None)
+def planned_plans() -> dict[str, Plan]:
+    """Each case's best plan, planned once per test session."""
+    return {c.name: planned(c) for c in CASES}
+
+
+def planned(case: Case) -> Plan:
+    job = Job(global_batch_size=case.global_batch_size, seq_len=case.seq_len, **case.job)
+    report = api.plan(case.model, case.cluster, job, devices=case.devices, top=0, space=SearchSpace(**case.space))
+    return report.plan
