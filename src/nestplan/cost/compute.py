@@ -47,6 +47,7 @@ class LayerTime:
     backward: float
     attention_forward: float  # the part of forward a selective recomputation re-runs
     gemms: tuple[tuple[float, float], ...] = ()   # (forward, backward) of each GEMM of block_gemms' list
+    weight_gradient: float = 0.0   # the part of backward that is weight-gradient GEMMs (a zero-bubble W)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,12 @@ def _gemm_times(acc: Accelerator, gemms: list[Gemm], dtype: str) -> tuple[tuple[
     return tuple((acc.matmul_time(g.m, g.n, g.k, dtype, g.count),
                   acc.matmul_time(g.m, g.k, g.n, dtype, g.count) + acc.matmul_time(g.k, g.n, g.m, dtype, g.count))
                  for g in gemms)
+
+
+def weight_gradient_time(acc: Accelerator, gemms: list[Gemm], dtype: str) -> float:
+    """Seconds of the weight-gradient GEMMs (k x m) @ (m x n) of ``gemms``: the W pass a zero-bubble
+    schedule runs apart from the input gradients (Qi et al. ICLR 2024, section 2)."""
+    return sum(acc.matmul_time(g.k, g.n, g.m, dtype, g.count) for g in gemms)
 
 
 def _gemms_forward(acc: Accelerator, gemms: list[Gemm], dtype: str) -> float:
@@ -159,7 +166,8 @@ def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, prec
         cast_f, cast_b = (acc.memory_time(b) for b in cast)
     forward = sum(f for f, _ in times) + attn_f + elem + cast_f
     backward = sum(b for _, b in times) + attn_b + ELEMENTWISE_BACKWARD_RATIO * elem + cast_b
-    return LayerTime(forward=forward, backward=backward, attention_forward=attn_f, gemms=times)
+    return LayerTime(forward=forward, backward=backward, attention_forward=attn_f, gemms=times,
+                     weight_gradient=weight_gradient_time(acc, gemms, precision.gemm_dtype))
 
 
 def embedding_time(acc: Accelerator, spec: ModelSpec, shard: Shard) -> LayerTime:
@@ -176,4 +184,5 @@ def head_time(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str) -> La
     norm = 2 * shard.dtype_bytes * shard.tokens * spec.hidden_size / shard.sp_div
     forward = _gemms_forward(acc, [g], dtype) + acc.memory_time(ce_traffic + norm)
     backward = _gemms_backward(acc, [g], dtype) + acc.memory_time(2 * (ce_traffic + norm))
-    return LayerTime(forward=forward, backward=backward, attention_forward=0.0)
+    return LayerTime(forward=forward, backward=backward, attention_forward=0.0,
+                     weight_gradient=weight_gradient_time(acc, [g], dtype))

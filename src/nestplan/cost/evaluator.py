@@ -12,8 +12,9 @@ import numpy as np
 
 from nestplan.cost import comm
 from nestplan.cost import stage
-from nestplan.cost.memory import ShardGroups, in_flight_microbatches, live_activation_peak
-from nestplan.cost.pipeline import pipeline_floor, pipeline_time
+from nestplan.cost.memory import ShardGroups, in_flight_microbatches, live_activation_peak, split_schedule_peak
+from nestplan.cost.pipeline import pipeline_floor, pipeline_time, split_pipeline_time
+from nestplan.cost.split_schedule import SplitTimes
 from nestplan.cost.prediction import Prediction, StageCost
 from nestplan.cost.stepend import StepEnd, SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import GraphTerms, TermCache, shard_of
@@ -87,7 +88,11 @@ def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Jo
     stages = _stages(model, cluster, dims, job, placement, cache.graph_terms(dims, placement.groups))
     end, tied = _step_end(model, cluster, dims, job, placement, stages)
     forward, backward = stages.times()
-    return pipeline_floor(forward, backward, m, dims.virtual_stages) + end.exposed_s + tied + end.optimizer_s
+    if dims.schedule.splits_backward:   # every stage runs all its operations one after another
+        floor = m * max(stages.cycles) * (1 - 1e-9)
+    else:
+        floor = pipeline_floor(forward, backward, m, dims.virtual_stages)
+    return floor + end.exposed_s + tied + end.optimizer_s
 
 
 def cp_comm_conflict(job: Job, cp: int, tp: int, model: ModelSpec) -> ConfigError | None:
@@ -104,11 +109,21 @@ def check_cp_comm(dims: ParallelDims, model: ModelSpec, job: Job) -> None:
 @dataclass(frozen=True)
 class _Chunks:
     """Per stage and chunk (p, v), for chunks given per virtual stage: seconds of a forward and of a
-    backward per microbatch (transfers included) and activation bytes stored per microbatch."""
+    backward per microbatch (transfers included), activation bytes stored per microbatch, and for
+    the schedules that split the backward: its weight-gradient seconds, the bytes W keeps after B,
+    and the communication seconds of the forward and the backward (transfers included)."""
 
     forward: np.ndarray
     backward: np.ndarray
     activations: np.ndarray
+    weight_grad: np.ndarray
+    kept: np.ndarray
+    forward_comm: np.ndarray
+    backward_comm: np.ndarray
+
+    def split_times(self) -> SplitTimes:
+        return SplitTimes(self.forward, self.backward - self.weight_grad, self.weight_grad, self.forward_comm,
+                          self.backward_comm)
 
 
 @dataclass(frozen=True)
@@ -140,7 +155,7 @@ def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
     kinds = [model.is_moe_layer(i) for i in range(model.num_layers)]
     layers = dims.stage_layers(model.num_layers)
     starts = [sum(layers[:i]) for i in range(dims.pp)]
-    if dims.per_virtual_stage:
+    if dims.per_virtual_stage or dims.schedule.splits_backward:
         return _chunked_stages(model, dims, terms, bounds, kinds, layers, starts)
     sums, components, forward = [], [], []
     for i, (first, n_layers) in enumerate(zip(starts, layers)):
@@ -153,33 +168,44 @@ def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
     return _Stages(bounds, layers, starts, sums, components, forward, [sum(c.values()) for c in components])
 
 
+COMPUTE_TERMS = ("forward_compute", "backward_compute", "recompute")   # the rest of a node's components communicate
+
+
 def _chunked_stages(model, dims, terms: GraphTerms, bounds, kinds, layers, starts) -> _Stages:
-    """Stages whose chunks are given per virtual stage: chunk c of stage s is virtual stage c pp + s
-    (model order), holding its own blocks, the embedding (virtual stage 0) or the head (the last)."""
+    """Stages whose chunks are costed per virtual stage (ParallelDims.virtual_stage_position says
+    which stage and chunk runs each), each holding its own blocks, the embedding (virtual stage 0)
+    or the head (the last)."""
     pp, v = dims.pp, dims.virtual_stages
     counts = dims.virtual_stage_layers(model.num_layers)
     firsts = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    fwd, bwd, acts = np.zeros((pp, v)), np.zeros((pp, v)), np.zeros((pp, v))
-    sums, components = [], []
+    positions = [dims.virtual_stage_position(i) for i in range(pp * v)]
+    owner = [s for s, _ in positions]
+    arrays = {name: np.zeros((pp, v)) for name in ("fwd", "bwd", "acts", "wgrad", "kept", "fcomm", "bcomm")}
+    parts: list[list[stage.StageSums]] = [[] for _ in range(pp)]
+    sent = [0.0] * pp
     known: dict[tuple, stage.StageSums] = {}   # a virtual stage's sums depend on its blocks and whether it is an end
-    for s in range(pp):
-        parts, sent = [], 0.0
-        for c in range(v):
-            i = c * pp + s
-            held = tuple(kinds[firsts[i]:firsts[i + 1]])
-            key = (held, i == 0, i == pp * v - 1)
-            part = known.get(key) or known.setdefault(key, stage.stage_sums(terms, held, i, pp * v))
-            prev, nxt = stage.chunk_transfers(s, c, pp, v, bounds)
-            fwd[s, c] = part.forward + nxt                                  # its outputs forward
-            bwd[s, c] = sum(part.components.values()) - part.forward + prev  # its input gradients back
-            acts[s, c] = part.activations
-            parts.append(part)
-            sent += prev + nxt
-        whole = stage.combined_sums(parts)
-        sums.append(whole)
-        components.append(dict(whole.components, pp_comm=sent))
+    for i, (s, c) in enumerate(positions):
+        held = tuple(kinds[firsts[i]:firsts[i + 1]])
+        key = (held, i == 0, i == pp * v - 1)
+        part = known.get(key) or known.setdefault(key, stage.stage_sums(terms, held, i, pp * v))
+        prev, nxt = stage.chunk_transfers(i, owner, bounds)
+        forward_comm = part.forward - part.components["forward_compute"]
+        comm_total = sum(x for k, x in part.components.items() if k not in COMPUTE_TERMS)
+        arrays["fwd"][s, c] = part.forward + nxt                                  # its outputs forward
+        arrays["bwd"][s, c] = sum(part.components.values()) - part.forward + prev  # its input gradients back
+        arrays["acts"][s, c] = part.activations
+        arrays["wgrad"][s, c] = part.weight_gradient
+        arrays["kept"][s, c] = part.weight_gradient_bytes
+        arrays["fcomm"][s, c] = forward_comm + nxt
+        arrays["bcomm"][s, c] = comm_total - forward_comm + prev
+        parts[s].append(part)
+        sent[s] += prev + nxt
+    sums = [stage.combined_sums(x) for x in parts]
+    components = [dict(whole.components, pp_comm=out) for whole, out in zip(sums, sent)]
     cycles = [sum(c.values()) for c in components]
-    return _Stages(bounds, layers, starts, sums, components, fwd.sum(axis=1).tolist(), cycles, _Chunks(fwd, bwd, acts))
+    a = arrays
+    chunks = _Chunks(a["fwd"], a["bwd"], a["acts"], a["wgrad"], a["kept"], a["fcomm"], a["bcomm"])
+    return _Stages(bounds, layers, starts, sums, components, a["fwd"].sum(axis=1).tolist(), cycles, chunks)
 
 
 def _stage_memory(ctx: stage.StageContext, dims: ParallelDims, st: _Stages, i: int, m: int) -> dict[str, float]:
@@ -188,8 +214,25 @@ def _stage_memory(ctx: stage.StageContext, dims: ParallelDims, st: _Stages, i: i
     if st.chunks is None:
         in_flight = in_flight_microbatches(dims.schedule, i, dims.pp, m, dims.virtual_stages)
         return stage.stage_memory_breakdown(ctx, st.sums[i], in_flight)
+    if dims.schedule.splits_backward:
+        live = split_schedule_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i], st.chunks.kept[i])
+        return stage.chunked_memory_breakdown(ctx, st.sums[i], live)
     live = live_activation_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i])
     return stage.chunked_memory_breakdown(ctx, st.sums[i], live)
+
+
+def _exposed(components: dict[str, float], m: int, busy_s: float) -> dict[str, float]:
+    """The bottleneck stage's m microbatches by component. Where its operations overlap one
+    microbatch's communication with another's compute (DualPipeV's F&BW), it is busy for less than
+    m times its components: the communication terms shrink by what hid, in proportion."""
+    out = {k: m * x for k, x in components.items()}
+    hidden = sum(out.values()) - busy_s
+    comm = sum(x for k, x in out.items() if k not in COMPUTE_TERMS)
+    if hidden > 1e-12 * busy_s and comm > 0:
+        assert hidden <= comm * (1 + 1e-9), (hidden, comm)
+        keep = max(0.0, 1 - hidden / comm)
+        out.update({k: x * keep for k, x in out.items() if k not in COMPUTE_TERMS})
+    return out
 
 
 def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Prediction:
@@ -201,7 +244,12 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
     ctx = stage.StageContext(job, dims.zero, ShardGroups(dense=placement.groups["cp+ep+dp"].size,
                                                          expert=placement.groups["cp+dp"].size),
                              acc.reserved_bytes, acc.hbm_bytes)
-    pipe_s, bubble_s, slowest = pipeline_time(*st.times(), m, dims.schedule, v)
+    if dims.schedule.splits_backward:
+        assert st.chunks is not None
+        pipe_s, bubble_s, slowest, busy_s = split_pipeline_time(st.chunks.split_times(), m, dims.schedule)
+    else:
+        pipe_s, bubble_s, slowest = pipeline_time(*st.times(), m, dims.schedule, v)
+        busy_s = m * cycles[slowest]
     end, tied = _step_end(model, cluster, dims, job, placement, st)
     stages = []
     for i, (first, n_layers, part, comp) in enumerate(zip(starts, layers, sums, components)):
@@ -213,7 +261,7 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
             memory_bytes=MappingProxyType(memory),
             chunk_forward_s=() if st.chunks is None else tuple(st.chunks.forward[i].tolist()),
             chunk_backward_s=() if st.chunks is None else tuple(st.chunks.backward[i].tolist())))
-    breakdown = {k: m * v_ for k, v_ in components[slowest].items()}
+    breakdown = _exposed(components[slowest], m, busy_s)
     breakdown["pipeline_bubble"] = bubble_s
     breakdown["dp_sync"] = end.exposed_s + tied
     breakdown["optimizer"] = end.optimizer_s

@@ -16,10 +16,12 @@ peak = weights + gradients + optimizer state   (each divided over the ZeRO shard
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
-from nestplan.model.layers import ParamCount
+from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, stage_operations
+from nestplan.model.layers import COLUMN, Gemm, ParamCount
 from nestplan.strategy.enums import Schedule, ZeroStage
 
 MEMORY_TERMS = ("weights", "gradients", "optimizer", "activations", "transient", "reserved")
@@ -96,6 +98,38 @@ def in_flight_microbatches(schedule: Schedule, stage: int | np.ndarray, pp: int 
     """
     chunks = np.minimum(warmup_forwards(schedule, stage, pp, m, virtual) + 1, m * virtual) / virtual
     return float(chunks) if chunks.ndim == 0 else chunks
+
+
+def weight_gradient_input_bytes(gemms: list[Gemm], dtype_bytes: float, sp_div: int = 1) -> float:
+    """Activation bytes per microbatch a zero-bubble schedule keeps from a block's B until its W:
+    the forward inputs (m x k) of its GEMMs, which the weight-gradient GEMMs read (Qi et al. ICLR 2024,
+    section 2.1: W needs less memory than B). An input sequence parallelism gathers is kept as the
+    device's 1/tp share (Korthikanti et al. 2022, section 4.2.2), gathered again for W."""
+    return sum(g.count * g.m * g.k * dtype_bytes / (sp_div if g.gathered == COLUMN else 1) for g in gemms)
+
+
+def split_schedule_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: Sequence[float],
+                        kept_bytes: Sequence[float]) -> float:
+    """The most activation bytes a stage holds at once under a schedule that splits the backward
+    (cost/operations.py, the order the simulation runs): a forward of chunk c stores
+    ``chunk_bytes[c]``; its B frees all but ``kept_bytes[c]`` (the GEMM inputs W reads,
+    :func:`weight_gradient_input_bytes`), its W the rest, a full backward all of it. An
+    overlapped F&BW holds the forward's bytes before the backward frees its own. Only forwards
+    add, so the peak follows one."""
+    live = peak = 0.0
+    for op in stage_operations(schedule, stage, pp, m):
+        if op.kind in (FORWARD, OVERLAPPED):
+            live += chunk_bytes[op.chunk]
+            peak = max(peak, live)
+        if op.kind == INPUT_GRAD:
+            live -= chunk_bytes[op.chunk] - kept_bytes[op.chunk]
+        elif op.kind == WEIGHT_GRAD:
+            live -= kept_bytes[op.chunk]
+        elif op.kind == FULL_BACKWARD:
+            live -= chunk_bytes[op.chunk]
+        elif op.kind == OVERLAPPED:
+            live -= chunk_bytes[op.chunk2]
+    return peak
 
 
 def model_state_bytes(

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from nestplan.cost.schedule import chunk_times, simulate
+from nestplan.cost.split_schedule import SplitTimes, simulate_split
 from nestplan.strategy.enums import Schedule
 
 Times = Sequence[float] | np.ndarray   # per stage (p,), or per stage and chunk (p, v): cost/schedule.chunk_times
@@ -57,3 +58,15 @@ def pipeline_floor(forward_s: Times, backward_s: Times, num_microbatches: int, v
     before = np.concatenate([[0.0], np.cumsum(fwd[:-1, 0] + bwd[:-1, 0])])
     return float((before + num_microbatches * cycles).max()) * (1 - 1e-9)
 
+
+
+def split_pipeline_time(times: SplitTimes, num_microbatches: int, schedule: Schedule
+                        ) -> tuple[float, float, int, float]:
+    """``pipeline_time`` for the schedules that split the backward (cost/split_schedule.py), and the
+    busy seconds of the bottleneck stage: the stage that computes longest (the sum of its
+    operations' durations, overlapped ones counted once) is the bottleneck, idle the rest."""
+    run = simulate_split(schedule, times, num_microbatches)
+    busy = [float((end - start).sum()) for start, end in zip(run.start_s, run.end_s)]
+    slowest = max(range(len(busy)), key=lambda i: busy[i])
+    bubble = max(0.0, run.makespan_s - busy[slowest])
+    return busy[slowest] + bubble, bubble, slowest, busy[slowest]

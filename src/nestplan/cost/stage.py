@@ -96,11 +96,14 @@ class StageSums:
     params: L.ParamCount
     transient: float
     fp8_weight_bytes: float = 0.0
+    weight_gradient: float = 0.0         # seconds of its backward that are weight-gradient GEMMs (W)
+    weight_gradient_bytes: float = 0.0   # activation bytes per microbatch W still reads after B
 
 
 def stage_sums(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) -> StageSums:
     comp: dict[str, float] = {k: 0.0 for k in BREAKDOWN_TERMS}
     acts, fwd, params, transient, fp8 = 0.0, 0.0, extra_params(terms, stage, pp), 0.0, 0.0
+    wgrad = wgrad_bytes = 0.0
     for node in held_nodes(terms, kinds, stage, pp):
         for key, value in node.components.items():
             comp[key] += value
@@ -109,7 +112,9 @@ def stage_sums(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) ->
         params = params + node.params
         transient = max(transient, node.transient)
         fp8 += node.fp8_weight_bytes
-    return StageSums(MappingProxyType(comp), fwd, acts, params, transient, fp8)
+        wgrad += node.weight_gradient
+        wgrad_bytes += node.weight_gradient_bytes
+    return StageSums(MappingProxyType(comp), fwd, acts, params, transient, fp8, wgrad, wgrad_bytes)
 
 
 def combined_sums(parts: Sequence[StageSums]) -> StageSums:
@@ -120,19 +125,25 @@ def combined_sums(parts: Sequence[StageSums]) -> StageSums:
     for x in parts:
         params = params + x.params
     return StageSums(MappingProxyType(comp), sum(x.forward for x in parts), sum(x.activations for x in parts),
-                     params, max(x.transient for x in parts), sum(x.fp8_weight_bytes for x in parts))
+                     params, max(x.transient for x in parts), sum(x.fp8_weight_bytes for x in parts),
+                     sum(x.weight_gradient for x in parts), sum(x.weight_gradient_bytes for x in parts))
 
 
-def chunk_transfers(stage: int, chunk: int, pp: int, virtual: int, bounds: Sequence[float]) -> tuple[float, float]:
-    """(receive side, send side) seconds per microbatch of chunk ``chunk`` of stage ``stage``: it
-    sends its outputs to the next virtual stage (forward) and its input gradients to the previous
-    one (backward), across the boundary to the neighbouring stage or, from the last stage to the
-    first, the wrap-around link (the slowest boundary, as for even chunks); the first virtual
-    stage has nothing before it, the last nothing after."""
-    wrap = max(bounds, default=0.0)
-    index = chunk * pp + stage
-    prev = 0.0 if index == 0 else (bounds[stage - 1] if stage > 0 else wrap)
-    nxt = 0.0 if index == pp * virtual - 1 else (bounds[stage] if stage < pp - 1 else wrap)
+def chunk_transfers(index: int, stages: Sequence[int], bounds: Sequence[float]) -> tuple[float, float]:
+    """(receive side, send side) seconds per microbatch of virtual stage ``index``, ``stages[i]``
+    being the stage that runs virtual stage i: it sends its outputs to virtual stage index + 1
+    (forward) and its input gradients to index - 1 (backward). Nothing crosses between two virtual
+    stages of one stage (the turn of a V schedule), neighbouring stages use the boundary between
+    them, others (interleaving's wrap from the last stage back to the first) the slowest boundary,
+    as for even chunks; the first virtual stage has nothing before it, the last nothing after."""
+    def link(a: int, b: int) -> float:
+        if a == b:
+            return 0.0
+        return bounds[min(a, b)] if abs(a - b) == 1 else max(bounds, default=0.0)
+
+    here = stages[index]
+    prev = link(stages[index - 1], here) if index > 0 else 0.0
+    nxt = link(here, stages[index + 1]) if index < len(stages) - 1 else 0.0
     return prev, nxt
 
 

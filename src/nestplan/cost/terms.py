@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from nestplan.cost import comm
+from nestplan.cost.memory import weight_gradient_input_bytes
 from nestplan.cost.compute import FP8_BYTES, FP8_COPIES, LayerTime, Precision, block_time, embedding_time, head_time
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.job import CpCommType, Job
@@ -33,6 +34,8 @@ class NodeTerms:
     forward: float = 0.0              # seconds of the components that run in the forward pass
     transient: float = 0.0            # bytes alive only while this node recomputes
     fp8_weight_bytes: float = 0.0     # FP8 copies of its GEMM weights, kept all step besides the ZeRO states
+    weight_gradient: float = 0.0      # seconds of backward_compute that are weight-gradient GEMMs (zero-bubble W)
+    weight_gradient_bytes: float = 0.0   # of its stored activations, the bytes W still reads after B
 
     @property
     def cycle(self) -> float:
@@ -75,13 +78,17 @@ class _BlockCompute:
     time: LayerTime
     params: L.ParamCount
     activations: Mapping[Recompute, float]
+    weight_gradient_bytes: float   # GEMM inputs kept from B until W
 
 
 def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, layer: int) -> _BlockCompute:
     acts = model.traced_activation_scale   # 1 unless a trace calibrated it
     stored = {rc: acts * L.block_activation_bytes(model, layer, shard, L.Recomputation(rc.value)) for rc in Recompute}
+    # W reads the inputs' FP8 column-wise copies under an FP8 recipe (cost/compute.py FP8_COPIES)
+    kept_bytes = FP8_BYTES if precision.fp8_recipe is not None else shard.dtype_bytes
+    kept = weight_gradient_input_bytes(L.block_gemms(model, layer, shard), kept_bytes, shard.sp_div)
     return _BlockCompute(block_time(acc, model, layer, shard, precision),
-                         L.block_params_per_device(model, layer, shard), MappingProxyType(stored))
+                         L.block_params_per_device(model, layer, shard), MappingProxyType(stored), acts * kept)
 
 
 def fp8_weight_copies(job: Job) -> float:
@@ -135,7 +142,8 @@ def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping
             ep_comm=c.ep_forward + c.ep_backward, zero_comm=zero_f + zero_b),
         params=params, activations=b.activations[dims.recompute],
         forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f, transient=transient,
-        fp8_weight_bytes=fp8_weight_copies(job) * params.total)
+        fp8_weight_bytes=fp8_weight_copies(job) * params.total, weight_gradient=fs * t.weight_gradient,
+        weight_gradient_bytes=b.weight_gradient_bytes)
 
 
 def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:
@@ -209,6 +217,7 @@ class TermCache:
         head = NodeTerms(
             components=_components(forward_compute=h.forward, backward_compute=h.backward, tp_comm=tp_sync),
             params=L.ParamCount(dense=head_own), activations=L.head_activation_bytes(model, shard),
-            forward=h.forward + tp_sync / 2)   # vocab-parallel loss: reductions forward, input gradient backward
+            forward=h.forward + tp_sync / 2, weight_gradient=h.weight_gradient,
+            weight_gradient_bytes=weight_gradient_input_bytes([L.head_gemm(model, shard)], shard.dtype_bytes))   # vocab-parallel loss: reductions forward, input gradient backward
         return GraphTerms(blocks=MappingProxyType(blocks), embedding=embedding, head=head,
                           tied_head_copy=L.ParamCount(dense=head_copy))

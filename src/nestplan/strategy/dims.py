@@ -54,17 +54,28 @@ class ParallelDims:
         object.__setattr__(self, "schedule", Schedule(self.schedule))
         if self.sp and self.tp == 1:
             raise _err("sequence parallelism (sp) needs tp > 1, got tp 1", "sp", self.sp, "tp > 1")
-        if self.virtual_stages > 1 and self.schedule is not Schedule.INTERLEAVED:
-            raise _err(f"virtual stages {self.virtual_stages} need the interleaved schedule, got {self.schedule.value}",
-                       "virtual_stages", self.virtual_stages, "interleaved")
-        if self.schedule is Schedule.INTERLEAVED and self.pp == 1:
-            raise _err("the interleaved schedule needs pp > 1, got pp 1", "schedule", self.schedule.value, "pp > 1")
+        self._check_schedule()
         if self.layers_per_stage is not None:
             counts = tuple(int(x) for x in self.layers_per_stage)
             problem = layout_problem(counts, self.pp, self.virtual_stages)
             if problem is not None:
                 raise _err(f"layers-per-stage {problem}", "layers_per_stage", _brief(counts), problem)
             object.__setattr__(self, "layers_per_stage", _per_stage_when_even(counts, self.pp, self.virtual_stages))
+
+    def _check_schedule(self) -> None:
+        v, schedule = self.virtual_stages, self.schedule
+        if schedule.v_shaped and v != 2:
+            raise _err(f"the {schedule.value} schedule runs 2 chunks per stage (virtual stages 2), got {v}",
+                       "virtual_stages", v, 2)
+        if v > 1 and schedule is not Schedule.INTERLEAVED and not schedule.v_shaped:
+            raise _err(f"virtual stages {v} need the interleaved schedule, got {schedule.value}",
+                       "virtual_stages", v, "interleaved")
+        if schedule in (Schedule.INTERLEAVED, Schedule.ZBV, Schedule.DUALPIPEV) and self.pp == 1:
+            raise _err(f"the {schedule.value} schedule needs pp > 1, got pp 1", "schedule", schedule.value, "pp > 1")
+        if schedule.v_shaped and self.layers_per_stage is not None and len(self.layers_per_stage) != self.pp:
+            raise _err(f"the {schedule.value} schedule takes layers per stage ({self.pp} entries, each split in "
+                       f"half between its two chunks), got {len(self.layers_per_stage)} entries", "layers_per_stage",
+                       len(self.layers_per_stage), self.pp)
 
     # -- derived sizes ---------------------------------------------------------
     @property
@@ -108,6 +119,11 @@ class ParallelDims:
         if self.schedule is Schedule.INTERLEAVED and m % self.pp:
             return _err(f"the interleaved schedule needs the {m} microbatches to be a multiple of pp {self.pp}",
                         "global_batch_size", global_batch_size, self.pp)
+        if self.schedule.v_shaped and m < 2 * self.pp:
+            # torchtitan's DualPipeV refuses fewer microbatches than its 2 pp virtual stages; ZB-V fills its
+            # V only from 2 pp - 1 on (Qi et al. 2024, arXiv 2405.15362, section 3)
+            return _err(f"the {self.schedule.value} schedule needs at least 2 x pp = {2 * self.pp} microbatches, "
+                        f"got {m}", "global_batch_size", global_batch_size, 2 * self.pp * per_step)
         return None
 
     @property
@@ -121,15 +137,15 @@ class ParallelDims:
         if problem is not None:
             raise problem
         if self.per_virtual_stage:
-            chunks = self.virtual_stage_layers(num_layers)
+            chunks = self.virtual_stage_layers(num_layers)   # per-virtual-stage entries: interleaved only
             return tuple(sum(chunks[s::self.pp]) for s in range(self.pp))
         if self.layers_per_stage is not None:
             return self.layers_per_stage
         return (num_layers // self.pp,) * self.pp
 
     def virtual_stage_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Transformer layers of each of the pp x v virtual stages in model order (chunk c of stage
-        s is entry c * pp + s); without interleaving, the stages'."""
+        """Transformer layers of each of the pp x v virtual stages in model order (the stage and
+        chunk of entry i: :meth:`virtual_stage_position`); without interleaving, the stages'."""
         if self.per_virtual_stage:
             problem = self.layers_conflict(num_layers)
             if problem is not None:
@@ -138,7 +154,19 @@ class ParallelDims:
             return self.layers_per_stage
         v = self.virtual_stages
         per_stage = self.stage_layers(num_layers)
-        return tuple(per_stage[s] // v for _ in range(v) for s in range(self.pp))
+        return tuple(per_stage[self.virtual_stage_position(i)[0]] // v for i in range(self.pp * v))
+
+    def virtual_stage_position(self, index: int) -> tuple[int, int]:
+        """(stage, chunk) of virtual stage ``index`` (model order): interleaved, chunk c of stage s
+        is virtual stage c pp + s (Megatron-LM's interleaved schedule); V-shaped schedules run
+        virtual stages 0 .. pp - 1 down the stages and pp .. 2 pp - 1 back up (torch.distributed.
+        pipelining's "v" stage-to-rank style: stage s holds virtual stages s and 2 pp - 1 - s)."""
+        pp = self.pp
+        assert 0 <= index < pp * self.virtual_stages, index
+        chunk, offset = divmod(index, pp)
+        if self.schedule.v_shaped and chunk == 1:
+            return pp - 1 - offset, 1
+        return offset, chunk
 
     def layers_conflict(self, num_layers: int) -> ConfigError | None:
         """Why the layers do not split into this plan's stages (an error to raise), or None."""

@@ -28,3 +28,18 @@ class Schedule(str, Enum):
     ONE_F_ONE_B = "1f1b"          # PipeDream-Flush (Narayanan et al. 2021)
     GPIPE = "gpipe"               # all forwards, then all backwards (Huang et al. 2019)
     INTERLEAVED = "interleaved"   # interleaved 1F1B with virtual stages (Narayanan et al. SC'21)
+    ZB_H1 = "zb-h1"               # 1F1B with the backward split into B and W, W deferred (Qi et al. ICLR 2024)
+    ZBV = "zbv"                   # zero bubble on two chunks per stage in a V (Qi et al. 2024, arXiv 2405.15362)
+    DUALPIPEV = "dualpipev"       # DualPipe cut in half: V chunks, F and B of two microbatches overlapped
+                                  # (DeepSeek-AI 2024, arXiv 2412.19437 section 3.2.1; torchtitan DualPipeV)
+
+    @property
+    def splits_backward(self) -> bool:
+        """The backward runs as B (input gradients) and W (weight gradients), scheduled apart."""
+        return self in (Schedule.ZB_H1, Schedule.ZBV, Schedule.DUALPIPEV)
+
+    @property
+    def v_shaped(self) -> bool:
+        """Two chunks per stage, virtual stages 0 .. p - 1 down the stages and p .. 2p - 1 back up,
+        so stage s holds virtual stages s and 2p - 1 - s (the first also the head)."""
+        return self in (Schedule.ZBV, Schedule.DUALPIPEV)
