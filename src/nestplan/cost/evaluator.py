@@ -23,7 +23,7 @@ from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims, check_against_model
-from nestplan.strategy.enums import Recompute
+from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, place
 
 if TYPE_CHECKING:
@@ -89,10 +89,20 @@ def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Jo
     end, tied = _step_end(model, cluster, dims, job, placement, stages)
     forward, backward = stages.times()
     if dims.schedule.splits_backward:   # every stage runs all its operations one after another
-        floor = m * max(stages.cycles) * (1 - 1e-9)
+        floor = m * max(_least_busy(stages, dims.schedule)) * (1 - 1e-9)
     else:
         floor = pipeline_floor(forward, backward, m, dims.virtual_stages)
     return floor + end.exposed_s + tied + end.optimizer_s
+
+
+def _least_busy(stages: _Stages, schedule: Schedule) -> list[float]:
+    """Per stage, the least time one microbatch of all its chunks keeps it busy: its cycle, or under
+    DualPipeV, whose overlapped operations may hide all its communication, its compute."""
+    if schedule is not Schedule.DUALPIPEV:
+        return list(stages.cycles)
+    c = stages.chunks
+    assert c is not None
+    return (c.forward + c.backward - c.forward_comm - c.backward_comm).sum(axis=1).tolist()
 
 
 def cp_comm_conflict(job: Job, cp: int, tp: int, model: ModelSpec) -> ConfigError | None:
@@ -221,6 +231,17 @@ def _stage_memory(ctx: stage.StageContext, dims: ParallelDims, st: _Stages, i: i
     return stage.chunked_memory_breakdown(ctx, st.sums[i], live)
 
 
+def _split_fields(dims: ParallelDims, st: _Stages, i: int) -> dict[str, tuple[float, ...]]:
+    """Stage i's per-chunk W and communication seconds, under a schedule that splits the backward."""
+    if not dims.schedule.splits_backward:
+        return {}
+    c = st.chunks
+    assert c is not None
+    return {"chunk_weight_grad_s": tuple(c.weight_grad[i].tolist()),
+            "chunk_forward_comm_s": tuple(c.forward_comm[i].tolist()),
+            "chunk_backward_comm_s": tuple(c.backward_comm[i].tolist())}
+
+
 def _exposed(components: dict[str, float], m: int, busy_s: float) -> dict[str, float]:
     """The bottleneck stage's m microbatches by component. Where its operations overlap one
     microbatch's communication with another's compute (DualPipeV's F&BW), it is busy for less than
@@ -252,15 +273,17 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
         busy_s = m * cycles[slowest]
     end, tied = _step_end(model, cluster, dims, job, placement, st)
     stages = []
+    head_stage = dims.virtual_stage_position(dims.pp * v - 1)[0]   # stage 0 under a V schedule
     for i, (first, n_layers, part, comp) in enumerate(zip(starts, layers, sums, components)):
         memory = _stage_memory(ctx, dims, st, i, m)
         stages.append(StageCost(
             index=i, first_layer=first, last_layer=first + n_layers - 1, has_embedding=i == 0,
-            has_head=i == dims.pp - 1, devices=dims.stage_devices, forward_s=forward[i],
+            has_head=i == head_stage, devices=dims.stage_devices, forward_s=forward[i],
             backward_s=cycles[i] - forward[i], cycle_s=cycles[i], components_s=MappingProxyType(comp),
             memory_bytes=MappingProxyType(memory),
             chunk_forward_s=() if st.chunks is None else tuple(st.chunks.forward[i].tolist()),
-            chunk_backward_s=() if st.chunks is None else tuple(st.chunks.backward[i].tolist())))
+            chunk_backward_s=() if st.chunks is None else tuple(st.chunks.backward[i].tolist()),
+            **_split_fields(dims, st, i)))
     breakdown = _exposed(components[slowest], m, busy_s)
     breakdown["pipeline_bubble"] = bubble_s
     breakdown["dp_sync"] = end.exposed_s + tied

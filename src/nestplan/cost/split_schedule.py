@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nestplan.cost.schedule import Timeline
 from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, Op, stage_operations
 from nestplan.strategy.enums import Schedule
 
@@ -73,6 +74,15 @@ class SplitRun:
     @property
     def makespan_s(self) -> float:
         return max(float(e[-1]) for e in self.end_s if len(e))
+
+    def timeline(self) -> Timeline:
+        """Every operation as the timeline plot draws it; ``kind`` is cost/operations.py's
+        (F, B, W, BW or F&BW; an F&BW under its forward's chunk and microbatch)."""
+        ops = [op for order in self.ops for op in order]
+        return Timeline(np.concatenate([np.full(len(o), s) for s, o in enumerate(self.ops)]),
+                        np.array([op.kind for op in ops]), np.array([op.chunk for op in ops]),
+                        np.array([op.microbatch for op in ops]), np.concatenate(self.start_s),
+                        np.concatenate(self.end_s))
 
 
 def simulate_split(schedule: Schedule, times: SplitTimes, num_microbatches: int) -> SplitRun:

@@ -17,12 +17,18 @@ import numpy as np
 
 from nestplan.cost.memory import MEMORY_TERMS
 from nestplan.cost.prediction import Prediction
-from nestplan.cost.schedule import FORWARD, Timeline, simulate
+from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD
+from nestplan.cost.schedule import Timeline, simulate
+from nestplan.cost.split_schedule import SplitTimes, simulate_split
 from nestplan.network.topology import Topology
 from nestplan.strategy.dims import AXES
 from nestplan.strategy.placement import rank_grid
 from nestplan.units import GiB
 
+# operation kinds (cost/operations.py; FORWARD and INPUT_GRAD are cost/schedule.py's FORWARD and BACKWARD)
+OPERATION_STYLES = ((FORWARD, "Blues", "forward"), (INPUT_GRAD, "Oranges", "backward"),
+                    (WEIGHT_GRAD, "Greens", "W (weight gradients)"), (FULL_BACKWARD, "Reds", "B+W"),
+                    (OVERLAPPED, "Purples", "F&BW overlapped"))
 MAX_LABELLED_OPS = 400      # microbatch numbers are written in the bars up to this many operations
 MAX_NODE_ROWS = 32          # the placement figure folds the nodes into columns of this many
 
@@ -42,14 +48,27 @@ class StepTimeline:
 def step_timeline(pred: Prediction) -> StepTimeline:
     """Record the plan's pipeline schedule, every forward and backward of every stage."""
     dims = pred.plan
+    step_end = pred.breakdown_s["dp_sync"] + pred.breakdown_s["optimizer"]
+    if dims.schedule.splits_backward:
+        return StepTimeline(simulate_split(dims.schedule, _split_times(pred), pred.num_microbatches).timeline(),
+                            step_end)
     if pred.stages[0].chunk_forward_s:   # an uneven interleaved layout: per (stage, chunk) times
         forward = np.array([s.chunk_forward_s for s in pred.stages])
         backward = np.array([s.chunk_backward_s for s in pred.stages])
     else:
         forward, backward = [s.forward_s for s in pred.stages], [s.backward_s for s in pred.stages]
     _, timeline = simulate(forward, backward, pred.num_microbatches, dims.schedule, dims.virtual_stages, record=True)
-    step_end = pred.breakdown_s["dp_sync"] + pred.breakdown_s["optimizer"]
     return StepTimeline(timeline, step_end)
+
+
+def _split_times(pred: Prediction) -> SplitTimes:
+    """The evaluator's per-chunk times of a schedule that splits the backward, back as arrays."""
+    def table(field: str) -> np.ndarray:
+        return np.array([getattr(s, field) for s in pred.stages])
+
+    weight = table("chunk_weight_grad_s")
+    return SplitTimes(table("chunk_forward_s"), table("chunk_backward_s") - weight, weight,
+                      table("chunk_forward_comm_s"), table("chunk_backward_comm_s"))
 
 
 def device_map(pred: Prediction, devices: int) -> tuple[np.ndarray, np.ndarray]:
@@ -117,9 +136,11 @@ def _draw_operations(ax, step: StepTimeline, p: int, labels: bool) -> None:
     v = max(int(t.chunk.max()) + 1, 1)
     lo, hi = ax.get_xlim()
     shown = (t.end_s > lo) & (t.start_s < hi)
-    for kind, cmap, name in ((FORWARD, plt.cm.Blues, "forward"), (1 - FORWARD, plt.cm.Oranges, "backward")):
+    for kind, cmap, name in OPERATION_STYLES:
+        if not (t.kind == kind).any():
+            continue
         for c in range(v):
-            colour = cmap(0.45 + 0.4 * c / max(v - 1, 1))
+            colour = plt.get_cmap(cmap)(0.45 + 0.4 * c / max(v - 1, 1))
             for s in range(p):
                 sel = shown & (t.kind == kind) & (t.chunk == c) & (t.stage == s)
                 ax.broken_barh(np.column_stack([t.start_s[sel], t.end_s[sel] - t.start_s[sel]]), (s - 0.4, 0.8),

@@ -87,6 +87,23 @@ def _interleaved(model: ModelSpec, evaluate: Evaluate, pred: Prediction,
     return out
 
 
+SPLIT_BACKWARD_SCHEDULES = (Schedule.ZB_H1, Schedule.ZBV, Schedule.DUALPIPEV)
+
+
+def split_backward_variants(model: ModelSpec, pred: Prediction) -> list[ParallelDims]:
+    """The zero-bubble and DualPipeV variants of a 1F1B plan where they are legal: zb-h1 on any
+    pipeline; zbv and dualpipev with every stage's layers even (two equal chunks per stage) and at
+    least 2 pp microbatches (ParallelDims.batch_conflict)."""
+    dims = pred.plan
+    if dims.pp < 2 or dims.schedule is not Schedule.ONE_F_ONE_B:
+        return []
+    parts = dims.stage_layers(model.num_layers)
+    out = [replace(dims, schedule=Schedule.ZB_H1)]
+    if all(n % 2 == 0 for n in parts) and pred.num_microbatches >= 2 * dims.pp:
+        out += [replace(dims, schedule=s, virtual_stages=2) for s in (Schedule.ZBV, Schedule.DUALPIPEV)]
+    return out
+
+
 def ends_balanced_layout(num_layers: int, pp: int, v: int) -> tuple[int, ...] | None:
     """Layers per virtual stage (pp x v, model order) with the embedding and the head each counted
     as one layer, where they divide evenly: k = (L + 2) / (pp v) per virtual stage, k - 1 on the
@@ -181,6 +198,9 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
             if (dims, order) in seen:
                 continue
             seen.add((dims, order))
+            if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
+                fitting.extend(p for p in [evaluate(dims, order)] if p.fits)
+        for dims in split_backward_variants(model, pred):
             if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
                 fitting.extend(p for p in [evaluate(dims, order)] if p.fits)
         limit = _kth_fastest(fitting, 1 + top)
