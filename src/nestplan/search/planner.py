@@ -194,17 +194,17 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
         # a variant slower than 1 + top plans found cannot be returned (the bar only falls): skip
         # it when its floor is; the same split's variants also when the plan's bubble-free step is
         order = pred.placement.axis_order
-        for dims in _layout_variants(model, pred):
+        for dims in _layout_variants(model, pred) if Schedule.INTERLEAVED in space.schedules else ():
             if (dims, order) in seen:
                 continue
             seen.add((dims, order))
             if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
                 fitting.extend(p for p in [evaluate(dims, order)] if p.fits)
         for dims in split_backward_variants(model, pred):
-            if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
+            if dims.schedule in space.schedules and floor(dims, order) <= _kth_fastest(fitting, 1 + top):
                 fitting.extend(p for p in [evaluate(dims, order)] if p.fits)
         limit = _kth_fastest(fitting, 1 + top)
-        if pred.bubble_free_step_s > limit:
+        if pred.bubble_free_step_s > limit or Schedule.INTERLEAVED not in space.schedules:
             continue
         variants = _interleaved(model, evaluate, pred, lambda dims: floor(dims, order) <= limit)
         fitting.extend(p for p in variants if p.fits)

@@ -10,7 +10,7 @@ from nestplan.cost.evaluator import cp_comm_conflict
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import tp_conflict
-from nestplan.strategy.enums import Recompute, ZeroStage
+from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.strategy.placement import NAMED_ORDERS as SEARCH_ORDERS
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
@@ -30,6 +30,10 @@ class SearchSpace:
     orders: tuple[tuple[str, ...], ...] = field(default=SEARCH_ORDERS)
     min_cp_seq_len: int = 8192   # context parallelism is offered from this sequence length on
     max_pp: int | None = None
+    # pipeline schedules the planner may return: it ranks splits under 1F1B (always in) and tries
+    # the others as variants of its finalists (search/planner.py)
+    schedules: tuple[Schedule, ...] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZBV,
+                                       Schedule.DUALPIPEV)
 
 
 @dataclass(frozen=True)
