@@ -97,11 +97,11 @@ def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Jo
 
 def _least_busy(stages: _Stages, schedule: Schedule) -> list[float]:
     """Per stage, the least time one microbatch of all its chunks keeps it busy: its cycle, or under
-    DualPipeV, whose overlapped operations may hide all its communication, its compute."""
+    DualPipeV, whose overlapped operations may hide its expert all-to-alls and transfers, the rest."""
     if schedule is not Schedule.DUALPIPEV:
         return list(stages.cycles)
     c = stages.chunks
-    assert c is not None
+    assert c is not None   # its forward_comm and backward_comm are the communication an F&BW may hide
     return (c.forward + c.backward - c.forward_comm - c.backward_comm).sum(axis=1).tolist()
 
 
@@ -178,7 +178,11 @@ def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
     return _Stages(bounds, layers, starts, sums, components, forward, [sum(c.values()) for c in components])
 
 
-COMPUTE_TERMS = ("forward_compute", "backward_compute", "recompute")   # the rest of a node's components communicate
+# what DualPipeV's overlapped F&BW hides under the other microbatch's compute: the expert all-to-alls
+# and the pipeline transfers (DeepSeek-V3, arXiv 2412.19437, section 3.2.1); tensor- and context-parallel
+# collectives stay in line (torch.distributed.pipelining runs an F&BW's halves one after the other unless
+# the model registers an overlap; torchtitan registers one for the MoE all-to-alls)
+OVERLAPPED_TERMS = ("ep_comm", "pp_comm")
 
 
 def _chunked_stages(model, dims, terms: GraphTerms, bounds, kinds, layers, starts) -> _Stages:
@@ -199,15 +203,14 @@ def _chunked_stages(model, dims, terms: GraphTerms, bounds, kinds, layers, start
         key = (held, i == 0, i == pp * v - 1)
         part = known.get(key) or known.setdefault(key, stage.stage_sums(terms, held, i, pp * v))
         prev, nxt = stage.chunk_transfers(i, owner, bounds)
-        forward_comm = part.forward - part.components["forward_compute"]
-        comm_total = sum(x for k, x in part.components.items() if k not in COMPUTE_TERMS)
+        overlappable = part.components["ep_comm"] / 2   # dispatch and combine forward, their transposes back
         arrays["fwd"][s, c] = part.forward + nxt                                  # its outputs forward
         arrays["bwd"][s, c] = sum(part.components.values()) - part.forward + prev  # its input gradients back
         arrays["acts"][s, c] = part.activations
         arrays["wgrad"][s, c] = part.weight_gradient
         arrays["kept"][s, c] = part.weight_gradient_bytes
-        arrays["fcomm"][s, c] = forward_comm + nxt
-        arrays["bcomm"][s, c] = comm_total - forward_comm + prev
+        arrays["fcomm"][s, c] = overlappable + nxt
+        arrays["bcomm"][s, c] = overlappable + prev
         parts[s].append(part)
         sent[s] += prev + nxt
     sums = [stage.combined_sums(x) for x in parts]
@@ -248,11 +251,11 @@ def _exposed(components: dict[str, float], m: int, busy_s: float) -> dict[str, f
     m times its components: the communication terms shrink by what hid, in proportion."""
     out = {k: m * x for k, x in components.items()}
     hidden = sum(out.values()) - busy_s
-    comm = sum(x for k, x in out.items() if k not in COMPUTE_TERMS)
+    comm = sum(out[k] for k in OVERLAPPED_TERMS)
     if hidden > 1e-12 * busy_s and comm > 0:
         assert hidden <= comm * (1 + 1e-9), (hidden, comm)
         keep = max(0.0, 1 - hidden / comm)
-        out.update({k: x * keep for k, x in out.items() if k not in COMPUTE_TERMS})
+        out.update({k: out[k] * keep for k in OVERLAPPED_TERMS})
     return out
 
 

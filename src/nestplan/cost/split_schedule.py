@@ -13,10 +13,12 @@ the evaluator costs them:
     F = forward compute + its communication + the send of its output
     B = backward compute - W + its communication + the send of the input gradient
     W = the weight-gradient GEMMs (cost/compute.py ``weight_gradient_time``)
-    F&BW = max(compute of both, communication of both): DeepSeek-V3's overlap (arXiv 2412.19437,
-           section 3.2.1, Figure 4) runs one microbatch's all-to-all, tensor- and pipeline-parallel
-           transfers under the other's compute, on separate SMs; what cannot hide is the longer of
-           the two streams.
+    F&BW = max(the rest of both, the overlappable communication of both): DeepSeek-V3's overlap
+           (arXiv 2412.19437, section 3.2.1, Figure 4) runs one microbatch's expert all-to-alls and
+           pipeline transfers under the other's compute, on separate SMs; what cannot hide is the
+           longer of the two streams. ``forward_comm`` and ``backward_comm`` hold that overlappable
+           part only (cost/evaluator.py OVERLAPPED_TERMS); tensor- and context-parallel collectives
+           stay in the compute stream.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from nestplan.strategy.enums import Schedule
 @dataclass(frozen=True)
 class SplitTimes:
     """Seconds per microbatch of every stage's every chunk, (p, v) arrays: the forward and the
-    input-gradient backward (sends included), the weight gradient, and the communication part of
-    the forward and of the backward (what an overlapped operation can hide)."""
+    input-gradient backward (sends included), the weight gradient, and the part of the forward's and
+    of the backward's communication an overlapped operation can hide."""
 
     forward: np.ndarray
     input_grad: np.ndarray

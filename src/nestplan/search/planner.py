@@ -12,7 +12,7 @@ from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.engine import Engine, SearchStats, run_best_first
 from nestplan.search.physical import Group, PhysicalSearchModel
-from nestplan.search.space import SearchSpace, replica_counts, sub_configs
+from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 
@@ -92,15 +92,19 @@ SPLIT_BACKWARD_SCHEDULES = (Schedule.ZB_H1, Schedule.ZBV, Schedule.DUALPIPEV)
 
 def split_backward_variants(model: ModelSpec, pred: Prediction) -> list[ParallelDims]:
     """The zero-bubble and DualPipeV variants of a 1F1B plan where they are legal: zb-h1 on any
-    pipeline; zbv and dualpipev with every stage's layers even (two equal chunks per stage) and at
-    least 2 pp microbatches (ParallelDims.batch_conflict)."""
+    pipeline; zbv and dualpipev with at least 2 pp microbatches (ParallelDims.batch_conflict) on
+    the plan's split and on the even split, where every stage's layers halve (two equal chunks)."""
     dims = pred.plan
     if dims.pp < 2 or dims.schedule is not Schedule.ONE_F_ONE_B:
         return []
-    parts = dims.stage_layers(model.num_layers)
     out = [replace(dims, schedule=Schedule.ZB_H1)]
-    if all(n % 2 == 0 for n in parts) and pred.num_microbatches >= 2 * dims.pp:
-        out += [replace(dims, schedule=s, virtual_stages=2) for s in (Schedule.ZBV, Schedule.DUALPIPEV)]
+    if pred.num_microbatches < 2 * dims.pp:
+        return out
+    # the plan's own split, and the even split, where every stage's layers halve into two chunks
+    splits = {dims.stage_layers(model.num_layers), even_split(model.num_layers, dims.pp)}
+    for split in sorted(s for s in splits if all(n % 2 == 0 and n > 0 for n in s)):
+        out += [replace(dims, schedule=s, virtual_stages=2, layers_per_stage=split)
+                for s in (Schedule.ZBV, Schedule.DUALPIPEV)]
     return out
 
 
