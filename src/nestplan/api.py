@@ -19,6 +19,7 @@ from nestplan.job import (
 from nestplan.model import ModelSpec, load_model
 from nestplan.plan import Plan, SearchStats
 from nestplan.strategy.dims import ParallelDims, check_against_model
+from nestplan.strategy.enums import Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 from nestplan.units import GiB, MiB
 
@@ -287,6 +288,21 @@ def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
     pred = plan.prediction or evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, plan.axis_order)
     return write_plan_plots(pred, plan.cluster.topology, Path(out_dir),
                             title or f"{plan.model.name} on {plan.cluster.name}")
+
+
+def search_space(*, schedules: Sequence[Schedule] | None = None, export: str | None = None) -> SearchSpace:
+    """The full search space, its pipeline schedules narrowed to ``schedules`` and to those the
+    ``export`` framework runs as costed (1F1B, the schedule the search ranks splits under, is
+    always in)."""
+    from nestplan.export import check_framework
+    from nestplan.export.schedules import framework_schedules
+    from nestplan.search.space import SearchSpace
+
+    chosen = tuple(schedules) if schedules is not None else tuple(Schedule)
+    if export is not None:
+        runs = framework_schedules(check_framework(export))
+        chosen = tuple(s for s in chosen if s in runs)
+    return SearchSpace(schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B))
 
 
 def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None, *, devices: int | None = None,

@@ -77,6 +77,22 @@ def _parse_int(option: str, text: str, low: int, high: int) -> int:
     return int(text)
 
 
+def _schedule_list(text: str | None) -> tuple[Schedule, ...] | None:
+    """``--schedules``: comma-separated schedule names."""
+    if text is None:
+        return None
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    known = [s.value for s in Schedule]
+    for name in names:
+        if name not in known:
+            raise ConfigError(f"--schedules names '{printable(name)}'; choose from: {', '.join(known)}",
+                              field="schedules", value=printable(name), limit=known)
+    if not names:
+        raise ConfigError("--schedules is empty; name at least one of: " + ", ".join(known), field="schedules",
+                          value=text, limit=known)
+    return tuple(Schedule(n) for n in names)
+
+
 def _integer(option: str, low: int, high: int) -> Callable[[object], int]:
     """A typer parser for the integer option ``option`` (its default passes as it is)."""
     def parse(value: object) -> int:
@@ -361,6 +377,8 @@ def plan_command(
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
     export: str | None = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or nemo"),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
+    schedules: str | None = typer.Option(None, "--schedules", help="comma-separated pipeline schedules the plan "
+                                         "may use (default: all; with --export: those the framework runs)"),
     trace: bool = typer.Option(False, "--trace", help="calibrate the model's block FLOPs and activations on its "
                                                        "traced PyTorch graph first (extra [trace])"),
     report_path: Path | None = REPORT_OPTION,
@@ -386,8 +404,9 @@ def plan_command(
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
+    space = api.search_space(schedules=_schedule_list(schedules), export=export)
     with _progress() as advance:
-        report = api.plan(spec, cl, job, top=top, progress=advance)
+        report = api.plan(spec, cl, job, top=top, progress=advance, space=space)
     best = report.plan
     console = _console()
     if as_json:

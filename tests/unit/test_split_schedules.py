@@ -263,3 +263,26 @@ def test_dualpipev_hides_the_expert_all_to_alls() -> None:
     assert 0 < dual.breakdown_s["ep_comm"] < zbv.breakdown_s["ep_comm"]
     assert dual.breakdown_s["forward_compute"] == pytest.approx(zbv.breakdown_s["forward_compute"])
     assert sum(dual.breakdown_s.values()) == pytest.approx(dual.step_time_s)
+
+
+PLAN_ARGS = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--global-batch-size", "128",
+             "--top", "0"]
+
+
+def test_search_space_keeps_what_the_export_framework_runs() -> None:
+    assert set(api.search_space().schedules) == set(Schedule)
+    assert api.search_space(export="megatron").schedules == (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+    assert api.search_space(export="deepspeed").schedules == (Schedule.ONE_F_ONE_B,)
+    assert api.search_space(schedules=(Schedule.ZBV,), export="torchtitan").schedules == (
+        Schedule.ONE_F_ONE_B, Schedule.ZBV)
+    assert api.search_space(schedules=(Schedule.ZBV,), export="megatron").schedules == (Schedule.ONE_F_ONE_B,)
+
+
+def test_cli_schedules_option(capsys) -> None:
+    from cli_helpers import run_cli
+
+    code, out, _ = run_cli(capsys, PLAN_ARGS + ["--schedules", "1f1b,interleaved"])
+    assert code == 0
+    assert "schedule zb-h1" not in out and "schedule zbv" not in out and "schedule dualpipev" not in out
+    code, _, err = run_cli(capsys, PLAN_ARGS + ["--schedules", "zbv,zb-h2"])
+    assert code == 2 and "--schedules names 'zb-h2'" in err and err.count("\n") == 1
