@@ -9,9 +9,10 @@ Expert parallelism is carved out of data parallelism in both, as in nestplan.
 
 from __future__ import annotations
 
+from nestplan.export import rank_order
 from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFile, bash_array, choose_order,
-                                    expert_group_note, flag_pairs, header, rank_order_note, refuse, sbatch_lines,
-                                    torchrun_prologue)
+                                    expert_group_note, flag_pairs, header, rank_order_note, refuse,
+                                    sbatch_lines, torchrun_prologue)
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
@@ -120,20 +121,55 @@ def _recompute(plan: Plan) -> Flags:
     return []
 
 
-def rank_layout(inp: ExportInput, title: str, mapping: str) -> tuple[tuple[str, ...], list[str]]:
+def rank_layout(inp: ExportInput, title: str, mapping: str,
+                node_order: bool = False) -> tuple[tuple[str, ...], list[str]]:
     """The rank order Megatron-core runs this plan with and its layout notes (rank order, the
     tp-pp-dp mapping's ep = cp condition, the expert grid), for Megatron-LM and NeMo alike;
-    ``mapping`` names the framework's switch for the tp-pp-dp order."""
+    ``mapping`` names the framework's switch for the tp-pp-dp order; ``node_order``: the launch script
+    reorders the nodes so that the order's groups are the costed ones (no rank-order note then)."""
     allowed = orders(inp.plan)
     order = choose_order(inp.plan, allowed)
     d = inp.plan.dims
-    notes = [n for n in [rank_order_note(title, inp, order)] if n]
+    notes = [] if node_order else [n for n in [rank_order_note(title, inp, order)] if n]
     if notes and len(allowed) < len(ORDERS):
         notes[0] += (f"; Megatron-core's {mapping} needs ep = cp with experts and pp > 1 "
                      f"(here ep {d.ep}, cp {d.cp})")
     if d.ep > 1:
         notes += [n for n in [expert_note(inp)] if n]
     return order, notes
+
+
+def node_order(inp: ExportInput) -> str | None:
+    """node_ranks.txt where Megatron-LM's rank order differs from the costed one and a node order
+    makes its groups the costed ones (export.rank_order); None otherwise."""
+    order = choose_order(inp.plan, orders(inp.plan))
+    return rank_order.node_rank_file(inp.plan, TITLE, order, inp.devices_per_node)
+
+
+def _node_order_note(plan: Plan, reordered: bool) -> str | None:
+    """What the node order does, or that none can do it, where Megatron-LM's order is not the costed one."""
+    order = choose_order(plan, orders(plan))
+    if rank_order.same_layout(plan, order):
+        return None
+    if reordered:
+        return (f"Megatron-LM numbers ranks {'-'.join(order)}, not the costed {'-'.join(plan.axis_order)}: "
+                f"{rank_order.FILE_NAME} gives each node the torchrun node rank that puts its ranks on the "
+                "devices nestplan costed them on (the groups are the costed ones)")
+    return ("no node order puts Megatron-LM's groups where nestplan costed them (a node's worth of its ranks "
+            "was costed across nodes), so the rank layout stays as noted")
+
+
+def _node_order_lines() -> str:
+    """Shell lines that set torchrun's node rank from node_ranks.txt and this node's place in the allocation."""
+    return (f"# node order ({rank_order.FILE_NAME}): each node starts the torchrun node rank that puts its ranks\n"
+            "# on the devices nestplan costed them on. NODE_INDEX: this node's place in network order\n"
+            'NODE_INDEX="${NODE_INDEX:-${SLURM_NODEID:-0}}"\n'
+            f'mapfile -t NODE_RANKS < <(grep -v "^#" "$(dirname "${{BASH_SOURCE[0]}}")/{rank_order.FILE_NAME}")\n'
+            'if [[ ! "$NODE_INDEX" =~ ^[0-9]+$ ]] || (( NODE_INDEX >= ${#NODE_RANKS[@]} )); then\n'
+            f'  echo "NODE_INDEX $NODE_INDEX is not a node of {rank_order.FILE_NAME}" >&2\n'
+            "  exit 2\n"
+            "fi\n"
+            'NODE_RANK="${NODE_RANKS[NODE_INDEX]}"\n')
 
 
 def _cp_flags(job: Job, cp: int) -> Flags:
@@ -147,7 +183,7 @@ def _cp_flags(job: Job, cp: int) -> Flags:
 
 def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     d = inp.plan.dims
-    order, notes = rank_layout(inp, TITLE, "--use-tp-pp-dp-mapping")
+    order, notes = rank_layout(inp, TITLE, "--use-tp-pp-dp-mapping", node_order=node_order(inp) is not None)
     flags: Flags = [("--tensor-model-parallel-size", d.tp), ("--pipeline-model-parallel-size", d.pp),
                     ("--context-parallel-size", d.cp)]
     flags += list(ORDERS[order])
@@ -273,11 +309,14 @@ def export(inp: ExportInput) -> Export:
     train, train_notes = training_flags(p)
     framework, framework_notes = framework_flags(p)
     train += framework
+    nodes = node_order(inp)
+    notes += [n for n in [_node_order_note(p, nodes is not None)] if n]
     notes += train_notes + framework_notes
-    script = "pretrain_gpt.py" if m.causal else "pretrain_bert.py"
+    script = "pretrain_gpt.py" if m.causal else "examples/bert/pretrain_bert.py"   # moved there in Megatron-LM
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
-            + "set -euo pipefail\n" + _environment(p) + torchrun_prologue(inp, 6000)
+            + "set -euo pipefail\n" + _environment(p) + (_node_order_lines() if nodes else "")
+            + torchrun_prologue(inp, 6000)
             + 'MEGATRON_LM="${MEGATRON_LM:-/workspace/Megatron-LM}"\n\n'
             + bash_array("PARALLEL_ARGS", flag_pairs(par), "parallelism, as nestplan costed it")
             + bash_array("MODEL_ARGS", flag_pairs(model_flags(m, p)), f"model shape of {m.name}")
@@ -287,4 +326,7 @@ def export(inp: ExportInput) -> Export:
                          "yours to replace: tokenizer, data, schedule (mock data runs as is)")
             + f'\n"${{TORCHRUN[@]}}" "$MEGATRON_LM/{script}" "${{PARALLEL_ARGS[@]}}" "${{MODEL_ARGS[@]}}" \\\n'
             + '    "${TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" "$@"\n')
-    return Export(NAME, (ExportFile("launch_megatron.sh", text, executable=True),), tuple(notes))
+    files = [ExportFile("launch_megatron.sh", text, executable=True)]
+    if nodes is not None:
+        files.append(ExportFile(rank_order.FILE_NAME, nodes))
+    return Export(NAME, tuple(files), tuple(notes))

@@ -1,0 +1,74 @@
+"""A node order that makes a framework's rank order land on the devices nestplan costed.
+
+A framework numbers its ranks in its own axis order (Megatron-LM: tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp
+with ``--use-tp-pp-dp-mapping``); a launcher numbers them node by node (global rank = node rank x
+devices per node + local rank). Where the framework's order differs from the one nestplan costed,
+the same groups still land where costed if each node of the allocation starts the framework's
+ranks whose costed devices are that node's: a permutation of torchrun's node ranks. It exists when
+every block of a node's worth of consecutive framework ranks was costed on one node, local rank
+l on that node's device l (for instance replica-major costed, stage-major run, with tp x cp x ep a
+multiple of the node's devices).
+
+``node_ranks`` finds that permutation; ``node_rank_file`` writes it as a file a launch script reads
+(one integer per line: no name from any input appears in it). Framework-neutral: each exporter
+passes its framework's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from nestplan.export.common import comment_text
+from nestplan.plan import Plan
+from nestplan.strategy.placement import rank_grid
+
+FILE_NAME = "node_ranks.txt"
+
+
+def costed_device_of_rank(plan: Plan, framework_order: Sequence[str]) -> np.ndarray:
+    """For each rank as the framework numbers it, the device nestplan costed that rank's work on
+    (devices numbered node by node in network order, as the plan's placement lays ranks out)."""
+    theirs = rank_grid(plan.dims, framework_order)
+    ours = rank_grid(plan.dims, plan.axis_order)
+    device = np.empty(plan.dims.devices, dtype=np.int64)
+    device[theirs.ravel()] = ours.ravel()
+    return device
+
+
+def same_layout(plan: Plan, framework_order: Sequence[str]) -> bool:
+    """Whether the framework's order puts every rank on the device nestplan costed it on (orders that
+    differ only in axes of degree 1 do)."""
+    return bool(np.array_equal(costed_device_of_rank(plan, framework_order), np.arange(plan.dims.devices)))
+
+
+def node_ranks(plan: Plan, framework_order: Sequence[str], devices_per_node: int) -> tuple[int, ...] | None:
+    """The node rank the launcher must give the allocation's k-th node (k in network order) so that
+    the framework's rank groups are the ones nestplan costed; None where no node order does it (a
+    node's worth of the framework's ranks costed across nodes, or in another order within a node)."""
+    devices = plan.dims.devices
+    if devices % devices_per_node:
+        return None
+    blocks = costed_device_of_rank(plan, framework_order).reshape(-1, devices_per_node)
+    node = blocks[:, 0] // devices_per_node
+    local = np.arange(devices_per_node)
+    if not np.array_equal(blocks, node[:, None] * devices_per_node + local[None, :]):
+        return None
+    ranks = np.empty(len(node), dtype=np.int64)
+    ranks[node] = np.arange(len(node))
+    return tuple(int(r) for r in ranks)
+
+
+def node_rank_file(plan: Plan, framework: str, framework_order: Sequence[str], devices_per_node: int) -> str | None:
+    """The text of ``node_ranks.txt``: '#' comment lines, then line k (k from 0) holds the node rank
+    of the allocation's k-th node; None where the orders agree (no file needed) or no node order exists."""
+    order = tuple(framework_order)
+    ranks = node_ranks(plan, order, devices_per_node)
+    if ranks is None or same_layout(plan, order):
+        return None
+    head = (f"node order for {framework}, which numbers ranks {'-'.join(order)} (fastest first); nestplan "
+            f"costed {'-'.join(plan.axis_order)}",
+            "line k (from 0, comments skipped) is the node rank the k-th node of the allocation (SLURM_NODEID k, "
+            "nodes in network order) starts with, so that each rank runs on the device nestplan costed it on")
+    return "".join(f"# {comment_text(line)}\n" for line in head) + "".join(f"{r}\n" for r in ranks)

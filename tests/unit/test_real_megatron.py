@@ -1,0 +1,305 @@
+"""Megatron-LM's own code on nestplan's Megatron-LM exports (issue 18): the exported command line, as
+bash splits it out of ``launch_megatron.sh``, through Megatron-LM's ``parse_args`` and ``validate_args``,
+``core_transformer_config_from_args`` (the TransformerConfig a run builds), its number-of-microbatches
+calculator, its pipeline split (``get_num_layers_to_build``: the layout parser or the first/last stage
+layer counts) and ``RankGenerator`` with the sizes and order string ``initialize_model_parallel`` gets
+(megatron/training/initialize.py); the parsed meaning must equal the plan and the groups Megatron
+builds, placed by the launch script's node order, must be the groups nestplan costed.
+
+Megatron-LM here is megatron-core 0.19.2's wheel from PyPI, which ships ``megatron/training``. It
+declares Python >= 3.12 and its wheel is tagged cp312, so it is unpacked, not installed (``pip install
+--no-deps --python-version 3.12 --only-binary=:all: --target DIR megatron-core==0.19.2``, DIR on
+PYTHONPATH); its Python code runs on 3.11 with one stand-in below. ``triton`` (imported by megatron.core
+at import time) is installed from PyPI. Without them every test here skips; the flag-table tests in
+test_export.py stay as the fast check.
+
+Stand-ins, for what needs a GPU, a process group or Python 3.12:
+- ``typing.override`` (new in Python 3.12, a decorator that only marks a method) is
+  ``typing_extensions.override`` where Python lacks it;
+- torchrun is a shell function that records the command line and environment the script gives it;
+  ``WORLD_SIZE``/``RANK`` are what torchrun would set (nnodes x nproc-per-node from that line, rank 0);
+- the GPU's compute capability (``get_device_arch_version``, ``torch.cuda.get_device_capability``) is
+  the plan accelerator's (H100 9.0, A100 8.0, B200 10.0: NVIDIA's CUDA GPUs compute capability table);
+- Transformer Engine (not installed: it needs CUDA): its version, where Megatron asks for one
+  (``is_te_min_version``/``get_te_version`` in arguments.py and transformer_config.py), answers as TE 2.9
+  would, and its fused RoPE kernel (``rope_utils.fused_apply_rotary_pos_emb``, whose presence
+  TransformerConfig checks for the default --apply-rope-fusion) is a function never called here;
+- the process groups: none is made. ``RankGenerator`` is called with the sizes and order
+  ``initialize_model_parallel`` passes it, and the pipeline split reads the pipeline rank and virtual
+  pipeline size that module's setters (``set_pipeline_model_parallel_rank``, ...) would hold on that rank.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typing_extensions
+from packaging.version import Version as PkgVersion
+from planned_cases import CASES, planned_plans
+
+from nestplan import api
+from nestplan.export import megatron
+from nestplan.export.plan import ExportInput
+from nestplan.job import Job
+from nestplan.plan import Plan
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Recompute
+from nestplan.strategy.placement import AXES, rank_grid
+
+if not hasattr(typing, "override"):   # stand-in: Python 3.12's typing.override (see the docstring)
+    typing.override = typing_extensions.override
+
+arguments = pytest.importorskip("megatron.training.arguments", reason="megatron-core 0.19.2 (megatron/training) "
+                                "unpacked on PYTHONPATH, and triton, are needed: see .ci/run")
+from megatron.core import num_microbatches_calculator, parallel_state  # noqa: E402
+from megatron.core.models.common.embeddings import rope_utils  # noqa: E402
+from megatron.core.transformer import transformer_config  # noqa: E402
+from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: E402
+from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
+
+MEGATRON_VERSION = "megatron-core 0.19.2 (PyPI wheel, megatron/training/arguments.py)"
+COMPUTE_CAPABILITY = {"h100": (9, 0), "h200": (9, 0), "a100": (8, 0), "b200": (10, 0)}   # NVIDIA's CUDA GPUs table
+TE_VERSION_STOOD_IN = "2.9.0"
+TORCHRUN_STUB = ('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$ARGV_OUT"\n'
+                 'printf "%s" "${CUDA_DEVICE_MAX_CONNECTIONS-}" > "$ARGV_OUT.connections"\n')
+
+
+def _evaluated(model: str, cluster: str, devices: int, dims: ParallelDims, gbs: int, seq: int) -> Plan:
+    job = Job(global_batch_size=gbs, seq_len=seq)
+    return api.evaluate_full(model, cluster, dims, job, devices=devices, axis_order=("tp", "cp", "ep", "dp", "pp")).plan
+
+
+@pytest.fixture(scope="module")
+def issue_plans() -> dict[str, Plan]:
+    """The issue's three plans: test_export.py's two fixed shapes and the planner's 405B plan on 2,048."""
+    job405 = Job(global_batch_size=2048, seq_len=8192)
+    return {
+        "llama3-70b-256": _evaluated("llama3-70b", "h100-spine-leaf", 256, ParallelDims(
+            tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)), 4096, 8192),
+        "mixtral-8x7b-128": _evaluated("mixtral-8x7b", "h100-spine-leaf", 128, ParallelDims(
+            tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2), 4096, 8192),
+        "llama3.1-405b-2048": api.plan("llama3.1-405b", "dgx-h100", job405, devices=2048, top=0).plan,
+    }
+
+
+# ---------------------------------------------------------------- the exported launch, run by bash
+class Launch:
+    """What bash hands torchrun on each node: Megatron's argv, the torchrun options, the environment."""
+
+    def __init__(self, plan: Plan, folder: Path) -> None:
+        self.plan = plan
+        self.export = megatron.export(ExportInput(plan, "test"))
+        self.export.write(folder)
+        self.folder = folder
+        stub = folder / "bin"
+        stub.mkdir()
+        (stub / "torchrun").write_text(TORCHRUN_STUB)
+        (stub / "torchrun").chmod(0o755)
+        self.torchrun, self.argv, self.connections = self.run_on_node(0)
+
+    def run_on_node(self, node: int) -> tuple[dict[str, str], list[str], str]:
+        """torchrun's options, Megatron's argv (script first) and CUDA_DEVICE_MAX_CONNECTIONS on the
+        ``node``-th node of the allocation (SLURM_NODEID), the script run by bash as srun would."""
+        out = self.folder / f"argv{node}"
+        env = {"PATH": f"{self.folder / 'bin'}:{os.environ['PATH']}", "ARGV_OUT": str(out),
+               "SLURM_NODEID": str(node)}
+        subprocess.run(["bash", str(self.folder / "launch_megatron.sh")], env=env, check=True, capture_output=True)
+        words = [w.decode() for w in out.read_bytes().split(b"\0")[:-1]]
+        script = next(i for i, w in enumerate(words) if w.endswith(".py"))
+        options = dict(zip(words[:script:2], words[1:script:2]))
+        return options, words[script:], Path(f"{out}.connections").read_text()
+
+    @property
+    def world_size(self) -> int:
+        return int(self.torchrun["--nnodes"]) * int(self.torchrun["--nproc-per-node"])
+
+    def node_ranks(self) -> list[int]:
+        """The torchrun node rank each node of the allocation (in network order) starts with."""
+        nodes = int(self.torchrun["--nnodes"])
+        return [int(self.run_on_node(k)[0]["--node-rank"]) for k in range(nodes)]
+
+
+def _capability(plan: Plan) -> tuple[int, int]:
+    name = plan.cluster.accelerator.name
+    return next(cc for key, cc in COMPUTE_CAPABILITY.items() if name.startswith(key))
+
+
+def megatron_args(launch: Launch, monkeypatch):
+    """Megatron-LM's parse_args + validate_args on the exported command line (stand-ins: see the docstring)."""
+    capability = _capability(launch.plan)
+    monkeypatch.setattr(sys, "argv", launch.argv)
+    monkeypatch.setenv("WORLD_SIZE", str(launch.world_size))
+    monkeypatch.setenv("RANK", "0")
+    if launch.connections:
+        monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", launch.connections)
+    else:
+        monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    monkeypatch.setattr(arguments, "get_device_arch_version", lambda: capability[0])
+    monkeypatch.setattr(arguments.torch.cuda, "get_device_capability", lambda *a, **k: capability)
+    stand_in_transformer_engine(monkeypatch)
+    args = arguments.parse_args()
+    arguments.validate_args(args)
+    return args
+
+
+def stand_in_transformer_engine(monkeypatch) -> None:
+    """Transformer Engine's version and its fused RoPE kernel, as Megatron's checks see them."""
+    version = PkgVersion(TE_VERSION_STOOD_IN)
+
+    def at_least(wanted: str, check_equality: bool = True) -> bool:
+        return version >= PkgVersion(wanted) if check_equality else version > PkgVersion(wanted)
+
+    def fused_rope_stand_in(*args, **kwargs):
+        raise AssertionError("Transformer Engine's fused RoPE is a stand-in: nothing here runs the model")
+
+    for module in (arguments, transformer_config):
+        monkeypatch.setattr(module, "is_te_min_version", at_least)
+    monkeypatch.setattr(transformer_config, "get_te_version", lambda: version)
+    monkeypatch.setattr(rope_utils, "fused_apply_rotary_pos_emb", fused_rope_stand_in)
+
+
+# ---------------------------------------------------------------- what Megatron parsed, against the plan
+def check_degrees_and_batch(args, plan: Plan) -> None:
+    d, job = plan.dims, plan.job
+    assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size,
+            args.expert_model_parallel_size) == (d.tp, d.pp, d.cp, d.ep)
+    assert args.data_parallel_size == d.dp * d.ep   # Megatron's data parallelism holds the expert axis
+    assert args.expert_tensor_parallel_size == d.tp
+    assert args.sequence_parallel == d.sp_active
+    assert (args.micro_batch_size, args.global_batch_size) == (d.micro_batch_size, job.global_batch_size)
+    assert (args.virtual_pipeline_model_parallel_size or 1) == d.virtual_stages
+    assert args.seq_length == job.seq_len
+    assert _microbatches(args) == plan.num_microbatches
+
+
+def _microbatches(args) -> int:
+    """Megatron's own count of microbatches per step (its calculator, as a run initializes it)."""
+    num_microbatches_calculator.init_num_microbatches_calculator(
+        0, None, args.global_batch_size, args.micro_batch_size, args.data_parallel_size)
+    try:
+        return num_microbatches_calculator.get_num_microbatches()
+    finally:
+        num_microbatches_calculator.unset_num_microbatches_calculator()
+
+
+def check_model_and_training(args, config, plan: Plan) -> None:
+    m, d, job = plan.model, plan.dims, plan.job
+    assert (config.num_layers, config.hidden_size, config.num_attention_heads) == (
+        m.num_layers, m.hidden_size, m.num_heads)
+    assert config.ffn_hidden_size == m.ffn_hidden_size
+    assert (config.num_query_groups or m.num_heads) == m.num_kv_heads
+    assert config.kv_channels == m.head_dim
+    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
+            config.context_parallel_size, config.sequence_parallel) == (d.tp, d.pp, d.cp, d.sp_active)
+    assert (config.num_moe_experts or 0) == (m.num_experts if m.is_moe else 0)
+    if m.is_moe:
+        assert (config.moe_router_topk, config.expert_model_parallel_size) == (m.experts_per_token, d.ep)
+        assert config.moe_token_dispatcher_type == "alltoall"
+    expected_recompute = {Recompute.NONE: None, Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
+    assert config.recompute_granularity == expected_recompute[d.recompute]
+    assert (config.bf16, config.fp16) == (job.dtype == "bf16", job.dtype == "fp16")
+    assert config.fp8 == ("hybrid" if job.fp8_recipe is not None else None)
+    assert args.use_distributed_optimizer == (int(d.zero) >= 1)   # Megatron-FSDP runs it too
+    assert args.use_megatron_fsdp == (int(d.zero) >= 2)
+    if int(d.zero) >= 2:
+        assert args.data_parallel_sharding_strategy == ("optim_grads" if int(d.zero) == 2 else "optim_grads_params")
+    if d.cp > 1:
+        assert config.cp_comm_type == job.cp_comm_type.value
+
+
+def stage_layers(args, config, plan: Plan) -> list[int]:
+    """Decoder layers per (virtual) stage in model order, as Megatron builds them on each pipeline rank."""
+    d = plan.dims
+    chunks = args.virtual_pipeline_model_parallel_size
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(chunks)
+    try:
+        counts = []
+        for chunk in range(chunks or 1):
+            for rank in range(d.pp):
+                parallel_state.set_pipeline_model_parallel_rank(rank)
+                counts.append(get_num_layers_to_build(config, vp_stage=chunk if chunks else None, pp_rank=rank))
+        return counts
+    finally:
+        parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
+        parallel_state.set_pipeline_model_parallel_rank(None)
+
+
+# ---------------------------------------------------------------- rank groups
+def megatron_groups(args, world: int) -> dict[str, set[frozenset[int]]]:
+    """The dense groups Megatron-core builds (its RankGenerator with ep = 1, as initialize_model_parallel
+    builds the decoder's), and the expert-parallel groups of its expert generator (cp folded away)."""
+    order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp"
+    tp, pp, cp, ep = (args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+                      args.context_parallel_size, args.expert_model_parallel_size)
+    dense = parallel_state.RankGenerator(tp=tp, ep=1, dp=args.data_parallel_size, pp=pp, cp=cp, order=order)
+    etp = args.expert_tensor_parallel_size
+    expert = parallel_state.RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order)
+    groups = {axis: {frozenset(g) for g in dense.get_ranks(axis)} for axis in ("tp", "cp", "dp", "pp")}
+    groups["ep"] = {frozenset(g) for g in expert.get_ranks("ep")}
+    return groups
+
+
+def costed_groups(plan: Plan) -> dict[str, set[frozenset[int]]]:
+    """The groups nestplan costed: ranks laid on the devices in the plan's axis order (device = rank)."""
+    grid = rank_grid(plan.dims, plan.axis_order)
+    keys = {"tp": ("tp",), "cp": ("cp",), "dp": ("ep", "dp"), "pp": ("pp",), "ep": ("ep",)}
+    return {key: _along(grid, axes) for key, axes in keys.items()}
+
+
+def _along(grid: np.ndarray, axes: tuple[str, ...]) -> set[frozenset[int]]:
+    along = [AXES.index(a) for a in axes]
+    rest = [i for i in range(grid.ndim) if i not in along]
+    size = int(np.prod([grid.shape[i] for i in along]))
+    return {frozenset(int(r) for r in row) for row in np.transpose(grid, rest + along).reshape(-1, size)}
+
+
+def placed(groups: dict[str, set[frozenset[int]]], node_ranks: list[int], per_node: int) -> dict:
+    """Megatron's rank groups as sets of devices: torchrun's node rank n runs on the allocation's node
+    that the launch script gives node rank n, local rank l on its l-th device."""
+    node_of = {rank: node for node, rank in enumerate(node_ranks)}
+
+    def device(rank: int) -> int:
+        return node_of[rank // per_node] * per_node + rank % per_node
+
+    return {key: {frozenset(device(r) for r in g) for g in gs} for key, gs in groups.items()}
+
+
+def check_groups(args, launch: Launch) -> None:
+    plan = launch.plan
+    per_node = int(launch.torchrun["--nproc-per-node"])
+    ours = placed(megatron_groups(args, launch.world_size), launch.node_ranks(), per_node)
+    costed = costed_groups(plan)
+    for axis in ("tp", "cp", "dp", "pp"):
+        assert ours[axis] == costed[axis], axis
+    if plan.dims.cp == 1:
+        assert ours["ep"] == costed["ep"]
+    elif ours["ep"] != costed["ep"]:   # Megatron's expert grid folds cp into ep: said in the export's notes
+        assert any("expert-parallel group" in n for n in launch.export.notes)
+
+
+# ---------------------------------------------------------------- the tests
+def check_export(plan: Plan, tmp_path: Path, monkeypatch) -> None:
+    launch = Launch(plan, tmp_path)
+    args = megatron_args(launch, monkeypatch)
+    check_degrees_and_batch(args, plan)
+    config = core_transformer_config_from_args(args)
+    check_model_and_training(args, config, plan)
+    assert stage_layers(args, config, plan) == list(plan.dims.virtual_stage_layers(plan.model.num_layers))
+    check_groups(args, launch)
+
+
+@pytest.mark.parametrize("name", ["llama3-70b-256", "mixtral-8x7b-128", "llama3.1-405b-2048"])
+def test_megatron_accepts_the_issue_plans_as_costed(issue_plans, name, tmp_path, monkeypatch) -> None:
+    check_export(issue_plans[name], tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c.name for c in CASES])
+def test_megatron_accepts_every_planned_case_as_costed(case, tmp_path, monkeypatch) -> None:
+    check_export(planned_plans()[case], tmp_path, monkeypatch)
