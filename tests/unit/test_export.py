@@ -84,22 +84,11 @@ def deepspeed_config(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["llama3-70b", "mixtral-8x7b"])
-def test_deepspeed_accepts_the_config(plans, name, tmp_path, deepspeed_config) -> None:
-    ds = deepspeed_config
-    paths, _ = api.export_plan(plans[name], "deepspeed", tmp_path)
-    cfg = json.loads(paths[0].read_text())
-    plan = plans[name]
-
-    class Mpu:   # DeepSpeed's data-parallel world: devices / (tp x pp x sequence parallel) = dp x ep
-        def get_data_parallel_world_size(self) -> int:
-            return plan.dims.dp * plan.dims.ep
-
-    config = ds.DeepSpeedConfig(cfg, mpu=Mpu())
-    assert config.train_batch_size == 4096
-    assert config.train_micro_batch_size_per_gpu == plan.dims.micro_batch_size
-    assert config.gradient_accumulation_steps == plan.num_microbatches
-    assert config.zero_optimization_stage == plan.dims.zero
-    assert config.bfloat16_config.enabled
+def test_deepspeed_refuses_ulysses_inside_a_pipeline(plans, name, tmp_path) -> None:
+    """Both plans run cp > 1 with pp > 1: DeepSpeed's pipeline topology has no sequence axis
+    (tests/unit/test_real_deepspeed.py runs deepspeed.initialize itself on the exports it accepts)."""
+    with pytest.raises(ConfigError, match="no sequence axis"):
+        api.export_plan(plans[name], "deepspeed", tmp_path)
 
 
 def test_deepspeed_accepts_the_job_settings(tmp_path, deepspeed_config) -> None:

@@ -1,46 +1,66 @@
 """DeepSpeed: the JSON config (batch arithmetic, ZeRO stage, precision, optimizer, gradient
-accumulation dtype, activation checkpointing, AutoTP width) and a launch script that states what
-the user's code must pass.
+accumulation dtype, activation checkpointing, AutoTP width, Ulysses mesh) and a launch script that
+states what the user's code must pass.
 
-DeepSpeed's pipeline engine takes the stage count from the user's ``PipelineModule(num_stages=...)``
-and the expert-parallel width from ``deepspeed.moe.layer.MoE(ep_size=...)``, not from the config;
-the launch script says both. Its topology is pipe-data-model (model fastest): tp-dp-pp.
-Context parallelism becomes DeepSpeed-Ulysses sequence parallelism of the same width (an
-all-to-all over attention heads instead of the ring nestplan costed; the export says so). ZeRO 2
-and 3 cannot run under DeepSpeed's pipeline engine, nor layers given per virtual stage (it runs
-no interleaving): such plans are refused.
+What DeepSpeed 0.19 derives from the config on the paths ``deepspeed.initialize`` really runs (no
+mpu of the user's making):
+
+- pp > 1: the user's ``PipelineModule`` brings its topology (pipe-data-model, model fastest:
+  tp-dp-pp); the config is checked against that topology's data axis, devices / (pp x tp). That
+  topology has no sequence axis: Ulysses ranks would count as data parallel, so pp > 1 with cp > 1
+  is refused. AutoTP does not shard a ``PipelineModule``: the tensor parallelism is the user's
+  layers' (the topology's model axis), and the config names no AutoTP width.
+- pp = 1 with cp > 1: ``data_parallel_size`` and ``sequence_parallel_size`` make
+  ``deepspeed.initialize`` build its (data_parallel, sequence_parallel) mesh over all ranks, whose
+  data axis is the one checked; AutoTP builds another mesh over all ranks, so cp > 1 with tp > 1
+  would give the sequence and tensor groups the same ranks: refused.
+- pp = 1 otherwise: the data-parallel world checked is all devices, AutoTP's tensor ranks included;
+  where tp > 1 the config leaves ``train_batch_size`` out and DeepSpeed derives it (tp times the
+  samples a step trains; the export says so).
+
+The expert-parallel width comes from ``deepspeed.moe.layer.MoE(ep_size=...)``, not from the config;
+the launch script says it. ZeRO 2 and 3 cannot run under the pipeline engine, nor layers given
+per virtual stage (it runs 1F1B, no interleaving): such plans are refused.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, comment_text, header, rank_order_note, refuse,
                                     sbatch_lines, shell_word)
 from nestplan.export.plan import ExportInput
+from nestplan.job import CpCommType, Job
 from nestplan.plan import Plan
+from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.units import GiB
 
 NAME = "deepspeed"
 TITLE = "DeepSpeed"
-PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deepspeed 0.19"
+PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deepspeed 0.19.8"
 OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}   # DeepSpeed's FusedAdam; torch.optim.SGD
 ZERO_TESTED = ("adam",)                       # ZeRO refuses other optimizers unless allowed
 
 
 def config(plan: Plan) -> dict:
-    """The DeepSpeed config: train_batch_size = micro batch x accumulation x data-parallel ranks
-    (DeepSpeed's data-parallel world is devices / (tp x pp) = dp x ep here)."""
+    """The DeepSpeed config. DeepSpeed checks train_batch_size = micro batch x accumulation x its
+    data-parallel world (:func:`batch_world`); where that world is not nestplan's dp x ep the key is
+    left out and DeepSpeed derives it."""
     d, job = plan.dims, plan.job
-    cfg: dict = {
-        "train_batch_size": job.global_batch_size,
+    cfg: dict = {}
+    if batch_world(plan) == d.dp * d.ep:
+        cfg["train_batch_size"] = job.global_batch_size
+    cfg.update({
         "train_micro_batch_size_per_gpu": d.micro_batch_size,
         "gradient_accumulation_steps": plan.num_microbatches,
         "zero_optimization": {"stage": int(d.zero), "overlap_comm": True, "contiguous_gradients": True},
         "gradient_clipping": 1.0,
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
-    }
+    })
     if job.dtype in ("bf16", "fp16"):
         cfg[job.dtype] = {"enabled": True}
     cfg["optimizer"] = {"type": OPTIMIZERS[job.optimizer.value]}
@@ -48,14 +68,34 @@ def config(plan: Plan) -> dict:
         cfg["zero_allow_untested_optimizer"] = True
     if _grad_accumulation_expressible(plan):
         cfg["data_types"] = {"grad_accum_dtype": job.grad_dtype}
-    if d.tp > 1:
+    if d.tp > 1 and d.pp == 1:
         cfg["tensor_parallel"] = {"autotp_size": d.tp}
     if d.cp > 1:
         cfg["sequence_parallel_size"] = d.cp
+        cfg["data_parallel_size"] = d.dp * d.ep
     if d.recompute is not Recompute.NONE:
         cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False, "synchronize_checkpoint_boundary": False}
     return cfg
+
+
+def batch_world(plan: Plan) -> int:
+    """The data-parallel world DeepSpeed 0.19's ``DeepSpeedConfig`` checks the batch against
+    (``_batch_assertion``) for this plan's config: the data axis of PipelineModule's topology,
+    devices / (pp x tp), where pp > 1; the config's ``data_parallel_size`` where it sets Ulysses;
+    else every rank (its world size over ``sequence_parallel_size``, absent here), tensor ranks
+    included."""
+    d = plan.dims
+    if d.pp > 1:
+        return d.devices // (d.pp * d.tp)
+    if d.cp > 1:
+        return d.dp * d.ep
+    return d.devices
+
+
+def derived_train_batch(plan: Plan) -> int:
+    """The train_batch_size DeepSpeed derives (and reports) when the config leaves it out."""
+    return plan.dims.micro_batch_size * plan.num_microbatches * batch_world(plan)
 
 
 def _model_dtype(plan: Plan) -> str:
@@ -81,6 +121,12 @@ def check(plan: Plan, heads: int) -> None:
         raise refuse(TITLE, "DeepSpeed's pipeline engine runs one contiguous part per stage (PipelineModule, 1F1B) "
                      f"and cannot place layers per virtual stage ({d.pp} x {d.virtual_stages} chunks)",
                      "layers_per_stage", len(d.layers_per_stage or ()), d.pp)
+    if d.cp > 1 and d.pp > 1:
+        raise refuse(TITLE, f"DeepSpeed's pipeline topology (pipe, data, model) has no sequence axis: Ulysses of "
+                     f"cp {d.cp} cannot run with pp {d.pp} (its ranks would count as data parallel)", "cp", d.cp, 1)
+    if d.cp > 1 and d.tp > 1:
+        raise refuse(TITLE, f"DeepSpeed builds Ulysses' (data, sequence) mesh and AutoTP's (data, tensor) mesh each "
+                     f"over all ranks: cp {d.cp} with tp {d.tp} would give both groups the same ranks", "cp", d.cp, 1)
     if d.zero >= 2 and d.pp > 1:
         raise refuse(TITLE, f"DeepSpeed's pipeline engine supports ZeRO 0 and 1 only, the plan has ZeRO "
                      f"{int(d.zero)} with pp {d.pp}", "zero_stage", int(d.zero), 1)
@@ -90,13 +136,15 @@ def notes_for(inp: ExportInput) -> list[str]:
     d = inp.plan.dims
     notes = [n for n in [rank_order_note(TITLE, inp, STAGE_MAJOR)] if n]
     if d.pp > 1:
-        split = ",".join(map(str, d.layers_per_stage or ()))
-        notes.append(f"your code must build PipelineModule(num_stages={d.pp}, partition_method=...) with the "
-                     f"transformer layers split {split} (embedding on the first stage, head on the last)")
+        notes += _pipeline_notes(inp.plan)
+    elif d.tp > 1:
+        notes.append(f"AutoTP shards the model over tp {d.tp}; DeepSpeed counts its tensor ranks as data parallel "
+                     f"in the batch arithmetic, so ds_config.json leaves train_batch_size out: DeepSpeed derives "
+                     f"and reports {derived_train_batch(inp.plan)}, while each step trains the global batch "
+                     f"{inp.plan.job.global_batch_size} ({d.dp * d.ep} data-parallel ranks x micro batch "
+                     f"{d.micro_batch_size} x {inp.plan.num_microbatches} accumulation steps)")
     if d.cp > 1:
-        notes.append(f"cp {d.cp} runs as DeepSpeed-Ulysses (sequence_parallel_size {d.cp}): wrap attention in "
-                     "deepspeed.sequence.layer.DistributedAttention; it exchanges heads by all-to-all where "
-                     "nestplan costed a ring of key/value blocks")
+        notes.append(_ulysses_note(inp.plan))
     if d.ep > 1:
         notes.append(f"your code must build its MoE layers with deepspeed.moe.layer.MoE(ep_size={d.ep}, ...)")
     if d.recompute is Recompute.SELECTIVE:
@@ -105,11 +153,50 @@ def notes_for(inp: ExportInput) -> list[str]:
     elif d.recompute is Recompute.FULL:
         notes.append("full recomputation: PipelineModule(activation_checkpoint_interval=1), or wrap each layer in "
                      "deepspeed.checkpointing.checkpoint")
-    if d.schedule is not Schedule.ONE_F_ONE_B and d.pp > 1:
-        notes.append(f"DeepSpeed's pipeline engine runs 1F1B; nestplan costed {d.schedule.value}")
     if d.zero == 1 and d.pp == 1:
         notes.append("ZeRO 1 shards optimizer state over the data-parallel ranks as nestplan costed")
     return notes + _job_notes(inp.plan)
+
+
+def _pipeline_notes(plan: Plan) -> list[str]:
+    d = plan.dims
+    split = ",".join(map(str, d.layers_per_stage or ()))
+    notes = [f"your code must build PipelineModule(num_stages={d.pp}, topology=PipeModelDataParallelTopology("
+             f"num_pp={d.pp}, num_mp={d.tp}, num_dp={d.dp * d.ep}), partition_method=...) with the transformer "
+             f"layers split {split} (embedding on the first stage, head on the last)"]
+    if d.tp > 1:
+        notes.append(f"AutoTP does not shard a PipelineModule: your layers must be tensor-parallel over the "
+                     f"topology's model axis ({d.tp} ranks, e.g. Megatron-DeepSpeed's), so the config names no "
+                     "autotp_size")
+    if d.schedule is not Schedule.ONE_F_ONE_B:
+        virtual = f" with {d.virtual_stages} virtual stages" if d.virtual_stages > 1 else ""
+        one_f_one_b = replace(d, schedule=Schedule.ONE_F_ONE_B, virtual_stages=1)
+        notes.append(f"DeepSpeed's pipeline engine runs 1F1B; nestplan costed {d.schedule.value}{virtual}: under "
+                     f"1F1B {_prediction_under(plan, dims=one_f_one_b)}")
+    return notes
+
+
+def _ulysses_note(plan: Plan) -> str:
+    d, job = plan.dims, plan.job
+    note = (f"cp {d.cp} runs as DeepSpeed-Ulysses: deepspeed.initialize builds its (data_parallel {d.dp * d.ep}, "
+            f"sequence_parallel {d.cp}) mesh from data_parallel_size and sequence_parallel_size; wrap attention "
+            "in deepspeed.sequence.layer.DistributedAttention over engine.get_sequence_parallel_group()")
+    if job.cp_comm_type is CpCommType.A2A:
+        return note + " (the all-to-all nestplan costed)"
+    ulysses = replace(job, cp_comm_type=CpCommType.A2A, cp_a2a_size=1)
+    return (note + f"; it exchanges heads by all-to-all where nestplan costed {job.cp_comm_type.value}: under "
+            f"a2a {_prediction_under(plan, job=ulysses)}")
+
+
+def _prediction_under(plan: Plan, dims: ParallelDims | None = None, job: Job | None = None) -> str:
+    """nestplan's prediction of the plan with DeepSpeed's ``dims`` or ``job`` in place of the costed ones."""
+    pred = evaluate_plan(plan.model, plan.cluster, dims or plan.dims, job or plan.job, plan.axis_order)
+    text = (f"nestplan predicts step {pred.step_time_s:.3f} s ({pred.tokens_per_s:,.0f} tokens/s) instead of "
+            f"{plan.predicted.step_time_s:.3f} s")
+    if not pred.fits:
+        text += (f", and {pred.peak_memory_bytes_per_device / GiB:.1f} GiB per device that does not fit in "
+                 f"{pred.memory_capacity_bytes / GiB:.1f}")
+    return text
 
 
 def _job_notes(plan: Plan) -> list[str]:
