@@ -6,7 +6,9 @@ process), with the model the launch script tells the user to build: for pp > 1 a
 with ``PipeModelDataParallelTopology(num_pp=pp, num_mp=tp, num_dp=world // (pp x tp))`` on the
 plan's world size, so DeepSpeed's pipeline grid derives the data-parallel size and the engine makes
 its own batch assertion against it; for pp = 1 a plain module (DeepSpeed's config path with
-``mpu=None``: AutoTP's and Ulysses' meshes come from the config). The parsed meaning read back from
+``mpu=None``: AutoTP's mesh comes from the config), or for cp > 1 the mpu DeepSpeed's own Ulysses for
+Hugging Face models returns (``UlyssesSPAttentionHF.register_with_transformers``, called as the
+export's note says; DeepSpeed's ``parallel_state_sp``, no mpu of the test's making). The parsed meaning read back from
 the engine must equal the plan: micro batch, accumulation steps, the samples a step trains (micro
 batch x accumulation x the engine's data-parallel world) = the global batch, the train_batch_size
 DeepSpeed reports, ZeRO stage, precision, optimizer, gradient accumulation dtype, the degrees as
@@ -21,8 +23,9 @@ Stand-ins, for what needs GPUs or a cluster:
 - the GPU: DeepSpeed's CPU accelerator (what it picks on a machine without one);
 - the model: tiny layers of the plan's layer count (one Linear per transformer layer; for MoE
   plans DeepSpeed's own ``deepspeed.moe.layer.MoE`` with the plan's experts and the export's
-  ``ep_size``); for AutoTP (tp > 1, pp = 1) a tiny Hugging Face Llama (AutoTP shards models it
-  recognizes; needs transformers), with as many key-value heads as tp.
+  ``ep_size``); for AutoTP (tp > 1, pp = 1) and Ulysses (cp > 1) a tiny Hugging Face Llama (AutoTP
+  shards models it recognizes, ALST registers Hugging Face attention; needs transformers), with as
+  many key-value heads as tp or cp.
 """
 
 from __future__ import annotations
@@ -69,7 +72,16 @@ def _child(spec: dict) -> dict:
 
     deepspeed.init_distributed()
     model = _stand_in_model(spec, torch, deepspeed)
-    engine, _, _, _ = deepspeed.initialize(model=model, config=spec["config"], model_parameters=model.parameters())
+    mpu = None
+    if spec["cp"] > 1:   # what the export's Ulysses note tells the user's code to run
+        from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+
+        mpu = UlyssesSPAttentionHF.register_with_transformers(
+            model, core_attn_implementation="sdpa", sequence_parallel_size=spec["cp"],
+            micro_batch_size=spec["config"]["train_micro_batch_size_per_gpu"], seq_length=spec["seq_len"],
+            seq_length_is_variable=False)
+    engine, _, _, _ = deepspeed.initialize(model=model, config=spec["config"], model_parameters=model.parameters(),
+                                           mpu=mpu)
     return _engine_facts(engine, spec, tdist)
 
 
@@ -84,12 +96,13 @@ def _stand_in_model(spec: dict, torch, deepspeed):
                            num_experts=spec["experts"], ep_size=ep) if ep > 1 else LayerSpec(torch.nn.Linear, hidden, hidden))
         return PipelineModule([layer] * spec["layers"], topology=topology, loss_fn=torch.nn.MSELoss(),
                               partition_method="uniform")
-    if spec["config"].get("tensor_parallel", {}).get("autotp_size", 1) > 1:
+    if spec["config"].get("tensor_parallel", {}).get("autotp_size", 1) > 1 or spec["cp"] > 1:
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        heads = tp
+        heads = max(tp, spec["cp"])
         return LlamaForCausalLM(LlamaConfig(hidden_size=8 * heads, intermediate_size=16 * heads, num_hidden_layers=2,
-                                            num_attention_heads=heads, num_key_value_heads=heads, vocab_size=64))
+                                            num_attention_heads=heads, num_key_value_heads=heads, vocab_size=64,
+                                            attn_implementation="sdpa"))
     parts = {"dense": torch.nn.Linear(hidden, hidden)}
     if ep > 1:
         parts["moe"] = deepspeed.moe.layer.MoE(hidden_size=hidden, expert=torch.nn.Linear(hidden, hidden),
@@ -105,10 +118,11 @@ def _engine_facts(engine, spec: dict, tdist) -> dict:
         "engine": type(engine).__name__, "config_world": config.world_size,
         "train_batch_size": engine.train_batch_size(), "micro_batch": engine.train_micro_batch_size_per_gpu(),
         "accumulation": engine.gradient_accumulation_steps(), "dp_world": engine.dp_world_size,
+        "seq_dp_world": engine.seq_dp_world_size,
         "sequence_parallel": engine.sequence_parallel_size, "autotp": engine.autotp_size(),
         "zero": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(), "fp16": engine.fp16_enabled(),
         "optimizer": config.optimizer_name, "grad_accum_dtype": config.grad_accum_dtype,
-        "groups": {"data": tdist.get_process_group_ranks(engine.data_parallel_group)},
+        "groups": {"data": tdist.get_process_group_ranks(engine.seq_data_parallel_group)},
     }
     if spec["pp"] > 1:
         grid = engine.grid
@@ -137,10 +151,10 @@ def _export(plan: Plan, tmp_path: Path) -> tuple[dict, tuple[str, ...]]:
 def _initialize(plan: Plan, cfg: dict) -> dict:
     """``deepspeed.initialize`` on ``cfg`` in a child process with the plan's world and stand-in model."""
     d = plan.dims
-    if d.pp == 1 and d.tp > 1:
-        pytest.importorskip("transformers", reason="AutoTP shards a Hugging Face model (the `trace` extra)")
-    spec = {"world": plan.devices_used, "pp": d.pp, "tp": d.tp, "ep": d.ep, "experts": plan.model.num_experts,
-            "layers": plan.model.num_layers, "config": cfg}
+    if d.pp == 1 and (d.tp > 1 or d.cp > 1):
+        pytest.importorskip("transformers", reason="AutoTP and Ulysses run a Hugging Face model (the `trace` extra)")
+    spec = {"world": plan.devices_used, "pp": d.pp, "tp": d.tp, "cp": d.cp, "ep": d.ep, "layers": plan.model.num_layers,
+            "experts": plan.model.num_experts, "seq_len": plan.job.seq_len, "config": cfg}
     run = subprocess.run([sys.executable, __file__, json.dumps(spec)], capture_output=True, text=True, timeout=600,
                          cwd=Path(__file__).parent)
     lines = [line for line in run.stdout.splitlines() if line.startswith(MARK)]
@@ -166,8 +180,9 @@ def _check_meaning(plan: Plan, cfg: dict, notes: tuple[str, ...], facts: dict) -
     d, job = plan.dims, plan.job
     assert facts["micro_batch"] == d.micro_batch_size
     assert facts["accumulation"] == plan.num_microbatches
-    assert facts["dp_world"] == d.dp * d.ep
-    assert facts["micro_batch"] * facts["accumulation"] * facts["dp_world"] == job.global_batch_size
+    replicas = facts["seq_dp_world"] // facts["sequence_parallel"]   # ZeRO's and the gradients' group over cp
+    assert replicas == d.dp * d.ep and facts["dp_world"] in (replicas, None)   # None: DeepSpeed's, under Ulysses' mpu
+    assert facts["micro_batch"] * facts["accumulation"] * replicas == job.global_batch_size
     if "train_batch_size" in cfg:
         assert facts["train_batch_size"] == job.global_batch_size == cfg["train_batch_size"]
     else:   # DeepSpeed derives it over its own world (AutoTP's ranks included); a note says so
@@ -185,7 +200,7 @@ def _check_meaning(plan: Plan, cfg: dict, notes: tuple[str, ...], facts: dict) -
     else:
         assert facts["engine"] == "DeepSpeedEngine" and facts["autotp"] == (d.tp if d.tp > 1 else 0)
     layout_noted = any(n.startswith("RANK LAYOUT DIFFERS") for n in notes)
-    expected = {"data": _ranks(plan, "ep", "dp"), "pipe": _ranks(plan, "pp"), "tensor": _ranks(plan, "tp"),
+    expected = {"data": _ranks(plan, "cp", "ep", "dp"), "pipe": _ranks(plan, "pp"), "tensor": _ranks(plan, "tp"),
                 "sequence": _ranks(plan, "cp"), "expert": _ranks(plan, "ep")}
     for name, ranks in facts["groups"].items():
         assert ranks == expected[name], name
@@ -271,17 +286,25 @@ def test_autotp_without_a_train_batch_size(tmp_path) -> None:
     assert facts["train_batch_size"] == 512 and facts["dp_world"] == 32 and facts["groups"]["tensor"] == [0, 1]
 
 
-def test_ulysses_mesh_from_the_config(tmp_path) -> None:
-    """cp 2 x dp 4 on 8 (pp 1, tp 1): data_parallel_size and sequence_parallel_size make deepspeed.initialize
-    build its (data, sequence) mesh; the engine's sequence group is nestplan's cp group."""
+def test_ulysses_through_deepspeeds_own_groups(tmp_path) -> None:
+    """cp 2 x dp 4 on 8 (pp 1, tp 1): DeepSpeed's Ulysses mpu (register_with_transformers, as the note
+    says) gives the engine nestplan's cp group and ZeRO over all 8 cp x dp ranks, as costed."""
     plan = _evaluated("llama3-8b", "dgx-h100", 8, ParallelDims(cp=2, dp=4, zero=1), 128, 8192)
     facts = _accepted(plan, tmp_path)
     assert facts["sequence_parallel"] == 2 and facts["groups"]["sequence"] == [0, 1]
+    assert facts["seq_dp_world"] == 8 and facts["train_batch_size"] == 128
 
 
 def test_ulysses_with_autotp_is_refused() -> None:
     plan = _evaluated("llama3-8b", "dgx-h100", 16, ParallelDims(tp=2, sp=True, cp=2, dp=4, zero=1), 32, 32768)
-    with pytest.raises(ConfigError, match="same ranks"):
+    with pytest.raises(ConfigError, match="share ranks"):
+        ds_export.export(ExportInput(plan, "test"))
+
+
+def test_ulysses_needs_the_key_value_heads_divisible() -> None:
+    """Llama 3 8B has 8 key/value heads: Ulysses over 16 ranks cannot split them (nestplan costed a ring)."""
+    plan = _evaluated("llama3-8b", "dgx-h100", 16, ParallelDims(cp=16, zero=1), 16, 131072)
+    with pytest.raises(ConfigError, match="8 key/value heads over the 16 ranks"):
         ds_export.export(ExportInput(plan, "test"))
 
 

@@ -10,10 +10,13 @@ mpu of the user's making):
   topology has no sequence axis: Ulysses ranks would count as data parallel, so pp > 1 with cp > 1
   is refused. AutoTP does not shard a ``PipelineModule``: the tensor parallelism is the user's
   layers' (the topology's model axis), and the config names no AutoTP width.
-- pp = 1 with cp > 1: ``data_parallel_size`` and ``sequence_parallel_size`` make
-  ``deepspeed.initialize`` build its (data_parallel, sequence_parallel) mesh over all ranks, whose
-  data axis is the one checked; AutoTP builds another mesh over all ranks, so cp > 1 with tp > 1
-  would give the sequence and tensor groups the same ranks: refused.
+- pp = 1 with cp > 1: DeepSpeed's own Ulysses process groups for Hugging Face models
+  (``UlyssesSPAttentionHF.register_with_transformers``, whose mpu is
+  ``deepspeed.runtime.sequence_parallel.parallel_state_sp``): the config is checked against devices
+  / cp, ZeRO and gradients go over the cp x dp ranks as nestplan costed them. Those groups leave no
+  room for tensor ranks (sequence groups of consecutive ranks, data = the rest), so cp > 1 with
+  tp > 1 is refused. (``data_parallel_size`` with ``sequence_parallel_size`` would build a mesh
+  instead whose ZeRO and gradient group is the data axis alone: not exported.)
 - pp = 1 otherwise: the data-parallel world checked is all devices, AutoTP's tensor ranks included;
   where tp > 1 the config leaves ``train_batch_size`` out and DeepSpeed derives it (tp times the
   samples a step trains; the export says so).
@@ -72,7 +75,6 @@ def config(plan: Plan) -> dict:
         cfg["tensor_parallel"] = {"autotp_size": d.tp}
     if d.cp > 1:
         cfg["sequence_parallel_size"] = d.cp
-        cfg["data_parallel_size"] = d.dp * d.ep
     if d.recompute is not Recompute.NONE:
         cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False, "synchronize_checkpoint_boundary": False}
@@ -82,15 +84,12 @@ def config(plan: Plan) -> dict:
 def batch_world(plan: Plan) -> int:
     """The data-parallel world DeepSpeed 0.19's ``DeepSpeedConfig`` checks the batch against
     (``_batch_assertion``) for this plan's config: the data axis of PipelineModule's topology,
-    devices / (pp x tp), where pp > 1; the config's ``data_parallel_size`` where it sets Ulysses;
-    else every rank (its world size over ``sequence_parallel_size``, absent here), tensor ranks
-    included."""
+    devices / (pp x tp), where pp > 1; else the world over the Ulysses mpu's sequence-parallel size,
+    tensor ranks included."""
     d = plan.dims
     if d.pp > 1:
         return d.devices // (d.pp * d.tp)
-    if d.cp > 1:
-        return d.dp * d.ep
-    return d.devices
+    return d.devices // d.cp
 
 
 def derived_train_batch(plan: Plan) -> int:
@@ -114,9 +113,6 @@ def check(plan: Plan, heads: int) -> None:
     if optimizer not in OPTIMIZERS:
         raise refuse(TITLE, f"the optimizers exported are {' and '.join(OPTIMIZERS)}, not {optimizer}",
                      "optimizer", optimizer, list(OPTIMIZERS))
-    if d.cp > 1 and heads % (d.cp * d.tp):
-        raise refuse(TITLE, f"Ulysses sequence parallelism of {d.cp} with tp {d.tp} needs the {heads} attention "
-                     f"heads divisible by {d.cp * d.tp}", "cp", d.cp)
     if d.per_virtual_stage:
         raise refuse(TITLE, "DeepSpeed's pipeline engine runs one contiguous part per stage (PipelineModule, 1F1B) "
                      f"and cannot place layers per virtual stage ({d.pp} x {d.virtual_stages} chunks)",
@@ -125,8 +121,14 @@ def check(plan: Plan, heads: int) -> None:
         raise refuse(TITLE, f"DeepSpeed's pipeline topology (pipe, data, model) has no sequence axis: Ulysses of "
                      f"cp {d.cp} cannot run with pp {d.pp} (its ranks would count as data parallel)", "cp", d.cp, 1)
     if d.cp > 1 and d.tp > 1:
-        raise refuse(TITLE, f"DeepSpeed builds Ulysses' (data, sequence) mesh and AutoTP's (data, tensor) mesh each "
-                     f"over all ranks: cp {d.cp} with tp {d.tp} would give both groups the same ranks", "cp", d.cp, 1)
+        raise refuse(TITLE, f"DeepSpeed's Ulysses groups (parallel_state_sp) and AutoTP's each put their group on "
+                     f"consecutive ranks and count the rest as data parallel: cp {d.cp} with tp {d.tp} would share "
+                     "ranks between the sequence and the tensor groups", "cp", d.cp, 1)
+    ulysses = _ulysses(plan.job).cp_comm_conflict(d.cp, heads, plan.model.num_kv_heads)
+    if ulysses is not None:
+        raise refuse(TITLE, f"cp {d.cp} runs as DeepSpeed-Ulysses, whose all-to-all splits the {heads} query and "
+                     f"{plan.model.num_kv_heads} key/value heads over the {d.cp} ranks: they must divide both",
+                     "cp", d.cp)
     if d.zero >= 2 and d.pp > 1:
         raise refuse(TITLE, f"DeepSpeed's pipeline engine supports ZeRO 0 and 1 only, the plan has ZeRO "
                      f"{int(d.zero)} with pp {d.pp}", "zero_stage", int(d.zero), 1)
@@ -178,14 +180,20 @@ def _pipeline_notes(plan: Plan) -> list[str]:
 
 def _ulysses_note(plan: Plan) -> str:
     d, job = plan.dims, plan.job
-    note = (f"cp {d.cp} runs as DeepSpeed-Ulysses: deepspeed.initialize builds its (data_parallel {d.dp * d.ep}, "
-            f"sequence_parallel {d.cp}) mesh from data_parallel_size and sequence_parallel_size; wrap attention "
-            "in deepspeed.sequence.layer.DistributedAttention over engine.get_sequence_parallel_group()")
+    note = (f"cp {d.cp} runs as DeepSpeed-Ulysses (ALST): your code must call mpu = deepspeed.runtime.sequence_"
+            f"parallel.ulysses_sp.UlyssesSPAttentionHF.register_with_transformers(model, core_attn_implementation="
+            f"..., sequence_parallel_size={d.cp}, micro_batch_size={d.micro_batch_size}, seq_length={job.seq_len}, "
+            "seq_length_is_variable=False) and pass deepspeed.initialize(..., mpu=mpu): DeepSpeed's own "
+            f"sequence-parallel groups, ZeRO and gradients over the {d.cp * d.dp * d.ep} cp x dp ranks")
     if job.cp_comm_type is CpCommType.A2A:
         return note + " (the all-to-all nestplan costed)"
-    ulysses = replace(job, cp_comm_type=CpCommType.A2A, cp_a2a_size=1)
     return (note + f"; it exchanges heads by all-to-all where nestplan costed {job.cp_comm_type.value}: under "
-            f"a2a {_prediction_under(plan, job=ulysses)}")
+            f"a2a {_prediction_under(plan, job=_ulysses(job))}")
+
+
+def _ulysses(job: Job) -> Job:
+    """The job with context parallelism's exchange as DeepSpeed-Ulysses runs it (all-to-alls over the cp ranks)."""
+    return replace(job, cp_comm_type=CpCommType.A2A, cp_a2a_size=1)
 
 
 def _prediction_under(plan: Plan, dims: ParallelDims | None = None, job: Job | None = None) -> str:
