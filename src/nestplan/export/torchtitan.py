@@ -11,20 +11,34 @@ forward, ZeRO 1 and 2 shard without resharding (FSDP2 has no optimizer-only shar
 
 from __future__ import annotations
 
-from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, expert_group_note, flag_pairs,
-                                    header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
+from dataclasses import replace
+
+from nestplan.cost.evaluator import evaluate_plan
+from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, comment_text, expert_group_note,
+                                    flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType
+from nestplan.job import CpCommType, Fp8Recipe, Job
+from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
+from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 
 NAME = "torchtitan"
 TITLE = "torchtitan"
 PIN = "torchtitan 0.3.0 command-line flags"
-SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.GPIPE: "GPipe", Schedule.INTERLEAVED: "Interleaved1F1B"}
+# torch.distributed.pipelining's schedule names (get_schedule_class); it has no single-chunk ZB-H1, which runs
+# as its closest, 1F1B (the same microbatch order with the backward whole)
+SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.GPIPE: "GPipe", Schedule.INTERLEAVED: "Interleaved1F1B",
+             Schedule.ZB_H1: "1F1B", Schedule.ZBV: "ZBVZeroBubble", Schedule.DUALPIPEV: "DualPipeV"}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-MODEL_CONFIGS = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"),
-                 "llama3.1-405b": ("llama3", "llama3_405b")}   # torchtitan/models/llama3/config_registry.py
+# catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
+# Hugging Face assets folder); the 405B takes the 70B's settings: torchtitan's llama3_405b builds FP8
+# linears and compiles (torchtitan/models/llama3/config_registry.py)
+MODEL_CONFIGS = {"llama3-8b": ("llama3_8b", "8B", "./assets/hf/Llama-3.1-8B"),
+                 "llama3-70b": ("llama3_70b", "70B", "./assets/hf/Llama-3.1-70B"),
+                 "llama3.1-405b": ("llama3_70b", "405B", "./assets/hf/Llama-3.1-405B")}
+CONFIG_MODULE = "nestplan_torchtitan"   # the config module the export writes next to its launch script
+CONFIG_FUNCTION = "nestplan_plan"
 Flags = list[tuple[str, object]]
 
 
@@ -112,31 +126,75 @@ def _checkpoint(plan: Plan) -> tuple[str, list[str]]:
     return "activation-checkpoint:none", []
 
 
+def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
+    """The model, degrees and job torchtitan 0.3.0 runs for the plan where they differ in what nestplan
+    can cost, and what differs: a model of another architecture is built as a Llama-architecture one
+    of its sizes (``run_model``); ZB-H1 runs as 1F1B (torch.distributed.pipelining has no single-chunk zero
+    bubble schedule); its context parallelism all-gathers K/V (FlexAttention with ``flex_cp_allgather``;
+    0.3.0 has no ring or all-to-all option); its float8 linears (torchao) scale from the current amax
+    (rowwise; nestplan's closest recipe is tensorwise current scaling) and keep parameters in the
+    training dtype."""
+    model, dims, job, changes = run_model(plan.model), plan.dims, plan.job, []
+    if model != plan.model:
+        changes.append(f"torchtitan 0.3.0 has no {plan.model.family} architecture "
+                       f"({', '.join(_differences(plan.model))}): it builds a Llama-architecture decoder of "
+                       f"{plan.model.name}'s sizes (SwiGLU hidden {model.ffn_hidden_size}, untied head, no dropout)")
+    if dims.pp > 1 and dims.schedule is Schedule.ZB_H1:
+        changes.append("torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
+                       "the zb-h1 plan as 1F1B")
+        dims = replace(dims, schedule=Schedule.ONE_F_ONE_B)
+    if dims.cp > 1 and job.cp_comm_type is not CpCommType.ALLGATHER:
+        changes.append(f"torchtitan 0.3.0's context parallelism all-gathers K/V (FlexAttention); it has no "
+                       f"{job.cp_comm_type.value} exchange, which nestplan costed")
+        job = replace(job, cp_comm_type=CpCommType.ALLGATHER, cp_a2a_size=1)
+    if job.fp8 and job.fp8_recipe is not Fp8Recipe.TENSORWISE:
+        changes.append(f"torchtitan's float8 linears (torchao, rowwise current scaling) replace the "
+                       f"{job.fp8_recipe.value} scaling nestplan costed (costed here as tensorwise)")
+        job = replace(job, fp8_recipe=Fp8Recipe.TENSORWISE)
+    if job.fp8_params:
+        changes.append("torchtitan keeps parameters in float32 with bfloat16 compute, not in FP8 as nestplan costed")
+        job = replace(job, fp8_params=False)
+    return model, dims, job, changes
+
+
+def _run_note(plan: Plan) -> list[str]:
+    """A note quoting nestplan's prediction for what torchtitan runs, where it differs from what was costed."""
+    model, dims, job, changes = _run_job(plan)
+    if not changes:
+        return []
+    other = evaluate_plan(model, plan.cluster, replace(dims), job, plan.axis_order)
+    return [f"{'; '.join(changes)}: for what torchtitan runs nestplan predicts step {other.step_time_s:.3f} s "
+            f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s"]
+
+
+def _compile(plan: Plan) -> tuple[Flags, list[str]]:
+    """torch.compile and async tensor parallelism, on only where nestplan costed tp collectives under
+    their GEMMs (torchtitan's async TP needs torch.compile)."""
+    if plan.job.tp_comm_overlap and plan.dims.tp > 1:
+        return [("--compile.enable", None), ("--compile.enable-async-tensor-parallel", None)], [
+            "nestplan costed tp collectives overlapped with their GEMMs: torchtitan runs async tensor parallelism, "
+            "which needs torch.compile; compile also fuses elementwise kernels nestplan costs unfused"]
+    return [("--compile.no-enable", None), ("--compile.no-enable-async-tensor-parallel", None)], []
+
+
 def _job_notes(plan: Plan) -> list[str]:
     """What torchtitan 0.3.0 cannot be told: its optimizers are Adam and AdamW (the default, the same
-    state as Adam), its attention a fused kernel (SDPA), its FSDP reductions in float32."""
+    state as Adam), its attention a fused kernel (FlexAttention), its FSDP reductions in float32."""
     job = plan.job
     notes = []
-    if plan.dims.cp > 1 and job.cp_comm_type is not CpCommType.ALLGATHER:
-        notes.append(f"torchtitan's context parallelism (PyTorch's context_parallel) all-gathers or rotates K/V "
-                     f"shards; it has no {job.cp_comm_type.value} exchange, which nestplan costed: evaluate the plan "
-                     "with cp comm type allgather for the run torchtitan makes by default")
     if job.optimizer.value != "adam":
         notes.append(f"torchtitan's optimizers are Adam and AdamW: nestplan costed {job.optimizer.value} (less "
                      "optimizer state); AdamW will hold more memory than predicted")
     if not job.flash_attention:
-        notes.append("torchtitan runs attention as a fused kernel (scaled_dot_product_attention): nestplan costed "
+        notes.append("torchtitan runs attention as a fused kernel (FlexAttention): nestplan costed "
                      "attention without one (the score matrices stored), so the run takes less memory and time")
     if job.grad_dtype != "fp32":
         notes.append(f"torchtitan reduces gradients in float32 (--training.mixed-precision-reduce); nestplan costed "
                      f"{job.grad_dtype} gradients")
-    if job.fp8:
-        notes.append(f"nestplan costed FP8 GEMMs ({job.fp8_recipe.value} scaling): torchtitan 0.3.0's command line "
-                     "has no float8 option; add the float8 model converter (torchao) to your config")
-    if job.tp_comm_overlap and plan.dims.tp > 1:
-        notes.append("nestplan costed tp collectives overlapped with their GEMMs: torchtitan's counterpart is async "
-                     "tensor parallelism under torch.compile (--compile.enable-async-tensor-parallel)")
-    return notes
+    if job.fp8 and plan.model.is_moe:
+        notes.append("torchtitan's float8 converter swaps linear layers only: the experts' grouped GEMMs run in "
+                     "bfloat16 where nestplan costed FP8")
+    return notes + _run_note(plan)
 
 
 def _experts(inp: ExportInput) -> tuple[int, list[str]]:
@@ -168,35 +226,126 @@ def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
                     ("--parallelism.context-parallel-degree", d.cp), ("--parallelism.expert-parallel-degree", ep)]
     dp, dp_notes = _data_parallel(p)
     pipe, pipe_notes = _pipeline(p)
+    compiled, compile_notes = _compile(p)
     # with pp the local batch is one pipeline flush of num_microbatches; without, one microbatch per
     # gradient-accumulation step (torchtitan: accumulation = global / (local x dp_replicate x dp_shard))
     local = job.global_batch_size // d.batch_replicas if d.pp > 1 else d.micro_batch_size
+    # nestplan costs no CUDA graph capture; torchtitan 0.3.0 captures by default and refuses it with pp > 1
+    # (Trainer.Config._validate_cuda_graphs) and with its default expert dispatcher
     flags += dp + pipe + [("--training.global-batch-size", job.global_batch_size),
                           ("--training.local-batch-size", local),
                           ("--training.seq-len", job.seq_len),
-                          ("--training.mixed-precision-param", DTYPES.get(job.dtype, "bfloat16"))]
+                          ("--training.mixed-precision-param", DTYPES.get(job.dtype, "bfloat16")),
+                          ("--training.disable-cuda-graphs", None)] + compiled
     ckpt, ckpt_notes = _checkpoint(p)
-    return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes + _job_notes(p)
+    return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes + compile_notes + _job_notes(p)
 
 
-def _model_config(name: str) -> tuple[str, str] | None:
-    """torchtitan 0.3.0's own --module/--config for a catalog model, where it ships one."""
-    return MODEL_CONFIGS.get(name)
+def _differences(m: ModelSpec) -> list[str]:
+    """How ``m`` differs from what torchtitan 0.3.0 builds: Llama-architecture decoders (RMSNorm, SwiGLU,
+    rotary positions, no biases, no dropout, untied head) and, for MoE, Qwen3-MoE blocks (every layer
+    MoE, no shared experts)."""
+    checks = [(m.norm != "rmsnorm", m.norm), (not m.gated_mlp, "a non-gated MLP"), (m.linear_bias, "linear biases"),
+              (m.learned_position_embeddings, "learned position embeddings"),
+              (m.rotary_fraction != 1.0, "partial rotary embeddings"), (m.tied_embeddings, "tied embeddings"),
+              (m.dropout, "dropout")]
+    return [what for bad, what in checks if bad]
+
+
+def run_model(m: ModelSpec) -> ModelSpec:
+    """The model torchtitan 0.3.0 builds for ``m``: ``m`` itself where it is of torchtitan's architecture,
+    else a Llama-architecture decoder of ``m``'s sizes (a non-gated MLP's parameters kept by a SwiGLU of
+    2/3 its hidden size). Refused where torchtitan has nothing close: an encoder, MoE with shared experts
+    or dense layers between, heads that do not tile the hidden size."""
+    blockers = [(not m.causal, "bidirectional attention"), (m.num_shared_experts > 0, "shared experts"),
+                (m.is_moe and len(m.moe_layers) != m.num_layers, "dense layers between MoE layers"),
+                (not m.is_moe and m.head_dim * m.num_heads != m.hidden_size, "a head size other than hidden / heads")]
+    missing = [what for bad, what in blockers if bad]
+    if missing:
+        raise refuse(TITLE, f"torchtitan 0.3.0 builds Llama-architecture decoders and Qwen3-MoE blocks; {m.name} "
+                     f"has {', '.join(missing)}", "model", m.name)
+    if not _differences(m):
+        return m
+    ffn = m.ffn_hidden_size if m.gated_mlp else round(2 * m.ffn_hidden_size / 3)
+    return replace(m, name=f"{m.name} as llama", norm="rmsnorm", gated_mlp=True, ffn_hidden_size=ffn,
+                   linear_bias=False, learned_position_embeddings=False, rotary_fraction=1.0, tied_embeddings=False,
+                   dropout=False)
+
+
+def _model_source(m: ModelSpec, fp8: bool, compiled: bool) -> tuple[str, str]:
+    """(imports, body of ``nestplan_model``) for torchtitan 0.3.0 building ``m``: its own Llama 3 flavor
+    where it ships one, else its Llama 3 (dense) or Qwen3-MoE (MoE, query/key norms removed) layers
+    at ``m``'s sizes, resized from a shipped flavor that lends the initialisation and rotary settings."""
+    converter = f'Float8LinearConverter.Config(filter_fqns=["lm_head"], model_compile_enabled={compiled})'
+    imports = "from torchtitan.components.quantization import Float8LinearConverter\n" if fp8 else ""
+    if m.name in MODEL_CONFIGS:
+        _, flavor, _ = MODEL_CONFIGS[m.name]
+        return imports, f'    return model_registry("{flavor}"{f", converters=[{converter}]" if fp8 else ""})\n'
+    imports = "from dataclasses import replace\n\n" + imports
+    sizes = (f"n_layers={int(m.num_layers)}, dim={int(m.hidden_size)}, n_heads={int(m.num_heads)}, "
+             f"n_kv_heads={int(m.num_kv_heads)}")
+    if m.is_moe:
+        imports += ("from torchtitan.models.qwen3 import _build_qwen3_moe_layers\n"
+                    "from torchtitan.models.qwen3 import model_registry as qwen3_registry\n")
+        layers = (f"    layers = _build_qwen3_moe_layers(\n        {sizes}, head_dim={int(m.head_dim)},\n"
+                  f"        moe_hidden_dim={int(m.moe_ffn_hidden_size)}, num_experts={int(m.num_experts)}, "
+                  f"top_k={int(m.experts_per_token)},\n"
+                  "        attn_backend=\"flex\", moe_comm_backend=\"standard\", rope=replace(rope, "
+                  f"dim={int(m.head_dim)}))\n"
+                  "    layers = [replace(b, attention=replace(b.attention, qk_norm=None)) for b in layers]\n")
+        spec = '    spec = qwen3_registry("30B-A3B")   # Qwen3-MoE blocks: softmax top-k router, renormalised\n'
+    else:
+        imports += "from torchtitan.models.llama3 import _build_llama3_layers\n"
+        layers = (f"    layers = _build_llama3_layers(\n        {sizes},\n        hidden_dim={int(m.ffn_hidden_size)}, "
+                  f"attn_backend=\"flex\", rope=replace(rope, dim={int(m.head_dim)}))\n")
+        spec = '    spec = model_registry("8B")   # Llama 3 blocks\n'
+    vocab, dim = int(m.vocab_size), int(m.hidden_size)
+    body = (spec + "    base = spec.model\n    rope = base.layers[0].attention.rope\n" + layers
+            + f"    model = replace(base, dim={dim}, vocab_size={vocab}, layers=layers,\n"
+            f"                    tok_embeddings=replace(base.tok_embeddings, num_embeddings={vocab}, "
+            f"embedding_dim={dim}),\n"
+            f"                    norm=replace(base.norm, normalized_shape={dim}),\n"
+            f"                    lm_head=replace(base.lm_head, in_features={dim}, out_features={vocab}))\n"
+            + (f"    model = {converter}.build().convert(model)\n" if fp8 else "")
+            + '    return replace(spec, flavor="nestplan", model=model)\n')
+    return imports, body
+
+
+def config_module(inp: ExportInput, compiled: bool) -> str:
+    """The text of ``nestplan_torchtitan.py``: torchtitan 0.3.0's config for the plan (the model nestplan
+    costed, FP8 linears only where it costed them), read by ``--module nestplan_torchtitan --config
+    nestplan_plan``. Every value in it is an integer of the validated model or a fixed name."""
+    m, job = run_model(inp.model), inp.plan.job
+    imports, body = _model_source(m, job.fp8, compiled)
+    base, _, assets = MODEL_CONFIGS.get(m.name, ("llama3_70b", "", ""))
+    assets_line = f'    config.hf_assets_path = "{assets}"\n' if assets else ""
+    return ('"""torchtitan 0.3.0 config written by nestplan: the model it builds for the plan and its precision.'
+            "\n\nThe launch script puts this folder on PYTHONPATH and passes --module "
+            f'{CONFIG_MODULE} --config {CONFIG_FUNCTION};\nits flags set the parallelism, batch and sequence."""\n'
+            f"# nestplan {comment_text(inp.version)}\n# model: {comment_text(m.name)}, {int(m.num_layers)} layers, hidden {int(m.hidden_size)}"
+            f"{f', {int(m.num_experts)} experts (top {int(m.experts_per_token)})' if m.is_moe else ''}"
+            f"; FP8 linears: {'yes' if job.fp8 else 'no'}\n\n"
+            + imports + "from torchtitan.models.common.config_utils import decoder_vocab_size\n"
+            "from torchtitan.models.llama3 import config_registry, model_registry\n\n\n"
+            "def nestplan_model():\n" + body + "\n\n"
+            f"def {CONFIG_FUNCTION}():\n"
+            f"    config = config_registry.{base}()   # torchtitan's run settings (data, optimizer, checkpoints)\n"
+            "    config.model_spec = nestplan_model()\n"
+            "    config.loss.loss_fn.global_vocab_size = decoder_vocab_size(config.model_spec)\n"
+            + assets_line + "    return config\n")
 
 
 def export(inp: ExportInput) -> Export:
     flags, ckpt, notes = all_flags(inp)
-    m = inp.model
-    known = _model_config(m.name)
-    if known is None:
-        notes.append(f"torchtitan 0.3.0 ships no config for {m.name}: set TT_MODULE/TT_CONFIG to a module and "
-                     f"config of its shape ({m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads"
-                     f"{f', {m.num_experts} experts' if m.is_moe else ''})")
-    module, config = known or ("llama3", "llama3_debugmodel")
+    module = config_module(inp, ("--compile.enable", None) in flags)
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes) + "set -euo pipefail\n"
             + torchrun_prologue(inp, 29500)
-            + f'MODULE="${{TT_MODULE:-{module}}}"\nCONFIG="${{TT_CONFIG:-{config}}}"\n\n'
+            + f"# {CONFIG_MODULE}.py (next to this script) holds the model config; sbatch runs a copy of this\n"
+            "# script, so set NESTPLAN_EXPORT_DIR to the export folder there\n"
+            'EXPORT_DIR="${NESTPLAN_EXPORT_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"\n'
+            'export PYTHONPATH="$EXPORT_DIR${PYTHONPATH:+:$PYTHONPATH}"\n\n'
             + bash_array("PARALLEL_ARGS", flag_pairs(flags), "parallelism and batch, as nestplan costed them")
-            + '\n"${TORCHRUN[@]}" -m torchtitan.train --module "$MODULE" --config "$CONFIG" \\\n'
+            + f'\n"${{TORCHRUN[@]}}" -m torchtitan.train --module {CONFIG_MODULE} --config {CONFIG_FUNCTION} \\\n'
             + f'    "${{PARALLEL_ARGS[@]}}" "$@" {ckpt}\n')
-    return Export(NAME, (ExportFile("launch_torchtitan.sh", text, executable=True),), tuple(notes))
+    return Export(NAME, (ExportFile("launch_torchtitan.sh", text, executable=True),
+                         ExportFile(f"{CONFIG_MODULE}.py", module)), tuple(notes))
