@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,7 @@ from cli_helpers import run_cli  # noqa: E402
 from planned_cases import CASES, planned_plans  # noqa: E402
 
 from nestplan import api  # noqa: E402
+from nestplan.cost.evaluator import evaluate_plan  # noqa: E402
 from nestplan.errors import ConfigError  # noqa: E402
 from nestplan.export import deepspeed as ds_export  # noqa: E402
 from nestplan.export.plan import ExportInput  # noqa: E402
@@ -306,6 +308,44 @@ def test_ulysses_needs_the_key_value_heads_divisible() -> None:
     plan = _evaluated("llama3-8b", "dgx-h100", 16, ParallelDims(cp=16, zero=1), 16, 131072)
     with pytest.raises(ConfigError, match="8 key/value heads over the 16 ranks"):
         ds_export.export(ExportInput(plan, "test"))
+
+
+# ---------------------------------------------------------------- the launcher
+
+
+def _launched_world(plan: Plan, tmp_path: Path) -> int:
+    """The ranks DeepSpeed's own launcher (deepspeed.launcher.runner: parse_args, the hostfile reader,
+    parse_inclusion_exclusion, apply_num_nodes_and_gpus) starts from the exported command line, with
+    a hostfile written as the script's comment says (stand-in host names)."""
+    from deepspeed.launcher import runner
+
+    paths, _ = api.export_plan(plan, "deepspeed", tmp_path)
+    lines = paths[1].read_text().splitlines()
+    command = next(line for line in lines if line.startswith("deepspeed "))
+    comment = lines[lines.index(command) - 1]
+    per_node, nodes = plan.cluster.topology.unit_devices(0), -(-plan.devices_used // plan.cluster.topology.unit_devices(0))
+    last = plan.devices_used - (nodes - 1) * per_node
+    slots = [per_node] * (nodes - 1) + [last]
+    said = f"slots={last}" if len(set(slots)) == 1 else f"slots={per_node}, the last with slots={last}"
+    assert comment.endswith(f"one line each (<host> {said})"), comment
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join(f"node-{i} slots={n}\n" for i, n in enumerate(slots)))
+    words = shlex.split(command.replace('"${HOSTFILE:-hostfile}"', str(hostfile)).replace('"$@"', ""))
+    args = runner.parse_args(words[1:])
+    active = runner.parse_inclusion_exclusion(runner.fetch_hostfile(args.hostfile), args.include, args.exclude)
+    active = runner.apply_num_nodes_and_gpus(active, args.num_nodes, args.num_gpus)
+    return sum(len(ranks) for ranks in active.values())
+
+
+@pytest.mark.parametrize("devices", [12, 16, 4])
+def test_the_launcher_starts_the_plans_devices(devices, tmp_path) -> None:
+    """12 of 16 A100s (the last node half used), two whole nodes, and 4 GPUs of one node: DeepSpeed's
+    launcher starts exactly the plan's ranks (a world of 16 for the 12-device plan would fail the
+    batch assertion)."""
+    spec, cluster, job = api.resolve_model("llama3-8b"), api.resolve_cluster("dgx-a100", 16), Job(global_batch_size=devices, seq_len=2048)
+    plan = api.Evaluation(spec, cluster, job, evaluate_plan(spec, cluster, ParallelDims(dp=devices, zero=1), job), 0.0).plan
+    assert plan.devices_used == devices and plan.cluster.devices == 16
+    assert _launched_world(plan, tmp_path) == devices
 
 
 # ---------------------------------------------------------------- every planned case

@@ -227,16 +227,28 @@ def _job_notes(plan: Plan) -> list[str]:
     return notes
 
 
+def _launcher_line(inp: ExportInput) -> str:
+    """The deepspeed launcher over exactly the plan's devices: its hostfile's first nodes, every slot of
+    a full node (``--num_gpus``), or where the last node is partly used the slots the hostfile gives
+    (the launcher's ``apply_num_nodes_and_gpus`` keeps a host's hostfile slots without --num_gpus)."""
+    per_node, used, nodes = inp.devices_per_node, inp.plan.devices_used, inp.nodes
+    last = used - (nodes - 1) * per_node
+    if nodes == 1 or last == per_node:
+        slots, gpus = f"slots={last}", f"--num_gpus {shell_word(last)} "
+    else:
+        slots, gpus = f"slots={per_node}, the last with slots={last}", ""
+    return (f"# {comment_text(f'{nodes} nodes x {per_node} GPUs, {used} used')}: the hostfile lists the nodes in "
+            f"network order, one line each (<host> {comment_text(slots)})\n"
+            f'deepspeed --hostfile "${{HOSTFILE:-hostfile}}" --num_nodes {shell_word(nodes)} {gpus}'
+            '"${TRAIN_SCRIPT:-train.py}" --deepspeed --deepspeed_config ds_config.json "$@"\n')
+
+
 def export(inp: ExportInput) -> Export:
     p = inp.plan
     check(p, inp.model.num_heads)
     notes = notes_for(inp)
     text = json.dumps(config(p), indent=2) + "\n"
     launch = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
-              + "set -euo pipefail\n"
-              + f"# {comment_text(f'{inp.nodes} nodes x {inp.devices_per_node} GPUs')}; list them in a hostfile "
-              + "for the deepspeed launcher\n"
-              + f"deepspeed --num_nodes {shell_word(inp.nodes)} --num_gpus {shell_word(inp.devices_per_node)} "
-              + '"${TRAIN_SCRIPT:-train.py}" --deepspeed --deepspeed_config ds_config.json "$@"\n')
+              + "set -euo pipefail\n" + _launcher_line(inp))
     return Export(NAME, (ExportFile("ds_config.json", text), ExportFile("launch_deepspeed.sh", launch, True)),
                   tuple(notes))
