@@ -49,7 +49,7 @@ from nestplan.export.plan import ExportInput
 from nestplan.job import Job
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.enums import Recompute
+from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import AXES, rank_grid
 
 if not hasattr(typing, "override"):   # stand-in: Python 3.12's typing.override (see the docstring)
@@ -230,6 +230,20 @@ def stage_layers(args, config, plan: Plan) -> list[int]:
         parallel_state.set_pipeline_model_parallel_rank(None)
 
 
+def check_schedule_and_split(args, config, launch: Launch) -> None:
+    """Megatron runs 1F1B, or interleaved 1F1B with virtual stages; a costed schedule it lacks is noted
+    with nestplan's prediction for the one it runs, every stage keeping its costed layers."""
+    plan = launch.plan
+    d, run, layers = plan.dims, megatron.run_dims(plan), plan.model.num_layers
+    assert (args.virtual_pipeline_model_parallel_size is not None) == (run.schedule is Schedule.INTERLEAVED)
+    assert run.schedule in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+    if run.schedule is not d.schedule:
+        assert any(f"no {d.schedule.value} schedule" in n and "nestplan predicts" in n for n in launch.export.notes)
+    chunks = stage_layers(args, config, plan)
+    assert chunks == list(run.virtual_stage_layers(layers))
+    assert [sum(chunks[s::d.pp]) for s in range(d.pp)] == list(d.stage_layers(layers))
+
+
 # ---------------------------------------------------------------- rank groups
 def megatron_groups(args, world: int) -> dict[str, set[frozenset[int]]]:
     """The dense groups Megatron-core builds (its RankGenerator with ep = 1, as initialize_model_parallel
@@ -290,7 +304,7 @@ def check_export(plan: Plan, tmp_path: Path, monkeypatch) -> None:
     check_degrees_and_batch(args, plan)
     config = core_transformer_config_from_args(args)
     check_model_and_training(args, config, plan)
-    assert stage_layers(args, config, plan) == list(plan.dims.virtual_stage_layers(plan.model.num_layers))
+    check_schedule_and_split(args, config, launch)
     check_groups(args, launch)
 
 
@@ -303,3 +317,51 @@ def test_megatron_accepts_the_issue_plans_as_costed(issue_plans, name, tmp_path,
 @pytest.mark.parametrize("case", [c.name for c in CASES])
 def test_megatron_accepts_every_planned_case_as_costed(case, tmp_path, monkeypatch) -> None:
     check_export(planned_plans()[case], tmp_path, monkeypatch)
+
+
+# ---------------------------------------------------------------- rank order a launcher follows (issue 18, item 3)
+def _replica_major(model: str, devices: int, dims: ParallelDims) -> Plan:
+    job = Job(global_batch_size=1024, seq_len=4096)
+    return api.evaluate_full(model, "h100-spine-leaf", dims, job, devices=devices,
+                             axis_order=("tp", "cp", "ep", "pp", "dp")).plan
+
+
+def test_replica_major_dense_plan_runs_with_the_tp_pp_dp_mapping(tmp_path, monkeypatch) -> None:
+    plan = _replica_major("llama3-70b", 128, ParallelDims(tp=4, sp=True, pp=4, dp=8, zero=1))
+    launch = Launch(plan, tmp_path)
+    assert "--use-tp-pp-dp-mapping" in launch.argv
+    assert len(launch.export.files) == 1   # the flag expresses the order: no node order needed
+    check_export(plan, tmp_path / "again", monkeypatch)
+
+
+def test_order_no_flag_expresses_runs_as_costed_through_the_node_order(tmp_path, monkeypatch) -> None:
+    """Megatron-core cannot map tp-pp-dp with experts, pp > 1 and ep != cp: the launch script gives
+    the nodes the torchrun node ranks that put its stage-major ranks on the costed replica-major devices."""
+    plan = _replica_major("mixtral-8x7b", 128, ParallelDims(tp=2, sp=True, ep=4, pp=4, dp=4, zero=1))
+    launch = Launch(plan, tmp_path)
+    assert "--use-tp-pp-dp-mapping" not in launch.argv
+    assert [f.name for f in launch.export.files] == ["launch_megatron.sh", "node_ranks.txt"]
+    assert launch.node_ranks() != list(range(16))
+    assert not any("RANK LAYOUT DIFFERS" in n for n in launch.export.notes)
+    check_export(plan, tmp_path / "again", monkeypatch)
+
+
+def test_order_no_node_order_expresses_is_noted(tmp_path, monkeypatch) -> None:
+    """tp x cp x ep = 2 ranks per stage of a replica: a node's worth of Megatron's stage-major ranks
+    was costed on several nodes, so no node order helps; the export says so, with the prediction."""
+    plan = _replica_major("mixtral-8x7b", 128, ParallelDims(tp=1, ep=2, pp=4, dp=16, zero=1))
+    launch = Launch(plan, tmp_path)
+    assert len(launch.export.files) == 1
+    assert any("RANK LAYOUT DIFFERS" in n for n in launch.export.notes)
+    assert any("no node order" in n for n in launch.export.notes)
+    args = megatron_args(launch, monkeypatch)
+    ours = placed(megatron_groups(args, launch.world_size), launch.node_ranks(), 8)
+    assert ours["pp"] != costed_groups(plan)["pp"]   # what the note says: the groups are not the costed ones
+
+
+def test_node_index_outside_the_allocation_is_refused(tmp_path) -> None:
+    plan = _replica_major("mixtral-8x7b", 128, ParallelDims(tp=2, sp=True, ep=4, pp=4, dp=4, zero=1))
+    Launch(plan, tmp_path)
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "ARGV_OUT": str(tmp_path / "x"), "NODE_INDEX": "16"}
+    result = subprocess.run(["bash", str(tmp_path / "launch_megatron.sh")], env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and "NODE_INDEX 16" in result.stderr

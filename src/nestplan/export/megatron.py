@@ -9,7 +9,10 @@ Expert parallelism is carved out of data parallelism in both, as in nestplan.
 
 from __future__ import annotations
 
-from nestplan.export import rank_order
+from dataclasses import replace
+
+from nestplan.cost.evaluator import evaluate_plan
+from nestplan.export import rank_order, schedules
 from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFile, bash_array, choose_order,
                                     expert_group_note, flag_pairs, header, rank_order_note, refuse,
                                     sbatch_lines, torchrun_prologue)
@@ -17,6 +20,7 @@ from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
+from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 
 NAME = "megatron"
@@ -38,15 +42,46 @@ def orders(plan: Plan) -> list[tuple[str, ...]]:
     return list(ORDERS)
 
 
-def _pipeline_split(plan: Plan) -> tuple[Flags, list[str]]:
+# The schedule Megatron-LM runs for one it lacks (export.schedules.MEGATRON: 1F1B and interleaved 1F1B):
+# GPipe and ZB-H1 as 1F1B on the same stages, the V-shaped ones (two chunks per stage) as interleaved
+# 1F1B with two chunks per stage, placed round-robin (megatron/core/pipeline_parallel/schedules.py).
+RUNS_AS = {Schedule.GPIPE: Schedule.ONE_F_ONE_B, Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
+           Schedule.ZBV: Schedule.INTERLEAVED, Schedule.DUALPIPEV: Schedule.INTERLEAVED}
+
+
+def run_dims(plan: Plan) -> ParallelDims:
+    """The plan as Megatron-core runs it: its own schedule where it lacks the costed one, each stage
+    keeping its costed layers (a V schedule's stage s holds virtual stages s and 2 pp - 1 - s; under
+    interleaving its two chunks are virtual stages s and pp + s, each half the stage's layers)."""
+    d = plan.dims
+    if d.schedule in schedules.MEGATRON:
+        return d
+    split = d.stage_layers(plan.model.num_layers) if d.layers_per_stage is not None else None
+    return replace(d, schedule=RUNS_AS[d.schedule], layers_per_stage=split)
+
+
+def schedule_note(plan: Plan) -> str | None:
+    """The schedule Megatron-core runs where it lacks the costed one, with nestplan's prediction for it."""
+    d, run = plan.dims, run_dims(plan)
+    if run == d:
+        return None
+    other = evaluate_plan(plan.model, plan.cluster, run, plan.job, plan.axis_order)
+    chunks = " (two chunks per stage, round-robin: the head on the last stage)" if run.virtual_stages > 1 else ""
+    return (f"Megatron-core has no {d.schedule.value} schedule; it runs {run.schedule.value}{chunks}, the stages "
+            f"keeping their layers: under it nestplan predicts step {other.step_time_s:.3f} s "
+            f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s")
+
+
+def _pipeline_split(plan: Plan) -> Flags:
     """Virtual stages and uneven splits: first/last counts when the middle is even, else a layout."""
-    n, v = plan.dims.layers_per_stage or (), plan.dims.virtual_stages
+    run = run_dims(plan)
+    n, v = run.layers_per_stage or (), run.virtual_stages
     if len(set(n)) == 1:
-        return ([("--num-virtual-stages-per-pipeline-rank", v)] if v > 1 else []), []
+        return [("--num-virtual-stages-per-pipeline-rank", v)] if v > 1 else []
     middle = n[1:-1]
     if v == 1 and len(set(middle)) <= 1:
-        return [("--decoder-first-pipeline-num-layers", n[0]), ("--decoder-last-pipeline-num-layers", n[-1])], []
-    return [("--pipeline-model-parallel-layout", layout(plan))], []
+        return [("--decoder-first-pipeline-num-layers", n[0]), ("--decoder-last-pipeline-num-layers", n[-1])]
+    return [("--pipeline-model-parallel-layout", layout(plan))]
 
 
 def layout(plan: Plan) -> str:
@@ -54,8 +89,9 @@ def layout(plan: Plan) -> str:
     virtual chunk v of pipeline rank k, as Megatron's interleaved schedule places them), E = embedding
     on the first, L = loss (head) on the last, t*n = n transformer layers (none: the segment is E or
     L alone); three or more equal segments in a row as Megatron's (segment|)*k
-    (megatron/core/transformer/pipeline_parallel_layer_layout.py, parse_str_to_list)."""
-    counts = plan.dims.virtual_stage_layers(plan.model.num_layers)
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py, parse_str_to_list). The split is
+    the one Megatron-core runs (``run_dims``)."""
+    counts = run_dims(plan).virtual_stage_layers(plan.model.num_layers)
     segments = [f"t*{n}" if n else "" for n in counts]
     segments[0] = "E" + segments[0]
     segments[-1] = segments[-1] + "L"
@@ -193,12 +229,9 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
         flags += _cp_flags(inp.plan.job, d.cp)
     if d.ep > 1:
         flags += [("--expert-model-parallel-size", d.ep), ("--expert-tensor-parallel-size", d.tp)]
-    split, split_notes = _pipeline_split(inp.plan)
     zero, zero_notes = _zero(inp.plan)
-    if d.schedule is Schedule.GPIPE and d.pp > 1:
-        notes.append("Megatron-LM has no GPipe schedule; it runs 1F1B, with the same bubble and no more "
-                     "activation memory than the GPipe schedule nestplan costed")
-    return flags + split + zero + _recompute(inp.plan), notes + split_notes + zero_notes
+    notes += [n for n in [schedule_note(inp.plan)] if n]
+    return flags + _pipeline_split(inp.plan) + zero + _recompute(inp.plan), notes + zero_notes
 
 
 def expert_note(inp: ExportInput) -> str | None:
