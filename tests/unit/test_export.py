@@ -113,7 +113,7 @@ def test_saved_plan_exports_like_a_fresh_one(capsys, plans, tmp_path) -> None:
     code, _, _ = run_cli(capsys, ["export", str(saved), "--framework", "nemo", "--out", str(tmp_path / "a")])
     assert code == 0
     api.export_plan(plans["mixtral-8x7b"], "nemo", tmp_path / "b")
-    for f in ("launch_nemo.sh", "nemo_overrides.txt"):
+    for f in ("launch_megatron_bridge.sh", "megatron_bridge_overrides.txt"):
         assert (tmp_path / "a" / f).read_text() == (tmp_path / "b" / f).read_text()
 
 

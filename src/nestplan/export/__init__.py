@@ -18,20 +18,23 @@ from nestplan.plan import Plan
 
 EXPORTERS = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
 FRAMEWORKS = tuple(EXPORTERS)
+ALIASES = {alias: nemo.NAME for alias in nemo.ALIASES}   # older framework names, still accepted
 
 
 def framework_orders(framework: str, plan: Plan) -> list[tuple[str, ...]]:
     """The rank orders (fastest axis first) the framework can run this plan with, its default first."""
-    if framework in ("megatron", "nemo"):
+    if framework in (megatron.NAME, nemo.NAME):
         return megatron.orders(plan)
     return [torchtitan.STAGE_MAJOR if framework == "torchtitan" else deepspeed.STAGE_MAJOR]
 
 
 def check_framework(name: str) -> str:
+    """The canonical name of the framework ``name`` names (itself or an older alias, such as nemo)."""
     key = name.strip().lower()
+    key = ALIASES.get(key, key)
     if key not in EXPORTERS:
         raise ConfigError(f"unknown framework '{name}'; choose one of: {', '.join(FRAMEWORKS)}", field="export",
-                          value=name, limit=list(FRAMEWORKS))
+                          value=name, limit=list(FRAMEWORKS) + list(ALIASES))
     return key
 
 

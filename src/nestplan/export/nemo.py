@@ -1,8 +1,13 @@
-"""NeMo 2 / Megatron-Bridge: Hydra-style recipe overrides (``section.field=value``) for the plan.
+"""Megatron-Bridge (NeMo's LLM training since nemo-toolkit 3.0): ``run_recipe.py --recipe <name>``
+with Hydra-style overrides (``section.field=value``) that make the recipe run the plan.
 
-Keys are field names of Megatron-Bridge 0.3.1's ConfigContainer (``megatron_bridge_keys.txt``; a
-test checks every emitted key). Megatron-Bridge runs Megatron-core, so parallelism, recomputation
-and rank order follow the Megatron-LM exporter; the overrides go on top of a recipe for the model.
+Validated against Megatron-Bridge 0.6.2 over megatron-core 0.19.2 (tests/unit/test_real_megatron_bridge.py
+builds the named recipe's ConfigContainer, applies these overrides with Megatron-Bridge's own parser and
+runs its ``runtime_config_update``); keys are its ConfigContainer's field names (``megatron_bridge_keys.txt``).
+A recipe brings settings of its own (a virtual pipeline size, split accounting, a sequence length, a
+TP-overlap config for its tp): every one that bears on what nestplan costed is overridden, and so is
+every model field, so the recipe contributes nothing the plan did not cost. Megatron-Bridge runs
+Megatron-core, so parallelism, recomputation and rank order follow the Megatron-LM exporter.
 """
 
 from __future__ import annotations
@@ -10,27 +15,44 @@ from __future__ import annotations
 import re
 
 from nestplan.export import megatron
-from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, sbatch_lines, shell_word,
-                                    torchrun_prologue)
+from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, refuse, sbatch_lines,
+                                    shell_word, torchrun_prologue)
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Fp8Recipe
+from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute
 
-NAME = "nemo"
-TITLE = "NeMo / Megatron-Bridge"
-PIN = "Megatron-Bridge 0.3.1 ConfigContainer override keys"
+NAME = "megatron-bridge"
+ALIASES = ("nemo",)   # the name this export had while it targeted NeMo 2
+TITLE = "Megatron-Bridge"
+PIN = "Megatron-Bridge 0.6.2 (megatron-core 0.19.2) recipes and ConfigContainer override keys"
+# Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
+# catalog models they were written for; any other decoder runs the generic GPT recipe
+# (megatron/bridge/recipes/gpt/vanilla_gpt.py), every model field being overridden either way.
+RECIPES = {"llama2-7b": "llama2_7b_pretrain_config", "llama3-8b": "llama3_8b_pretrain_config",
+           "llama3-70b": "llama3_70b_pretrain_config", "llama3.1-405b": "llama31_405b_pretrain_config"}
+GENERIC_RECIPE = "vanilla_gpt_pretrain_config"
+# Megatron-Bridge's mixed-precision recipes per FP8 scaling (megatron/bridge/training/mixed_precision.py)
+FP8_RECIPES = {Fp8Recipe.DELAYED: "with_fp8_delayed_scaling", Fp8Recipe.TENSORWISE: "with_fp8_current_scaling",
+               Fp8Recipe.BLOCKWISE: "with_fp8_subchannel_scaling", Fp8Recipe.MXFP8: "with_mxfp8"}
 _HYDRA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a string Hydra's override grammar reads unquoted
 _HYDRA_QUOTABLE = re.compile(r"[A-Za-z0-9_.*|+()-]*")   # no quote, backslash or $: literal in Hydra's double quotes
+Items = list[tuple[str, object]]
+
+
+def recipe(model: ModelSpec) -> str:
+    """The recipe function ``run_recipe.py --recipe`` loads for this model."""
+    return RECIPES.get(model.name, GENERIC_RECIPE)
 
 
 def _value(v: object) -> str:
-    """An override value in Hydra's grammar: booleans, null and integers as literals, lists bracketed; other strings
+    """An override value in Hydra's grammar: booleans, null and numbers as literals, lists bracketed; other strings
     double-quoted unless a plain identifier (the pipeline layout's '|', '*' and '()' need the quotes)."""
     if isinstance(v, bool) or v is None:
         return "true" if v is True else "false" if v is False else "null"
-    if isinstance(v, int):
-        return str(v)
+    if isinstance(v, (int, float)):
+        return repr(v)
     if isinstance(v, list):
         return "[" + ",".join(_value(x) for x in v) + "]"
     text = str(v)
@@ -40,52 +62,110 @@ def _value(v: object) -> str:
     return f'"{text}"'
 
 
-def overrides(inp: ExportInput) -> tuple[list[tuple[str, object]], list[str]]:
-    """(key, value) overrides and the notes."""
-    p, d, job = inp.plan, inp.plan.dims, inp.plan.job
+def check(inp: ExportInput) -> None:
+    """What Megatron-Bridge cannot run as costed: Megatron-LM's limits, an encoder, fp32 training."""
     megatron.check(inp)
+    if not inp.model.causal:
+        raise refuse(TITLE, f"Megatron-Bridge has no encoder (BERT) recipe for {inp.model.name}", "model",
+                     inp.model.name)
+    if inp.plan.job.dtype not in ("bf16", "fp16"):
+        raise refuse(TITLE, "Megatron-Bridge's recipes train in mixed precision, bf16 or fp16", "dtype",
+                     inp.plan.job.dtype, ["bf16", "fp16"])
+
+
+def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
+    """(key, value) overrides and the notes."""
+    check(inp)
+    p, d, job = inp.plan, inp.plan.dims, inp.plan.job
     order, notes = megatron.rank_layout(inp, TITLE, "tp-pp-dp mapping")
-    out: list[tuple[str, object]] = [
+    out: Items = [
         ("model.tensor_model_parallel_size", d.tp), ("model.pipeline_model_parallel_size", d.pp),
+        ("model.virtual_pipeline_model_parallel_size", d.virtual_stages if d.virtual_stages > 1 else None),
         ("model.context_parallel_size", d.cp), ("model.sequence_parallel", d.sp_active),
-        ("model.expert_model_parallel_size", d.ep), ("model.seq_length", job.seq_len),
+        ("model.expert_model_parallel_size", d.ep), ("model.expert_tensor_parallel_size", d.tp if d.ep > 1 else 1),
+        ("model.seq_length", job.seq_len), ("dataset.seq_length", job.seq_len),
         ("train.global_batch_size", job.global_batch_size), ("train.micro_batch_size", d.micro_batch_size),
         ("mixed_precision", _precision_recipe(job))]
-    if d.ep > 1:
-        out.append(("model.expert_tensor_parallel_size", d.tp))
     if d.cp > 1:
         out.append(("model.cp_comm_type", job.cp_comm_type.value))
         if job.cp_comm_type is CpCommType.A2A_P2P:
             out.append(("model.hierarchical_context_parallel_sizes", [job.cp_a2a_size, d.cp // job.cp_a2a_size]))
-    if d.virtual_stages > 1:
-        out.append(("model.virtual_pipeline_model_parallel_size", d.virtual_stages))
-    n = d.layers_per_stage or ()
-    if len(set(n)) > 1:
-        if d.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
-            out += [("model.num_layers_in_first_pipeline_stage", n[0]),
-                    ("model.num_layers_in_last_pipeline_stage", n[-1])]
-        else:
-            out.append(("model.pipeline_model_parallel_layout", megatron.layout(p)))
-    out += _recompute(p) + _zero(p, notes) + _job(p, notes) + _framework(p, notes)
+    out += _pipeline_split(p) + model_fields(inp.model, p) + _recompute(p) + _zero(p, notes) + _job(p, notes)
+    out += _framework(p, notes)
     if order == REPLICA_MAJOR:   # Megatron-core's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping)
         out.append(("dist.use_tp_pp_dp_mapping", True))
     return out, notes
 
 
-# Megatron-Bridge's mixed-precision recipes per FP8 scaling (megatron/bridge/training/mixed_precision.py)
-FP8_RECIPES = {Fp8Recipe.DELAYED: "with_fp8_delayed_scaling", Fp8Recipe.TENSORWISE: "with_fp8_current_scaling",
-               Fp8Recipe.BLOCKWISE: "with_fp8_subchannel_scaling", Fp8Recipe.MXFP8: "with_mxfp8"}
+def _pipeline_split(plan: Plan) -> Items:
+    """The split as costed, whatever the recipe set: no embedding/loss accounting (nestplan counts
+    transformer layers per stage), first/last stage counts when only they differ, else a layout; the
+    layout is given (null where unused) so that run_recipe.py does not rebuild the recipe's own."""
+    n = plan.dims.layers_per_stage or ()
+    first = last = layout = None
+    if len(set(n)) > 1:
+        if plan.dims.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
+            first, last = n[0], n[-1]
+        else:
+            layout = megatron.layout(plan)
+    return [("model.account_for_embedding_in_pipeline_split", False),
+            ("model.account_for_loss_in_pipeline_split", False),
+            ("model.num_layers_in_first_pipeline_stage", first), ("model.num_layers_in_last_pipeline_stage", last),
+            ("model.pipeline_model_parallel_layout", layout)]
 
 
-def _precision_recipe(job) -> str | None:
-    if job.dtype not in ("bf16", "fp16"):
-        return None
+def model_fields(m: ModelSpec, plan: Plan) -> Items:
+    """Every architecture field of Megatron-Bridge's GPTModelProvider (Megatron-core TransformerConfig
+    names), so that the recipe's model is the one nestplan costed."""
+    items: Items = [
+        ("model.num_layers", m.num_layers), ("model.hidden_size", m.hidden_size),
+        ("model.ffn_hidden_size", m.ffn_hidden_size), ("model.num_attention_heads", m.num_heads),
+        ("model.num_query_groups", m.num_kv_heads), ("model.kv_channels", m.head_dim),
+        ("model.vocab_size", m.vocab_size), ("model.share_embeddings_and_output_weights", m.tied_embeddings),
+        ("model.position_embedding_type", "learned_absolute" if m.learned_position_embeddings else "rope"),
+        ("model.normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
+        ("model.layernorm_zero_centered_gamma", m.family == "nemotron"),   # HF NemotronConfig's LayerNorm1p
+        ("model.gated_linear_unit", m.gated_mlp), ("model.activation_func", _activation(m)),
+        ("model.add_bias_linear", m.linear_bias), ("model.add_qkv_bias", m.linear_bias),
+        ("model.attention_backend", "flash" if plan.job.flash_attention else "unfused")]
+    if not m.learned_position_embeddings:
+        items.append(("model.rotary_percent", m.rotary_fraction))
+    if not m.dropout:
+        items += [("model.attention_dropout", 0.0), ("model.hidden_dropout", 0.0)]
+    return items + _moe_fields(m, plan)
+
+
+def _activation(m: ModelSpec) -> str:
+    """Megatron-Bridge's activation names (megatron/bridge/utils/activation_map.py): SwiGLU's silu,
+    Nemotron's squared ReLU, GPT's and BERT's GeLU."""
+    if m.gated_mlp:
+        return "silu"
+    return "squared_relu" if m.family == "nemotron" else "gelu"
+
+
+def _moe_fields(m: ModelSpec, plan: Plan) -> Items:
+    if not m.is_moe:
+        return [("model.num_moe_experts", None)]
+    items: Items = [("model.num_moe_experts", m.num_experts), ("model.moe_router_topk", m.experts_per_token),
+                    ("model.moe_ffn_hidden_size", m.moe_ffn_hidden_size),
+                    ("model.moe_token_dispatcher_type", "alltoall"),   # the all-to-all nestplan costs
+                    ("model.moe_grouped_gemm", plan.job.dtype == "bf16"),
+                    ("model.moe_layer_freq", [1 if m.is_moe_layer(i) else 0 for i in range(m.num_layers)])]
+    if m.num_shared_experts:
+        items.append(("model.moe_shared_expert_intermediate_size",
+                      m.num_shared_experts * m.shared_expert_ffn_hidden_size))
+    return items
+
+
+def _precision_recipe(job) -> str:
     return f"{job.dtype}_{FP8_RECIPES[job.fp8_recipe]}_mixed" if job.fp8 else f"{job.dtype}_mixed"
 
 
-def _framework(plan: Plan, notes: list[str]) -> list[tuple[str, object]]:
+def _framework(plan: Plan, notes: list[str]) -> Items:
     """The userbuffer tp overlap (with sequence parallelism, as Megatron needs) and what the
-    mixed-precision recipe decides that nestplan may have costed otherwise."""
+    mixed-precision recipe decides that nestplan may have costed otherwise. The recipe's
+    comm_overlap section is dropped: its TP-overlap buffers are sized for the recipe's own tp and
+    sequence, and it would overwrite the data-parallel overlap settings below with its own."""
     job, d = plan.job, plan.dims
     if job.fp8_recipe is Fp8Recipe.TENSORWISE:
         notes.append("Megatron-Bridge's current-scaling FP8 recipe keeps the first and last transformer layers in "
@@ -93,50 +173,51 @@ def _framework(plan: Plan, notes: list[str]) -> list[tuple[str, object]]:
     if job.fp8_params:
         notes.append("nestplan costed parameters kept and all-gathered in FP8: set fp8_param_gather in your "
                      "recipe's mixed_precision")
-    out: list[tuple[str, object]] = []
-    if job.tp_comm_overlap and d.sp_active:
-        out.append(("model.tp_comm_overlap", True))
-    elif job.tp_comm_overlap and d.tp > 1:
+    overlap = job.tp_comm_overlap and d.sp_active
+    if job.tp_comm_overlap and not overlap and d.tp > 1:
         notes.append("tp communication overlap needs sequence parallelism: not set, and nestplan costed the tp "
                      "collectives exposed")
-    return out
+    return [("comm_overlap", None), ("model.tp_comm_overlap", overlap)]
 
 
-def _recompute(plan: Plan) -> list[tuple[str, object]]:
+def _recompute(plan: Plan) -> Items:
     if plan.dims.recompute is Recompute.FULL:
         return [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
                 ("model.recompute_num_layers", 1)]
-    if plan.dims.recompute is Recompute.SELECTIVE:
-        return [("model.recompute_granularity", "selective")]
-    return [("model.recompute_granularity", None)]
+    if plan.dims.recompute is Recompute.SELECTIVE:   # nestplan's selective: the core attention (Korthikanti)
+        return [("model.recompute_granularity", "selective"), ("model.recompute_modules", ["core_attn"]),
+                ("model.recompute_method", None), ("model.recompute_num_layers", None)]
+    return [("model.recompute_granularity", None), ("model.recompute_method", None),
+            ("model.recompute_num_layers", None)]
 
 
-def _job(plan: Plan, notes: list[str]) -> list[tuple[str, object]]:
-    """Optimizer and attention kernel as costed. The gradients' dtype comes with the mixed-precision
-    recipe (bf16_mixed reduces in fp32, fp16_mixed in fp16; it overwrites the ddp section's choice):
-    a note where that is not the dtype costed."""
+def _job(plan: Plan, notes: list[str]) -> Items:
+    """Optimizer as costed. The gradients' dtype comes with the mixed-precision recipe (bf16_mixed
+    reduces in fp32, fp16_mixed in fp16; it overwrites the ddp section's choice): a note where that is
+    not the dtype costed."""
     job = plan.job
     recipe_grads = "fp16" if job.dtype == "fp16" else "fp32"
     if job.grad_dtype != recipe_grads:
         notes.append(f"Megatron-Bridge's mixed-precision recipe for {job.dtype} keeps gradients in {recipe_grads}; "
                      f"nestplan costed {job.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)")
-    return [("optimizer.optimizer", job.optimizer.value),
-            ("model.attention_backend", "flash" if job.flash_attention else "unfused")]
+    return [("optimizer.optimizer", job.optimizer.value)]
 
 
-def _zero(plan: Plan, notes: list[str]) -> list[tuple[str, object]]:
-    zero = int(plan.dims.zero)
+def _zero(plan: Plan, notes: list[str]) -> Items:
+    zero, job = int(plan.dims.zero), plan.job
+    overlaps: Items = [("ddp.overlap_grad_reduce", job.overlap_grad_reduce),
+                       ("ddp.overlap_param_gather", job.overlap_param_gather and zero > 0)]
     if zero == 0:
-        return [("ddp.use_distributed_optimizer", False), ("optimizer.use_distributed_optimizer", False)]
+        return [("dist.use_megatron_fsdp", False), ("ddp.use_megatron_fsdp", False),
+                ("ddp.data_parallel_sharding_strategy", "no_shard"), ("ddp.use_distributed_optimizer", False), ("optimizer.use_distributed_optimizer", False)] + overlaps
     if zero == 1:
-        job = plan.job
-        return [("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True),
-                ("ddp.overlap_grad_reduce", job.overlap_grad_reduce),
-                ("ddp.overlap_param_gather", job.overlap_param_gather)]
-    notes.append(f"ZeRO {zero} runs as Megatron-FSDP")
+        return [("dist.use_megatron_fsdp", False), ("ddp.use_megatron_fsdp", False),
+                ("ddp.data_parallel_sharding_strategy", "no_shard"), ("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True)] + overlaps
+    notes.append(f"ZeRO {zero} runs as Megatron-FSDP (checkpoints in its fsdp_dtensor format)")
     strategy = "optim_grads" if zero == 2 else "optim_grads_params"
-    return [("ddp.use_megatron_fsdp", True), ("ddp.data_parallel_sharding_strategy", strategy),
-            ("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True)]
+    return [("dist.use_megatron_fsdp", True), ("ddp.use_megatron_fsdp", True),
+            ("ddp.data_parallel_sharding_strategy", strategy), ("checkpoint.ckpt_format", "fsdp_dtensor"),
+            ("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True)] + overlaps
 
 
 def export(inp: ExportInput) -> Export:
@@ -144,9 +225,10 @@ def export(inp: ExportInput) -> Export:
     lines = [f"{k}={_value(v)}" for k, v in items]
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes) + "set -euo pipefail\n"
             + torchrun_prologue(inp, 29500)
-            + 'RECIPE_SCRIPT="${RECIPE_SCRIPT:-run_recipe.py}"   # your Megatron-Bridge recipe entry point\n\n'
+            + 'RECIPE_SCRIPT="${RECIPE_SCRIPT:-scripts/training/run_recipe.py}"   # in your Megatron-Bridge checkout\n'
+            + f"RECIPE={shell_word(recipe(inp.model))}\n\n"
             + bash_array("OVERRIDES", [shell_word(line) for line in lines],
-                         "on top of the model's recipe, as nestplan costed them")
-            + '\n"${TORCHRUN[@]}" "$RECIPE_SCRIPT" "${OVERRIDES[@]}" "$@"\n')
-    return Export(NAME, (ExportFile("launch_nemo.sh", text, executable=True),
-                         ExportFile("nemo_overrides.txt", "\n".join(lines) + "\n")), tuple(notes))
+                         "on top of the recipe, as nestplan costed them")
+            + '\n"${TORCHRUN[@]}" "$RECIPE_SCRIPT" --recipe "$RECIPE" --mode pretrain "${OVERRIDES[@]}" "$@"\n')
+    return Export(NAME, (ExportFile("launch_megatron_bridge.sh", text, executable=True),
+                         ExportFile("megatron_bridge_overrides.txt", "\n".join(lines) + "\n")), tuple(notes))
