@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, comment_text, expert_group_note,
                                     flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
@@ -22,6 +24,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.placement import rank_grid
 
 NAME = "torchtitan"
 TITLE = "torchtitan"
@@ -37,6 +40,7 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 MODEL_CONFIGS = {"llama3-8b": ("llama3_8b", "8B", "./assets/hf/Llama-3.1-8B"),
                  "llama3-70b": ("llama3_70b", "70B", "./assets/hf/Llama-3.1-70B"),
                  "llama3.1-405b": ("llama3_70b", "405B", "./assets/hf/Llama-3.1-405B")}
+SWIGLU_MULTIPLE = 256   # Llama's FFN sizes are multiples of 256 (Touvron et al. 2023, Llama 2's multiple_of)
 CONFIG_MODULE = "nestplan_torchtitan"   # the config module the export writes next to its launch script
 CONFIG_FUNCTION = "nestplan_plan"
 Flags = list[tuple[str, object]]
@@ -215,10 +219,50 @@ def _experts(inp: ExportInput) -> tuple[int, list[str]]:
     return degree, notes + ([group] if group else [])
 
 
+def node_order(inp: ExportInput) -> tuple[list[int], list[int]] | None:
+    """Where torchtitan's fixed mesh order (tp-cp-ep-dp-pp fastest first) differs from the costed one but
+    renumbering the nodes (and ordering each node's GPUs the same way) lands every torchtitan rank on
+    the device nestplan costed for its mesh coordinates: (the torchrun node rank of each node, in
+    network order; the GPU each local rank drives). None where the orders agree or no such renumbering
+    exists (torchtitan's node-sized blocks of ranks would span several nodes)."""
+    p, per_node = inp.plan, inp.devices_per_node
+    devices = p.dims.devices
+    if rank_order_note(TITLE, inp, STAGE_MAJOR) is None or devices % per_node:
+        return None
+    physical = np.empty(devices, dtype=int)
+    physical[rank_grid(p.dims, STAGE_MAJOR).ravel()] = rank_grid(p.dims, p.axis_order).ravel()
+    blocks = physical.reshape(-1, per_node)   # row b: the devices torchrun's node rank b drives
+    nodes, gpus = blocks // per_node, blocks % per_node
+    if (nodes != nodes[:, :1]).any() or (gpus != gpus[:1]).any():
+        return None
+    order = [0] * len(blocks)
+    for block, node in enumerate(nodes[:, 0]):
+        order[int(node)] = block
+    return order, [int(g) for g in gpus[0]]
+
+
+def _node_order_lines(order: list[int], gpus: list[int]) -> str:
+    """Shell lines, before the torchrun prologue, that give node k (network order) torchrun node rank
+    NODE_ORDER[k], the rendezvous on the node of rank 0, and local rank i GPU gpus[i]."""
+    lines = ("# torchtitan's mesh order is fixed: node k (network order: SLURM_NODEID, or NODE_INDEX by hand) runs "
+             "torchrun\n# node rank NODE_ORDER[k] so that its ranks land on the devices nestplan costed\n"
+             f"NODE_ORDER=({' '.join(str(int(n)) for n in order)})\n"
+             'NODE_RANK="${NODE_RANK:-${NODE_ORDER[${NODE_INDEX:-${SLURM_NODEID:-0}}]}}"\n'
+             'if [[ -z "${MASTER_ADDR:-}" && -n "${SLURM_JOB_NODELIST:-}" ]]; then\n'
+             f'  MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n {order.index(0) + 1}p)"\n'
+             "fi\n")
+    if gpus != sorted(gpus):
+        lines += f'export CUDA_VISIBLE_DEVICES="${{CUDA_VISIBLE_DEVICES:-{",".join(str(int(g)) for g in gpus)}}}"\n'
+    return lines
+
+
 def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
     """Every torchtitan flag of the export, the checkpoint subcommand, and the notes."""
     p, d, job = inp.plan, inp.plan.dims, inp.plan.job
-    notes = [n for n in [rank_order_note(TITLE, inp, STAGE_MAJOR)] if n]
+    remap = node_order(inp)
+    notes = [n for n in [rank_order_note(TITLE, inp, STAGE_MAJOR)] if n] if remap is None else [
+        f"torchtitan orders ranks {'-'.join(STAGE_MAJOR)} (fastest first); the launch script renumbers the nodes "
+        f"(NODE_ORDER) so that they land on the devices nestplan costed under {'-'.join(p.axis_order)}"]
     ep, ep_notes = _experts(inp)
     flags: Flags = [("--parallelism.tensor-parallel-degree", d.tp),
                     ("--parallelism.enable-sequence-parallel" if d.sp_active
@@ -255,7 +299,7 @@ def _differences(m: ModelSpec) -> list[str]:
 def run_model(m: ModelSpec) -> ModelSpec:
     """The model torchtitan 0.3.0 builds for ``m``: ``m`` itself where it is of torchtitan's architecture,
     else a Llama-architecture decoder of ``m``'s sizes (a non-gated MLP's parameters kept by a SwiGLU of
-    2/3 its hidden size). Refused where torchtitan has nothing close: an encoder, MoE with shared experts
+    2/3 its hidden size, rounded to a multiple of 256 as Llama's sizes are, so tp degrees still divide it). Refused where torchtitan has nothing close: an encoder, MoE with shared experts
     or dense layers between, heads that do not tile the hidden size."""
     blockers = [(not m.causal, "bidirectional attention"), (m.num_shared_experts > 0, "shared experts"),
                 (m.is_moe and len(m.moe_layers) != m.num_layers, "dense layers between MoE layers"),
@@ -266,7 +310,7 @@ def run_model(m: ModelSpec) -> ModelSpec:
                      f"has {', '.join(missing)}", "model", m.name)
     if not _differences(m):
         return m
-    ffn = m.ffn_hidden_size if m.gated_mlp else round(2 * m.ffn_hidden_size / 3)
+    ffn = m.ffn_hidden_size if m.gated_mlp else SWIGLU_MULTIPLE * round(2 * m.ffn_hidden_size / 3 / SWIGLU_MULTIPLE)
     return replace(m, name=f"{m.name} as llama", norm="rmsnorm", gated_mlp=True, ffn_hidden_size=ffn,
                    linear_bias=False, learned_position_embeddings=False, rotary_fraction=1.0, tied_embeddings=False,
                    dropout=False)
@@ -337,9 +381,10 @@ def config_module(inp: ExportInput, compiled: bool) -> str:
 
 def export(inp: ExportInput) -> Export:
     flags, ckpt, notes = all_flags(inp)
+    remap = node_order(inp)
     module = config_module(inp, ("--compile.enable", None) in flags)
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes) + "set -euo pipefail\n"
-            + torchrun_prologue(inp, 29500)
+            + (_node_order_lines(*remap) if remap else "") + torchrun_prologue(inp, 29500)
             + f"# {CONFIG_MODULE}.py (next to this script) holds the model config; sbatch runs a copy of this\n"
             "# script, so set NESTPLAN_EXPORT_DIR to the export folder there\n"
             'EXPORT_DIR="${NESTPLAN_EXPORT_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"\n'
