@@ -15,7 +15,7 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction, html_table, plan_text, rank_order
 from nestplan.errors import ConfigError, printable
 from nestplan.job import (
-    Fp8Recipe, Job, check_context, check_fp8, default_fp8_recipe, default_seq_len, make_job, preferred_dtype)
+    CpCommType, Fp8Recipe, Job, check_context, check_fp8, default_fp8_recipe, default_seq_len, make_job, preferred_dtype)
 from nestplan.model import ModelSpec, load_model
 from nestplan.plan import Plan, SearchStats
 from nestplan.strategy.dims import ParallelDims, check_against_model
@@ -290,19 +290,23 @@ def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
                             title or f"{plan.model.name} on {plan.cluster.name}")
 
 
-def search_space(*, schedules: Sequence[Schedule] | None = None, export: str | None = None) -> SearchSpace:
-    """The full search space, its pipeline schedules narrowed to ``schedules`` and to those the
-    ``export`` framework runs as costed (1F1B, the schedule the search ranks splits under, is
-    always in)."""
+def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: Sequence[CpCommType] | None = None,
+                 export: str | None = None) -> SearchSpace:
+    """The full search space, its pipeline schedules narrowed to ``schedules`` and its context-parallel
+    exchanges to ``cp_comm_types`` (None: all), each also to those the ``export`` framework runs as
+    costed. 1F1B, the schedule the search ranks splits under, is always in."""
     from nestplan.export import check_framework
-    from nestplan.export.schedules import framework_schedules
+    from nestplan.export.schedules import framework_cp_comm, framework_schedules
     from nestplan.search.space import SearchSpace
 
     chosen = tuple(schedules) if schedules is not None else tuple(Schedule)
+    kinds = tuple(cp_comm_types) if cp_comm_types is not None else tuple(CpCommType)
     if export is not None:
-        runs = framework_schedules(check_framework(export))
-        chosen = tuple(s for s in chosen if s in runs)
-    return SearchSpace(schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B))
+        key = check_framework(export)
+        chosen = tuple(s for s in chosen if s in framework_schedules(key))
+        kinds = tuple(k for k in kinds if k in framework_cp_comm(key)) or framework_cp_comm(key)
+    return SearchSpace(schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B),
+                       cp_comm_types=kinds)
 
 
 def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None, *, devices: int | None = None,
@@ -330,7 +334,7 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
     result = search(spec, cl, job, n, space, top=top, progress=progress)
     if result.best is None:
         raise infeasible_error(spec, cl, job, n, space)
-    return PlanReport(spec, cl, job, result.best, result.runners_up, result.stats)
+    return PlanReport(spec, cl, result.job, result.best, result.runners_up, result.stats)
 
 
 PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}

@@ -103,6 +103,9 @@ def _integer(option: str, low: int, high: int) -> Callable[[object], int]:
 # context parallelism (job settings shared by evaluate and plan; Megatron-LM's names)
 CP_COMM_OPTION = typer.Option(CpCommType.P2P, "--cp-comm-type", help="context parallelism's K/V exchange: p2p "
                               "(ring), a2a (Ulysses), allgather or a2a+p2p (with --cp-a2a-size)")
+PLAN_CP_COMM_OPTION = typer.Option(None, "--cp-comm-type", help="context parallelism's K/V exchange (default: "
+                                   "the fastest of p2p, a2a, allgather and a2a+p2p; with --export: of those the "
+                                   "framework runs)")
 CP_A2A_OPTION = typer.Option(1, "--cp-a2a-size", parser=_integer("--cp-a2a-size", 1, MAX_CP_A2A_SIZE),
                              help="a2a+p2p: ranks of each all-to-all group (Megatron's first hierarchical cp size)")
 
@@ -370,7 +373,7 @@ def plan_command(
     fp8: bool = FP8_OPTION,
     fp8_recipe: Fp8Recipe | None = FP8_RECIPE_OPTION,
     fp8_params: bool = FP8_PARAMS_OPTION,
-    cp_comm_type: CpCommType = CP_COMM_OPTION,
+    cp_comm_type: CpCommType | None = PLAN_CP_COMM_OPTION,
     cp_a2a_size: int = CP_A2A_OPTION,
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
@@ -400,11 +403,14 @@ def plan_command(
         _say(f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "
              f"activations x {spec.traced_activation_scale:.4f} of the formulas")
     cl = api.resolve_cluster(cluster, devices)
+    space = api.search_space(schedules=_schedule_list(schedules), export=export,
+                             cp_comm_types=None if cp_comm_type is None else (cp_comm_type,))
+    assert space.cp_comm_types
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
-                      overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
-    space = api.search_space(schedules=_schedule_list(schedules), export=export)
+                      overlap_param_gather=overlap_param_gather, cp_comm_type=space.cp_comm_types[0],
+                      cp_a2a_size=cp_a2a_size)
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance, space=space)
     best = report.plan

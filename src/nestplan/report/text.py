@@ -51,7 +51,11 @@ def render_plan(console: Console, plan: Plan) -> None:
     console.print(f"[bold]{_name(plan.model.name)}[/] on [bold]{_name(plan.cluster.name)}[/]: {plan.devices_used} of "
                   f"{plan.cluster.devices} devices, global batch {job.global_batch_size}, "
                   f"sequence {job.seq_len}, {job.dtype}; {verdict}")
-    console.print(f"plan: tp {d.tp}{' +sp' if d.sp_active else ''}, cp {d.cp}, ep {d.ep}, "
+    exchange = ""
+    if d.cp > 1:
+        sizes = f" {job.cp_a2a_size} x {d.cp // job.cp_a2a_size}" if job.cp_a2a_size > 1 else ""
+        exchange = f" ({job.cp_comm_type.value}{sizes})"
+    console.print(f"plan: tp {d.tp}{' +sp' if d.sp_active else ''}, cp {d.cp}{exchange}, ep {d.ep}, "
                   f"pp {d.pp}, dp {d.dp}, ZeRO {int(d.zero)}, recompute {d.recompute.value}, "
                   f"microbatch {d.micro_batch_size} x {plan.num_microbatches}, schedule {d.schedule.value}"
                   + (f" (v={d.virtual_stages})" if d.virtual_stages > 1 else ""))

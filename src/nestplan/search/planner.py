@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from nestplan.cost.evaluator import evaluate_plan, step_floor_s
+from nestplan.cost.evaluator import cp_comm_conflict, evaluate_plan, step_floor_s
+from nestplan.cost.terms import TermCache
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError
-from nestplan.job import Job
+from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.engine import Engine, SearchStats, run_best_first
 from nestplan.search.physical import Group, PhysicalSearchModel
@@ -28,6 +29,7 @@ class PlanResult:
     runners_up: tuple[Prediction, ...]
     stats: SearchStats
     evaluated: int
+    job: Job   # the best plan's job: the one searched, or its variant with the context-parallel exchange chosen
 
 
 def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
@@ -213,5 +215,43 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
         variants = _interleaved(model, evaluate, pred, lambda dims: floor(dims, order) <= limit)
         fitting.extend(p for p in variants if p.fits)
     fitting.sort(key=lambda p: p.step_time_s)
+    jobs = {id(p): job for p in fitting}
+    for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[:1 + top]):
+        jobs[id(pred)] = variant_job
+        fitting.append(pred)
+    fitting.sort(key=lambda p: p.step_time_s)
     best = fitting[0] if fitting else None
-    return PlanResult(best, tuple(fitting[1:1 + top]), engine.stats, len(exact))
+    return PlanResult(best, tuple(fitting[1:1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
+
+
+def cp_exchange_jobs(model: ModelSpec, job: Job, dims: ParallelDims, cp_fanout: tuple[int, ...],
+                     kinds: tuple[CpCommType, ...]) -> list[Job]:
+    """``job`` with each other context-parallel exchange of ``kinds`` that can run at the plan's cp and
+    tp (evaluator.cp_comm_conflict); a2a+p2p with its all-to-all inside the lowest network level the
+    cp group spans (``cp_fanout``'s first entry), where that leaves a ring across."""
+    out = []
+    for kind in kinds:
+        size = cp_fanout[0] if kind is CpCommType.A2A_P2P else 1
+        if kind is job.cp_comm_type or (kind is CpCommType.A2A_P2P and not 1 < size < dims.cp):
+            continue
+        variant = replace(job, cp_comm_type=kind, cp_a2a_size=size)
+        if cp_comm_conflict(variant, dims.cp, dims.tp, model) is None:
+            out.append(variant)
+    return out
+
+
+def _cp_exchange_variants(model: ModelSpec, cluster, job: Job, space: SearchSpace, preds: list[Prediction]
+                          ) -> Iterator[tuple[Job, Prediction]]:
+    """The plans of ``preds`` with cp > 1 under the other exchanges the space allows, those that fit."""
+    if not space.cp_comm_types:
+        return
+    caches: dict[Job, TermCache] = {}
+    for pred in preds:
+        dims = pred.plan
+        if dims.cp < 2:
+            continue
+        for variant in cp_exchange_jobs(model, job, dims, pred.placement.groups["cp"].fanout, space.cp_comm_types):
+            terms = caches.setdefault(variant, TermCache(model, cluster, variant))
+            other = evaluate_plan(model, cluster, dims, variant, pred.placement.axis_order, terms=terms)
+            if other.fits:
+                yield variant, other

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from nestplan.cost.evaluator import cp_comm_conflict
-from nestplan.job import Job
+from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import tp_conflict
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
@@ -34,6 +34,9 @@ class SearchSpace:
     # the others as variants of its finalists (search/planner.py)
     schedules: tuple[Schedule, ...] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZBV,
                                        Schedule.DUALPIPEV)
+    # context parallelism's K/V exchanges the planner may choose (a plan with cp > 1 is ranked under the
+    # job's own and tried with the others: search/planner.py); None: the job's only
+    cp_comm_types: tuple[CpCommType, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ def best_plan(model: ModelSpec, cluster: Cluster, job: Job) -> tuple[Prediction,
         raise infeasible_error(model, cluster, job, cluster.devices, space)
     stats = SearchStats(result.stats.solve_time_s, result.stats.candidates, result.stats.pruned_memory)
     return result.best, plan_to_dict(result.best, model=model.name, cluster=cluster.name,
-                                     devices_total=cluster.devices, job=job,
+                                     devices_total=cluster.devices, job=result.job,
                                      level_names=[lv.name for lv in cluster.topology.levels], search=stats)
 
 
