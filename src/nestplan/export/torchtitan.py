@@ -1,12 +1,19 @@
-"""torchtitan 0.3: the command line (``--parallelism.*``, ``--training.*`` and the activation
-checkpoint policy) for ``torchrun -m torchtitan.train``, with a torchrun/SLURM header.
+"""torchtitan 0.3: the command line (``--parallelism.*``, ``--training.*``, ``--compile.*`` and the
+activation checkpoint policy) for ``torchrun -m torchtitan.train``, with a torchrun/SLURM header, and
+the config module it names (``nestplan_torchtitan.py``: the model torchtitan builds for the plan, FP8
+linears only where nestplan costed them).
 
 Flag names are those of torchtitan 0.3.0's own parser (``torchtitan_flags.txt``; a test checks
-every emitted flag). torchtitan's device mesh is pp, dp_replicate, dp_shard, cp, tp (slowest
+every emitted flag, and tests/unit/test_real_torchtitan.py parses the launched command with
+torchtitan itself). torchtitan's device mesh is pp, dp_replicate, dp_shard, cp, tp (slowest
 first), i.e. tp-cp-ep-dp-pp fastest first; expert parallelism borrows ranks from tp, cp and dp_shard (its
 expert mesh is pp, dp_replicate, efsdp, ep with ep fastest: efsdp = dp_shard x cp x tp / ep).
+Where the costed order differs, the launch script renumbers the nodes when that lands every rank
+on its costed device, else a note quotes the prediction under torchtitan's order.
 ZeRO maps onto FSDP2: ZeRO 0 replicates (DDP), ZeRO 3 shards parameters and reshards after
 forward, ZeRO 1 and 2 shard without resharding (FSDP2 has no optimizer-only sharding).
+What torchtitan runs differently (all-gathered K/V for context parallelism, ZB-H1 as 1F1B, rowwise
+FP8, another architecture as a Llama-architecture stand-in) is noted with nestplan's prediction for it.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ PIN = "torchtitan 0.3.0 command-line flags"
 # as its closest, 1F1B (the same microbatch order with the backward whole)
 SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.GPIPE: "GPipe", Schedule.INTERLEAVED: "Interleaved1F1B",
              Schedule.ZB_H1: "1F1B", Schedule.ZBV: "ZBVZeroBubble", Schedule.DUALPIPEV: "DualPipeV"}
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+DTYPES = {"bf16": "bfloat16", "fp32": "float32"}   # TrainingConfig.mixed_precision_param's choices
 # catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
 # Hugging Face assets folder); the 405B takes the 70B's settings: torchtitan's llama3_405b builds FP8
 # linears and compiles (torchtitan/models/llama3/config_registry.py)
@@ -259,6 +266,8 @@ def _node_order_lines(order: list[int], gpus: list[int]) -> str:
 def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
     """Every torchtitan flag of the export, the checkpoint subcommand, and the notes."""
     p, d, job = inp.plan, inp.plan.dims, inp.plan.job
+    if job.dtype not in DTYPES:
+        raise refuse(TITLE, "torchtitan 0.3.0 computes in bfloat16 or float32", "job.dtype", job.dtype, list(DTYPES))
     remap = node_order(inp)
     notes = [n for n in [rank_order_note(TITLE, inp, STAGE_MAJOR)] if n] if remap is None else [
         f"torchtitan orders ranks {'-'.join(STAGE_MAJOR)} (fastest first); the launch script renumbers the nodes "
@@ -279,7 +288,7 @@ def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
     flags += dp + pipe + [("--training.global-batch-size", job.global_batch_size),
                           ("--training.local-batch-size", local),
                           ("--training.seq-len", job.seq_len),
-                          ("--training.mixed-precision-param", DTYPES.get(job.dtype, "bfloat16")),
+                          ("--training.mixed-precision-param", DTYPES[job.dtype]),
                           ("--training.disable-cuda-graphs", None)] + compiled
     ckpt, ckpt_notes = _checkpoint(p)
     return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes + compile_notes + _job_notes(p)
