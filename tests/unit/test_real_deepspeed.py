@@ -39,22 +39,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("deepspeed", reason="DeepSpeed (the `validate` extra) runs the exported config")
-
-from cli_helpers import run_cli  # noqa: E402
-from planned_cases import CASES, planned_plans  # noqa: E402
-
-from nestplan import api  # noqa: E402
-from nestplan.cost.evaluator import evaluate_plan  # noqa: E402
-from nestplan.errors import ConfigError  # noqa: E402
-from nestplan.export import deepspeed as ds_export  # noqa: E402
-from nestplan.export.plan import ExportInput  # noqa: E402
-from nestplan.job import Job  # noqa: E402
-from nestplan.plan import Plan  # noqa: E402
-from nestplan.strategy.dims import ParallelDims  # noqa: E402
-
 MARK = "DEEPSPEED-FACTS "
-OVERRIDDEN = ("cp", "tp", "zero_stage", "layers_per_stage")   # the fields DeepSpeed's refusals name
 
 
 # ---------------------------------------------------------------- the child: deepspeed.initialize
@@ -139,6 +124,27 @@ def _engine_facts(engine, spec: dict, tdist) -> dict:
         name = f"ep_size_{spec['ep']}"
         facts["groups"]["expert"] = tdist.get_process_group_ranks(groups._get_expert_parallel_group(name))
     return facts
+
+
+if __name__ == "__main__":   # the child process of _initialize: DeepSpeed and torch only, no nestplan
+    print(MARK + json.dumps(_child(json.loads(sys.argv[1]))), flush=True)
+    sys.exit(0)
+
+pytest.importorskip("deepspeed", reason="DeepSpeed (the `validate` extra) runs the exported config")
+
+from cli_helpers import run_cli  # noqa: E402
+from planned_cases import CASES, planned_plans  # noqa: E402
+
+from nestplan import api  # noqa: E402
+from nestplan.cost.evaluator import evaluate_plan  # noqa: E402
+from nestplan.errors import ConfigError  # noqa: E402
+from nestplan.export import deepspeed as ds_export  # noqa: E402
+from nestplan.export.plan import ExportInput  # noqa: E402
+from nestplan.job import Job  # noqa: E402
+from nestplan.plan import Plan  # noqa: E402
+from nestplan.strategy.dims import ParallelDims  # noqa: E402
+
+OVERRIDDEN = ("cp", "tp", "zero_stage", "layers_per_stage")   # the fields DeepSpeed's refusals name
 
 
 # ---------------------------------------------------------------- the parent: export, run, compare
@@ -362,6 +368,3 @@ def test_every_planned_case_is_accepted_or_refused_in_one_line(case, tmp_path) -
         return
     _accepted(plan, tmp_path)
 
-
-if __name__ == "__main__":   # the child process of _initialize
-    print(MARK + json.dumps(_child(json.loads(sys.argv[1]))), flush=True)
