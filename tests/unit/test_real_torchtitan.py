@@ -43,7 +43,7 @@ from nestplan import api  # noqa: E402
 from nestplan.errors import ConfigError  # noqa: E402
 from nestplan.export import build  # noqa: E402
 from nestplan.export.torchtitan import CONFIG_MODULE, SCHEDULES, run_model  # noqa: E402
-from nestplan.job import Job  # noqa: E402
+from nestplan.job import Fp8Recipe, Job  # noqa: E402
 from nestplan.model.layers import total_params  # noqa: E402
 from nestplan.plan import Plan  # noqa: E402
 from nestplan.strategy.dims import ParallelDims  # noqa: E402
@@ -263,6 +263,25 @@ def test_nodes_renumbered_to_the_costed_order(tmp_path, titan) -> None:
     physical = [[[node_rank[int(r) // 8] * 8 + int(r) % 8 for r in row] for row in stage] for stage in logical]
     costed = rank_grid(plan.dims, order)[:, 0, 0, :, :].transpose(1, 2, 0)   # [tp, pp, dp] -> [pp, dp, tp]
     assert physical == costed.tolist()
+
+
+def test_fp8_and_async_tp_on_where_costed(tmp_path, titan) -> None:
+    """A plan costing FP8 GEMMs (delayed scaling) and tp collectives under their GEMMs: torchtitan
+    builds float8 linears and compiles with async TP; its rowwise scaling is quoted as nestplan's
+    tensorwise prediction."""
+    job = Job(global_batch_size=64, seq_len=8192, fp8_recipe=Fp8Recipe.DELAYED, tp_comm_overlap=True)
+    plan = api.evaluate_full("llama3-8b", "h100-spine-leaf", ParallelDims(tp=8, sp=True, dp=2), job,
+                             devices=16).plan
+    notes = check_export(plan, tmp_path, titan)   # fp8, compile and async_tp are read back as costed
+    assert any("rowwise current scaling" in n and "nestplan predicts step" in n for n in notes)
+
+
+def test_fp16_is_refused() -> None:
+    """torchtitan 0.3.0's mixed precision is bfloat16 or float32 (V100-style fp16 plans cannot run)."""
+    plan = api.evaluate_full("llama2-7b", "h100-spine-leaf", ParallelDims(tp=2, dp=4),
+                             Job(global_batch_size=64, seq_len=4096, dtype="fp16"), devices=8).plan
+    with pytest.raises(ConfigError, match="bfloat16 or float32"):
+        build(plan, "torchtitan", "test")
 
 
 def test_an_encoder_is_refused() -> None:
