@@ -205,12 +205,35 @@ def check_model_and_training(args, config, plan: Plan) -> None:
     assert config.recompute_granularity == expected_recompute[d.recompute]
     assert (config.bf16, config.fp16) == (job.dtype == "bf16", job.dtype == "fp16")
     assert config.fp8 == ("hybrid" if job.fp8_recipe is not None else None)
+    if job.fp8_recipe is not None:
+        assert config.fp8_recipe == job.fp8_recipe.value
+    assert args.fp8_param_gather == job.fp8_params
+    assert config.tp_comm_overlap == (job.tp_comm_overlap and d.sp_active)
+    assert args.overlap_grad_reduce == job.overlap_grad_reduce
+    check_model_shape(args, config, plan)
     assert args.use_distributed_optimizer == (int(d.zero) >= 1)   # Megatron-FSDP runs it too
     assert args.use_megatron_fsdp == (int(d.zero) >= 2)
     if int(d.zero) >= 2:
         assert args.data_parallel_sharding_strategy == ("optim_grads" if int(d.zero) == 2 else "optim_grads_params")
     if d.cp > 1:
         assert config.cp_comm_type == job.cp_comm_type.value
+
+
+def check_model_shape(args, config, plan: Plan) -> None:
+    """The model's form beyond its sizes: MLP, norm, biases, embeddings, positions, vocabulary, sequence."""
+    m = plan.model
+    assert config.gated_linear_unit == m.gated_mlp
+    assert config.normalization == ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm")
+    assert config.add_bias_linear == m.linear_bias
+    assert args.untie_embeddings_and_output_weights == (not m.tied_embeddings)
+    assert args.position_embedding_type == ("learned_absolute" if m.learned_position_embeddings else "rope")
+    assert args.vocab_size == m.vocab_size
+    assert args.max_position_embeddings >= plan.job.seq_len
+    if m.is_moe:
+        layer_is_moe = config.moe_layer_freq
+        if isinstance(layer_is_moe, int):
+            layer_is_moe = [int(i % layer_is_moe == 0) for i in range(m.num_layers)]
+        assert layer_is_moe == [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
 
 
 def stage_layers(args, config, plan: Plan) -> list[int]:

@@ -1,10 +1,14 @@
 """Megatron-LM: a launch script with the plan's exact flags, its environment and a torchrun/SLURM header.
 
 Flag names are those of ``megatron/training/arguments.py`` at the commit named in
-``megatron_flags.txt`` (a test checks every emitted flag against that table).
+``megatron_flags.txt`` (a test checks every emitted flag against that table), and
+tests/unit/test_real_megatron.py runs megatron-core 0.19.2's own ``parse_args``/``validate_args``,
+TransformerConfig, layer split and RankGenerator on the exported command line.
 Megatron-LM lays ranks out tp-cp-ep-dp-pp (fastest first) or, with
 ``--use-tp-pp-dp-mapping``, tp-cp-ep-pp-dp: the two orders nestplan's search explores.
-Expert parallelism is carved out of data parallelism in both, as in nestplan.
+Expert parallelism is carved out of data parallelism in both, as in nestplan. Where neither
+flag gives the costed order, the script starts each node with the torchrun node rank that
+puts Megatron's ranks on the costed devices (``node_ranks.txt``, export.rank_order), where one exists.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from nestplan.strategy.enums import Recompute, Schedule
 
 NAME = "megatron"
 TITLE = "Megatron-LM"
-PIN = "flags of NVIDIA/Megatron-LM megatron/training/arguments.py at commit 000c4ac2"
+PIN = ("flags of NVIDIA/Megatron-LM megatron/training/arguments.py at commit 000c4ac2; accepted by "
+       "megatron-core 0.19.2's parse_args and validate_args")
 ORDERS = {STAGE_MAJOR: (), REPLICA_MAJOR: (("--use-tp-pp-dp-mapping", None),)}
 OPTIMIZERS = ("adam", "sgd")   # --optimizer's choices that nestplan costs (nestplan.job.Optimizer)
 Flags = list[tuple[str, object]]
