@@ -183,7 +183,8 @@ def _ulysses_note(plan: Plan) -> str:
     note = (f"cp {d.cp} runs as DeepSpeed-Ulysses (ALST): your code must call mpu = deepspeed.runtime.sequence_"
             f"parallel.ulysses_sp.UlyssesSPAttentionHF.register_with_transformers(model, core_attn_implementation="
             f"..., sequence_parallel_size={d.cp}, micro_batch_size={d.micro_batch_size}, seq_length={job.seq_len}, "
-            "seq_length_is_variable=False) and pass deepspeed.initialize(..., mpu=mpu): DeepSpeed's own "
+            "seq_length_is_variable=False), pass deepspeed.initialize(..., mpu=mpu) and wrap its DataLoader in "
+            "ulysses_sp.UlyssesSPDataLoaderAdapter (which shards each sequence over the group): DeepSpeed's own "
             f"sequence-parallel groups, ZeRO and gradients over the {d.cp * d.dp * d.ep} cp x dp ranks")
     if job.cp_comm_type is CpCommType.A2A:
         return note + " (the all-to-all nestplan costed)"
