@@ -16,6 +16,7 @@ peak = weights + gradients + optimizer state   (each divided over the ZeRO shard
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -116,20 +117,20 @@ def split_schedule_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_b
     :func:`weight_gradient_input_bytes`), its W the rest, a full backward all of it. An
     overlapped F&BW holds the forward's bytes before the backward frees its own. Only forwards
     add, so the peak follows one."""
-    live = peak = 0.0
-    for op in stage_operations(schedule, stage, pp, m):
-        if op.kind in (FORWARD, OVERLAPPED):
-            live += chunk_bytes[op.chunk]
-            peak = max(peak, live)
-        if op.kind == INPUT_GRAD:
-            live -= chunk_bytes[op.chunk] - kept_bytes[op.chunk]
-        elif op.kind == WEIGHT_GRAD:
-            live -= kept_bytes[op.chunk]
-        elif op.kind == FULL_BACKWARD:
-            live -= chunk_bytes[op.chunk]
-        elif op.kind == OVERLAPPED:
-            live -= chunk_bytes[op.chunk2]
-    return peak
+    kind, chunk, chunk2 = _operation_arrays(schedule, stage, pp, m)
+    a, kept = np.asarray(chunk_bytes, float), np.asarray(kept_bytes, float)
+    stores = np.isin(kind, (FORWARD, OVERLAPPED))
+    added = np.where(stores, a[chunk], 0.0)
+    freed = np.select([kind == INPUT_GRAD, kind == WEIGHT_GRAD, kind == FULL_BACKWARD, kind == OVERLAPPED],
+                      [a[chunk] - kept[chunk], kept[chunk], a[chunk], a[np.maximum(chunk2, 0)]], 0.0)
+    live_after = np.cumsum(added - freed)
+    return float((live_after + freed)[stores].max())
+
+
+@lru_cache(maxsize=4096)
+def _operation_arrays(schedule: Schedule, stage: int, pp: int, m: int) -> tuple[np.ndarray, ...]:
+    ops = stage_operations(schedule, stage, pp, m)
+    return tuple(np.array([getattr(op, f) for op in ops]) for f in ("kind", "chunk", "chunk2"))
 
 
 def model_state_bytes(

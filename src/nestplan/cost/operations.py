@@ -25,6 +25,7 @@ one order.
 from __future__ import annotations
 
 from collections import deque
+from functools import lru_cache
 from typing import NamedTuple
 
 from nestplan.strategy.enums import Schedule
@@ -50,6 +51,7 @@ class _Counter:
     def __init__(self) -> None:
         self.next: dict[tuple[int, str], int] = {}
         self.pending: deque[tuple[int, int]] = deque()
+        self.waiting = (deque(), deque())   # the same W passes by chunk
         self.ops: list[Op] = []
 
     def take(self, chunk: int, what: str) -> int:
@@ -63,6 +65,7 @@ class _Counter:
     def input_grad(self, chunk: int) -> None:
         j = self.take(chunk, "B")
         self.pending.append((chunk, j))
+        self.waiting[chunk].append(j)
         self.ops.append(Op(INPUT_GRAD, chunk, j))
 
     def full_backward(self, chunk: int) -> None:
@@ -70,10 +73,20 @@ class _Counter:
 
     def weight_grad(self, chunk: int | None = None) -> None:
         """The oldest pending W pass (of ``chunk``, where given), if any."""
-        waiting = [x for x in self.pending if chunk is None or x[0] == chunk]
-        if waiting:
-            self.pending.remove(waiting[0])
-            self.ops.append(Op(WEIGHT_GRAD, *waiting[0]))
+        if chunk is None:
+            if not self.pending:
+                return
+            chunk, j = self.pending.popleft()
+            self.waiting[chunk].popleft()
+        else:
+            if not self.waiting[chunk]:
+                return
+            j = self.waiting[chunk].popleft()
+            self.pending.remove((chunk, j))
+        self.ops.append(Op(WEIGHT_GRAD, chunk, j))
+
+    def any_waiting(self, chunk: int) -> bool:
+        return bool(self.waiting[chunk])
 
     def overlapped(self, forward_chunk: int, backward_chunk: int) -> None:
         f = self.take(forward_chunk, "F")
@@ -83,8 +96,13 @@ class _Counter:
         return self.next.get((chunk, what), 0)
 
 
-def stage_operations(schedule: Schedule, stage: int, pp: int, m: int) -> list[Op]:
+@lru_cache(maxsize=4096)
+def stage_operations(schedule: Schedule, stage: int, pp: int, m: int) -> tuple[Op, ...]:
     """Stage ``stage``'s operations, in order, for ``m`` microbatches over ``pp`` stages."""
+    return tuple(_operations(schedule, stage, pp, m))
+
+
+def _operations(schedule: Schedule, stage: int, pp: int, m: int) -> list[Op]:
     assert schedule.splits_backward and 0 <= stage < pp and m >= 1, (schedule, stage, pp, m)
     if schedule is Schedule.ZB_H1:
         return _zb_h1(stage, pp, m)
@@ -134,7 +152,7 @@ def _zbv(s: int, p: int, m: int) -> list[Op]:
         c.input_grad(0)
         c.weight_grad(0)
     for chunk in (1, 0):
-        while any(x[0] == chunk for x in c.pending):
+        while c.any_waiting(chunk):
             c.weight_grad(chunk)
     return c.ops
 

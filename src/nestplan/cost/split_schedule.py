@@ -24,6 +24,7 @@ the evaluator costs them:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -87,63 +88,104 @@ class SplitRun:
                         np.concatenate(self.end_s))
 
 
+@dataclass(frozen=True)
+class _Program:
+    """A schedule's operations for (pp, m) in one order that respects every dependency (found once,
+    whatever the durations): per operation its stage, the one or two operations of other stages it
+    waits for (-1: none), and what its duration is made of."""
+
+    orders: tuple[tuple[Op, ...], ...]
+    order: np.ndarray        # global operation ids, dependencies first; id = offset[stage] + position
+    stage: np.ndarray
+    deps: np.ndarray         # (n, 2)
+    kind: np.ndarray
+    chunk: np.ndarray
+    chunk2: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def _program(schedule: Schedule, p: int, m: int) -> _Program:
+    orders = tuple(stage_operations(schedule, s, p, m) for s in range(p))
+    offsets = np.concatenate([[0], np.cumsum([len(o) for o in orders])]).astype(int).tolist()
+    chunks = 2 * p if schedule.v_shaped else p
+    where = [[virtual_stage(schedule, s, c, p) for c in range(2)] for s in range(p)]
+    placed: dict[tuple[str, int, int], int] = {}   # ("F" or "B", virtual stage, microbatch) -> operation id
+    n = offsets[-1]
+    deps = np.full((n, 2), -1)
+    order, position = [], [0] * p
+    while len(order) < n:
+        before = len(order)
+        for s in range(p):
+            k, ops = position[s], orders[s]
+            while k < len(ops):
+                op = ops[k]
+                wanted = _inputs(op, where[s], chunks, placed)
+                if wanted is None:
+                    break
+                i = offsets[s] + k
+                deps[i, :len(wanted)] = wanted
+                _mark(op, where[s], i, placed)
+                order.append(i)
+                k += 1
+            position[s] = k
+        assert len(order) > before, "a split-backward order waits for itself (cost/operations.py)"
+    flat = [op for o in orders for op in o]
+    return _Program(orders, np.array(order), np.repeat(np.arange(p), np.diff(offsets)), deps,
+                    np.array([op.kind for op in flat]), np.array([op.chunk for op in flat]),
+                    np.array([op.chunk2 for op in flat]))
+
+
+def _inputs(op: Op, where: list[int], chunks: int, placed: dict) -> list[int] | None:
+    """The operations (of any stage) whose end ``op`` waits for (``where[c]``: the virtual stage of
+    the stage's chunk c), or None while one is not placed yet."""
+    wanted = []
+    if op.kind == FORWARD or op.kind == OVERLAPPED:
+        i = where[op.chunk]
+        if i > 0:
+            wanted.append(placed.get(("F", i - 1, op.microbatch)))
+    if op.kind == INPUT_GRAD or op.kind == FULL_BACKWARD or op.kind == OVERLAPPED:
+        chunk, j = (op.chunk2, op.microbatch2) if op.kind == OVERLAPPED else (op.chunk, op.microbatch)
+        i = where[chunk]
+        wanted.append(placed.get(("B", i + 1, j)) if i < chunks - 1 else placed.get(("F", i, j)))
+    if op.kind == WEIGHT_GRAD:
+        wanted.append(placed.get(("B", where[op.chunk], op.microbatch)))
+    return None if None in wanted else wanted
+
+
+def _mark(op: Op, where: list[int], i: int, placed: dict) -> None:
+    if op.kind == FORWARD or op.kind == OVERLAPPED:
+        placed[("F", where[op.chunk], op.microbatch)] = i
+    if op.kind == INPUT_GRAD or op.kind == FULL_BACKWARD:
+        placed[("B", where[op.chunk], op.microbatch)] = i
+    if op.kind == OVERLAPPED:
+        placed[("B", where[op.chunk2], op.microbatch2)] = i
+
+
+def _durations(prog: _Program, t: SplitTimes) -> np.ndarray:
+    """Seconds of every operation (SplitTimes.duration, over all operations at once)."""
+    s, c, c2 = prog.stage, prog.chunk, np.maximum(prog.chunk2, 0)
+    f, b, w = t.forward[s, c], t.input_grad[s, c], t.weight_grad[s, c]
+    fc, bc = t.forward_comm[s, c], t.backward_comm[s, c2]
+    b2, w2 = t.input_grad[s, c2], t.weight_grad[s, c2]
+    overlapped = np.maximum((f - fc) + (b2 - bc + w2), fc + bc)
+    return np.select([prog.kind == FORWARD, prog.kind == INPUT_GRAD, prog.kind == WEIGHT_GRAD,
+                      prog.kind == FULL_BACKWARD], [f, b, w, b + w], overlapped)
+
+
 def simulate_split(schedule: Schedule, times: SplitTimes, num_microbatches: int) -> SplitRun:
     """Run ``schedule`` for ``num_microbatches`` over the stages of ``times``."""
     p, v = times.forward.shape
-    m = num_microbatches
-    chunks = 2 * p if schedule.v_shaped else p
     assert v == (2 if schedule.v_shaped else 1), (schedule, v)
-    orders = [tuple(stage_operations(schedule, s, p, m)) for s in range(p)]
-    done_f = np.full((chunks, m), np.nan)
-    done_b = np.full((chunks, m), np.nan)
-    starts = [np.zeros(len(o)) for o in orders]
-    ends = [np.zeros(len(o)) for o in orders]
-    position, free = [0] * p, [0.0] * p
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = 0
-        for s in range(p):
-            order, k = orders[s], position[s]
-            while k < len(order):
-                op = order[k]
-                ready = _ready(schedule, op, s, p, chunks, done_f, done_b)
-                if ready is None:
-                    break
-                start = max(free[s], ready)
-                end = start + times.duration(s, op)
-                _finish(schedule, op, s, p, end, done_f, done_b)
-                starts[s][k], ends[s][k], free[s] = start, end, end
-                k += 1
-            progressed += k - position[s]
-            position[s] = k
-        assert progressed, "a split-backward order waits for itself (cost/operations.py)"
-        remaining -= progressed
-    return SplitRun(tuple(orders), tuple(starts), tuple(ends))
-
-
-def _ready(schedule: Schedule, op: Op, s: int, p: int, chunks: int, done_f: np.ndarray, done_b: np.ndarray
-           ) -> float | None:
-    """When ``op``'s inputs are there (None: not yet known)."""
-    times = []
-    if op.kind in (FORWARD, OVERLAPPED):
-        i = virtual_stage(schedule, s, op.chunk, p)
-        if i > 0:
-            times.append(done_f[i - 1, op.microbatch])
-    if op.kind in (INPUT_GRAD, FULL_BACKWARD, OVERLAPPED):
-        chunk, j = (op.chunk2, op.microbatch2) if op.kind == OVERLAPPED else (op.chunk, op.microbatch)
-        i = virtual_stage(schedule, s, chunk, p)
-        times.append(done_b[i + 1, j] if i < chunks - 1 else done_f[i, j])
-    if op.kind == WEIGHT_GRAD:
-        times.append(done_b[virtual_stage(schedule, s, op.chunk, p), op.microbatch])
-    if any(np.isnan(t) for t in times):
-        return None
-    return max(times, default=0.0)
-
-
-def _finish(schedule: Schedule, op: Op, s: int, p: int, end: float, done_f: np.ndarray, done_b: np.ndarray) -> None:
-    if op.kind in (FORWARD, OVERLAPPED):
-        done_f[virtual_stage(schedule, s, op.chunk, p), op.microbatch] = end
-    if op.kind in (INPUT_GRAD, FULL_BACKWARD):
-        done_b[virtual_stage(schedule, s, op.chunk, p), op.microbatch] = end
-    if op.kind == OVERLAPPED:
-        done_b[virtual_stage(schedule, s, op.chunk2, p), op.microbatch2] = end
+    prog = _program(schedule, p, num_microbatches)
+    duration = _durations(prog, times).tolist()
+    stage, deps = prog.stage.tolist(), prog.deps.tolist()
+    start, end = [0.0] * len(duration), [0.0] * len(duration)
+    free = [0.0] * p
+    for i in prog.order.tolist():
+        a, b = deps[i]
+        start[i] = max(free[stage[i]], end[a] if a >= 0 else 0.0, end[b] if b >= 0 else 0.0)
+        end[i] = free[stage[i]] = start[i] + duration[i]
+    starts, ends = np.array(start), np.array(end)
+    bounds = np.concatenate([[0], np.cumsum([len(o) for o in prog.orders])])
+    return SplitRun(prog.orders, tuple(starts[bounds[k]:bounds[k + 1]] for k in range(p)),
+                    tuple(ends[bounds[k]:bounds[k + 1]] for k in range(p)))
