@@ -44,7 +44,7 @@ from packaging.version import Version as PkgVersion
 from planned_cases import CASES, planned_plans
 
 from nestplan import api
-from nestplan.export import megatron
+from nestplan.export import megatron, rank_order
 from nestplan.export.plan import ExportInput
 from nestplan.job import Job
 from nestplan.plan import Plan
@@ -388,3 +388,32 @@ def test_node_index_outside_the_allocation_is_refused(tmp_path) -> None:
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "ARGV_OUT": str(tmp_path / "x"), "NODE_INDEX": "16"}
     result = subprocess.run(["bash", str(tmp_path / "launch_megatron.sh")], env=env, capture_output=True, text=True)
     assert result.returncode == 2 and "NODE_INDEX 16" in result.stderr
+
+
+def test_node_rank_file_holds_only_node_ranks_and_only_where_needed() -> None:
+    """export.rank_order: comment lines, then one integer per node, a permutation; no file where the
+    framework's order is the costed one."""
+    plan = _replica_major("mixtral-8x7b", 128, ParallelDims(tp=2, sp=True, ep=4, pp=4, dp=4, zero=1))
+    text = rank_order.node_rank_file(plan, "Megatron-LM", ("tp", "cp", "ep", "dp", "pp"), 8)
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert sorted(int(line) for line in lines) == list(range(16)) and lines != [str(k) for k in range(16)]
+    assert rank_order.node_rank_file(plan, "Megatron-LM", plan.axis_order, 8) is None
+
+
+# ---------------------------------------------------------------- regressions
+def test_bert_runs_megatron_lms_bert_entry_point(tmp_path, monkeypatch) -> None:
+    """pretrain_bert.py moved to examples/bert/ in Megatron-LM."""
+    plan = _evaluated("bert-large", "dgx-a100", 16, ParallelDims(dp=16), 256, 512)
+    assert Launch(plan, tmp_path).argv[0].endswith("/examples/bert/pretrain_bert.py")
+    check_export(plan, tmp_path / "again", monkeypatch)
+
+
+def test_v_schedule_runs_interleaved_with_the_costed_stage_layers(tmp_path, monkeypatch) -> None:
+    """Megatron-core has no DualPipeV: it runs interleaved 1F1B with two chunks per stage, each stage
+    keeping the uneven layers costed (its chunks then differ from the V's, which the note says)."""
+    plan = _evaluated("llama3-70b", "dgx-h100", 128, ParallelDims(tp=8, sp=True, pp=4, dp=4, zero=1,
+                      schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)), 512, 4096)
+    launch = Launch(plan, tmp_path)
+    assert "--pipeline-model-parallel-layout" in launch.argv
+    assert any("no dualpipev schedule" in n for n in launch.export.notes)
+    check_export(plan, tmp_path / "again", monkeypatch)
