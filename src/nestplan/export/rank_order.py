@@ -9,7 +9,8 @@ every block of a node's worth of consecutive framework ranks was costed on one n
 l on that node's device l (for instance replica-major costed, stage-major run, with tp x cp x ep a
 multiple of the node's devices).
 
-``node_ranks`` finds that permutation; ``node_rank_file`` writes it as a file a launch script reads
+Rank 0 (every coordinate 0) is device 0 in any order, so node rank 0 stays on the allocation's
+first node, where a launcher's master address points. ``node_ranks`` finds that permutation; ``node_rank_file`` writes it as a file a launch script reads
 (one integer per line: no name from any input appears in it). Framework-neutral: each exporter
 passes its framework's order.
 """
