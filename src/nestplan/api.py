@@ -291,13 +291,14 @@ def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
 
 
 def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: Sequence[CpCommType] | None = None,
-                 export: str | None = None) -> SearchSpace:
+                 export: str | None = None, memory_margin: float | None = None) -> SearchSpace:
     """The full search space, its pipeline schedules narrowed to ``schedules`` and its context-parallel
     exchanges to ``cp_comm_types`` (None: all), each also to those the ``export`` framework runs as
-    costed. 1F1B, the schedule the search ranks splits under, is always in."""
+    costed. 1F1B, the schedule the search ranks splits under, is always in. ``memory_margin``: the
+    fraction of device memory plans leave free (None: search/space.py DEFAULT_MEMORY_MARGIN)."""
     from nestplan.export import check_framework
     from nestplan.export.schedules import framework_cp_comm, framework_schedules
-    from nestplan.search.space import SearchSpace
+    from nestplan.search.space import DEFAULT_MEMORY_MARGIN, SearchSpace
 
     chosen = tuple(schedules) if schedules is not None else tuple(Schedule)
     kinds = tuple(cp_comm_types) if cp_comm_types is not None else tuple(CpCommType)
@@ -306,7 +307,8 @@ def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: 
         chosen = tuple(s for s in chosen if s in framework_schedules(key))
         kinds = tuple(k for k in kinds if k in framework_cp_comm(key)) or framework_cp_comm(key)
     return SearchSpace(schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B),
-                       cp_comm_types=kinds)
+                       cp_comm_types=kinds,
+                       memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin)
 
 
 def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None, *, devices: int | None = None,

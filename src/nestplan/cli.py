@@ -22,10 +22,11 @@ import typer
 from rich.console import Console
 
 from nestplan import __version__, api
-from nestplan.errors import ConfigError, PlannerError, printable
+from nestplan.errors import ConfigError, PlannerError, brief, printable
 from nestplan.job import MAX_CP_A2A_SIZE, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, CpCommType, Fp8Recipe, Optimizer
 from nestplan.network.topology import MAX_DEVICES   # --devices, and each parallel degree
 from nestplan.plan import Plan
+from nestplan.search.space import DEFAULT_MEMORY_MARGIN
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
@@ -91,6 +92,22 @@ def _schedule_list(text: str | None) -> tuple[Schedule, ...] | None:
         raise ConfigError("--schedules is empty; name at least one of: " + ", ".join(known), field="schedules",
                           value=text, limit=known)
     return tuple(Schedule(n) for n in names)
+
+
+def _fraction(option: str) -> Callable[[object], float]:
+    """A typer parser for a fraction option (a number; its range is checked where it is used)."""
+    def parse(value: object) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            number = float(str(value))
+        except ValueError:
+            raise ConfigError(f"{option} must be a number, got {brief(value)}", field=option.lstrip("-"),
+                              value=brief(value)) from None
+        if number != number:   # NaN
+            raise ConfigError(f"{option} must be a number, got nan", field=option.lstrip("-"), value="nan")
+        return number
+    return parse
 
 
 def _integer(option: str, low: int, high: int) -> Callable[[object], int]:
@@ -382,6 +399,9 @@ def plan_command(
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
     schedules: str | None = typer.Option(None, "--schedules", help="comma-separated pipeline schedules the plan "
                                          "may use (default: all; with --export: those the framework runs)"),
+    memory_margin: float = typer.Option(DEFAULT_MEMORY_MARGIN, "--memory-margin", parser=_fraction("--memory-margin"),
+                                        help="fraction of device memory the plan leaves free (fragmentation, NCCL "
+                                             "buffers, CUDA graphs)"),
     trace: bool = typer.Option(False, "--trace", help="calibrate the model's block FLOPs and activations on its "
                                                        "traced PyTorch graph first (extra [trace])"),
     report_path: Path | None = REPORT_OPTION,
@@ -404,7 +424,8 @@ def plan_command(
              f"activations x {spec.traced_activation_scale:.4f} of the formulas")
     cl = api.resolve_cluster(cluster, devices)
     space = api.search_space(schedules=_schedule_list(schedules), export=export,
-                             cp_comm_types=None if cp_comm_type is None else (cp_comm_type,))
+                             cp_comm_types=None if cp_comm_type is None else (cp_comm_type,),
+                             memory_margin=memory_margin)
     assert space.cp_comm_types
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,

@@ -37,7 +37,8 @@ def fit_verdict(prediction: PredictionSummary) -> str:
     """'fits in memory (...)' or 'does not fit: ... exceeds ... by ...; largest term: ...', one line."""
     peak, capacity = prediction.peak_memory_bytes_per_device, prediction.memory_capacity_bytes
     if prediction.fits:
-        return f"fits in memory ({_gib(peak)} of {_gib(capacity)} GiB per device)"
+        return (f"fits in memory ({_gib(peak)} of {_gib(capacity)} GiB per device, "
+                f"{(capacity - peak) / capacity:.1%} headroom)")
     worst = max(prediction.memory_breakdown_bytes.items(), key=lambda kv: kv[1])
     return (f"does not fit: {_gib(peak)} GiB per device exceeds {_gib(capacity)} GiB by "
             f"{_gib(prediction.memory_excess_bytes)} GiB; largest term: {worst[0]} ({_gib(worst[1])} GiB)")

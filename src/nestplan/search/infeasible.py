@@ -41,7 +41,10 @@ def infeasible_error(model: ModelSpec, cluster, job: Job, devices: int, space: S
         return InfeasibleError(f"no legal plan for {model.name} on {devices} devices of {cluster.name}",
                                field="devices", value=devices)
     mem = dict(lean.memory_breakdown_bytes)
-    cap = lean.memory_capacity_bytes
+    cap = space.capacity_bytes(lean.memory_capacity_bytes)
+    excess = max(0.0, lean.peak_memory_bytes_per_device - cap)
+    kept = (f" (the {space.memory_margin:.0%} margin kept free of {lean.memory_capacity_bytes / GiB:.2f} GiB)"
+            if space.memory_margin else "")
     largest = max(mem, key=mem.get)
     d = lean.plan
     scalable = sum(mem[k] for k in ("weights", "gradients", "optimizer"))
@@ -62,10 +65,10 @@ def infeasible_error(model: ModelSpec, cluster, job: Job, devices: int, space: S
     message = (
         f"no plan fits: the leanest (tp {d.tp}, cp {d.cp}, ep {d.ep}, pp {d.pp}, dp {d.dp}, ZeRO {int(d.zero)}, "
         f"recompute {d.recompute.value}, microbatch {d.micro_batch_size}) needs "
-        f"{lean.peak_memory_bytes_per_device / GiB:.2f} GiB per device, {lean.memory_excess_bytes / GiB:.2f} GiB "
-        f"over the {cap / GiB:.2f} GiB of {cluster.accelerator.name}; largest term: {largest} {gib[largest]} GiB; "
+        f"{lean.peak_memory_bytes_per_device / GiB:.2f} GiB per device, {excess / GiB:.2f} GiB "
+        f"over the {cap / GiB:.2f} GiB of {cluster.accelerator.name}{kept}; largest term: {largest} {gib[largest]} GiB; "
         f"breakdown (GiB): " + ", ".join(f"{k} {v}" for k, v in gib.items())
         + "; would fit with: " + "; or ".join(fixes))
     return InfeasibleError(message, field="memory", value=lean.peak_memory_bytes_per_device, limit=cap, unit="B",
                            details={"memory_breakdown_bytes": mem, "largest_term": largest,
-                                    "excess_bytes": lean.memory_excess_bytes, "fixes": fixes})
+                                    "excess_bytes": excess, "fixes": fixes})

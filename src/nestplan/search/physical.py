@@ -60,8 +60,11 @@ class PhysicalSearchModel:
     """The search's view of nestplan's evaluator for one (model, cluster, job): the shared stage
     quantities of cost/stage.py arranged per group."""
 
-    def __init__(self, model: ModelSpec, cluster: Any, job: Job, devices: int) -> None:
+    def __init__(self, model: ModelSpec, cluster: Any, job: Job, devices: int, capacity_bytes: float | None = None
+                 ) -> None:
         self.model, self.cluster, self.job, self.devices = model, cluster, job, devices
+        # memory a stage may use (the planner's margin taken off the device's capacity)
+        self.capacity_bytes = cluster.accelerator.hbm_bytes if capacity_bytes is None else capacity_bytes
         self.placement = TopologyPlacements(cluster.topology)
         self.term_cache = TermCache(model, cluster, job)
         self.num_blocks = model.num_layers
@@ -111,7 +114,7 @@ class PhysicalSearchModel:
     def _stage_context(self, g: Group) -> stage.StageContext:
         c, acc = g.cfg, self.cluster.accelerator
         return stage.StageContext(self.job, g.zero, ShardGroups(c.cp * c.ep * g.replicas, c.cp * g.replicas),
-                                  acc.reserved_bytes, acc.hbm_bytes)
+                                  acc.reserved_bytes, self.capacity_bytes)
 
     def _sync_context(self, g: Group, pp: int) -> SyncContext:
         key = (g.cfg, g.zero, g.replicas, pp)

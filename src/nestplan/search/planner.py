@@ -148,7 +148,7 @@ def _moves(p: int) -> list[tuple[int, int]]:
 
 
 def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int = POLISH_BUDGET,
-            floor: Evaluate | None = None) -> Prediction:
+            floor: Evaluate | None = None, fits: Callable[[Prediction], bool] = lambda p: p.fits) -> Prediction:
     """Steepest descent on the evaluator over one-layer moves between stages.
 
     The search ranks splits by the closed-form proxy; the evaluator simulates the schedule, which
@@ -169,7 +169,7 @@ def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int 
             if floor is not None and floor(trial_dims, pred.placement.axis_order) >= best.step_time_s * (1 - 1e-12):
                 continue   # its step time is at least this floor: it cannot be accepted
             trial = evaluate(trial_dims, pred.placement.axis_order)
-            if trial.fits and trial.step_time_s < best.step_time_s * (1 - 1e-12):
+            if fits(trial) and trial.step_time_s < best.step_time_s * (1 - 1e-12):
                 best = trial
         if best is pred:
             break
@@ -181,8 +181,12 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
            top: int = 5, progress: Callable[[int], None] | None = None) -> PlanResult:
     """Find the fastest plan that fits on the first ``devices`` devices of ``cluster``."""
     space = space or SearchSpace()
-    cost = PhysicalSearchModel(model, cluster, job, devices)
-    engine = Engine(cost, cluster.accelerator.hbm_bytes, keep=max(32, 4 * top))
+    capacity = space.capacity_bytes(cluster.accelerator.hbm_bytes)
+    cost = PhysicalSearchModel(model, cluster, job, devices, capacity)
+    engine = Engine(cost, capacity, keep=max(32, 4 * top))
+
+    def fits(pred: Prediction) -> bool:
+        return pred.peak_memory_bytes_per_device <= capacity
     groups = _groups(model, cluster, job, devices, space)
     finalists = [engine.refine(c) for c in run_best_first(engine, groups, progress)]
 
@@ -193,8 +197,8 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
         return step_floor_s(model, cluster, dims, job, order, terms=cost.term_cache)
 
     exact = [_exact(evaluate, cand) for cand in finalists]
-    fitting = sorted((p for p in exact if p.fits), key=lambda p: p.step_time_s)
-    fitting[:POLISHED] = [_polish(model, evaluate, p, floor=floor) for p in fitting[:POLISHED]]
+    fitting = sorted((p for p in exact if fits(p)), key=lambda p: p.step_time_s)
+    fitting[:POLISHED] = [_polish(model, evaluate, p, floor=floor, fits=fits) for p in fitting[:POLISHED]]
     seen: set[tuple[ParallelDims, tuple[str, ...]]] = set()   # layouts do not depend on the plan's split
     for pred in list(fitting):
         # a variant slower than 1 + top plans found cannot be returned (the bar only falls): skip
@@ -205,18 +209,18 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
                 continue
             seen.add((dims, order))
             if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
-                fitting.extend(p for p in [evaluate(dims, order)] if p.fits)
+                fitting.extend(p for p in [evaluate(dims, order)] if fits(p))
         for dims in split_backward_variants(model, pred):
             if dims.schedule in space.schedules and floor(dims, order) <= _kth_fastest(fitting, 1 + top):
-                fitting.extend(p for p in [evaluate(dims, order)] if p.fits)
+                fitting.extend(p for p in [evaluate(dims, order)] if fits(p))
         limit = _kth_fastest(fitting, 1 + top)
         if pred.bubble_free_step_s > limit or Schedule.INTERLEAVED not in space.schedules:
             continue
         variants = _interleaved(model, evaluate, pred, lambda dims: floor(dims, order) <= limit)
-        fitting.extend(p for p in variants if p.fits)
+        fitting.extend(p for p in variants if fits(p))
     fitting.sort(key=lambda p: p.step_time_s)
     jobs = {id(p): job for p in fitting}
-    for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[:1 + top]):
+    for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[:1 + top], fits):
         jobs[id(pred)] = variant_job
         fitting.append(pred)
     fitting.sort(key=lambda p: p.step_time_s)
@@ -240,8 +244,8 @@ def cp_exchange_jobs(model: ModelSpec, job: Job, dims: ParallelDims, cp_fanout: 
     return out
 
 
-def _cp_exchange_variants(model: ModelSpec, cluster, job: Job, space: SearchSpace, preds: list[Prediction]
-                          ) -> Iterator[tuple[Job, Prediction]]:
+def _cp_exchange_variants(model: ModelSpec, cluster, job: Job, space: SearchSpace, preds: list[Prediction],
+                          fits: Callable[[Prediction], bool]) -> Iterator[tuple[Job, Prediction]]:
     """The plans of ``preds`` with cp > 1 under the other exchanges the space allows, those that fit."""
     if not space.cp_comm_types:
         return
@@ -253,5 +257,5 @@ def _cp_exchange_variants(model: ModelSpec, cluster, job: Job, space: SearchSpac
         for variant in cp_exchange_jobs(model, job, dims, pred.placement.groups["cp"].fanout, space.cp_comm_types):
             terms = caches.setdefault(variant, TermCache(model, cluster, variant))
             other = evaluate_plan(model, cluster, dims, variant, pred.placement.axis_order, terms=terms)
-            if other.fits:
+            if fits(other):
                 yield variant, other

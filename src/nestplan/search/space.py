@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from nestplan.cost.evaluator import cp_comm_conflict
+from nestplan.errors import ConfigError
 from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import tp_conflict
@@ -14,6 +15,8 @@ from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.strategy.placement import NAMED_ORDERS as SEARCH_ORDERS
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_MEMORY_MARGIN = 0.05
+MAX_MEMORY_MARGIN = 0.5
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,19 @@ class SearchSpace:
     # context parallelism's K/V exchanges the planner may choose (a plan with cp > 1 is ranked under the
     # job's own and tried with the others: search/planner.py); None: the job's only
     cp_comm_types: tuple[CpCommType, ...] | None = None
+    # fraction of each device's memory the planner keeps free for what no formula sees (allocator
+    # fragmentation, NCCL buffers, CUDA graphs); ``evaluate`` judges fit against the full capacity
+    memory_margin: float = DEFAULT_MEMORY_MARGIN
+
+    def __post_init__(self) -> None:
+        margin = self.memory_margin
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < MAX_MEMORY_MARGIN:
+            raise ConfigError(f"memory margin must be a fraction of device memory in [0, {MAX_MEMORY_MARGIN}), got "
+                              f"{margin!r}", field="memory_margin", value=margin, limit=f"0..{MAX_MEMORY_MARGIN}")
+
+    def capacity_bytes(self, hbm_bytes: float) -> float:
+        """The memory per device a plan may use: what the margin leaves of ``hbm_bytes``."""
+        return hbm_bytes * (1.0 - self.memory_margin)
 
 
 @dataclass(frozen=True)
