@@ -57,13 +57,13 @@ if not hasattr(typing, "override"):   # stand-in: Python 3.12's typing.override 
 
 arguments = pytest.importorskip("megatron.training.arguments", reason="megatron-core 0.19.2 (megatron/training) "
                                 "unpacked on PYTHONPATH, and triton, are needed: see .ci/run")
-from megatron.core import num_microbatches_calculator, parallel_state  # noqa: E402
+from megatron.core import num_microbatches_calculator, package_info, parallel_state  # noqa: E402
 from megatron.core.models.common.embeddings import rope_utils  # noqa: E402
 from megatron.core.transformer import transformer_config  # noqa: E402
 from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: E402
 from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
 
-MEGATRON_VERSION = "megatron-core 0.19.2 (PyPI wheel, megatron/training/arguments.py)"
+MEGATRON_CORE = "0.19.2"   # the version these tests run and the export's PIN names
 COMPUTE_CAPABILITY = {"h100": (9, 0), "h200": (9, 0), "a100": (8, 0), "b200": (10, 0)}   # NVIDIA's CUDA GPUs table
 TE_VERSION_STOOD_IN = "2.9.0"
 TORCHRUN_STUB = ('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$ARGV_OUT"\n'
@@ -329,6 +329,11 @@ def check_export(plan: Plan, tmp_path: Path, monkeypatch) -> None:
     check_model_and_training(args, config, plan)
     check_schedule_and_split(args, config, launch)
     check_groups(args, launch)
+
+
+def test_the_megatron_validated_is_the_one_the_export_names() -> None:
+    assert package_info.__version__ == MEGATRON_CORE
+    assert f"megatron-core {MEGATRON_CORE}" in megatron.PIN
 
 
 @pytest.mark.parametrize("name", ["llama3-70b-256", "mixtral-8x7b-128", "llama3.1-405b-2048"])
