@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from nestplan.cost.evaluator import evaluate_plan
+from nestplan.export import rank_order
 from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, comment_text, expert_group_note,
                                     flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
 from nestplan.export.plan import ExportInput
@@ -31,7 +30,6 @@ from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
-from nestplan.strategy.placement import rank_grid
 
 NAME = "torchtitan"
 TITLE = "torchtitan"
@@ -226,41 +224,24 @@ def _experts(inp: ExportInput) -> tuple[int, list[str]]:
     return degree, notes + ([group] if group else [])
 
 
-def node_order(inp: ExportInput) -> tuple[list[int], list[int]] | None:
+def node_order(inp: ExportInput) -> tuple[int, ...] | None:
     """Where torchtitan's fixed mesh order (tp-cp-ep-dp-pp fastest first) differs from the costed one but
-    renumbering the nodes (and ordering each node's GPUs the same way) lands every torchtitan rank on
-    the device nestplan costed for its mesh coordinates: (the torchrun node rank of each node, in
-    network order; the GPU each local rank drives). None where the orders agree or no such renumbering
-    exists (torchtitan's node-sized blocks of ranks would span several nodes)."""
-    p, per_node = inp.plan, inp.devices_per_node
-    devices = p.dims.devices
-    if rank_order_note(TITLE, inp, STAGE_MAJOR) is None or devices % per_node:
+    renumbering the nodes lands every torchtitan rank on the device nestplan costed for its mesh
+    coordinates (export.rank_order): the torchrun node rank of each node, in network order. None where
+    the orders agree or no node order does it."""
+    p = inp.plan
+    if rank_order.same_layout(p, STAGE_MAJOR):
         return None
-    physical = np.empty(devices, dtype=int)
-    physical[rank_grid(p.dims, STAGE_MAJOR).ravel()] = rank_grid(p.dims, p.axis_order).ravel()
-    blocks = physical.reshape(-1, per_node)   # row b: the devices torchrun's node rank b drives
-    nodes, gpus = blocks // per_node, blocks % per_node
-    if (nodes != nodes[:, :1]).any() or (gpus != gpus[:1]).any():
-        return None
-    order = [0] * len(blocks)
-    for block, node in enumerate(nodes[:, 0]):
-        order[int(node)] = block
-    return order, [int(g) for g in gpus[0]]
+    return rank_order.node_ranks(p, STAGE_MAJOR, inp.devices_per_node)
 
 
-def _node_order_lines(order: list[int], gpus: list[int]) -> str:
+def _node_order_lines(order: tuple[int, ...]) -> str:
     """Shell lines, before the torchrun prologue, that give node k (network order) torchrun node rank
-    NODE_ORDER[k], the rendezvous on the node of rank 0, and local rank i GPU gpus[i]."""
-    lines = ("# torchtitan's mesh order is fixed: node k (network order: SLURM_NODEID, or NODE_INDEX by hand) runs "
-             "torchrun\n# node rank NODE_ORDER[k] so that its ranks land on the devices nestplan costed\n"
-             f"NODE_ORDER=({' '.join(str(int(n)) for n in order)})\n"
-             'NODE_RANK="${NODE_RANK:-${NODE_ORDER[${NODE_INDEX:-${SLURM_NODEID:-0}}]}}"\n'
-             'if [[ -z "${MASTER_ADDR:-}" && -n "${SLURM_JOB_NODELIST:-}" ]]; then\n'
-             f'  MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n {order.index(0) + 1}p)"\n'
-             "fi\n")
-    if gpus != sorted(gpus):
-        lines += f'export CUDA_VISIBLE_DEVICES="${{CUDA_VISIBLE_DEVICES:-{",".join(str(int(g)) for g in gpus)}}}"\n'
-    return lines
+    NODE_ORDER[k] (node 0 keeps rank 0, so the rendezvous stays on the allocation's first node)."""
+    return ("# torchtitan's mesh order is fixed: node k (network order: SLURM_NODEID, or NODE_INDEX by hand) runs "
+            "torchrun\n# node rank NODE_ORDER[k] so that its ranks land on the devices nestplan costed\n"
+            f"NODE_ORDER=({' '.join(str(int(n)) for n in order)})\n"
+            'NODE_RANK="${NODE_RANK:-${NODE_ORDER[${NODE_INDEX:-${SLURM_NODEID:-0}}]}}"\n')
 
 
 def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
@@ -291,6 +272,9 @@ def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
                           ("--training.mixed-precision-param", DTYPES[job.dtype]),
                           ("--training.disable-cuda-graphs", None)] + compiled
     ckpt, ckpt_notes = _checkpoint(p)
+    if inp.model.name not in MODEL_CONFIGS:
+        notes.append(f"torchtitan ships no tokenizer for {inp.model.name}: give --hf-assets-path the folder of its "
+                     f"Hugging Face tokenizer ({inp.model.vocab_size} tokens); the config's default is Llama 3.1's")
     return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes + compile_notes + _job_notes(p)
 
 
@@ -393,7 +377,7 @@ def export(inp: ExportInput) -> Export:
     remap = node_order(inp)
     module = config_module(inp, ("--compile.enable", None) in flags)
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes) + "set -euo pipefail\n"
-            + (_node_order_lines(*remap) if remap else "") + torchrun_prologue(inp, 29500)
+            + (_node_order_lines(remap) if remap else "") + torchrun_prologue(inp, 29500)
             + f"# {CONFIG_MODULE}.py (next to this script) holds the model config; sbatch runs a copy of this\n"
             "# script, so set NESTPLAN_EXPORT_DIR to the export folder there\n"
             'EXPORT_DIR="${NESTPLAN_EXPORT_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"\n'
