@@ -238,6 +238,28 @@ DEFAULT_GLOBAL_BATCH = 4096   # the NEST paper's evaluation (section 5.1)
 
 
 @dataclass(frozen=True)
+class ScheduleAlternative:
+    """One pipeline schedule at a plan's degrees: its prediction, or why it cannot run there."""
+
+    schedule: Schedule
+    virtual_stages: int
+    prediction: Prediction | None
+    refused: str
+
+    def verdict(self, best: Prediction) -> str:
+        """Why it won or lost against ``best``, one phrase."""
+        p = self.prediction
+        if p is None:
+            return "not legal here: " + self.refused
+        if not p.fits:
+            return f"does not fit: {p.peak_memory_bytes_per_device / GiB:.1f} GiB per device"
+        if p is best:
+            return "the plan's"
+        bubble = p.breakdown_s["pipeline_bubble"] - best.breakdown_s["pipeline_bubble"]
+        return f"{p.step_time_s / best.step_time_s - 1:+.1%} (bubble {bubble:+.3f} s)"
+
+
+@dataclass(frozen=True)
 class PlanReport:
     """The best plan, the runner-ups (best first) and the search statistics."""
 
@@ -270,6 +292,26 @@ class PlanReport:
         """The best plan's tables, then the runner-ups against it."""
         searched = f"best of {self.stats.candidates:,} candidates, {self.stats.solve_time_s:.2f} s"
         return _heading(self.model, self.cluster, searched) + self.best._repr_html_() + self.runners_up_html()
+
+    def schedule_alternatives(self) -> list[ScheduleAlternative]:
+        """The best plan's degrees and split under every pipeline schedule (interleaved and the V
+        schedules with 2 chunks per stage), evaluated: why each other schedule lost or could not run."""
+        best = self.best
+        dims = replace(best.plan, layers_per_stage=tuple(s.last_layer - s.first_layer + 1 for s in best.stages))
+        out = []
+        for schedule in Schedule:
+            v = 1 if schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.ZB_H1) else 2
+            if schedule is best.plan.schedule:
+                out.append(ScheduleAlternative(schedule, best.plan.virtual_stages, best, ""))
+                continue
+            try:
+                variant = replace(dims, schedule=schedule, virtual_stages=v)
+                pred = evaluate_plan(self.model, self.cluster, variant, self.job, best.placement.axis_order)
+            except ConfigError as err:
+                out.append(ScheduleAlternative(schedule, v, None, str(err)))
+                continue
+            out.append(ScheduleAlternative(schedule, v, pred, ""))
+        return out
 
     def runners_up_html(self) -> str:
         best = self.best.step_time_s

@@ -456,10 +456,11 @@ def plan_command(
 
 
 def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None:
-    from nestplan.report.text import render_plan, render_runners_up
+    from nestplan.report.text import render_plan, render_runners_up, render_schedules
 
     render_plan(console, best)
     render_runners_up(console, report.best, report.runners_up)
+    render_schedules(console, report.best, report.schedule_alternatives())
     s = report.stats
     console.print(f"search: {s.solve_time_s:.2f} s, {s.configurations:,} configurations, {s.enumerated:,} groups "
                   f"({s.groups:,} solved; {s.skipped_bound:,} skipped by the bound, {s.skipped_memory:,} that fit "

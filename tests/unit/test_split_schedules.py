@@ -286,3 +286,23 @@ def test_cli_schedules_option(capsys) -> None:
     assert "schedule zb-h1" not in out and "schedule zbv" not in out and "schedule dualpipev" not in out
     code, _, err = run_cli(capsys, PLAN_ARGS + ["--schedules", "zbv,zb-h2"])
     assert code == 2 and "--schedules names 'zb-h2'" in err and err.count("\n") == 1
+
+
+def test_plan_shows_every_schedule_at_its_degrees(capsys) -> None:
+    """Why each other schedule lost at the chosen degrees: slower (with its bubble), not fitting, or
+    not legal there (with the reason)."""
+    report = api.plan("llama3-70b", "dgx-h100", Job(global_batch_size=128, seq_len=8192), devices=64, top=0)
+    alternatives = {a.schedule: a for a in report.schedule_alternatives()}
+    assert set(alternatives) == set(Schedule)
+    picked = alternatives[report.best.plan.schedule]
+    assert picked.prediction is report.best and picked.verdict(report.best) == "the plan's"
+    gpipe = alternatives[Schedule.GPIPE]
+    assert gpipe.prediction is not None and "does not fit" in gpipe.verdict(report.best)
+    for alt in alternatives.values():
+        if alt.prediction is not None and alt.prediction.fits and alt is not picked:
+            assert alt.prediction.step_time_s >= report.best.step_time_s * (1 - 1e-12)
+            assert alt.verdict(report.best).startswith("+")
+    from cli_helpers import run_cli
+
+    code, out, _ = run_cli(capsys, PLAN_ARGS)
+    assert code == 0 and "pipeline schedules at these degrees" in out and "the plan's" in out

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import printable
+from nestplan.strategy.enums import Schedule
 from nestplan.plan import Plan, PredictionSummary
 from nestplan.units import GiB
 
@@ -101,8 +102,8 @@ def _describe(pred: Prediction) -> str:
     if d.ep > 1:
         parts.append(f"ep {d.ep}")
     parts += [f"mbs {d.micro_batch_size}", f"ZeRO {int(d.zero)}", f"rc {d.recompute.value}"]
-    if d.virtual_stages > 1:
-        parts.append(f"v {d.virtual_stages}")
+    if d.pp > 1 and d.schedule is not Schedule.ONE_F_ONE_B:
+        parts.append(d.schedule.value + (f" v {d.virtual_stages}" if d.virtual_stages > 1 else ""))
     parts.append("-".join(pred.placement.axis_order))
     return ", ".join(parts)
 
@@ -125,6 +126,21 @@ def render_runners_up(console: Console, best: Prediction, others: tuple[Predicti
     for pred in others:
         table.add_row(_describe(pred), f"{pred.step_time_s:.3f}", f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
                       why_lost(best, pred), _gib(pred.peak_memory_bytes_per_device))
+    console.print(table)
+
+
+def render_schedules(console: Console, best: Prediction, alternatives: Sequence[Any]) -> None:
+    """The best plan's degrees under every pipeline schedule (api.PlanReport.schedule_alternatives)."""
+    if best.plan.pp < 2:
+        return
+    table = Table(title="pipeline schedules at these degrees")
+    for col in ("schedule", "step s", "memory GiB", "verdict"):
+        table.add_column(col, justify="left" if col in ("schedule", "verdict") else "right")
+    for alt in alternatives:
+        p = alt.prediction
+        name = alt.schedule.value + (f" v{alt.virtual_stages}" if alt.virtual_stages > 1 else "")
+        table.add_row(name, f"{p.step_time_s:.3f}" if p else "-", _gib(p.peak_memory_bytes_per_device) if p else "-",
+                      Text(printable(alt.verdict(best))))
     console.print(table)
 
 
