@@ -50,7 +50,7 @@ from planned_cases import CASES, planned_plans
 from nestplan import api
 from nestplan.catalog import entry_path
 from nestplan.errors import ConfigError
-from nestplan.export import check_framework, nemo
+from nestplan.export import check_framework, megatron, nemo
 from nestplan.export.plan import ExportInput
 from nestplan.job import Fp8Recipe, Job
 from nestplan.plan import Plan
@@ -220,11 +220,14 @@ def segment_layers(bridge, model) -> list[int]:
 
 
 def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
-    d, job, m, model = plan.dims, plan.job, plan.model, cfg.model
+    """The parsed config equals the plan as Megatron-core runs it (``megatron.run_dims``: its own schedule
+    where it lacks the costed one, which the export notes, each stage keeping its costed layers)."""
+    d, job, m, model = megatron.run_dims(plan), plan.job, plan.model, cfg.model
     degrees = (model.tensor_model_parallel_size, model.pipeline_model_parallel_size,
                model.virtual_pipeline_model_parallel_size or 1, model.context_parallel_size,
                model.expert_model_parallel_size, model.sequence_parallel, cfg.data_parallel_size)
     assert degrees == (d.tp, d.pp, d.virtual_stages, d.cp, d.ep, d.sp_active, d.dp * d.ep)
+    assert d.stage_layers(m.num_layers) == plan.dims.stage_layers(m.num_layers)   # each stage's costed layers
     if d.ep > 1:
         assert model.expert_tensor_parallel_size == d.tp
     assert (cfg.train.micro_batch_size, cfg.train.global_batch_size) == (d.micro_batch_size, job.global_batch_size)
@@ -236,6 +239,10 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
                     model.num_query_groups, model.kv_channels, model.gated_linear_unit)
     assert architecture == (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_heads, m.num_kv_heads,
                             m.head_dim, m.gated_mlp)
+    assert (model.vocab_size, model.share_embeddings_and_output_weights, model.add_bias_linear) == (
+        m.vocab_size, m.tied_embeddings, m.linear_bias)
+    assert model.normalization == ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm")
+    assert model.position_embedding_type == ("learned_absolute" if m.learned_position_embeddings else "rope")
     _assert_recompute(model, d.recompute)
     assert (model.bf16, model.fp16) == (job.dtype == "bf16", job.dtype == "fp16")
     if job.fp8:
@@ -337,6 +344,17 @@ def test_regression_the_dataset_sequence_length_is_the_plans(bridge, issue_plans
     _reset_sequence_length(cfg)
     assert cfg.model.seq_length == 131072 != plan.job.seq_len
     assert run_recipe(bridge, recipe, overrides, plan.cluster.devices, monkeypatch).model.seq_length == plan.job.seq_len
+
+
+def test_a_v_schedule_runs_interleaved_with_the_costed_stage_layers(bridge, tmp_path, monkeypatch) -> None:
+    """Megatron-core (under Megatron-Bridge) has no DualPipeV: the export runs interleaved 1F1B with two
+    chunks per stage, each stage keeping its costed uneven layers, through a layout; the note says so."""
+    plan = _evaluated("llama3-70b", "dgx-h100", 128, ParallelDims(tp=8, sp=True, pp=4, dp=4, zero=1,
+                      schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)), 512, 4096)
+    _, overrides = launch_arguments(plan, tmp_path)
+    assert any(item.startswith("model.pipeline_model_parallel_layout=") and "null" not in item for item in overrides)
+    assert any("no dualpipev schedule" in n for n in nemo.export(ExportInput(plan, "test")).notes)
+    check_export(bridge, plan, tmp_path / "again", monkeypatch)
 
 
 def test_nemo_is_an_alias_of_megatron_bridge(issue_plans, tmp_path) -> None:

@@ -78,9 +78,11 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
     check(inp)
     p, d, job = inp.plan, inp.plan.dims, inp.plan.job
     order, notes = megatron.rank_layout(inp, TITLE, "tp-pp-dp mapping")
+    notes += [n for n in [megatron.schedule_note(p)] if n]
+    run = megatron.run_dims(p)   # Megatron-core's schedule where it lacks the costed one
     out: Items = [
         ("model.tensor_model_parallel_size", d.tp), ("model.pipeline_model_parallel_size", d.pp),
-        ("model.virtual_pipeline_model_parallel_size", d.virtual_stages if d.virtual_stages > 1 else None),
+        ("model.virtual_pipeline_model_parallel_size", run.virtual_stages if run.virtual_stages > 1 else None),
         ("model.context_parallel_size", d.cp), ("model.sequence_parallel", d.sp_active),
         ("model.expert_model_parallel_size", d.ep), ("model.expert_tensor_parallel_size", d.tp if d.ep > 1 else 1),
         ("model.seq_length", job.seq_len), ("dataset.seq_length", job.seq_len),
@@ -90,6 +92,7 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
         out.append(("model.cp_comm_type", job.cp_comm_type.value))
         if job.cp_comm_type is CpCommType.A2A_P2P:
             out.append(("model.hierarchical_context_parallel_sizes", [job.cp_a2a_size, d.cp // job.cp_a2a_size]))
+    notes += _model_notes(inp.model, job.seq_len)
     out += _pipeline_split(p) + model_fields(inp.model, p) + _recompute(p) + _zero(p, notes) + _job(p, notes)
     out += _framework(p, notes)
     if order == REPLICA_MAJOR:   # Megatron-core's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping)
@@ -100,11 +103,13 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
 def _pipeline_split(plan: Plan) -> Items:
     """The split as costed, whatever the recipe set: no embedding/loss accounting (nestplan counts
     transformer layers per stage), first/last stage counts when only they differ, else a layout; the
-    layout is given (null where unused) so that run_recipe.py does not rebuild the recipe's own."""
-    n = plan.dims.layers_per_stage or ()
+    layout is given (null where unused) so that run_recipe.py does not rebuild the recipe's own. The split
+    is the one Megatron-core runs (``megatron.run_dims``)."""
+    run = megatron.run_dims(plan)
+    n = run.layers_per_stage or ()
     first = last = layout = None
     if len(set(n)) > 1:
-        if plan.dims.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
+        if run.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
             first, last = n[0], n[-1]
         else:
             layout = megatron.layout(plan)
@@ -133,6 +138,17 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
     if not m.dropout:
         items += [("model.attention_dropout", 0.0), ("model.hidden_dropout", 0.0)]
     return items + _moe_fields(m, plan)
+
+
+def _model_notes(m: ModelSpec, seq_len: int) -> list[str]:
+    notes = []
+    if m.name not in RECIPES:
+        notes.append(f"Megatron-Bridge 0.6.2 has no recipe for {m.name}: its generic GPT recipe ({GENERIC_RECIPE}) "
+                     "runs with every model field set to nestplan's model")
+    if m.learned_position_embeddings and seq_len != m.max_position_embeddings:
+        notes.append(f"Megatron-Bridge sizes the learned position table by the sequence length ({seq_len}); "
+                     f"nestplan costed the model's {m.max_position_embeddings} positions")
+    return notes
 
 
 def _activation(m: ModelSpec) -> str:
