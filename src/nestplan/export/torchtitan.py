@@ -62,10 +62,11 @@ def _data_parallel(plan: Plan) -> tuple[Flags, list[str]]:
                      f"{d.dp} replicas of {d.ep}-way sharded FSDP"])
         return [("--parallelism.data-parallel-replicate-degree", d.dp),
                 ("--parallelism.data-parallel-shard-degree", 1)], []
-    reshard = "always" if d.zero == 3 else "never"
-    notes = [] if d.zero >= 2 else ["torchtitan's FSDP2 has no optimizer-only sharding: ZeRO 1 runs as FSDP "
-                                    "without resharding after forward (gradients sharded too: less memory, "
-                                    "reduce-scatter instead of all-reduce)"]
+    reshard = "always" if d.zero == 3 else "never"   # ZeRO 1 and 2 alike (without pp ZeRO 1 runs as 2: _run_job)
+    notes = [] if d.zero != 1 or d.pp == 1 else [
+        "torchtitan's FSDP2 has no optimizer-only sharding: ZeRO 1 runs as FSDP without resharding after forward; "
+        "torch's pipeline stages defer its gradient reduce-scatter to the last microbatch, so the step communicates "
+        "as ZeRO 1 does"]
     return [("--parallelism.data-parallel-replicate-degree", 1), ("--parallelism.data-parallel-shard-degree", shards),
             ("--parallelism.fsdp-reshard-after-forward", reshard)], notes
 
@@ -138,7 +139,8 @@ def _checkpoint(plan: Plan) -> tuple[str, list[str]]:
 def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
     """The model, degrees and job torchtitan 0.3.0 runs for the plan where they differ in what nestplan
     can cost, and what differs: a model of another architecture is built as a Llama-architecture one
-    of its sizes (``run_model``); ZB-H1 runs as 1F1B (torch.distributed.pipelining has no single-chunk zero
+    of its sizes (``run_model``); without pp, ZeRO 1 runs as ZeRO 2 (FSDP2 reduce-scatters gradients each
+    microbatch; with pp, torch's pipeline stages defer that to the last one, as ZeRO 1); ZB-H1 runs as 1F1B (torch.distributed.pipelining has no single-chunk zero
     bubble schedule); its context parallelism all-gathers K/V (FlexAttention with ``flex_cp_allgather``;
     0.3.0 has no ring or all-to-all option); its float8 linears (torchao) scale from the current amax
     (rowwise; nestplan's closest recipe is tensorwise current scaling) and keep parameters in the
@@ -148,6 +150,10 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
         changes.append(f"torchtitan 0.3.0 has no {plan.model.family} architecture "
                        f"({', '.join(_differences(plan.model))}): it builds a Llama-architecture decoder of "
                        f"{plan.model.name}'s sizes (SwiGLU hidden {model.ffn_hidden_size}, untied head, no dropout)")
+    if dims.zero == 1 and dims.pp == 1:
+        changes.append("torchtitan's FSDP2 has no optimizer-only sharding: ZeRO 1 runs as FSDP without resharding "
+                       "after forward, i.e. ZeRO 2 (gradients reduce-scattered every microbatch)")
+        dims = replace(dims, zero=2)
     if dims.pp > 1 and dims.schedule is Schedule.ZB_H1:
         changes.append("torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
                        "the zb-h1 plan as 1F1B")
@@ -171,7 +177,7 @@ def _run_note(plan: Plan) -> list[str]:
     model, dims, job, changes = _run_job(plan)
     if not changes:
         return []
-    other = evaluate_plan(model, plan.cluster, replace(dims), job, plan.axis_order)
+    other = evaluate_plan(model, plan.cluster, dims, job, plan.axis_order)
     return [f"{'; '.join(changes)}: for what torchtitan runs nestplan predicts step {other.step_time_s:.3f} s "
             f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s"]
 
