@@ -52,7 +52,7 @@ from nestplan.catalog import entry_path
 from nestplan.errors import ConfigError
 from nestplan.export import check_framework, megatron, nemo
 from nestplan.export.plan import ExportInput
-from nestplan.job import Fp8Recipe, Job
+from nestplan.job import CpCommType, Fp8Recipe, Job
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
@@ -266,6 +266,8 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
         assert model.num_moe_experts is None
     if d.cp > 1:
         assert model.cp_comm_type == job.cp_comm_type.value
+        if job.cp_comm_type is CpCommType.A2A_P2P:
+            assert list(model.hierarchical_context_parallel_sizes) == [job.cp_a2a_size, d.cp // job.cp_a2a_size]
 
 
 def _assert_recompute(model, recompute: Recompute) -> None:
@@ -344,6 +346,20 @@ def test_regression_the_dataset_sequence_length_is_the_plans(bridge, issue_plans
     _reset_sequence_length(cfg)
     assert cfg.model.seq_length == 131072 != plan.job.seq_len
     assert run_recipe(bridge, recipe, overrides, plan.cluster.devices, monkeypatch).model.seq_length == plan.job.seq_len
+
+
+@pytest.mark.parametrize("settings", [
+    {"tp_comm_overlap": True}, {"cp_comm_type": "a2a+p2p", "cp_a2a_size": 2}, {"cp_comm_type": "allgather"},
+    {"fp8_recipe": Fp8Recipe.TENSORWISE}, {"fp8_recipe": Fp8Recipe.MXFP8}, {"fp8_recipe": Fp8Recipe.BLOCKWISE},
+    {"dtype": "fp16", "grad_dtype": "fp16"}, {"overlap_grad_reduce": False, "overlap_param_gather": False}],
+    ids=lambda settings: ",".join(f"{k}={getattr(v, 'value', v)}" for k, v in settings.items()))
+def test_job_settings_reach_the_config(bridge, settings, tmp_path, monkeypatch) -> None:
+    """The job's overlap, cp exchange and precision as Megatron-Bridge parses them (Llama 3 70B's recipe,
+    whose own comm_overlap section turns tp overlap on for its tp 4)."""
+    job = Job(global_batch_size=512, seq_len=16384, **settings)
+    plan = api.evaluate_full("llama3-70b", "dgx-h100", ParallelDims(tp=4, sp=True, cp=4, pp=4, dp=2, zero=1), job,
+                             devices=128).plan
+    check_export(bridge, plan, tmp_path, monkeypatch)
 
 
 def test_a_v_schedule_runs_interleaved_with_the_costed_stage_layers(bridge, tmp_path, monkeypatch) -> None:
