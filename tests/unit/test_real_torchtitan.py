@@ -165,12 +165,18 @@ def parsed_meaning(config, plan: Plan) -> dict:
 
 
 def stage_layers(config, plan: Plan) -> list[int]:
-    """Transformer layers per (virtual) stage as torchtitan's pipeline_llm splits the model."""
+    """Transformer layers per (virtual) stage as torchtitan's pipeline_llm splits the model: the
+    config's module list where it has one, else torchtitan's own split of the flags' numbers."""
     if plan.dims.pp == 1:
         return [plan.model.num_layers]
-    dims = titan_dims.ParallelDims.from_config(config.parallelism, plan.devices_used)
-    stages, layers, first, last = _get_pipeline_metadata(dims, config.parallelism, config.model_spec.model)
-    parts = _generate_llm_fqn_per_model_part(stages, layers, first, last)
+    parts = config.parallelism.module_fqns_per_model_part   # listed by the config module, else generated
+    if parts is None:
+        dims = titan_dims.ParallelDims.from_config(config.parallelism, plan.devices_used)
+        stages, layers, first, last = _get_pipeline_metadata(dims, config.parallelism, config.model_spec.model)
+        parts = _generate_llm_fqn_per_model_part(stages, layers, first, last)
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+    named = [name for part in parts for name in part if name.startswith("layers.")]
+    assert named == [f"layers.{i}" for i in range(plan.model.num_layers)]   # every layer once, in order
     return [sum(name.startswith("layers.") for name in part) for part in parts]
 
 
@@ -191,7 +197,7 @@ def check_export(plan: Plan, out: Path, parse) -> list[str]:
     notes = build(plan, "torchtitan", "test").notes
     costed = list(plan.dims.virtual_stage_layers(plan.model.num_layers)) if plan.dims.pp > 1 else [
         plan.model.num_layers]
-    assert stage_layers(config, plan) == costed or any("cannot express" in n for n in notes)
+    assert stage_layers(config, plan) == costed
     # the model nestplan costed (or its Llama-architecture stand-in, whose prediction the notes quote)
     assert meta_params(config) == pytest.approx(total_params(run_model(plan.model)), rel=1e-3)
     assert (run_model(plan.model) == plan.model) or any("builds a Llama-architecture decoder" in n for n in notes)
@@ -264,6 +270,16 @@ def test_nodes_renumbered_to_the_costed_order(tmp_path, titan) -> None:
     physical = [[[node_rank[int(r) // 8] * 8 + int(r) % 8 for r in row] for row in stage] for stage in logical]
     costed = rank_grid(plan.dims, order)[:, 0, 0, :, :].transpose(1, 2, 0)   # [tp, pp, dp] -> [pp, dp, tp]
     assert physical == costed.tolist()
+
+
+def test_split_the_flags_cannot_give_is_listed(tmp_path, titan) -> None:
+    """Layers 20,18,22,20: torchtitan's first/last-stage weights cannot give it (its middle stages differ
+    by at most one layer); the config module lists each stage's modules and torchtitan runs that."""
+    plan = api.evaluate_full("llama3-70b", "h100-spine-leaf", ParallelDims(tp=8, pp=4, dp=8,
+                                                                           layers_per_stage=(20, 18, 22, 20)),
+                             Job(global_batch_size=1024, seq_len=8192), devices=256).plan
+    notes = check_export(plan, tmp_path, titan)   # the split read back is the costed one
+    assert any("lists each stage's modules" in n for n in notes)
 
 
 def test_fp8_and_async_tp_on_where_costed(tmp_path, titan) -> None:

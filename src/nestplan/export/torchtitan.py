@@ -22,7 +22,8 @@ from dataclasses import replace
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export import rank_order
-from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, comment_text, expert_group_note,
+from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, comment_text, counts_text,
+                                    expert_group_note,
                                     flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Fp8Recipe, Job
@@ -96,6 +97,28 @@ def _stage_weights(target: list[int]) -> tuple[int, int] | None:
     return None
 
 
+def _layers_per_stage_flag(target: list[int], weights: tuple[int, int]) -> int | None:
+    """torchtitan's --parallelism.pipeline-parallel-layers-per-stage that makes ``len(target)`` stages
+    (it makes ceil(effective layers / layers-per-stage)), or None where none does."""
+    lps = max(target)
+    return lps if -(-(sum(target) + sum(weights)) // lps) == len(target) else None
+
+
+def listed_split(plan: Plan) -> list[int] | None:
+    """The layers per (virtual) stage where torchtitan's split flags cannot give the costed split, which
+    the config module then lists module by module (``module_fqns_per_model_part``); None where the
+    flags give it."""
+    d = plan.dims
+    if d.pp == 1:
+        return None
+    target = list(d.virtual_stage_layers(plan.model.num_layers))   # virtual stage i runs on rank i % pp
+    weights = _stage_weights(target)
+    if weights is None or (d.virtual_stages > 1 and _layers_per_stage_flag(target, weights) is None
+                           and d.virtual_stages != 2):
+        return target
+    return None
+
+
 def _pipeline(plan: Plan) -> tuple[Flags, list[str]]:
     d = plan.dims
     if d.pp == 1:
@@ -103,27 +126,34 @@ def _pipeline(plan: Plan) -> tuple[Flags, list[str]]:
     flags: Flags = [("--parallelism.pipeline-parallel-degree", d.pp),
                     ("--parallelism.pipeline-parallel-schedule", SCHEDULES[d.schedule]),
                     ("--parallelism.pipeline-parallel-microbatch-size", d.micro_batch_size)]
-    v = d.virtual_stages
-    target = list(d.virtual_stage_layers(plan.model.num_layers))   # virtual stage i runs on rank i % pp
+    listed = listed_split(plan)
+    if listed is not None:
+        return flags, [f"torchtitan's split flags cannot give nestplan's layers per stage {counts_text(listed)}: "
+                       f"{CONFIG_MODULE}.py lists each stage's modules (parallelism.module_fqns_per_model_part)"]
+    target = list(d.virtual_stage_layers(plan.model.num_layers))
     weights = _stage_weights(target)
-    if weights is None:   # the closest torchtitan split: even, the embedding and head counted as nothing
-        weights = (0, 0)
-        got = titan_split(sum(target), len(target), 0, 0) or []
-        notes = [f"torchtitan's split options cannot express nestplan's layers per stage {','.join(map(str, target))} "
-                 f"(it would run {','.join(map(str, got))}); give --parallelism.module-fqns-per-model-part "
-                 "explicitly for the costed split"]
-    else:
-        notes = []
-    if v > 1:   # torchtitan makes ceil(effective layers / layers-per-stage) stages, else 2 per rank
-        lps = max(target)
-        if -(-(sum(target) + sum(weights)) // lps) == len(target):
-            flags.append(("--parallelism.pipeline-parallel-layers-per-stage", lps))
-        elif v != 2:
-            raise refuse(TITLE, f"torchtitan derives the virtual stages from one layer count per stage and "
-                         f"cannot make {len(target)} stages of {','.join(map(str, target))}", "virtual_stages", v)
+    assert weights is not None, "listed_split lists every split the weights cannot give"
+    lps = _layers_per_stage_flag(target, weights)
+    if d.virtual_stages > 1 and lps is not None:
+        flags.append(("--parallelism.pipeline-parallel-layers-per-stage", lps))
     flags += [("--parallelism.pipeline-parallel-first-stage-less-layers", weights[0]),
               ("--parallelism.pipeline-parallel-last-stage-less-layers", weights[1])]
-    return flags, notes
+    return flags, []
+
+
+def _stages_source(counts: list[int]) -> tuple[str, str]:
+    """(the function listing each stage's modules, the line that sets it) for a listed split."""
+    function = (f"STAGE_LAYERS = [{', '.join(str(int(c)) for c in counts)}]   # per (virtual) stage, as costed\n\n\n"
+                "def nestplan_stages():\n"
+                '    """Each (virtual) stage\'s modules: the embedding first, the norm and head last."""\n'
+                "    parts, first = [], 0\n"
+                "    for count in STAGE_LAYERS:\n"
+                '        parts.append([f"layers.{i}" for i in range(first, first + count)])\n'
+                "        first += count\n"
+                '    parts[0].insert(0, "tok_embeddings")\n'
+                '    parts[-1] += ["norm", "lm_head"]\n'
+                "    return parts\n\n\n")
+    return function, "    config.parallelism.module_fqns_per_model_part = nestplan_stages()\n"
 
 
 def _checkpoint(plan: Plan) -> tuple[str, list[str]]:
@@ -362,6 +392,8 @@ def config_module(inp: ExportInput, compiled: bool) -> str:
     imports, body = _model_source(m, job.fp8, compiled)
     base, _, assets = MODEL_CONFIGS.get(m.name, ("llama3_70b", "", ""))
     assets_line = f'    config.hf_assets_path = "{assets}"\n' if assets else ""
+    listed = listed_split(inp.plan)
+    stages, stages_line = _stages_source(listed) if listed is not None else ("", "")
     return ('"""torchtitan 0.3.0 config written by nestplan: the model it builds for the plan and its precision.'
             "\n\nThe launch script puts this folder on PYTHONPATH and passes --module "
             f'{CONFIG_MODULE} --config {CONFIG_FUNCTION};\nits flags set the parallelism, batch and sequence."""\n'
@@ -370,12 +402,12 @@ def config_module(inp: ExportInput, compiled: bool) -> str:
             f"; FP8 linears: {'yes' if job.fp8 else 'no'}\n\n"
             + imports + "from torchtitan.models.common.config_utils import decoder_vocab_size\n"
             "from torchtitan.models.llama3 import config_registry, model_registry\n\n\n"
-            "def nestplan_model():\n" + body + "\n\n"
-            f"def {CONFIG_FUNCTION}():\n"
+            "def nestplan_model():\n" + body + "\n\n" + stages
+            + f"def {CONFIG_FUNCTION}():\n"
             f"    config = config_registry.{base}()   # torchtitan's run settings (data, optimizer, checkpoints)\n"
             "    config.model_spec = nestplan_model()\n"
             "    config.loss.loss_fn.global_vocab_size = decoder_vocab_size(config.model_spec)\n"
-            + assets_line + "    return config\n")
+            + assets_line + stages_line + "    return config\n")
 
 
 def export(inp: ExportInput) -> Export:
