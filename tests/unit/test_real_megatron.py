@@ -132,12 +132,17 @@ def _capability(plan: Plan) -> tuple[int, int]:
 
 def megatron_args(launch: Launch, monkeypatch):
     """Megatron-LM's parse_args + validate_args on the exported command line (stand-ins: see the docstring)."""
-    capability = _capability(launch.plan)
-    monkeypatch.setattr(sys, "argv", launch.argv)
-    monkeypatch.setenv("WORLD_SIZE", str(launch.world_size))
+    return parsed_and_validated(launch.plan, launch.argv, launch.world_size, launch.connections, monkeypatch)
+
+
+def parsed_and_validated(plan: Plan, argv: list[str], world_size: int, connections: str, monkeypatch):
+    """Megatron-LM's parse_args + validate_args on ``argv`` (script first) in a world of ``world_size``."""
+    capability = _capability(plan)
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setenv("WORLD_SIZE", str(world_size))
     monkeypatch.setenv("RANK", "0")
-    if launch.connections:
-        monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", launch.connections)
+    if connections:
+        monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", connections)
     else:
         monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
     monkeypatch.setattr(arguments, "get_device_arch_version", lambda: capability[0])
@@ -374,17 +379,61 @@ def test_order_no_flag_expresses_runs_as_costed_through_the_node_order(tmp_path,
     check_export(plan, tmp_path / "again", monkeypatch)
 
 
-def test_order_no_node_order_expresses_is_noted(tmp_path, monkeypatch) -> None:
+SLURM_STUBS = {
+    "scontrol": '#!/usr/bin/env bash\nfor k in $(seq 0 $((NODES - 1))); do echo "node-$k"; done\n',
+    "srun": '#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$OUT.srun"\ncp "$SLURM_HOSTFILE" "$OUT.hosts"\n',
+    "python3": '#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$OUT.argv"\necho "$RANK $LOCAL_RANK $WORLD_SIZE" > "$OUT.env"\n',
+}
+
+
+def _slurm(folder: Path, env: dict[str, str]) -> None:
+    """Run the export's launch script with SLURM's commands stood in (each records what it was given)."""
+    stub = folder / "slurm-bin"
+    stub.mkdir(exist_ok=True)
+    for name, text in SLURM_STUBS.items():
+        (stub / name).write_text(text)
+        (stub / name).chmod(0o755)
+    path = {"PATH": f"{stub}:{os.environ['PATH']}", "OUT": str(folder / "out"), "NODES": "16"}
+    subprocess.run(["bash", str(folder / "launch_megatron.sh")], env=path | env, check=True, capture_output=True)
+
+
+def test_order_no_node_order_expresses_is_placed_rank_by_rank_by_slurm(tmp_path, monkeypatch) -> None:
     """tp x cp x ep = 2 ranks per stage of a replica: a node's worth of Megatron's stage-major ranks
-    was costed on several nodes, so no node order helps; the export says so, with the prediction."""
+    was costed on several nodes, so no node order helps. Under sbatch the script starts one SLURM task
+    per rank, placed by SLURM_HOSTFILE (srun --distribution=arbitrary): Megatron's groups, built from the
+    flags the task runs with, span the nodes nestplan costed. Stand-ins: scontrol, srun and python3 record
+    what the script hands them (task 0 of the step is run as srun would run it)."""
+    plan = _replica_major("mixtral-8x7b", 128, ParallelDims(tp=1, ep=2, pp=4, dp=16, zero=1))
+    export = megatron.export(ExportInput(plan, "test"))
+    export.write(tmp_path)
+    assert [f.name for f in export.files] == ["launch_megatron.sh", "rank_nodes.txt"]
+    assert any("RANK LAYOUT DIFFERS" in n for n in export.notes)   # what torchrun runs outside sbatch
+    assert any("srun --distribution=arbitrary" in n for n in export.notes)
+    _slurm(tmp_path, {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "node-[0-15]"})
+    srun = (tmp_path / "out.srun").read_bytes().decode().split("\0")
+    assert "--ntasks=128" in srun and "--distribution=arbitrary" in srun
+    hosts = [int(h.removeprefix("node-")) for h in (tmp_path / "out.hosts").read_text().split()]
+    _slurm(tmp_path, {"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+                      "SLURM_NTASKS": "128", "SLURM_NODEID": "0", "NESTPLAN_RANK_TASKS": "1"})   # srun passes it on
+    assert (tmp_path / "out.env").read_text().split() == ["0", "0", "128"]
+    argv = (tmp_path / "out.argv").read_bytes().decode().split("\0")[:-1]
+    args = parsed_and_validated(plan, argv, 128, "", monkeypatch)   # the script sets no connection limit here
+    check_degrees_and_batch(args, plan)
+    theirs = megatron_groups(args, 128)
+    costed = costed_groups(plan)
+    for axis in ("tp", "cp", "dp", "pp", "ep"):
+        assert _nodes_of(theirs[axis], hosts.__getitem__) == _nodes_of(costed[axis], lambda d: d // 8), axis
+
+
+def test_rank_placed_plan_run_without_sbatch_is_torchrun_in_megatrons_order(tmp_path) -> None:
     plan = _replica_major("mixtral-8x7b", 128, ParallelDims(tp=1, ep=2, pp=4, dp=16, zero=1))
     launch = Launch(plan, tmp_path)
-    assert len(launch.export.files) == 1
-    assert any("RANK LAYOUT DIFFERS" in n for n in launch.export.notes)
-    assert any("no node order" in n for n in launch.export.notes)
-    args = megatron_args(launch, monkeypatch)
-    ours = placed(megatron_groups(args, launch.world_size), launch.node_ranks(), 8)
-    assert ours["pp"] != costed_groups(plan)["pp"]   # what the note says: the groups are not the costed ones
+    assert launch.torchrun["--nnodes"] == "16" and launch.node_ranks() == list(range(16))
+
+
+def _nodes_of(groups: set[frozenset[int]], node) -> list[tuple[int, ...]]:
+    """Each group as the nodes its members run on: what the cost of its collective depends on."""
+    return sorted(tuple(sorted(node(r) for r in g)) for g in groups)
 
 
 def test_node_index_outside_the_allocation_is_refused(tmp_path) -> None:

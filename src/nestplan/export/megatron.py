@@ -187,17 +187,26 @@ def node_order(inp: ExportInput) -> str | None:
     return rank_order.node_rank_file(inp.plan, TITLE, order, inp.devices_per_node)
 
 
-def _node_order_note(plan: Plan, reordered: bool) -> str | None:
-    """What the node order does, or that none can do it, where Megatron-LM's order is not the costed one."""
-    order = choose_order(plan, orders(plan))
-    if rank_order.same_layout(plan, order):
+def rank_placement(inp: ExportInput) -> str | None:
+    """rank_nodes.txt where Megatron-LM's rank order differs from the costed one and no node order
+    helps: SLURM then places every rank on the node it was costed on; None otherwise."""
+    if node_order(inp) is not None:
         return None
-    if reordered:
-        return (f"Megatron-LM numbers ranks {'-'.join(order)}, not the costed {'-'.join(plan.axis_order)}: "
-                f"{rank_order.FILE_NAME} gives each node the torchrun node rank that puts its ranks on the "
-                "devices nestplan costed them on (the groups are the costed ones)")
-    return ("no node order puts Megatron-LM's groups where nestplan costed them (a node's worth of its ranks "
-            "was costed across nodes), so the rank layout stays as noted")
+    order = choose_order(inp.plan, orders(inp.plan))
+    return rank_order.rank_node_file(inp.plan, TITLE, order, inp.devices_per_node)
+
+
+def _placement_note(plan: Plan, file_name: str) -> str:
+    """What the node order or the per-rank placement does, where Megatron-LM's order is not the costed one."""
+    order = '-'.join(choose_order(plan, orders(plan)))
+    if file_name == rank_order.FILE_NAME:
+        return (f"Megatron-LM numbers ranks {order}, not the costed {'-'.join(plan.axis_order)}: {file_name} gives "
+                "each node the torchrun node rank that puts its ranks on the devices nestplan costed them on "
+                "(the groups are the costed ones)")
+    return (f"no node order maps Megatron-LM's {order} onto the costed {'-'.join(plan.axis_order)}: under sbatch the "
+            f"script starts every rank as its own task on the node {file_name} names (SLURM_HOSTFILE, srun "
+            "--distribution=arbitrary), so each group spans the nodes nestplan costed; run any other way, torchrun "
+            "keeps Megatron-LM's order, as the rank-layout note says")
 
 
 def _node_order_lines() -> str:
@@ -211,6 +220,32 @@ def _node_order_lines() -> str:
             "  exit 2\n"
             "fi\n"
             'NODE_RANK="${NODE_RANKS[NODE_INDEX]}"\n')
+
+
+def _rank_placement_lines(devices_per_node: int) -> str:
+    """Shell lines that, under sbatch, start every rank as its own SLURM task on the node
+    rank_nodes.txt names (SLURM_HOSTFILE read by srun --distribution=arbitrary); elsewhere the script
+    goes on to torchrun, node by node, in Megatron-LM's own order."""
+    name = rank_order.RANK_FILE_NAME
+    return (f"# rank placement ({name}): under sbatch, rank r runs as SLURM task r on the node line r names;\n"
+            "# run any other way, torchrun starts the ranks node by node in Megatron-LM's own order (see the notes)\n"
+            'if [[ -n "${SLURM_JOB_ID:-}" && -z "${SLURM_STEP_ID:-}" ]]; then\n'
+            '  mapfile -t HOSTS < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
+            f'  mapfile -t RANK_NODE < <(grep -v "^#" "$(dirname "${{BASH_SOURCE[0]}}")/{name}")\n'
+            '  SLURM_HOSTFILE="$(mktemp)"\n'
+            '  for node in "${RANK_NODE[@]}"; do printf "%s\\n" "${HOSTS[node]}"; done > "$SLURM_HOSTFILE"\n'
+            "  export SLURM_HOSTFILE NESTPLAN_RANK_TASKS=1\n"
+            f'  exec srun --ntasks="${{#RANK_NODE[@]}}" --distribution=arbitrary --gpus-per-node={devices_per_node} '
+            'bash "$0" "$@"\n'
+            "fi\n")
+
+
+def _one_process_per_task() -> str:
+    """After the torchrun prologue: in a task of that srun, SLURM started the rank, which runs Megatron-LM itself."""
+    return ('if [[ -n "${NESTPLAN_RANK_TASKS:-}" ]]; then\n'
+            '  export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" MASTER_ADDR MASTER_PORT\n'
+            "  TORCHRUN=(python3)   # one process per SLURM task\n"
+            "fi\n")
 
 
 def _cp_flags(job: Job, cp: int) -> Flags:
@@ -347,14 +382,16 @@ def export(inp: ExportInput) -> Export:
     train, train_notes = training_flags(p)
     framework, framework_notes = framework_flags(p)
     train += framework
-    nodes = node_order(inp)
-    notes += [n for n in [_node_order_note(p, nodes is not None)] if n]
+    nodes, ranks = node_order(inp), rank_placement(inp)
+    placement = [(rank_order.FILE_NAME, nodes), (rank_order.RANK_FILE_NAME, ranks)]
+    notes += [_placement_note(p, name) for name, text in placement if text is not None]
     notes += train_notes + framework_notes
     script = "pretrain_gpt.py" if m.causal else "examples/bert/pretrain_bert.py"   # moved there in Megatron-LM
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
             + "set -euo pipefail\n" + _environment(p) + (_node_order_lines() if nodes else "")
-            + torchrun_prologue(inp, 6000)
+            + (_rank_placement_lines(inp.devices_per_node) if ranks else "") + torchrun_prologue(inp, 6000)
+            + (_one_process_per_task() if ranks else "")
             + 'MEGATRON_LM="${MEGATRON_LM:-/workspace/Megatron-LM}"\n\n'
             + bash_array("PARALLEL_ARGS", flag_pairs(par), "parallelism, as nestplan costed it")
             + bash_array("MODEL_ARGS", flag_pairs(model_flags(m, p)), f"model shape of {m.name}")
@@ -365,6 +402,5 @@ def export(inp: ExportInput) -> Export:
             + f'\n"${{TORCHRUN[@]}}" "$MEGATRON_LM/{script}" "${{PARALLEL_ARGS[@]}}" "${{MODEL_ARGS[@]}}" \\\n'
             + '    "${TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" "$@"\n')
     files = [ExportFile("launch_megatron.sh", text, executable=True)]
-    if nodes is not None:
-        files.append(ExportFile(rank_order.FILE_NAME, nodes))
+    files += [ExportFile(name, text) for name, text in placement if text is not None]
     return Export(NAME, tuple(files), tuple(notes))

@@ -11,7 +11,9 @@ multiple of the node's devices).
 
 Rank 0 (every coordinate 0) is device 0 in any order, so node rank 0 stays on the allocation's
 first node, where a launcher's master address points. ``node_ranks`` finds that permutation; ``node_rank_file`` writes it as a file a launch script reads
-(one integer per line: no name from any input appears in it). Framework-neutral: each exporter
+(one integer per line: no name from any input appears in it). Where no node order exists, a
+launcher that places every rank itself (SLURM's ``--distribution=arbitrary`` with ``SLURM_HOSTFILE``)
+follows ``rank_node_file``: the node each rank was costed on. Framework-neutral: each exporter
 passes its framework's order.
 """
 
@@ -26,6 +28,7 @@ from nestplan.plan import Plan
 from nestplan.strategy.placement import rank_grid
 
 FILE_NAME = "node_ranks.txt"
+RANK_FILE_NAME = "rank_nodes.txt"
 
 
 def costed_device_of_rank(plan: Plan, framework_order: Sequence[str]) -> np.ndarray:
@@ -73,3 +76,18 @@ def node_rank_file(plan: Plan, framework: str, framework_order: Sequence[str], d
             "line k (from 0, comments skipped) is the node rank the k-th node of the allocation (SLURM_NODEID k, "
             "nodes in network order) starts with, so that each rank runs on the device nestplan costed it on")
     return "".join(f"# {comment_text(line)}\n" for line in head) + "".join(f"{r}\n" for r in ranks)
+
+
+def rank_node_file(plan: Plan, framework: str, framework_order: Sequence[str], devices_per_node: int) -> str | None:
+    """The text of ``rank_nodes.txt``: '#' comment lines, then line r (r from 0) holds the allocation's
+    node (its index in network order) that the framework's rank r was costed on; None where the
+    orders agree. Within a node the devices are alike to nestplan's placement (a node is its first level)."""
+    order = tuple(framework_order)
+    if same_layout(plan, order):
+        return None
+    nodes = costed_device_of_rank(plan, order) // devices_per_node
+    head = (f"rank placement for {framework}, which numbers ranks {'-'.join(order)} (fastest first); nestplan "
+            f"costed {'-'.join(plan.axis_order)}",
+            "line r (from 0, comments skipped) is the node of the allocation (its index in network order) that rank r "
+            "runs on: SLURM_HOSTFILE lines for srun --distribution=arbitrary")
+    return "".join(f"# {comment_text(line)}\n" for line in head) + "".join(f"{int(n)}\n" for n in nodes)
