@@ -16,9 +16,10 @@ from nestplan.model import (
 )
 
 CATALOG = [
-    "bert-large", "gpt3-175b", "gpt3-35b", "korthikanti-175b", "korthikanti-1t", "korthikanti-22b",
-    "korthikanti-530b", "llama2-7b", "llama3-70b", "llama3-8b", "llama3.1-405b", "mixtral-8x7b", "mixtral-small",
-    "nemotron4-15b", "nemotron4-340b",
+    "bert-large", "gemma2-27b", "gemma2-9b", "gemma3-27b", "gpt3-175b", "gpt3-35b", "korthikanti-175b",
+    "korthikanti-1t", "korthikanti-22b", "korthikanti-530b", "llama2-7b", "llama3-70b", "llama3-8b", "llama3.1-405b",
+    "mixtral-8x7b", "mixtral-small", "nemotron4-15b", "nemotron4-340b", "olmo2-7b", "phi3-medium", "phi3-mini",
+    "qwen3-32b", "qwen3-8b",
 ]
 
 

@@ -70,7 +70,13 @@ _DEFAULT_MAX_POSITIONS = {
     "mixtral": 4096 * 32,
     "qwen2": 32768,
     "qwen2_moe": 32768,
+    "qwen3": 32768,
     "qwen3_moe": 32768,
+    "phi3": 4096,
+    "olmo2": 2048,
+    "gemma2": 8192,
+    "gemma3": 131072,
+    "gemma3_text": 131072,
     "nemotron": 4096,
     "gpt2": 1024,
     "gpt_neox": 2048,
@@ -78,20 +84,64 @@ _DEFAULT_MAX_POSITIONS = {
 }
 
 
+# Keys that change the architecture in some family's configuration (the families nestplan reads and
+# those it does not yet: DeepSeek's latent attention and routed experts, Llama 4's chunked attention and
+# interleaved MoE, Falcon's parallel block, ...). A reader that does not read one of them cannot honour
+# it: a config that sets it (to anything but null, false, 0 or an empty list) is refused, naming it.
+_ARCHITECTURE_KEYS = (
+    "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "n_shared_experts", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+    "first_k_dense_replace", "moe_layer_freq", "interleave_moe_layer_step", "num_nextn_predict_layers",
+    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "sliding_window", "use_sliding_window", "max_window_layers", "layer_types", "sliding_window_pattern",
+    "attention_chunk_size", "no_rope_layers", "head_dim", "partial_rotary_factor", "rotary_pct",
+    "parallel_attn", "parallel_attention", "new_decoder_architecture", "use_parallel_residual",
+    "attn_logit_softcapping", "final_logit_softcapping", "use_qk_norm", "qk_layernorm",
+    "mamba_d_state", "ssm_state_size", "hybrid_override_pattern", "attn_layer_period", "expert_layer_period",
+)
+# Keys among those above that a family's transformers model applies without changing any parameter,
+# FLOP or stored byte nestplan counts (logit soft-capping: a tanh on the scores and logits, Gemma 2
+# report, Gemma Team 2024, arXiv 2408.00118 section 2; with flash attention it runs inside the kernel)
+_HARMLESS_KEYS = {
+    "gemma2": ("attn_logit_softcapping", "final_logit_softcapping"),
+    "gemma3": ("attn_logit_softcapping", "final_logit_softcapping"),
+    "gemma3_text": ("attn_logit_softcapping", "final_logit_softcapping"),
+    # GPT-NeoX's parallel residual (x + attn(ln1(x)) + mlp(ln2(x))) has the sequential block's GEMMs
+    # and norms; rotary_pct changes only which channels RoPE rotates
+    "gpt_neox": ("use_parallel_residual", "rotary_pct"),
+}
+
+# layer_types entries (transformers >= 4.53) and whether the layer attends to a sliding window
+_LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
+
+
 class _Fields:
-    """Typed access to one config dict; every error names the family and the field."""
+    """Typed access to one config dict; every error names the family and the field. It records the
+    keys the reader looks at (:meth:`check_unread`)."""
 
     def __init__(self, data: dict, family: str) -> None:
         self.data = data
         self.family = family
+        self.read: set[str] = set()
+
+    def check_unread(self) -> None:
+        """Refuse an architecture key that is set but that the family's reader did not read."""
+        harmless = _HARMLESS_KEYS.get(self.family, ())
+        for key in _ARCHITECTURE_KEYS:
+            value = self.data.get(key)
+            if key not in self.read and key not in harmless and value not in (None, False, 0, []):
+                raise self.error(f"field '{key}' changes the architecture and nestplan does not honour it in "
+                                 f"a {self.family} model; remove it or use a family that reads it", key, brief(value))
 
     def error(self, message: str, key: str | None = None, value: Any = None, limit: Any = None) -> ConfigError:
         return ConfigError(f"config.json ({self.family}): {message}", field=key, value=value, limit=limit)
 
     def has(self, key: str) -> bool:
+        self.read.add(key)
         return self.data.get(key) is not None
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:
+        self.read.add(key)
         value = self.data.get(key)
         if value is None:
             if default is _MISSING:
@@ -145,16 +195,51 @@ class _Fields:
                 )
         return tuple(sorted(set(value)))
 
+    def window(self, default: int | None) -> int | None:
+        """``sliding_window`` in keys: ``default`` when absent, None (full attention) when null."""
+        self.read.add("sliding_window")
+        if "sliding_window" in self.data and self.data["sliding_window"] is None:
+            return None
+        if default is None and not self.has("sliding_window"):
+            return None
+        return self.integer("sliding_window", MAX_POSITIONS, default=default)
+
+    def sliding_layers(self, num_layers: int, default: Callable[[int], bool]) -> tuple[int, ...]:
+        """Indices of the windowed layers: from ``layer_types`` where given, else ``default(index)``."""
+        kinds = self.raw("layer_types", None)
+        if kinds is None:
+            return tuple(i for i in range(num_layers) if default(i))
+        if not isinstance(kinds, list) or len(kinds) != num_layers:
+            raise self.error(f"field 'layer_types' must be a list of {num_layers} layer types, got {brief(kinds)}",
+                             "layer_types", brief(kinds), f"{num_layers} of {', '.join(_LAYER_TYPES)}")
+        for kind in kinds:
+            if not isinstance(kind, str) or kind not in _LAYER_TYPES:
+                raise self.error(f"field 'layer_types' has layer type {brief(kind)}, which nestplan does not "
+                                 f"honour; allowed: {', '.join(_LAYER_TYPES)}", "layer_types", brief(kind),
+                                 list(_LAYER_TYPES))
+        return tuple(i for i, kind in enumerate(kinds) if _LAYER_TYPES[kind])
+
+
+def _windows(window: int | None, layers: tuple[int, ...]) -> dict[str, Any]:
+    """The spec's sliding-window fields, canonical: no window without windowed layers, and back."""
+    if window is None or not layers:
+        return {"sliding_window": None, "sliding_window_layers": ()}
+    return {"sliding_window": window, "sliding_window_layers": layers}
+
 
 def _attention_shape(
-    f: _Fields, hidden_key: str, heads_key: str, kv_key: str | None, head_dim_key: str | None
+    f: _Fields, hidden_key: str, heads_key: str, kv_key: str | None, head_dim_key: str | None,
+    head_dim_default: int | None = None,
 ) -> tuple[int, int, int, int]:
-    """(hidden, heads, kv heads, head dim), with the divisibility checks."""
+    """(hidden, heads, kv heads, head dim), with the divisibility checks; the head dim is
+    ``head_dim_key``'s value, else ``head_dim_default`` where the family has one, else hidden / heads."""
     hidden = f.integer(hidden_key, MAX_HIDDEN)
     heads = f.integer(heads_key, MAX_HEADS)
     kv_heads = f.integer(kv_key, MAX_HEADS, default=heads) if kv_key else heads
     if head_dim_key and f.has(head_dim_key):
         head_dim = f.integer(head_dim_key, MAX_HEAD_DIM)
+    elif head_dim_default is not None:
+        head_dim = head_dim_default
     elif hidden % heads:
         raise f.error(
             f"{heads_key} {heads} does not divide {hidden_key} {hidden}"
@@ -168,10 +253,10 @@ def _attention_shape(
     return hidden, heads, kv_heads, head_dim
 
 
-def _rotary_decoder(f: _Fields, name: str) -> dict[str, Any]:
+def _rotary_decoder(f: _Fields, name: str, head_dim_default: int | None = None) -> dict[str, Any]:
     """Fields shared by the Llama-style families (RMSNorm, RoPE, gated SiLU MLP, GQA)."""
     hidden, heads, kv_heads, head_dim = _attention_shape(
-        f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"
+        f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", head_dim_default
     )
     return dict(
         name=name,
@@ -221,13 +306,87 @@ def _read_nemotron(f: _Fields, name: str) -> ModelSpec:
     return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields)
 
 
-def _read_dense_rotary(f: _Fields, name: str) -> ModelSpec:
-    """mistral, qwen2 (qwen2's Q/K/V-only bias is recorded as linear_bias=False)."""
-    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **_rotary_decoder(f, name))
+def _every_layer(f: _Fields, num_layers: int, default_window: int | None) -> dict[str, Any]:
+    """A ``sliding_window`` that applies to every layer (Mistral, Mixtral, Phi-3: HF MistralConfig
+    defaults it to 4096, MixtralConfig and Phi3Config to None; null means full attention)."""
+    return _windows(f.window(default_window), tuple(range(num_layers)))
+
+
+def _qwen_windows(f: _Fields, num_layers: int) -> dict[str, Any]:
+    """Qwen2/Qwen3 (dense and MoE): ``sliding_window`` (default 4096) only where ``use_sliding_window``
+    (default false), in the layers from ``max_window_layers`` (default 28) on, or those ``layer_types``
+    names (HF Qwen2Config: layer_types "sliding_attention" where i >= max_window_layers)."""
+    window = f.window(4096)
+    first = f.integer("max_window_layers", MAX_LAYERS, default=28, minimum=0)
+    layers = f.sliding_layers(num_layers, lambda i: i >= first)
+    return _windows(window if f.flag("use_sliding_window", False) else None, layers)
+
+
+def _read_mistral(f: _Fields, name: str) -> ModelSpec:
+    fields = _rotary_decoder(f, name)
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+                     **fields | _every_layer(f, fields["num_layers"], 4096))
+
+
+def _read_qwen2(f: _Fields, name: str) -> ModelSpec:
+    """Qwen2: biases on the Q, K and V projections, none elsewhere (HF modeling_qwen2, Qwen2Attention)."""
+    fields = _rotary_decoder(f, name) | {"qkv_bias": True}
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+                     **fields | _qwen_windows(f, fields["num_layers"]))
+
+
+def _read_qwen3(f: _Fields, name: str) -> ModelSpec:
+    """Qwen3 dense: the Llama block with QK-norm, an RMSNorm of head_dim on each query and key head
+    before RoPE (HF modeling_qwen3, Qwen3Attention q_norm/k_norm), ``head_dim`` explicit (default 128);
+    ``attention_bias`` puts biases on the attention projections (recorded as linear_bias, as for Llama)."""
+    fields = _rotary_decoder(f, name, head_dim_default=128) | {
+        "qk_norm": "head", "linear_bias": f.flag("attention_bias", False)}
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+                     **fields | _qwen_windows(f, fields["num_layers"]))
+
+
+def _read_phi3(f: _Fields, name: str) -> ModelSpec:
+    """Phi-3: the Llama block with fused qkv_proj and gate_up_proj (the same weights and FLOPs as the
+    separate projections, HF modeling_phi3), a ``sliding_window`` on every layer where set, rotary
+    positions on ``partial_rotary_factor`` (default 1) of each head."""
+    fields = _rotary_decoder(f, name) | {
+        "rotary_fraction": f.fraction("partial_rotary_factor", 1.0),
+        "dropout": f.any_dropout({"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0})}
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+                     **fields | _every_layer(f, fields["num_layers"], None))
+
+
+def _read_olmo2(f: _Fields, name: str) -> ModelSpec:
+    """OLMo 2: the Llama block with its two norms after attention and after the MLP instead of before
+    (the same parameters) and QK-norm over the full query and key widths (HF modeling_olmo2; OLMo
+    Team 2024, "2 OLMo 2 Furious", arXiv 2501.00656 section 3)."""
+    fields = _rotary_decoder(f, name) | {"qk_norm": "full", "linear_bias": f.flag("attention_bias", False)}
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields)
+
+
+def _read_gemma(f: _Fields, name: str) -> ModelSpec:
+    """Gemma 2 and Gemma 3 (text): four RMSNorms per block (before and after attention and the MLP),
+    a gated GeLU MLP, tied embeddings, ``head_dim`` explicit (default 256), local sliding-window layers
+    between global ones: Gemma 2 every other layer from the first (HF Gemma2Config layer_types:
+    sliding where (i + 1) % 2), Gemma 3 all but every ``sliding_window_pattern``-th (default 6: 5 local
+    to 1 global, Gemma 3 report arXiv 2503.19786 section 2.2), window default 4096; Gemma 3 adds QK-norm
+    of head_dim (HF modeling_gemma3 q_norm/k_norm). The embedding scale by sqrt(hidden) and soft-capping
+    add no parameters and no FLOPs worth counting."""
+    fields = _rotary_decoder(f, name, head_dim_default=256) | {
+        "tied_embeddings": f.flag("tie_word_embeddings", True), "block_norms": 4}
+    window = f.window(4096)
+    if f.family == "gemma2":
+        layers = f.sliding_layers(fields["num_layers"], lambda i: (i + 1) % 2 != 0)
+    else:
+        pattern = f.integer("sliding_window_pattern", MAX_LAYERS, default=6)
+        layers = f.sliding_layers(fields["num_layers"], lambda i: (i + 1) % pattern != 0)
+        fields["qk_norm"] = "head"
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _windows(window, layers))
 
 
 def _read_mixtral(f: _Fields, name: str) -> ModelSpec:
     fields = _rotary_decoder(f, name)
+    fields |= _every_layer(f, fields["num_layers"], None)
     experts, top_k = _experts(f, "num_local_experts")
     expert_ffn = f.integer("intermediate_size", MAX_FFN)
     return ModelSpec(
@@ -252,8 +411,10 @@ def _read_qwen_moe(f: _Fields, name: str) -> ModelSpec:
     has_dense = len(moe_layers) < num_layers
     dense_ffn = f.integer("intermediate_size", MAX_FFN, default=_MISSING if has_dense else expert_ffn)
     shared_ffn = 0
+    fields |= _qwen_windows(f, num_layers)
     if f.family == "qwen2_moe":
         shared_ffn = f.integer("shared_expert_intermediate_size", MAX_FFN, minimum=0)
+        fields["qkv_bias"] = True   # HF modeling_qwen2_moe, Qwen2MoeAttention: q, k, v biased
     else:
         fields["linear_bias"] = f.flag("attention_bias", False)
     return ModelSpec(
@@ -329,11 +490,17 @@ def _read_bert(f: _Fields, name: str) -> ModelSpec:
 
 _READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
     "llama": _read_llama,
-    "mistral": _read_dense_rotary,
+    "mistral": _read_mistral,
     "mixtral": _read_mixtral,
-    "qwen2": _read_dense_rotary,
+    "qwen2": _read_qwen2,
     "qwen2_moe": _read_qwen_moe,
+    "qwen3": _read_qwen3,
     "qwen3_moe": _read_qwen_moe,
+    "phi3": _read_phi3,
+    "olmo2": _read_olmo2,
+    "gemma2": _read_gemma,
+    "gemma3": _read_gemma,
+    "gemma3_text": _read_gemma,
     "nemotron": _read_nemotron,
     "gpt2": _read_gpt2,
     "gpt_neox": _read_gpt_neox,
@@ -354,9 +521,13 @@ def _check_model_name(name: str, field: str = "model name") -> str:
 
 
 def parse_config(data: dict, name: str) -> ModelSpec:
-    """A ModelSpec from a Hugging Face ``config.json`` dict; the family is its ``model_type``."""
+    """A ModelSpec from a Hugging Face ``config.json`` dict; the family is its ``model_type``. A
+    multimodal config whose ``text_config`` object holds the language model (Gemma 3, LLaVA, ...) is
+    read from that object: the language model is what nestplan plans (the vision tower is not counted)."""
     if not isinstance(data, dict):
         raise ConfigError(f"config.json: top level must be a JSON object, got {type(data).__name__}", field="config")
+    if isinstance(data.get("text_config"), dict):
+        data = data["text_config"]
     supported = ", ".join(SUPPORTED_FAMILIES)
     family = data.get("model_type")
     if family is None:
@@ -369,7 +540,10 @@ def parse_config(data: dict, name: str) -> ModelSpec:
             f"model_type {brief(family)} is not supported; supported families: {supported}",
             field="model_type", value=brief(family), limit=list(SUPPORTED_FAMILIES),
         )
-    return _READERS[family](_Fields(data, family), _check_model_name(name))
+    fields = _Fields(data, family)
+    spec = _READERS[family](fields, _check_model_name(name))
+    fields.check_unread()
+    return spec
 
 
 # ---------------------------------------------------------------------------
@@ -416,12 +590,41 @@ def _nemotron_fields(spec: ModelSpec) -> dict[str, Any]:
             "mlp_bias": spec.linear_bias, "partial_rotary_factor": spec.rotary_fraction}
 
 
-def _dense_rotary_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size}
+def _layer_types(spec: ModelSpec) -> list[str]:
+    return ["sliding_attention" if spec.window_of(i) else "full_attention" for i in range(spec.num_layers)]
+
+
+def _qwen_window_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {"use_sliding_window": spec.sliding_window is not None, "sliding_window": spec.sliding_window,
+            "layer_types": _layer_types(spec)}
+
+
+def _mistral_fields(spec: ModelSpec) -> dict[str, Any]:
+    """Mistral and Phi-3: one window for every layer."""
+    out = {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "sliding_window": spec.sliding_window}
+    if spec.family == "phi3":
+        out["partial_rotary_factor"] = spec.rotary_fraction
+    return out
+
+
+def _qwen_dense_fields(spec: ModelSpec) -> dict[str, Any]:
+    out = {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, **_qwen_window_fields(spec)}
+    if spec.family == "qwen3":
+        out["attention_bias"] = spec.linear_bias
+    return out
+
+
+def _olmo2_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "attention_bias": spec.linear_bias}
+
+
+def _gemma_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size,
+            "sliding_window": spec.sliding_window, "layer_types": _layer_types(spec)}
 
 
 def _mixtral_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size,
+    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size, "sliding_window": spec.sliding_window,
             "num_local_experts": spec.num_experts, "num_experts_per_tok": spec.experts_per_token}
 
 
@@ -429,7 +632,8 @@ def _qwen_moe_fields(spec: ModelSpec) -> dict[str, Any]:
     out = {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "num_experts": spec.num_experts,
            "num_experts_per_tok": spec.experts_per_token, "moe_intermediate_size": spec.moe_ffn_hidden_size,
            "decoder_sparse_step": 1,
-           "mlp_only_layers": [i for i in range(spec.num_layers) if i not in spec.moe_layers]}
+           "mlp_only_layers": [i for i in range(spec.num_layers) if i not in spec.moe_layers],
+           **_qwen_window_fields(spec)}
     if spec.family == "qwen2_moe":
         out["shared_expert_intermediate_size"] = spec.shared_expert_ffn_hidden_size
     else:
@@ -462,11 +666,17 @@ def _bert_fields(spec: ModelSpec) -> dict[str, Any]:
 
 _WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
     "llama": _llama_fields,
-    "mistral": _dense_rotary_fields,
+    "mistral": _mistral_fields,
     "mixtral": _mixtral_fields,
-    "qwen2": _dense_rotary_fields,
+    "qwen2": _qwen_dense_fields,
     "qwen2_moe": _qwen_moe_fields,
+    "qwen3": _qwen_dense_fields,
     "qwen3_moe": _qwen_moe_fields,
+    "phi3": _mistral_fields,
+    "olmo2": _olmo2_fields,
+    "gemma2": _gemma_fields,
+    "gemma3": _gemma_fields,
+    "gemma3_text": _gemma_fields,
     "nemotron": _nemotron_fields,
     "gpt2": _gpt2_fields,
     "gpt_neox": _gpt_neox_fields,

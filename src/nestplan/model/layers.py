@@ -92,12 +92,25 @@ def _norm_params(spec: ModelSpec) -> int:
     return 2 * spec.hidden_size if spec.norm == "layernorm" else spec.hidden_size
 
 
+def qk_norm_params(spec: ModelSpec) -> int:
+    """Weights of the query and key norms: one head_dim vector each shared by the heads (Qwen3,
+    HF modeling_qwen3 ``q_norm = Qwen3RMSNorm(head_dim)``; Gemma 3 likewise), or one vector over
+    the full projection width each (OLMo 2, HF modeling_olmo2 ``q_norm = Olmo2RMSNorm(num_heads *
+    head_dim)``, ``k_norm`` over num_key_value_heads * head_dim); none without QK-norm."""
+    per_weight = 2 if spec.norm == "layernorm" else 1
+    widths = {"none": 0, "head": 2 * spec.head_dim, "full": spec.q_channels + spec.kv_channels}
+    return per_weight * widths[spec.qk_norm]
+
+
 def attention_params(spec: ModelSpec) -> int:
-    """QKV and output projections (+ biases) and the pre-attention norm."""
+    """QKV and output projections (+ biases), QK-norm and one norm of the block."""
     h, q, kv = spec.hidden_size, spec.q_channels, spec.kv_channels
     weights = h * (q + 2 * kv) + q * h
-    biases = (q + 2 * kv + h) if spec.linear_bias else 0
-    return weights + biases + _norm_params(spec)
+    if spec.linear_bias:
+        biases = q + 2 * kv + h
+    else:   # Qwen2: bias on q_proj, k_proj, v_proj only (HF modeling_qwen2, Qwen2Attention)
+        biases = (q + 2 * kv) if spec.qkv_bias else 0
+    return weights + biases + qk_norm_params(spec) + _norm_params(spec)
 
 
 def mlp_params(spec: ModelSpec, ffn: int) -> int:
@@ -110,7 +123,7 @@ def mlp_params(spec: ModelSpec, ffn: int) -> int:
 
 def block_params(spec: ModelSpec, layer: int) -> ParamCount:
     """Full (unsharded) parameters of transformer block ``layer``."""
-    dense = attention_params(spec) + _norm_params(spec)
+    dense = attention_params(spec) + (spec.block_norms - 1) * _norm_params(spec)
     if not spec.is_moe_layer(layer):
         return ParamCount(dense=dense + mlp_params(spec, spec.ffn_hidden_size))
     router = spec.hidden_size * spec.num_experts
@@ -132,14 +145,24 @@ def head_params(spec: ModelSpec, separate_copy: bool) -> int:
 
 
 def total_params(spec: ModelSpec) -> float:
+    """Every parameter of the model, a tied output projection counted once."""
     blocks = sum(block_params(spec, i).total for i in range(spec.num_layers))
+    return blocks + embedding_params(spec) + head_params(spec, separate_copy=False)
+
+
+def active_params(spec: ModelSpec) -> float:
+    """Parameters one token passes through: everything but the routed experts, plus the
+    ``experts_per_token`` of them its router picks in each MoE block (equal to ``total_params`` for
+    a dense model; the "activated parameters" of the MoE model cards)."""
+    routed = spec.experts_per_token / spec.num_experts if spec.num_experts else 0.0
+    blocks = sum(p.dense + routed * p.expert for p in (block_params(spec, i) for i in range(spec.num_layers)))
     return blocks + embedding_params(spec) + head_params(spec, separate_copy=False)
 
 
 def block_params_per_device(spec: ModelSpec, layer: int, shard: Shard) -> ParamCount:
     """Parameters a device holds: projections split over tp (norms replicated), experts over ep."""
     full = block_params(spec, layer)
-    norms = 2 * _norm_params(spec)
+    norms = spec.block_norms * _norm_params(spec) + qk_norm_params(spec)
     replicated_bias = 2 * spec.hidden_size if spec.linear_bias else 0  # row-parallel output biases
     dense_split = full.dense - norms - replicated_bias
     dense = dense_split / shard.tp + norms + replicated_bias
@@ -177,23 +200,54 @@ def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     return gemms
 
 
-def attention_core_gemms(spec: ModelSpec, shard: Shard) -> list[Gemm]:
-    """Scores Q K^T and the weighted sum with V, per head on one device (keys span the full sequence)."""
+def attention_keys(spec: ModelSpec, layer: int | None, seq_len: int) -> int:
+    """Keys the attention of ``layer`` spans for a query: its sliding window, at most the
+    sequence, in a windowed layer; the whole sequence otherwise (and for ``layer`` None)."""
+    window = None if layer is None else spec.window_of(layer)
+    return seq_len if window is None else min(window, seq_len)
+
+
+def attention_core_gemms(spec: ModelSpec, shard: Shard, layer: int | None = None) -> list[Gemm]:
+    """Scores Q K^T and the weighted sum with V, per head on one device, over the rectangle of
+    queries x ``attention_keys`` (a full-attention layer when ``layer`` is None). Of that rectangle a
+    causal kernel computes ``attended_fraction``: :func:`attention_core_flops`."""
     heads = shard.micro_batch * spec.num_heads / shard.tp
     s_q = shard.seq_len / shard.cp
-    s_k = shard.seq_len
+    s_k = attention_keys(spec, layer, shard.seq_len)
     d = spec.head_dim
     return [Gemm(s_q, s_k, d, heads), Gemm(s_q, d, s_k, heads)]
 
 
+def attended_fraction(spec: ModelSpec, layer: int | None, seq_len: int) -> float:
+    """Fraction of the queries x ``attention_keys`` rectangle a flash kernel computes.
+
+    Non-causal: all of it. Causal with a span of w keys over s queries (w = s for full attention):
+    query i attends to min(i + 1, w) keys (FlashAttention-2's local attention, ``window_size=(w - 1, 0)``;
+    Mistral 7B, Jiang et al. 2023, arXiv 2310.06825 section 2: "each token can attend to at most W
+    tokens"), w s - w^2 / 2 pairs in all (block granularity aside), a fraction 1 - w / (2 s) of s x w:
+    the causal half at w = s, nearly all of a window much shorter than the sequence.
+    """
+    if not spec.causal:
+        return 1.0
+    return 1.0 - attention_keys(spec, layer, seq_len) / (2.0 * seq_len)
+
+
+def attention_core_flops(spec: ModelSpec, shard: Shard, layer: int | None = None) -> float:
+    """Forward FLOPs a flash kernel computes for the attention core of ``layer`` on one device."""
+    gemms = attention_core_gemms(spec, shard, layer)
+    return attended_fraction(spec, layer, shard.seq_len) * sum(g.flops for g in gemms)
+
+
 def block_model_flops(spec: ModelSpec, layer: int, tokens: float, seq_len: int) -> float:
-    """Forward model FLOPs of one block for ``tokens`` tokens (no parallelism, full s x s attention).
+    """Forward model FLOPs of one block for ``tokens`` tokens (no parallelism, the full s x s
+    attention rectangle; s x w in a layer with a sliding window of w < s keys).
 
     Narayanan et al. SC'21 eq. 3 counts 24 b s h^2 + 4 b s^2 h per GPT layer; this is the
-    same count generalised to GQA, gated MLPs and top-k experts.
+    same count generalised to GQA, gated MLPs, top-k experts and local attention.
     """
     per_token = sum(g.flops for g in block_gemms(spec, layer, Shard(seq_len=seq_len, micro_batch=1))) / seq_len
-    attn_per_token = 4.0 * seq_len * spec.q_channels   # Q K^T and scores x V, full s x s
+    keys = attention_keys(spec, layer, seq_len)
+    attn_per_token = 4.0 * keys * spec.q_channels   # Q K^T and scores x V over the rectangle
     return tokens * (per_token + attn_per_token)
 
 
@@ -208,7 +262,9 @@ def head_model_flops(spec: ModelSpec, tokens: float) -> float:
 
 # ---------------------------------------------------------------- activations
 def score_elements(spec: ModelSpec, shard: Shard) -> float:
-    """Elements of one s x s attention-score tensor on one device: a b s^2 / (t cp)."""
+    """Elements of one s x s attention-score tensor on one device: a b s^2 / (t cp). A sliding
+    window does not shrink it: attention that is not fused computes the full s x s scores and then
+    masks those outside the window (HF modeling_mistral ``eager_attention_forward``: Q K^T + mask)."""
     return spec.num_heads / shard.tp * shard.micro_batch * (shard.seq_len / shard.cp) * shard.seq_len
 
 
@@ -219,7 +275,8 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     sbh(10 + 24/t + 5as/(ht)) with tp, sbh/t (34 + 5as/h) with tp + sp, the 5as/h term
     dropped by selective recomputation, and 2sbh (the layer input) with full
     recomputation. Generalised term by term to GQA, gated MLPs, top-k experts, no-dropout
-    models and flash attention (no s x s tensors stored).
+    models and flash attention (no s x s tensors stored, so a sliding window changes nothing
+    stored: see ``score_elements``), and QK-norm and post-norms (each stores its input).
     """
     B, T, h = shard.dtype_bytes, shard.tokens, spec.hidden_size
     rep = T * h / shard.sp_div  # a replicated (or, with sp, sequence-split) hidden-sized tensor, in elements
@@ -230,6 +287,9 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     # attention: norm input, QKV input (replicated); Q, K, V, output-projection input (split); mask
     attn = 2 * B * rep + B * T * (spec.q_channels / t + 2 * _kv_per_device(spec, t)) + B * T * spec.q_channels / t
     attn += mask * rep
+    if spec.qk_norm != "none":   # the query and key norms' inputs
+        attn += B * T * (spec.q_channels / t + _kv_per_device(spec, t))
+    attn += (spec.block_norms - 2) * B * rep   # post-norm inputs (Gemma 2/3: attention and MLP outputs)
     if not (shard.flash or recompute is Recomputation.SELECTIVE):
         per_score = B + (mask + B if spec.dropout else 0)   # softmax output, dropout mask and output
         attn += per_score * score_elements(spec, shard)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3_moe", "nemotron", "gpt2",
-                      "gpt_neox", "bert")
+SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo2",
+                      "gemma2", "gemma3", "gemma3_text", "nemotron", "gpt2", "gpt_neox", "bert")
+
+# QK-norm variants (``ModelSpec.qk_norm``): none; one norm of head_dim weights shared by every query
+# (and one by every key) head (Qwen3, Gemma 3); one norm over the full query (and key) projection
+# width (OLMo 2, whose q_norm is RMSNorm(num_heads * head_dim))
+QK_NORM_KINDS = ("none", "head", "full")
 
 
 @dataclass(frozen=True)
@@ -13,7 +18,8 @@ class ModelSpec:
     """A decoder (or encoder) transformer stack, everything the cost model needs.
 
     Sizes are element counts; byte sizes are derived with the job's dtype.
-    A layer is MoE when ``num_experts > 0`` and its index is in ``moe_layers``.
+    A layer is MoE when ``num_experts > 0`` and its index is in ``moe_layers``; a layer attends
+    to a sliding window of ``sliding_window`` keys when its index is in ``sliding_window_layers``.
     """
 
     name: str
@@ -40,6 +46,13 @@ class ModelSpec:
     shared_expert_ffn_hidden_size: int = 0
     moe_layers: tuple[int, ...] = field(default_factory=tuple)
     type_vocab_size: int = 0           # bert token-type embeddings
+    # local attention: each query attends to at most the ``sliding_window`` latest keys (itself
+    # included) in the layers listed; None (and no layers): every layer attends to the whole sequence
+    sliding_window: int | None = None
+    sliding_window_layers: tuple[int, ...] = field(default_factory=tuple)
+    qkv_bias: bool = False             # biases on the Q, K and V projections only (Qwen2); see linear_bias
+    qk_norm: str = "none"              # one of QK_NORM_KINDS
+    block_norms: int = 2               # norms per block: 2 (pre- or post-norms), 4 (Gemma 2/3: pre and post)
     # fraction of each query and key head that rotary position embeddings rotate (Nemotron's
     # partial_rotary_factor: 0.5); 1.0 for the other rotary families, unused with learned positions
     rotary_fraction: float = 1.0
@@ -69,3 +82,7 @@ class ModelSpec:
 
     def is_moe_layer(self, index: int) -> bool:
         return self.num_experts > 0 and index in self.moe_layers
+
+    def window_of(self, index: int) -> int | None:
+        """The sliding window of layer ``index`` in keys, or None when it attends to the whole sequence."""
+        return self.sliding_window if index in self.sliding_window_layers else None
