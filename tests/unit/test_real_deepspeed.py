@@ -6,10 +6,10 @@ process), with the model the launch script tells the user to build: for pp > 1 a
 with ``PipeModelDataParallelTopology(num_pp=pp, num_mp=tp, num_dp=world // (pp x tp))`` on the
 plan's world size, so DeepSpeed's pipeline grid derives the data-parallel size and the engine makes
 its own batch assertion against it; for pp = 1 a plain module (DeepSpeed's config path with
-``mpu=None``: AutoTP's mesh comes from the config), or for cp > 1 the mpu DeepSpeed's own Ulysses for
-Hugging Face models returns (``UlyssesSPAttentionHF.register_with_transformers``, called as the
-export's note says; DeepSpeed's ``parallel_state_sp``, no mpu of the test's making). The parsed meaning read back from
-the engine must equal the plan: micro batch, accumulation steps, the samples a step trains (micro
+``mpu=None``: AutoTP's mesh comes from the config), or for cp > 1 the mpu DeepSpeed's own Ulysses
+for Hugging Face models returns (``UlyssesSPAttentionHF.register_with_transformers``, called as the
+export's note says: DeepSpeed's ``parallel_state_sp``, no mpu of the test's making). The parsed
+meaning read back from the engine must equal the plan: micro batch, accumulation steps, the samples a step trains (micro
 batch x accumulation x the engine's data-parallel world) = the global batch, the train_batch_size
 DeepSpeed reports, ZeRO stage, precision, optimizer, gradient accumulation dtype, the degrees as
 DeepSpeed derives them (data-parallel world, pipeline stages, tensor and sequence-parallel width,
@@ -200,6 +200,10 @@ def _check_meaning(plan: Plan, cfg: dict, notes: tuple[str, ...], facts: dict) -
     assert facts["zero"] == int(d.zero)
     assert (facts["bf16"], facts["fp16"]) == (job.dtype == "bf16", job.dtype == "fp16")
     assert facts["optimizer"] == ds_export.OPTIMIZERS[job.optimizer.value].lower()
+    if "data_types" in cfg:
+        assert facts["grad_accum_dtype"] == job.grad_dtype
+    else:   # DeepSpeed cannot accumulate in the costed dtype here (no ZeRO): the note says so
+        assert facts["grad_accum_dtype"] is None and any("DeepSpeed accumulates gradients in" in n for n in notes)
     assert facts["sequence_parallel"] == d.cp
     if d.pp > 1:
         assert (facts["engine"], facts["pipe"], facts["model"], facts["grid_data"]) == ("PipelineEngine", d.pp, d.tp,
