@@ -152,6 +152,13 @@ def test_window_longer_than_the_sequence_is_full_causal_attention():
     assert L.attended_fraction(full, 0, 1024) == 0.5   # the causal half (cost/compute.py's causal factor)
 
 
+def test_block_kinds_separate_local_and_global_layers():
+    gemma3 = load_model("gemma3-27b")
+    assert {gemma3.block_kind(i) for i in range(gemma3.num_layers)} == {(False, 1024), (False, None)}
+    mixtral = load_model("mixtral-8x7b")
+    assert {mixtral.block_kind(i) for i in range(mixtral.num_layers)} == {(True, None)}
+
+
 def test_gemma2_global_and_local_layers_differ():
     spec = load_model("gemma2-9b")
     shard = L.Shard(seq_len=8192)

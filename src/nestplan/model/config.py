@@ -23,9 +23,17 @@ Choices other modules rely on:
 * Qwen2-MoE has one shared expert of ``shared_expert_intermediate_size``
   (``num_shared_experts`` = 1, or 0 when that size is 0).
 * ``linear_bias``: GPT-2, GPT-NeoX and BERT have biases everywhere; Llama
-  reads ``attention_bias`` or ``mlp_bias``; Qwen3-MoE reads ``attention_bias``.
-  Qwen2 and Qwen2-MoE have biases on the Q, K and V projections only; that is
-  a few kilo-parameters per layer and is recorded as ``linear_bias=False``.
+  reads ``attention_bias`` or ``mlp_bias``; Qwen3, Qwen3-MoE and OLMo 2 read
+  ``attention_bias``. Qwen2 and Qwen2-MoE have biases on the Q, K and V
+  projections only: ``qkv_bias`` (``linear_bias=False``).
+* Sliding windows (``sliding_window``, ``sliding_window_layers``): Mistral,
+  Mixtral and Phi-3 apply ``sliding_window`` to every layer; the Qwen families
+  where ``use_sliding_window`` from ``max_window_layers`` on; Gemma 2 and 3 on
+  their local layers; ``layer_types`` ("full_attention", "sliding_attention")
+  names them where the family has it. null means full attention.
+* A config whose ``text_config`` is an object (multimodal wrappers) is read from it.
+* A key of ``_ARCHITECTURE_KEYS`` that the family's reader does not read, set to
+  anything but null/false/0/[], is refused (``_HARMLESS_KEYS`` exempts a few).
 * ``dropout`` is True when any of the family's dropout probabilities is > 0
   (GPT-2 and BERT default to 0.1, the others to 0.0).
 * Nemotron (``NemotronForCausalLM``) is a rotary decoder with a non-gated MLP of two

@@ -86,3 +86,8 @@ class ModelSpec:
     def window_of(self, index: int) -> int | None:
         """The sliding window of layer ``index`` in keys, or None when it attends to the whole sequence."""
         return self.sliding_window if index in self.sliding_window_layers else None
+
+    def block_kind(self, index: int) -> tuple[bool, int | None]:
+        """What makes blocks cost differently: (is an MoE block, its sliding window); blocks of one kind
+        have the same parameters, FLOPs and stored bytes."""
+        return self.is_moe_layer(index), self.window_of(index)
