@@ -81,10 +81,13 @@ def test_qkv_bias_is_counted_for_qwen2():
     assert split == per_layer / 2
 
 
-@pytest.mark.parametrize(("family", "extra"), [("qwen3", 2 * 32), ("olmo2", 256 + 2 * 32), ("gemma3", 2 * 32)])
+@pytest.mark.parametrize(("family", "extra"), [("qwen3", 2 * 32), ("qwen3_moe", 2 * 32), ("olmo2", 256 + 2 * 32),
+                                               ("gemma3", 2 * 32)])
 def test_qk_norm_weights(family, extra):
-    """Qwen3 and Gemma 3 norm each query and key head over head_dim; OLMo 2 over the full q and k widths."""
-    spec = parse_config(llama_like(model_type=family, head_dim=32), "m")
+    """Qwen3 (dense and MoE) and Gemma 3 norm each query and key head over head_dim; OLMo 2 over the full
+    q and k widths."""
+    moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 128} if family == "qwen3_moe" else {}
+    spec = parse_config(llama_like(model_type=family, head_dim=32, **moe), "m")
     plain = dataclasses.replace(spec, qk_norm="none")
     assert L.block_params(spec, 0).total - L.block_params(plain, 0).total == extra
     assert L.block_params_per_device(spec, 0, L.Shard(tp=1)).total == L.block_params(spec, 0).total

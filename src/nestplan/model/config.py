@@ -408,7 +408,7 @@ def _read_mixtral(f: _Fields, name: str) -> ModelSpec:
 
 
 def _read_qwen_moe(f: _Fields, name: str) -> ModelSpec:
-    """qwen2_moe (one shared expert) and qwen3_moe (no shared expert)."""
+    """qwen2_moe (one shared expert, Q/K/V biases) and qwen3_moe (no shared expert, QK-norm)."""
     fields = _rotary_decoder(f, name)
     num_layers = fields["num_layers"]
     experts, top_k = _experts(f, "num_experts")
@@ -423,8 +423,8 @@ def _read_qwen_moe(f: _Fields, name: str) -> ModelSpec:
     if f.family == "qwen2_moe":
         shared_ffn = f.integer("shared_expert_intermediate_size", MAX_FFN, minimum=0)
         fields["qkv_bias"] = True   # HF modeling_qwen2_moe, Qwen2MoeAttention: q, k, v biased
-    else:
-        fields["linear_bias"] = f.flag("attention_bias", False)
+    else:   # Qwen3-MoE: QK-norm as dense Qwen3 (HF modeling_qwen3_moe, Qwen3MoeAttention q_norm/k_norm)
+        fields |= {"linear_bias": f.flag("attention_bias", False), "qk_norm": "head"}
     return ModelSpec(
         ffn_hidden_size=dense_ffn,
         num_experts=experts,
