@@ -362,6 +362,18 @@ def test_job_settings_reach_the_config(bridge, settings, tmp_path, monkeypatch) 
     check_export(bridge, plan, tmp_path, monkeypatch)
 
 
+def test_the_replica_major_order_is_megatrons_tp_pp_dp_mapping(bridge, tmp_path, monkeypatch) -> None:
+    """A plan costed with data parallelism outermost runs with Megatron-core's tp-cp-ep-pp-dp order."""
+    job = Job(global_batch_size=512, seq_len=4096)
+    plan = api.evaluate_full("llama2-7b", "dgx-a100", ParallelDims(tp=2, pp=4, dp=8), job, devices=64,
+                             axis_order=("tp", "cp", "ep", "pp", "dp")).plan
+    recipe, overrides = launch_arguments(plan, tmp_path)
+    assert recipe == "llama2_7b_pretrain_config"
+    cfg = run_recipe(bridge, recipe, overrides, plan.cluster.devices, monkeypatch)
+    assert cfg.dist.use_tp_pp_dp_mapping
+    assert_config_is_the_plan(bridge, cfg, plan)
+
+
 def test_a_v_schedule_runs_interleaved_with_the_costed_stage_layers(bridge, tmp_path, monkeypatch) -> None:
     """Megatron-core (under Megatron-Bridge) has no DualPipeV: the export runs interleaved 1F1B with two
     chunks per stage, each stage keeping its costed uneven layers, through a layout; the note says so."""
