@@ -144,7 +144,8 @@ def _model_notes(m: ModelSpec, seq_len: int) -> list[str]:
     notes = []
     if m.name not in RECIPES:
         notes.append(f"Megatron-Bridge 0.6.2 has no recipe for {m.name}: its generic GPT recipe ({GENERIC_RECIPE}) "
-                     "runs with every model field set to nestplan's model")
+                     "runs with every model field nestplan costs set to nestplan's model; what it does not "
+                     "model (RoPE base, norm epsilon, tokenizer, data) stays the generic recipe's: set it for yours")
     if m.learned_position_embeddings and seq_len != m.max_position_embeddings:
         notes.append(f"Megatron-Bridge sizes the learned position table by the sequence length ({seq_len}); "
                      f"nestplan costed the model's {m.max_position_embeddings} positions")
