@@ -35,7 +35,8 @@ from nestplan.strategy.dims import ParallelDims
 HOSTILE = ["x\ntouch $CANARY\n#", "$(touch $CANARY)", "`touch $CANARY`", "'; touch $CANARY; '",
            "a\r\ntouch $CANARY #\u2028"]
 STUBS = ("torchrun", "srun", "python", "python3", "deepspeed", "sbatch", "scontrol", "hostname")
-LAUNCHERS = {"megatron": "torchrun", "torchtitan": "torchrun", "nemo": "torchrun", "deepspeed": "deepspeed"}
+LAUNCHERS = {"megatron": "torchrun", "torchtitan": "torchrun", "nemo": "torchrun", "megatron-bridge": "torchrun",
+             "deepspeed": "deepspeed"}
 DIMS = ParallelDims(tp=2, pp=4, dp=2, layers_per_stage=(7, 9, 8, 8))   # uneven middle: Megatron's layout
 DEVICES = 16
 JOB = Job(global_batch_size=64, seq_len=2048)
