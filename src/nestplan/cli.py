@@ -395,7 +395,7 @@ def plan_command(
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
-    export: str | None = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or nemo"),
+    export: str | None = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or megatron-bridge (alias nemo)"),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
     schedules: str | None = typer.Option(None, "--schedules", help="comma-separated pipeline schedules the plan "
                                          "may use (default: all; with --export: those the framework runs)"),
@@ -542,7 +542,7 @@ def compare_command(
 @app.command("export")
 def export_command(
     plan_file: Path = typer.Argument(..., help="a plan JSON file (nestplan plan --json > plan.json)"),
-    framework: str = typer.Option(..., "--framework", help="megatron, torchtitan, deepspeed or nemo"),
+    framework: str = typer.Option(..., "--framework", help="megatron, torchtitan, deepspeed or megatron-bridge (alias nemo)"),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for the files"),
     model: str | None = typer.Option(None, "--model", help="default: the model the plan holds (a plan of schema "
                                      "nestplan.plan/1: the model it names)"),

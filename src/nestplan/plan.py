@@ -33,6 +33,7 @@ from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_name, check_string
 from nestplan.job import CpCommType, Fp8Recipe, Job, Optimizer, check_context
 from nestplan.model.config import config_dict, load_model, parse_config
+from nestplan.model.layers import active_params, total_params
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
 from nestplan.network.topology import MAX_LEVELS
@@ -166,8 +167,9 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The plan JSON object, schema ``nestplan.plan/2``."""
         order = self.cluster.device_order
-        return {"schema": SCHEMA, "model": self.model.name, "cluster": self.cluster.name,
-                "devices_total": self.cluster.devices,
+        return {"schema": SCHEMA, "model": self.model.name,
+                "model_params": int(total_params(self.model)), "model_active_params": int(active_params(self.model)),
+                "cluster": self.cluster.name, "devices_total": self.cluster.devices,
                 **sections(self.dims, self.axis_order, self.job, self.predicted, self.level_names, self.search),
                 "model_config": config_dict(self.model),
                 "model_calibration": {"traced_flops_scale": self.model.traced_flops_scale,

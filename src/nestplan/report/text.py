@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nestplan.cost.prediction import Prediction
+from nestplan.model.layers import active_params, total_params
 from nestplan.errors import printable
 from nestplan.strategy.enums import Schedule
 from nestplan.plan import Plan, PredictionSummary
@@ -53,6 +54,9 @@ def render_plan(console: Console, plan: Plan) -> None:
     console.print(f"[bold]{_name(plan.model.name)}[/] on [bold]{_name(plan.cluster.name)}[/]: {plan.devices_used} of "
                   f"{plan.cluster.devices} devices, global batch {job.global_batch_size}, "
                   f"sequence {job.seq_len}, {job.dtype}; {verdict}")
+    total, active = total_params(plan.model), active_params(plan.model)
+    console.print(f"model: {escape(printable(plan.model.family))}, {total / 1e9:.2f} B parameters"
+                  + (f", {active / 1e9:.2f} B active per token" if active < total else ""))
     exchange = ""
     if d.cp > 1:
         sizes = f" {job.cp_a2a_size} x {d.cp // job.cp_a2a_size}" if job.cp_a2a_size > 1 else ""
