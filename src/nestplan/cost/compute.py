@@ -19,6 +19,7 @@ from nestplan.model.layers import (
     ROW,
     Gemm,
     Shard,
+    attention_core_flops,
     attention_core_gemms,
     block_gemms,
     head_gemm,
@@ -106,13 +107,14 @@ def fp8_cast_bytes(gemms: list[Gemm], dtype_bytes: int, recipe: Fp8Recipe, sp_di
     return forward, backward
 
 
-def _attention_core(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str) -> tuple[float, float]:
-    """(forward, backward) seconds of softmax(Q K^T) V on one device."""
-    gemms = attention_core_gemms(spec, shard)
+def _attention_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dtype: str) -> tuple[float, float]:
+    """(forward, backward) seconds of softmax(Q K^T) V of block ``layer`` on one device: a flash
+    kernel computes the causal part of its keys (its sliding window, where it has one:
+    model/layers.py ``attention_core_flops``); eager attention builds and masks the full scores."""
     if shard.flash:
-        causal = 0.5 if spec.causal else 1.0  # a causal flash kernel skips the masked half
+        gemms = attention_core_gemms(spec, shard, layer)
         q, k = gemms[0].m, gemms[0].n
-        flops = causal * sum(g.flops for g in gemms)
+        flops = attention_core_flops(spec, shard, layer)
         if acc.attention_efficiency is None:   # no kernel measurement: the GEMM efficiency of its shapes
             fwd = flops / (acc.peak(dtype) * acc.matmul_efficiency_for(q, k, spec.head_dim))
             return fwd, FLASH_BACKWARD_FLOP_RATIO * fwd
@@ -121,6 +123,7 @@ def _attention_core(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str)
         fwd = flops / (acc.peak(dtype) * acc.attention_efficiency * shape)
         bwd = FLASH_BACKWARD_FLOP_RATIO * flops / (acc.peak(dtype) * acc.attention_backward_efficiency * shape)
         return fwd, bwd
+    gemms = attention_core_gemms(spec, shard)
     elems = score_elements(spec, shard)
     B = shard.dtype_bytes
     # scale+mask+softmax reads and writes the scores; dropout reads them, writes output and mask
@@ -134,7 +137,9 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
     """HBM traffic of the memory-bound kernels of one block's forward pass."""
     B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
     rep = T * spec.hidden_size / shard.sp_div
-    norms = 2 * (2 * B * rep)                                        # read x, write y, twice
+    norms = spec.block_norms * (2 * B * rep)                         # read x, write y, per norm (2; Gemma 4)
+    if spec.qk_norm != "none":   # Qwen3, OLMo 2, Gemma 3: RMSNorm of the queries and keys (read, write)
+        norms += 2 * B * T * (spec.q_channels + spec.kv_channels) / t
     residual = 2 * (3 * B * rep + (MASK_BYTES * rep if spec.dropout else 0))  # (bias-dropout-)add
     if spec.is_moe_layer(layer):
         ffn = spec.moe_ffn_hidden_size * spec.experts_per_token + spec.shared_expert_ffn_hidden_size * spec.num_shared_experts
@@ -158,7 +163,7 @@ def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, prec
     kernels in ``precision.dtype``."""
     gemms = block_gemms(spec, layer, shard)
     times = _gemm_times(acc, gemms, precision.gemm_dtype)
-    attn_f, attn_b = _attention_core(acc, spec, shard, precision.dtype)
+    attn_f, attn_b = _attention_core(acc, spec, layer, shard, precision.dtype)
     elem = acc.memory_time(_elementwise_bytes(spec, layer, shard))
     cast_f = cast_b = 0.0
     if precision.fp8_recipe is not None:

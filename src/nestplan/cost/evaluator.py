@@ -39,7 +39,7 @@ def _model_flops(model: ModelSpec, seq: int, global_batch_size: int, recompute: 
     if recompute is Recompute.FULL:
         extra = fwd - L.head_model_flops(model, seq)
     elif recompute is Recompute.SELECTIVE:
-        extra = model.num_layers * 4.0 * seq * seq * model.q_channels
+        extra = sum(4.0 * seq * L.attention_keys(model, i, seq) * model.q_channels for i in range(model.num_layers))
     else:
         extra = 0.0
     return model_flops, model_flops + extra * global_batch_size
