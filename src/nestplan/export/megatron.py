@@ -13,7 +13,7 @@ puts Megatron's ranks on the costed devices (``node_ranks.txt``, export.rank_ord
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export import rank_order, schedules
@@ -301,12 +301,52 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
         flags.append(("--rotary-percent", m.rotary_fraction))
     if not m.linear_bias:
         flags.append(("--disable-bias-linear", None))
+    flags += _attention_flags(m)
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights", None))
     if not m.dropout:
         flags += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
     if m.is_moe:
         flags += _moe_flags(m, plan)
+    return flags
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """What Megatron-core's TransformerConfig sets for a model's attention beyond its shape:
+    Q/K/V biases (``add_qkv_bias``), a per-head RMSNorm of queries and keys (``qk_layernorm``), a
+    sliding window on every layer (``window_size`` = (w - 1, 0): a query sees itself and the w - 1
+    keys before it, FlashAttention's convention), and notes for what it cannot build."""
+
+    qkv_bias: bool
+    qk_layernorm: bool
+    window: tuple[int, int] | None
+    notes: tuple[str, ...]
+
+
+def attention_options(m: ModelSpec) -> AttentionOptions:
+    notes = []
+    if m.qk_norm == "full":
+        notes.append(f"{m.name} normalises the whole query and key width (OLMo 2); Megatron-core's qk_layernorm "
+                     "normalises per head (the same FLOPs and memory to nestplan's precision, other weights)")
+    windowed = {m.window_of(i) for i in range(m.num_layers)}
+    window = None
+    if len(windowed) == 1 and None not in windowed:
+        w = min(windowed.pop(), 2**30)
+        window = (w - 1, 0)
+    elif len(windowed) > 1:
+        notes.append(f"{m.name} mixes sliding-window and full-attention layers; this export gives Megatron-core "
+                     "no window, so every layer attends to the whole sequence (slower than costed at long sequences)")
+    return AttentionOptions(m.qkv_bias and not m.linear_bias, m.qk_norm != "none", window, tuple(notes))
+
+
+def _attention_flags(m: ModelSpec) -> Flags:
+    opts = attention_options(m)
+    flags: Flags = [("--add-qkv-bias", None)] if opts.qkv_bias else []
+    if opts.qk_layernorm:
+        flags.append(("--qk-layernorm", None))
+    if opts.window is not None:
+        flags.append(("--window-size", f"{opts.window[0]},{opts.window[1]}"))
     return flags
 
 
@@ -363,7 +403,9 @@ def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     par, notes = parallel_flags(inp)
     train, train_notes = training_flags(inp.plan)
     framework, framework_notes = framework_flags(inp.plan)
-    return par + model_flags(inp.model, inp.plan) + train + framework, notes + train_notes + framework_notes
+    model_notes = list(attention_options(inp.model).notes)
+    return (par + model_flags(inp.model, inp.plan) + train + framework,
+            notes + train_notes + framework_notes + model_notes)
 
 
 def _environment(plan: Plan) -> str:
@@ -385,7 +427,7 @@ def export(inp: ExportInput) -> Export:
     nodes, ranks = node_order(inp), rank_placement(inp)
     placement = [(rank_order.FILE_NAME, nodes), (rank_order.RANK_FILE_NAME, ranks)]
     notes += [_placement_note(p, name) for name, text in placement if text is not None]
-    notes += train_notes + framework_notes
+    notes += train_notes + framework_notes + list(attention_options(m).notes)
     script = "pretrain_gpt.py" if m.causal else "examples/bert/pretrain_bert.py"   # moved there in Megatron-LM
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)

@@ -122,6 +122,7 @@ def _pipeline_split(plan: Plan) -> Items:
 def model_fields(m: ModelSpec, plan: Plan) -> Items:
     """Every architecture field of Megatron-Bridge's GPTModelProvider (Megatron-core TransformerConfig
     names), so that the recipe's model is the one nestplan costed."""
+    attention = megatron.attention_options(m)
     items: Items = [
         ("model.num_layers", m.num_layers), ("model.hidden_size", m.hidden_size),
         ("model.ffn_hidden_size", m.ffn_hidden_size), ("model.num_attention_heads", m.num_heads),
@@ -131,7 +132,9 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
         ("model.normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
         ("model.layernorm_zero_centered_gamma", m.family == "nemotron"),   # HF NemotronConfig's LayerNorm1p
         ("model.gated_linear_unit", m.gated_mlp), ("model.activation_func", _activation(m)),
-        ("model.add_bias_linear", m.linear_bias), ("model.add_qkv_bias", m.linear_bias),
+        ("model.add_bias_linear", m.linear_bias), ("model.add_qkv_bias", m.linear_bias or m.qkv_bias),
+        ("model.qk_layernorm", attention.qk_layernorm),
+        ("model.window_size", None if attention.window is None else list(attention.window)),
         ("model.attention_backend", "flash" if plan.job.flash_attention else "unfused")]
     if not m.learned_position_embeddings:
         items.append(("model.rotary_percent", m.rotary_fraction))
@@ -141,7 +144,7 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
 
 
 def _model_notes(m: ModelSpec, seq_len: int) -> list[str]:
-    notes = []
+    notes = list(megatron.attention_options(m).notes)
     if m.name not in RECIPES:
         notes.append(f"Megatron-Bridge 0.6.2 has no recipe for {m.name}: its generic GPT recipe ({GENERIC_RECIPE}) "
                      "runs with every model field nestplan costs set to nestplan's model; what it does not "

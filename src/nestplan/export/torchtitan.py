@@ -321,7 +321,9 @@ def _differences(m: ModelSpec) -> list[str]:
     checks = [(m.norm != "rmsnorm", m.norm), (not m.gated_mlp, "a non-gated MLP"), (m.linear_bias, "linear biases"),
               (m.learned_position_embeddings, "learned position embeddings"),
               (m.rotary_fraction != 1.0, "partial rotary embeddings"), (m.tied_embeddings, "tied embeddings"),
-              (m.dropout, "dropout")]
+              (m.dropout, "dropout"), (m.qkv_bias, "query/key/value biases"),
+              (m.qk_norm != "none", "query/key norms"), (m.block_norms != 2, f"{m.block_norms} norms per block"),
+              (any(m.window_of(i) is not None for i in range(m.num_layers)), "sliding-window attention")]
     return [what for bad, what in checks if bad]
 
 
@@ -342,7 +344,8 @@ def run_model(m: ModelSpec) -> ModelSpec:
     ffn = m.ffn_hidden_size if m.gated_mlp else SWIGLU_MULTIPLE * round(2 * m.ffn_hidden_size / 3 / SWIGLU_MULTIPLE)
     return replace(m, name=f"{m.name} as llama", norm="rmsnorm", gated_mlp=True, ffn_hidden_size=ffn,
                    linear_bias=False, learned_position_embeddings=False, rotary_fraction=1.0, tied_embeddings=False,
-                   dropout=False)
+                   dropout=False, qkv_bias=False, qk_norm="none", block_norms=2, sliding_window=None,
+                   sliding_window_layers=())
 
 
 def _model_source(m: ModelSpec, fp8: bool, compiled: bool) -> tuple[str, str]:
