@@ -17,6 +17,7 @@ from nestplan import api
 from nestplan.job import Fp8Recipe, Job
 from nestplan.plan import Plan
 from nestplan.search.space import SearchSpace
+from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 
 
@@ -92,3 +93,24 @@ def planned(case: Case) -> Plan:
     job = Job(global_batch_size=case.global_batch_size, seq_len=case.seq_len, **case.job)
     report = api.plan(case.model, case.cluster, job, devices=case.devices, top=0, space=SearchSpace(**case.space))
     return report.plan
+
+
+ISSUE_ORDER = ("tp", "cp", "ep", "dp", "pp")
+
+
+def evaluated(model: str, cluster: str, devices: int, dims: ParallelDims, gbs: int, seq: int) -> Plan:
+    job = Job(global_batch_size=gbs, seq_len=seq)
+    return api.evaluate_full(model, cluster, dims, job, devices=devices, axis_order=ISSUE_ORDER).plan
+
+
+@lru_cache(maxsize=None)
+def issue_plans() -> dict[str, Plan]:
+    """Issue 18's three plans: test_export.py's two fixed shapes and the planner's 405B plan on 2,048."""
+    job405 = Job(global_batch_size=2048, seq_len=8192)
+    return {
+        "llama3-70b-256": evaluated("llama3-70b", "h100-spine-leaf", 256, ParallelDims(
+            tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)), 4096, 8192),
+        "mixtral-8x7b-128": evaluated("mixtral-8x7b", "h100-spine-leaf", 128, ParallelDims(
+            tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2), 4096, 8192),
+        "llama3.1-405b-2048": api.plan("llama3.1-405b", "dgx-h100", job405, devices=2048, top=0).plan,
+    }

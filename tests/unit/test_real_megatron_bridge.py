@@ -46,6 +46,8 @@ from pathlib import Path
 import pytest
 import typing_extensions
 from planned_cases import CASES, planned_plans
+from planned_cases import evaluated as _evaluated
+from planned_cases import issue_plans as planned_issue_plans
 
 from nestplan import api
 from nestplan.catalog import entry_path
@@ -288,22 +290,10 @@ def check_export(bridge, plan: Plan, folder: Path, monkeypatch) -> None:
 
 
 # ---------------------------------------------------------------- the issue's three plans
-def _evaluated(model: str, cluster: str, devices: int, dims: ParallelDims, gbs: int, seq: int) -> Plan:
-    job = Job(global_batch_size=gbs, seq_len=seq)
-    return api.evaluate_full(model, cluster, dims, job, devices=devices, axis_order=("tp", "cp", "ep", "dp", "pp")).plan
-
-
 @pytest.fixture(scope="module")
 def issue_plans() -> dict[str, Plan]:
-    """The issue's three plans: test_export.py's two fixed shapes and the planner's 405B plan on 2,048."""
-    job405 = Job(global_batch_size=2048, seq_len=8192)
-    return {
-        "llama3-70b-256": _evaluated("llama3-70b", "h100-spine-leaf", 256, ParallelDims(
-            tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)), 4096, 8192),
-        "mixtral-8x7b-128": _evaluated("mixtral-8x7b", "h100-spine-leaf", 128, ParallelDims(
-            tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2), 4096, 8192),
-        "llama3.1-405b-2048": api.plan("llama3.1-405b", "dgx-h100", job405, devices=2048, top=0).plan,
-    }
+    """The issue's three plans (planned_cases.issue_plans)."""
+    return planned_issue_plans()
 
 
 @pytest.mark.parametrize("name", ["llama3-70b-256", "mixtral-8x7b-128", "llama3.1-405b-2048"])

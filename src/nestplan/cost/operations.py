@@ -85,6 +85,11 @@ class _Counter:
             self.pending.remove((chunk, j))
         self.ops.append(Op(WEIGHT_GRAD, chunk, j))
 
+    def backward_now(self, chunk: int) -> None:
+        """B then, at once, the oldest pending W (its own, where none was deferred)."""
+        self.input_grad(chunk)
+        self.weight_grad()
+
     def any_waiting(self, chunk: int) -> bool:
         return bool(self.waiting[chunk])
 
@@ -135,16 +140,13 @@ def _zbv(s: int, p: int, m: int) -> list[Op]:
         c.forward(0)
     for _ in range(p - s):
         c.forward(1)
-        c.input_grad(1)
-        c.weight_grad()
+        c.backward_now(1)
     while c.count(1, "F") < c.count(0, "F") or c.count(0, "F") < m:
         if c.count(0, "F") < m:
             c.forward(0)
-        c.input_grad(0)
-        c.weight_grad()
+        c.backward_now(0)
         c.forward(1)
-        c.input_grad(1)
-        c.weight_grad()
+        c.backward_now(1)
     for _ in range(s):
         c.input_grad(0)
         c.input_grad(1)
