@@ -33,8 +33,11 @@ from nestplan.search.planner import _groups, search
 from nestplan.search.space import SearchSpace
 from nestplan.strategy.enums import Recompute, ZeroStage
 
+# no memory margin: the enumerations below judge fit against the whole device, as the search then does
+# (a margin m is the same search on a device of (1 - m) x its memory: tests/unit/test_memory_margin.py)
 SMALL_SPACE = SearchSpace(tp=(1, 2), sp=(False, True), cp=(1,), ep=(1,), micro_batch_sizes=(1, 2),
-                          recompute=(Recompute.NONE, Recompute.FULL), zero=(ZeroStage.NONE, ZeroStage.OPTIMIZER))
+                          recompute=(Recompute.NONE, Recompute.FULL), zero=(ZeroStage.NONE, ZeroStage.OPTIMIZER),
+                          memory_margin=0.0)
 EVERY_ZERO_SPACE = replace(SMALL_SPACE, zero=tuple(ZeroStage))
 
 
