@@ -45,20 +45,6 @@ class SplitTimes:
     forward_comm: np.ndarray
     backward_comm: np.ndarray
 
-    def duration(self, stage: int, op: Op) -> float:
-        f, b, w = self.forward[stage], self.input_grad[stage], self.weight_grad[stage]
-        if op.kind == FORWARD:
-            return float(f[op.chunk])
-        if op.kind == INPUT_GRAD:
-            return float(b[op.chunk])
-        if op.kind == WEIGHT_GRAD:
-            return float(w[op.chunk])
-        if op.kind == FULL_BACKWARD:
-            return float(b[op.chunk] + w[op.chunk])
-        fc, bc = self.forward_comm[stage, op.chunk], self.backward_comm[stage, op.chunk2]
-        compute = (f[op.chunk] - fc) + (b[op.chunk2] - bc + w[op.chunk2])
-        return float(max(compute, fc + bc))
-
 
 def virtual_stage(schedule: Schedule, stage: int, chunk: int, pp: int) -> int:
     """The model-order virtual stage of ``chunk`` of ``stage`` (strategy/dims.py
