@@ -205,11 +205,11 @@ def test_fused_attention_runs_at_its_measured_efficiency() -> None:
     acc = H100.accelerator
     long = Shard(seq_len=65536)
     flops = 0.5 * sum(g.flops for g in attention_core_gemms(MODEL, long))   # causal: half the scores
-    forward, backward = _attention_core(acc, MODEL, long, "bf16")
+    forward, backward = _attention_core(acc, MODEL, 0, long, "bf16")
     assert flops / forward / acc.peak("bf16") == pytest.approx(0.63, rel=0.01)
     assert FLASH_BACKWARD_FLOP_RATIO * flops / backward / acc.peak("bf16") == pytest.approx(0.51, rel=0.01)
     short = Shard(seq_len=512)
-    short_forward = _attention_core(acc, MODEL, short, "bf16")[0]
+    short_forward = _attention_core(acc, MODEL, 0, short, "bf16")[0]
     short_flops = 0.5 * sum(g.flops for g in attention_core_gemms(MODEL, short))
     assert short_flops / short_forward < flops / forward
 
