@@ -11,10 +11,10 @@ from nestplan import api
 from nestplan.cost.memory import in_flight_microbatches, split_schedule_peak
 from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, stage_operations
 from nestplan.cost.schedule import simulate
-from nestplan.cost.split_schedule import SplitTimes, simulate_split, virtual_stage
+from nestplan.cost.split_schedule import SplitTimes, simulate_split
 from nestplan.errors import ConfigError
 from nestplan.job import Job
-from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.dims import ParallelDims, virtual_stage_index
 from nestplan.strategy.enums import Schedule
 
 SPLIT = (Schedule.ZB_H1, Schedule.ZBV, Schedule.DUALPIPEV)
@@ -132,7 +132,7 @@ def test_every_operation_runs_once_after_its_inputs(schedule) -> None:
             if op.kind == OVERLAPPED:
                 passes += [("B", op.chunk2, op.microbatch2), ("W", op.chunk2, op.microbatch2)]
             for kind, chunk, j in passes:
-                key = (kind, virtual_stage(schedule, s, chunk, p), j)
+                key = (kind, virtual_stage_index(schedule, s, chunk, p), j)
                 assert key not in seen
                 seen[key] = (start, end)
     chunks = p * v
@@ -174,9 +174,9 @@ def test_orders_equal_torch_pipelining(name) -> None:
             for s in range(p):
                 ours = []
                 for op in stage_operations(schedule, s, p, m):
-                    vs = virtual_stage(schedule, s, op.chunk, p)
+                    vs = virtual_stage_index(schedule, s, op.chunk, p)
                     if op.kind == OVERLAPPED:
-                        ours.append((OVERLAPPED, vs, op.microbatch, virtual_stage(schedule, s, op.chunk2, p),
+                        ours.append((OVERLAPPED, vs, op.microbatch, virtual_stage_index(schedule, s, op.chunk2, p),
                                      op.microbatch2))
                     else:
                         ours.append((op.kind, vs, op.microbatch))

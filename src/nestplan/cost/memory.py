@@ -16,12 +16,11 @@ peak = weights + gradients + optimizer state   (each divided over the ZeRO shard
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, stage_operations
+from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, operation_arrays
 from nestplan.model.layers import COLUMN, Gemm, ParamCount
 from nestplan.strategy.enums import Schedule, ZeroStage
 
@@ -117,7 +116,7 @@ def split_schedule_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_b
     :func:`weight_gradient_input_bytes`), its W the rest, a full backward all of it. An
     overlapped F&BW holds the forward's bytes before the backward frees its own. Only forwards
     add, so the peak follows one."""
-    kind, chunk, chunk2 = _operation_arrays(schedule, stage, pp, m)
+    kind, chunk, chunk2 = operation_arrays(schedule, stage, pp, m)
     a, kept = np.asarray(chunk_bytes, float), np.asarray(kept_bytes, float)
     stores = np.isin(kind, (FORWARD, OVERLAPPED))
     added = np.where(stores, a[chunk], 0.0)
@@ -125,12 +124,6 @@ def split_schedule_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_b
                       [a[chunk] - kept[chunk], kept[chunk], a[chunk], a[np.maximum(chunk2, 0)]], 0.0)
     live_after = np.cumsum(added - freed)
     return float((live_after + freed)[stores].max())
-
-
-@lru_cache(maxsize=4096)
-def _operation_arrays(schedule: Schedule, stage: int, pp: int, m: int) -> tuple[np.ndarray, ...]:
-    ops = stage_operations(schedule, stage, pp, m)
-    return tuple(np.array([getattr(op, f) for op in ops]) for f in ("kind", "chunk", "chunk2"))
 
 
 def model_state_bytes(

@@ -28,6 +28,8 @@ from collections import deque
 from functools import lru_cache
 from typing import NamedTuple
 
+import numpy as np
+
 from nestplan.strategy.enums import Schedule
 
 FORWARD, INPUT_GRAD, WEIGHT_GRAD, FULL_BACKWARD, OVERLAPPED = range(5)
@@ -105,6 +107,14 @@ class _Counter:
 def stage_operations(schedule: Schedule, stage: int, pp: int, m: int) -> tuple[Op, ...]:
     """Stage ``stage``'s operations, in order, for ``m`` microbatches over ``pp`` stages."""
     return tuple(_operations(schedule, stage, pp, m))
+
+
+@lru_cache(maxsize=4096)
+def operation_arrays(schedule: Schedule, stage: int, pp: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`stage_operations` as arrays (kind, chunk, chunk2), for the vectorised memory walk and
+    the simulation's program."""
+    ops = stage_operations(schedule, stage, pp, m)
+    return tuple(np.array([getattr(op, f) for op in ops], dtype=np.int64) for f in ("kind", "chunk", "chunk2"))
 
 
 def _operations(schedule: Schedule, stage: int, pp: int, m: int) -> list[Op]:

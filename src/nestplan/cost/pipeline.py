@@ -59,7 +59,6 @@ def pipeline_floor(forward_s: Times, backward_s: Times, num_microbatches: int, v
     return float((before + num_microbatches * cycles).max()) * (1 - 1e-9)
 
 
-
 def split_pipeline_time(times: SplitTimes, num_microbatches: int, schedule: Schedule
                         ) -> tuple[float, float, int, float]:
     """``pipeline_time`` for the schedules that split the backward (cost/split_schedule.py), and the

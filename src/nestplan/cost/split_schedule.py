@@ -29,7 +29,9 @@ from functools import lru_cache
 import numpy as np
 
 from nestplan.cost.schedule import Timeline
-from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, Op, stage_operations
+from nestplan.cost.operations import (
+    FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, Op, operation_arrays, stage_operations)
+from nestplan.strategy.dims import virtual_stage_index
 from nestplan.strategy.enums import Schedule
 
 
@@ -44,12 +46,6 @@ class SplitTimes:
     weight_grad: np.ndarray
     forward_comm: np.ndarray
     backward_comm: np.ndarray
-
-
-def virtual_stage(schedule: Schedule, stage: int, chunk: int, pp: int) -> int:
-    """The model-order virtual stage of ``chunk`` of ``stage`` (strategy/dims.py
-    ``ParallelDims.virtual_stage_position``, inverted): V-shaped, chunk 1 of stage s is 2 pp - 1 - s."""
-    return 2 * pp - 1 - stage if schedule.v_shaped and chunk == 1 else chunk * pp + stage
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,8 @@ class _Program:
     waits for (-1: none), and what its duration is made of."""
 
     orders: tuple[tuple[Op, ...], ...]
-    order: np.ndarray        # global operation ids, dependencies first; id = offset[stage] + position
+    offsets: np.ndarray      # (p + 1,): where each stage's operations start among all
+    order: np.ndarray        # global operation ids, dependencies first; id = offsets[stage] + position
     stage: np.ndarray
     deps: np.ndarray         # (n, 2)
     kind: np.ndarray
@@ -94,7 +91,7 @@ def _program(schedule: Schedule, p: int, m: int) -> _Program:
     orders = tuple(stage_operations(schedule, s, p, m) for s in range(p))
     offsets = np.concatenate([[0], np.cumsum([len(o) for o in orders])]).astype(int).tolist()
     chunks = 2 * p if schedule.v_shaped else p
-    where = [[virtual_stage(schedule, s, c, p) for c in range(2)] for s in range(p)]
+    where = [[virtual_stage_index(schedule, s, c, p) for c in range(2)] for s in range(p)]
     placed: dict[tuple[str, int, int], int] = {}   # ("F" or "B", virtual stage, microbatch) -> operation id
     n = offsets[-1]
     deps = np.full((n, 2), -1)
@@ -115,10 +112,9 @@ def _program(schedule: Schedule, p: int, m: int) -> _Program:
                 k += 1
             position[s] = k
         assert len(order) > before, "a split-backward order waits for itself (cost/operations.py)"
-    flat = [op for o in orders for op in o]
-    return _Program(orders, np.array(order), np.repeat(np.arange(p), np.diff(offsets)), deps,
-                    np.array([op.kind for op in flat]), np.array([op.chunk for op in flat]),
-                    np.array([op.chunk2 for op in flat]))
+    kind, chunk, chunk2 = (np.concatenate(a) for a in zip(*(operation_arrays(schedule, s, p, m) for s in range(p))))
+    return _Program(orders, np.array(offsets), np.array(order), np.repeat(np.arange(p), np.diff(offsets)), deps,
+                    kind, chunk, chunk2)
 
 
 def _inputs(op: Op, where: list[int], chunks: int, placed: dict) -> list[int] | None:
@@ -148,7 +144,7 @@ def _mark(op: Op, where: list[int], i: int, placed: dict) -> None:
 
 
 def _durations(prog: _Program, t: SplitTimes) -> np.ndarray:
-    """Seconds of every operation (SplitTimes.duration, over all operations at once)."""
+    """Seconds of every operation, all at once: F, B, W, B + W, or an F&BW's longer stream (module docstring)."""
     s, c, c2 = prog.stage, prog.chunk, np.maximum(prog.chunk2, 0)
     f, b, w = t.forward[s, c], t.input_grad[s, c], t.weight_grad[s, c]
     fc, bc = t.forward_comm[s, c], t.backward_comm[s, c2]
@@ -171,7 +167,5 @@ def simulate_split(schedule: Schedule, times: SplitTimes, num_microbatches: int)
         a, b = deps[i]
         start[i] = max(free[stage[i]], end[a] if a >= 0 else 0.0, end[b] if b >= 0 else 0.0)
         end[i] = free[stage[i]] = start[i] + duration[i]
-    starts, ends = np.array(start), np.array(end)
-    bounds = np.concatenate([[0], np.cumsum([len(o) for o in prog.orders])])
-    return SplitRun(prog.orders, tuple(starts[bounds[k]:bounds[k + 1]] for k in range(p)),
-                    tuple(ends[bounds[k]:bounds[k + 1]] for k in range(p)))
+    cut = prog.offsets[1:-1]
+    return SplitRun(prog.orders, tuple(np.split(np.array(start), cut)), tuple(np.split(np.array(end), cut)))

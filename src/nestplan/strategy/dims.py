@@ -190,6 +190,12 @@ class ParallelDims:
         return None
 
 
+def virtual_stage_index(schedule: Schedule, stage: int, chunk: int, pp: int) -> int:
+    """The model-order virtual stage that ``chunk`` of ``stage`` runs (the inverse of
+    :meth:`ParallelDims.virtual_stage_position`): c pp + s, or under a V schedule 2 pp - 1 - s for chunk 1."""
+    return 2 * pp - 1 - stage if schedule.v_shaped and chunk == 1 else chunk * pp + stage
+
+
 def layout_problem(counts: Sequence[int], pp: int, virtual_stages: int) -> str | None:
     """What is wrong with transformer-layer counts given per stage (pp entries) or, with v > 1, per
     virtual stage (pp x v entries), or None.
