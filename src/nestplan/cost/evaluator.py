@@ -132,8 +132,8 @@ class _Chunks:
     backward_comm: np.ndarray
 
     def split_times(self) -> SplitTimes:
-        return SplitTimes(self.forward, self.backward - self.weight_grad, self.weight_grad, self.forward_comm,
-                          self.backward_comm)
+        return SplitTimes.of_backward(self.forward, self.backward, self.weight_grad, self.forward_comm,
+                                      self.backward_comm)
 
 
 @dataclass(frozen=True)

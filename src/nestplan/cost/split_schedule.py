@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from nestplan.cost.schedule import Timeline
 from nestplan.cost.operations import (
@@ -46,6 +47,14 @@ class SplitTimes:
     weight_grad: np.ndarray
     forward_comm: np.ndarray
     backward_comm: np.ndarray
+
+    @classmethod
+    def of_backward(cls, forward: ArrayLike, backward: ArrayLike, weight_grad: ArrayLike, forward_comm: ArrayLike,
+                    backward_comm: ArrayLike) -> SplitTimes:
+        """From the whole backward per chunk (B + W, as the evaluator and StageCost hold it)."""
+        arrays = [np.asarray(x, float) for x in (forward, backward, weight_grad, forward_comm, backward_comm)]
+        f, whole, w, fc, bc = arrays
+        return cls(f, whole - w, w, fc, bc)
 
 
 @dataclass(frozen=True)

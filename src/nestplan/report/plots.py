@@ -66,9 +66,8 @@ def _split_times(pred: Prediction) -> SplitTimes:
     def table(field: str) -> np.ndarray:
         return np.array([getattr(s, field) for s in pred.stages])
 
-    weight = table("chunk_weight_grad_s")
-    return SplitTimes(table("chunk_forward_s"), table("chunk_backward_s") - weight, weight,
-                      table("chunk_forward_comm_s"), table("chunk_backward_comm_s"))
+    return SplitTimes.of_backward(*(table(f) for f in ("chunk_forward_s", "chunk_backward_s", "chunk_weight_grad_s",
+                                                      "chunk_forward_comm_s", "chunk_backward_comm_s")))
 
 
 def device_map(pred: Prediction, devices: int) -> tuple[np.ndarray, np.ndarray]:
