@@ -338,8 +338,7 @@ def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: 
     exchanges to ``cp_comm_types`` (None: all), each also to those the ``export`` framework runs as
     costed. 1F1B, the schedule the search ranks splits under, is always in. ``memory_margin``: the
     fraction of device memory plans leave free (None: search/space.py DEFAULT_MEMORY_MARGIN)."""
-    from nestplan.export import check_framework
-    from nestplan.export.schedules import framework_cp_comm, framework_schedules
+    from nestplan.export import check_framework, framework_cp_comm, framework_schedules
     from nestplan.search.space import DEFAULT_MEMORY_MARGIN, SearchSpace
 
     chosen = tuple(schedules) if schedules is not None else tuple(Schedule)

@@ -14,7 +14,9 @@ from nestplan.errors import ConfigError
 from nestplan.export import deepspeed, megatron, nemo, torchtitan
 from nestplan.export.common import Export, choose_order
 from nestplan.export.plan import ExportInput
+from nestplan.job import CpCommType
 from nestplan.plan import Plan
+from nestplan.strategy.enums import Schedule
 
 EXPORTERS = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
 FRAMEWORKS = tuple(EXPORTERS)
@@ -26,6 +28,16 @@ def framework_orders(framework: str, plan: Plan) -> list[tuple[str, ...]]:
     if framework in (megatron.NAME, nemo.NAME):
         return megatron.orders(plan)
     return [torchtitan.STAGE_MAJOR if framework == "torchtitan" else deepspeed.STAGE_MAJOR]
+
+
+def framework_schedules(framework: str) -> tuple[Schedule, ...]:
+    """The pipeline schedules ``framework`` (a name check_framework accepted) runs as nestplan costs them."""
+    return EXPORTERS[framework].COSTED_SCHEDULES
+
+
+def framework_cp_comm(framework: str) -> tuple[CpCommType, ...]:
+    """The context-parallel exchanges ``framework`` runs as costed."""
+    return EXPORTERS[framework].CP_EXCHANGES
 
 
 def check_framework(name: str) -> str:

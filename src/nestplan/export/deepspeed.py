@@ -44,6 +44,8 @@ from nestplan.units import GiB
 NAME = "deepspeed"
 TITLE = "DeepSpeed"
 PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deepspeed 0.19.8"
+COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B,)   # its pipeline engine's (deepspeed/runtime/pipe/schedule.py)
+CP_EXCHANGES = (CpCommType.A2A,)             # its sequence parallelism is Ulysses (all-to-alls)
 OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}   # DeepSpeed's FusedAdam; torch.optim.SGD
 ZERO_TESTED = ("adam",)                       # ZeRO refuses other optimizers unless allowed
 
@@ -170,7 +172,7 @@ def _pipeline_notes(plan: Plan) -> list[str]:
         notes.append(f"AutoTP does not shard a PipelineModule: your layers must be tensor-parallel over the "
                      f"topology's model axis ({d.tp} ranks, e.g. Megatron-DeepSpeed's), so the config names no "
                      "autotp_size")
-    if d.schedule is not Schedule.ONE_F_ONE_B:
+    if d.schedule not in COSTED_SCHEDULES:
         virtual = f" with {d.virtual_stages} virtual stages" if d.virtual_stages > 1 else ""
         one_f_one_b = replace(d, schedule=Schedule.ONE_F_ONE_B, virtual_stages=1)
         notes.append(f"DeepSpeed's pipeline engine runs 1F1B; nestplan costed {d.schedule.value}{virtual}: under "
@@ -186,7 +188,7 @@ def _ulysses_note(plan: Plan) -> str:
             "seq_length_is_variable=False), pass deepspeed.initialize(..., mpu=mpu) and wrap its DataLoader in "
             "ulysses_sp.UlyssesSPDataLoaderAdapter (which shards each sequence over the group): DeepSpeed's own "
             f"sequence-parallel groups, ZeRO and gradients over the {d.cp * d.dp * d.ep} cp x dp ranks")
-    if job.cp_comm_type is CpCommType.A2A:
+    if job.cp_comm_type in CP_EXCHANGES:
         return note + " (the all-to-all nestplan costed)"
     return (note + f"; it exchanges heads by all-to-all where nestplan costed {job.cp_comm_type.value}: under "
             f"a2a {_prediction_under(plan, job=_ulysses(job))}")
@@ -194,7 +196,7 @@ def _ulysses_note(plan: Plan) -> str:
 
 def _ulysses(job: Job) -> Job:
     """The job with context parallelism's exchange as DeepSpeed-Ulysses runs it (all-to-alls over the cp ranks)."""
-    return replace(job, cp_comm_type=CpCommType.A2A, cp_a2a_size=1)
+    return replace(job, cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
 
 
 def _prediction_under(plan: Plan, dims: ParallelDims | None = None, job: Job | None = None) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.export import rank_order, schedules
+from nestplan.export import rank_order
 from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFile, bash_array, choose_order,
                                     expert_group_note, flag_pairs, header, rank_order_note, refuse,
                                     sbatch_lines, torchrun_prologue)
@@ -47,11 +47,14 @@ def orders(plan: Plan) -> list[tuple[str, ...]]:
     return list(ORDERS)
 
 
-# The schedule Megatron-LM runs for one it lacks (export.schedules.MEGATRON: 1F1B and interleaved 1F1B):
-# GPipe and ZB-H1 as 1F1B on the same stages, the V-shaped ones (two chunks per stage) as interleaved
-# 1F1B with two chunks per stage, placed round-robin (megatron/core/pipeline_parallel/schedules.py).
+# The schedule Megatron-LM runs for one it lacks (it has 1F1B and interleaved 1F1B, no zero-bubble or
+# DualPipe schedule): GPipe and ZB-H1 as 1F1B on the same stages, the V-shaped ones (two chunks per
+# stage) as interleaved 1F1B with two chunks per stage, placed round-robin
+# (megatron/core/pipeline_parallel/schedules.py).
 RUNS_AS = {Schedule.GPIPE: Schedule.ONE_F_ONE_B, Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
            Schedule.ZBV: Schedule.INTERLEAVED, Schedule.DUALPIPEV: Schedule.INTERLEAVED}
+COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
+CP_EXCHANGES = tuple(CpCommType)   # --cp-comm-type takes every exchange
 
 
 def run_dims(plan: Plan) -> ParallelDims:
@@ -59,7 +62,7 @@ def run_dims(plan: Plan) -> ParallelDims:
     keeping its costed layers (a V schedule's stage s holds virtual stages s and 2 pp - 1 - s; under
     interleaving its two chunks are virtual stages s and pp + s, each half the stage's layers)."""
     d = plan.dims
-    if d.schedule in schedules.MEGATRON:
+    if d.schedule in COSTED_SCHEDULES:
         return d
     split = d.stage_layers(plan.model.num_layers) if d.layers_per_stage is not None else None
     return replace(d, schedule=RUNS_AS[d.schedule], layers_per_stage=split)

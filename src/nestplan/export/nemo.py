@@ -27,6 +27,8 @@ NAME = "megatron-bridge"
 ALIASES = ("nemo",)   # the name this export had while it targeted NeMo 2
 TITLE = "Megatron-Bridge"
 PIN = "Megatron-Bridge 0.6.2 (megatron-core 0.19.2) recipes and ConfigContainer override keys"
+COSTED_SCHEDULES = megatron.COSTED_SCHEDULES   # Megatron-core runs the schedules and the exchanges
+CP_EXCHANGES = megatron.CP_EXCHANGES
 # Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
 # catalog models they were written for; any other decoder runs the generic GPT recipe
 # (megatron/bridge/recipes/gpt/vanilla_gpt.py), every model field being overridden either way.

@@ -39,6 +39,9 @@ PIN = "torchtitan 0.3.0 command-line flags"
 # as its closest, 1F1B (the same microbatch order with the backward whole)
 SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.GPIPE: "GPipe", Schedule.INTERLEAVED: "Interleaved1F1B",
              Schedule.ZB_H1: "1F1B", Schedule.ZBV: "ZBVZeroBubble", Schedule.DUALPIPEV: "DualPipeV"}
+RUNS_AS = {Schedule.ZB_H1: Schedule.ONE_F_ONE_B}
+COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
+CP_EXCHANGES = (CpCommType.ALLGATHER,)   # 0.3.0's context parallelism all-gathers K/V (FlexAttention)
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}   # TrainingConfig.mixed_precision_param's choices
 # catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
 # Hugging Face assets folder); the 405B takes the 70B's settings: torchtitan's llama3_405b builds FP8
@@ -184,14 +187,14 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
         changes.append("torchtitan's FSDP2 has no optimizer-only sharding: ZeRO 1 runs as FSDP without resharding "
                        "after forward, i.e. ZeRO 2 (gradients reduce-scattered every microbatch)")
         dims = replace(dims, zero=2)
-    if dims.pp > 1 and dims.schedule is Schedule.ZB_H1:
+    if dims.pp > 1 and dims.schedule in RUNS_AS:
         changes.append("torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
-                       "the zb-h1 plan as 1F1B")
-        dims = replace(dims, schedule=Schedule.ONE_F_ONE_B)
-    if dims.cp > 1 and job.cp_comm_type is not CpCommType.ALLGATHER:
+                       f"the {dims.schedule.value} plan as {SCHEDULES[RUNS_AS[dims.schedule]]}")
+        dims = replace(dims, schedule=RUNS_AS[dims.schedule])
+    if dims.cp > 1 and job.cp_comm_type not in CP_EXCHANGES:
         changes.append(f"torchtitan 0.3.0's context parallelism all-gathers K/V (FlexAttention); it has no "
                        f"{job.cp_comm_type.value} exchange, which nestplan costed")
-        job = replace(job, cp_comm_type=CpCommType.ALLGATHER, cp_a2a_size=1)
+        job = replace(job, cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
     if job.fp8 and job.fp8_recipe is not Fp8Recipe.TENSORWISE:
         changes.append(f"torchtitan's float8 linears (torchao, rowwise current scaling) replace the "
                        f"{job.fp8_recipe.value} scaling nestplan costed (costed here as tensorwise)")
