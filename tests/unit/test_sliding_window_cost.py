@@ -38,3 +38,24 @@ def test_windowed_model_steps_faster_at_long_sequences() -> None:
     slow = api.evaluate_full(full, "dgx-h100", dims, job, devices=8).prediction
     assert fast.step_time_s < 0.8 * slow.step_time_s
     assert fast.model_flops_per_step < slow.model_flops_per_step   # MFU counts the window too
+
+
+def test_local_and_global_layers_are_costed_each_as_they_are() -> None:
+    """Gemma 2 9B alternates windowed (4,096) and global layers: at 32k tokens its predicted compute
+    lies strictly between the same model with every layer global and with every layer windowed, and
+    is their average (the blocks are half of each kind), whichever kind its last layer is."""
+    mixed = load_model("gemma2-9b")
+    assert 0 < len(mixed.sliding_window_layers) < mixed.num_layers
+    every = tuple(range(mixed.num_layers))
+    local = replace(mixed, sliding_window_layers=every)
+    full = replace(mixed, sliding_window=None, sliding_window_layers=())
+    dims = ParallelDims(tp=8, sp=True, dp=1)
+    job = Job(global_batch_size=8, seq_len=32768)
+
+    def compute(spec) -> float:
+        breakdown = api.evaluate_full(spec, "dgx-h100", dims, job, devices=8).prediction.breakdown_s
+        return breakdown["forward_compute"] + breakdown["backward_compute"]
+
+    low, middle, high = compute(local), compute(mixed), compute(full)
+    assert low < middle < high
+    assert middle == pytest.approx((low + high) / 2, rel=0.02)

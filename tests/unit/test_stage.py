@@ -112,15 +112,16 @@ def test_stage_sums_hold_the_embedding_head_and_tied_copy() -> None:
     cfg = SubConfig(tp=8, sp=True, cp=1, ep=1, micro_batch_size=1, recompute=Recompute.NONE, order=REPLICA_MAJOR)
     cost = PhysicalSearchModel(model, cluster, job, 64)
     t = cost.terms(Group(cfg, ZeroStage.NONE, 1, 64, 8))
-    kinds = [False] * 3
+    dense = model.block_kind(0)
+    kinds = [dense] * 3
     first, middle, last = (stage.stage_sums(t, kinds, s, 3) for s in range(3))
-    block = 3 * t.blocks[False].params.dense
+    block = 3 * t.blocks[dense].params.dense
     assert middle.params.dense == pytest.approx(block)
     assert first.params.dense == pytest.approx(block + t.embedding.params.dense)
     assert last.params.dense == pytest.approx(block + t.head.params.dense + t.tied_head_copy.dense)
     assert t.tied_head_copy.dense > 0
-    alone = stage.stage_sums(t, [False] * model.num_layers, 0, 1)
-    assert alone.params.dense == pytest.approx(model.num_layers * t.blocks[False].params.dense
+    alone = stage.stage_sums(t, [dense] * model.num_layers, 0, 1)
+    assert alone.params.dense == pytest.approx(model.num_layers * t.blocks[dense].params.dense
                                                + t.embedding.params.dense + t.head.params.dense)
 
 

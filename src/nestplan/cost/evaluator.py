@@ -162,7 +162,7 @@ def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
     bounds = _boundary_times(model, cluster, dims, job, placement)
     wrap = max(bounds, default=0.0)   # interleaved chunks also pass from the last stage back to the first
     v = dims.virtual_stages
-    kinds = [model.is_moe_layer(i) for i in range(model.num_layers)]
+    kinds = [model.block_kind(i) for i in range(model.num_layers)]
     layers = dims.stage_layers(model.num_layers)
     starts = [sum(layers[:i]) for i in range(dims.pp)]
     if dims.per_virtual_stage or dims.schedule.splits_backward:

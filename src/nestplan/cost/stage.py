@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class StageContext:
 
 
 # ---------------------------------------------------------------------------- one split (evaluator)
-def held_nodes(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) -> list[NodeTerms]:
+def held_nodes(terms: GraphTerms, kinds: Sequence[Hashable], stage: int, pp: int) -> list[NodeTerms]:
     """The nodes of a stage holding blocks of ``kinds`` (is-MoE per block), embedding and head included."""
     return [terms.blocks[k] for k in kinds] + _end_nodes(terms, stage, pp)
 
@@ -100,7 +100,7 @@ class StageSums:
     weight_gradient_bytes: float = 0.0   # activation bytes per microbatch W still reads after B
 
 
-def stage_sums(terms: GraphTerms, kinds: Sequence[bool], stage: int, pp: int) -> StageSums:
+def stage_sums(terms: GraphTerms, kinds: Sequence[Hashable], stage: int, pp: int) -> StageSums:
     comp: dict[str, float] = {k: 0.0 for k in BREAKDOWN_TERMS}
     acts, fwd, params, transient, fp8 = 0.0, 0.0, extra_params(terms, stage, pp), 0.0, 0.0
     wgrad = wgrad_bytes = 0.0
@@ -192,8 +192,8 @@ class BlockArrays:
 
 
 def block_arrays(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray) -> BlockArrays:
-    """``kind_index``: each block's index in sorted(terms.blocks) (False, dense, before True, MoE)."""
-    kind_ids = sorted(terms.blocks)
+    """``kind_index``: each block's kind as an index into ``terms.blocks`` (kinds in their order there)."""
+    kind_ids = list(terms.blocks)
     per_kind = {k: (terms.blocks[k].cycle, ctx.node_state_bytes(terms.blocks[k]), terms.blocks[k].activations)
                 for k in kind_ids}
     costs, states, acts = (np.array([per_kind[k][i] for k in kind_ids])[kind_index] for i in range(3))
@@ -283,7 +283,7 @@ def position_capacity(ctx: StageContext, terms: GraphTerms, block_states: float,
                             int(held(single, per_block[0])))
 
 
-def block_memory(ctx: StageContext, terms: GraphTerms, kinds: Sequence[bool], pp: int, microbatches: int
+def block_memory(ctx: StageContext, terms: GraphTerms, kinds: Sequence[Hashable], pp: int, microbatches: int
                  ) -> np.ndarray:
     """(pp, L) bytes of each block held by each stage of a 1F1B pipeline."""
     inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, microbatches, 1)
@@ -305,9 +305,9 @@ class CycleSums:
 
 
 def cycle_sums(terms: GraphTerms, kind_counts: Sequence[int]) -> CycleSums:
-    """``kind_counts``: blocks of each kind in sorted(terms.blocks) order."""
+    """``kind_counts``: blocks of each kind, kinds in their order in ``terms.blocks``."""
     cycles = {k: terms.blocks[k].cycle for k in terms.blocks}
-    blocks = sum(cycles[k] * count for k, count in zip(sorted(terms.blocks), kind_counts))
+    blocks = sum(cycles[k] * count for k, count in zip(terms.blocks, kind_counts))
     return CycleSums(terms.embedding.cycle, terms.head.cycle, blocks, min(cycles.values()))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Hashable, Mapping
 
 from nestplan.cost import comm
 from nestplan.cost.memory import weight_gradient_input_bytes
@@ -44,7 +44,7 @@ class NodeTerms:
 
 @dataclass(frozen=True)
 class GraphTerms:
-    blocks: Mapping[bool, NodeTerms]   # keyed by "is an MoE block"
+    blocks: Mapping[Hashable, NodeTerms]   # keyed by ModelSpec.block_kind, in the order kinds first appear
     embedding: NodeTerms
     head: NodeTerms
     tied_head_copy: L.ParamCount       # extra head parameters when head and embedding sit on different stages
@@ -163,8 +163,9 @@ class TermCache:
 
     def __init__(self, model: ModelSpec, cluster, job: Job) -> None:
         self.model, self.cluster, self.job = model, cluster, job
-        # one representative layer per kind (the last of each, "is an MoE block")
-        self._kinds = {model.is_moe_layer(i): i for i in range(model.num_layers)}
+        # one representative layer per kind of block (``ModelSpec.block_kind``; the last of each), in
+        # the order the kinds first appear: GraphTerms.blocks keeps that order
+        self._kinds = {model.block_kind(i): i for i in range(model.num_layers)}
         self._compute: dict[L.Shard, tuple] = {}
         self._comm: dict[tuple, tuple] = {}
         self._terms: dict[tuple, GraphTerms] = {}
@@ -182,11 +183,11 @@ class TermCache:
         if found is None:
             model, acc, job = self.model, self.cluster.accelerator, self.job
             precision = Precision.of(job)
-            blocks = {moe: _block_compute(model, acc, shard, precision, i) for moe, i in self._kinds.items()}
+            blocks = {kind: _block_compute(model, acc, shard, precision, i) for kind, i in self._kinds.items()}
             found = self._compute[shard] = (blocks, embedding_time(acc, model, shard), head_time(acc, model, shard, job.dtype))
         return found
 
-    def _comm_parts(self, shard: L.Shard, groups: Mapping[str, GroupSpan], blocks: Mapping[bool, _BlockCompute]
+    def _comm_parts(self, shard: L.Shard, groups: Mapping[str, GroupSpan], blocks: Mapping[Hashable, _BlockCompute]
                     ) -> tuple:
         key = (shard, groups["tp"], groups["cp"], groups["ep"])
         found = self._comm.get(key)
@@ -194,9 +195,9 @@ class TermCache:
             topo, model = self.cluster.topology, self.model
             gather = FP8_BYTES if self.job.fp8 else None   # FP8 operands are cast, then gathered
             cp_comm = comm.CpComm(self.job.cp_comm_type, self.job.cp_a2a_size)
-            comms = {moe: comm.block_comm(topo, model, i, shard, groups, blocks[moe].time.attention_forward,
-                                          blocks[moe].time.gemms, self.job.tp_comm_overlap, gather, cp_comm)
-                     for moe, i in self._kinds.items()}
+            comms = {kind: comm.block_comm(topo, model, i, shard, groups, blocks[kind].time.attention_forward,
+                                           blocks[kind].time.gemms, self.job.tp_comm_overlap, gather, cp_comm)
+                     for kind, i in self._kinds.items()}
             found = self._comm[key] = (comms, comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1))
         return found
 
@@ -205,7 +206,7 @@ class TermCache:
         computed, e, h = self._compute_parts(shard)
         comms, tp_sync = self._comm_parts(shard, groups, computed)
         topo = self.cluster.topology
-        blocks = {moe: _block(model, topo, dims, job, groups, computed[moe], comms[moe]) for moe in self._kinds}
+        blocks = {kind: _block(model, topo, dims, job, groups, computed[kind], comms[kind]) for kind in self._kinds}
         positions = model.max_position_embeddings if model.learned_position_embeddings else 0
         vocab_rows = model.vocab_size / dims.tp + positions + model.type_vocab_size
         embedding = NodeTerms(

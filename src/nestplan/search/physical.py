@@ -76,11 +76,11 @@ class PhysicalSearchModel:
         self._feasible: tuple = (None, None)   # the last group's feasible_depths (fits, then lower_bound, ask)
         self._feasible_by_key: dict[tuple, np.ndarray | None] = {}
         self._inflight: dict[int, np.ndarray] = {}   # first_stage_in_flight by microbatches (up to L)
-        self._block_kinds = tuple(model.is_moe_layer(i) for i in range(model.num_layers))
-        # index of each block's kind in sorted(GraphTerms.blocks): 0 = dense, 1 = MoE (when both exist)
-        moe = np.array(self._block_kinds)
-        self._mixed = bool(moe.any() and not moe.all())   # dense and MoE blocks: a stage's sums depend on where it starts
-        self._kinds = moe.astype(np.int64) if moe.any() and not moe.all() else np.zeros(model.num_layers, np.int64)
+        self._block_kinds = tuple(model.block_kind(i) for i in range(model.num_layers))
+        # index of each block's kind in GraphTerms.blocks, whose kinds are in the order they first appear
+        order = {kind: n for n, kind in enumerate(dict.fromkeys(self._block_kinds))}
+        self._mixed = len(order) > 1   # blocks of several kinds: a stage's sums depend on where it starts
+        self._kinds = np.array([order[kind] for kind in self._block_kinds], np.int64)
         self._kind_counts = tuple(int(n) for n in np.bincount(self._kinds))   # blocks of each kind, in that order
 
     # ------------------------------------------------------------------ terms
