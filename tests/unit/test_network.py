@@ -172,7 +172,9 @@ def test_from_graph_derives_levels():
     assert isinstance(built, GraphTopology)
     topo = built.topology
     assert [lv.size for lv in topo.levels] == [4, 2]
-    assert [lv.bandwidth_Bps for lv in topo.levels] == pytest.approx([100 * GB, 25 * GB])
+    # each node is a full mesh of direct 100 GB/s links: 3 links per device together (issue 15)
+    assert [lv.bandwidth_Bps for lv in topo.levels] == pytest.approx([300 * GB, 25 * GB])
+    assert [lv.mesh_link_Bps for lv in topo.levels] == [100 * GB, None]
     # device -> switch -> device: 2 + 2 us
     assert [lv.latency_s for lv in topo.levels] == pytest.approx([1 * US, 4 * US])
     assert built.device_order == tuple(range(8))

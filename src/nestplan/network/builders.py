@@ -22,7 +22,7 @@ from nestplan.network.graph import GraphTopology as GraphTopology  # re-exported
 from nestplan.network.graph import from_graph as from_graph
 from nestplan.network.topology import Level, Topology
 
-_LEVEL_KEYS = ("name", "size", "bandwidth_Bps", "latency_s", "oversubscription", "bus_efficiency")
+_LEVEL_KEYS = ("name", "size", "bandwidth_Bps", "latency_s", "oversubscription", "bus_efficiency", "mesh_link_Bps")
 _LEVEL_REQUIRED = ("name", "size", "bandwidth_Bps", "latency_s")
 _SWITCH_TIER_NAMES = ("leaf", "spine", "core")
 _TORUS_AXIS_NAMES = ("x", "y", "z")
@@ -49,7 +49,8 @@ def hierarchical(name: str, levels: Sequence[Mapping[str, Any] | Level]) -> Topo
 
     Each entry is a :class:`Level` or a mapping with keys ``name``, ``size``,
     ``bandwidth_Bps`` (per device, one direction), ``latency_s`` and optionally
-    ``oversubscription`` (default 1) and ``bus_efficiency`` (default 1).
+    ``oversubscription`` (default 1), ``bus_efficiency`` (default 1) and ``mesh_link_Bps``
+    (the link of a full mesh, see :class:`Level`; default None, a switched level).
     """
     where = f"topology '{name}'"
     if not levels:
@@ -77,8 +78,13 @@ def hierarchical(name: str, levels: Sequence[Mapping[str, Any] | Level]) -> Topo
             latency_s=_as_float(spec["latency_s"], "latency", at, positive=False),
             oversubscription=_as_float(spec.get("oversubscription", 1.0), "oversubscription", at, positive=True),
             bus_efficiency=_as_float(spec.get("bus_efficiency", 1.0), "bus_efficiency", at, positive=True),
+            mesh_link_Bps=_mesh_link(spec.get("mesh_link_Bps"), at),
         ))
     return Topology(name, tuple(built))
+
+
+def _mesh_link(value: Any, at: str) -> float | None:
+    return None if value is None else _as_float(value, "mesh_link_Bps", at, positive=True)
 
 
 def _tier_name(i: int) -> str:

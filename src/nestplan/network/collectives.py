@@ -10,6 +10,12 @@ i-1, the ring's traffic shares the links of the group's members inside that unit
 so the slowest level dominates (hierarchical algorithms bound the same way). The
 latency term counts ring steps per level: 2 * sum_i (g[i] - 1) * alpha_i
 (Thakur, Rabenseifner & Gropp 2005, ring algorithms).
+
+A level that is a full mesh of direct links (``Level.mesh_link_Bps``: 8 MI300X on
+Infinity Fabric) gives bw_i = min(bandwidth, (g[i] - 1) * link) instead
+(``Level.group_bandwidth_Bps``): each member sends its 1/g[i] share to every peer over
+their own link at once, which moves the (g - 1) / g of the ring's data per member in
+the same time, so its busbw is (g[i] - 1) links' worth; a point-to-point transfer gets one link.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ def bus_bandwidth(topo: Topology, fanout: Sequence[int]) -> float:
     for i, (level, g) in enumerate(zip(topo.levels, fanout)):
         crossed = g > 1 if i == 0 else i <= span
         if crossed:
-            best = min(best, level.effective_bandwidth_Bps * inner_members)
+            best = min(best, level.group_bandwidth_Bps(g) * inner_members)
         inner_members *= g
     return best
 
@@ -66,7 +72,8 @@ def all_to_all(topo: Topology, fanout: Sequence[int], nbytes: float) -> float:
     aggregation. Level 0 carries the share for the other members of the node,
     (g[0] - 1) / n; level i >= 1 carries everything that leaves the member's
     level-(i-1) unit, (n - prod_{j<i} g[j]) / n (in a tree the uplink sees all of
-    it), at eff_i * bw_i / oversub_i. The slowest level dominates.
+    it), at eff_i * bw_i / oversub_i (on a full mesh, the g[i] - 1 links each member
+    sends its peers' shares over). The slowest level dominates.
     """
     n = math.prod(fanout)
     if n <= 1 or nbytes <= 0:
@@ -76,14 +83,15 @@ def all_to_all(topo: Topology, fanout: Sequence[int], nbytes: float) -> float:
     for i, (level, g) in enumerate(zip(topo.levels, fanout)):
         share = (g - 1) / n if i == 0 else (n - inner) / n
         if share > 0:
-            slowest = max(slowest, share * nbytes / level.effective_bandwidth_Bps)
+            slowest = max(slowest, share * nbytes / level.group_bandwidth_Bps(g))
         inner *= g
     return slowest + _ring_latency(topo, fanout)
 
 
 def send_recv(topo: Topology, level: int, nbytes: float) -> float:
-    """Seconds for a point-to-point transfer of ``nbytes`` between devices whose lowest common level is ``level``."""
+    """Seconds for a point-to-point transfer of ``nbytes`` between devices whose lowest common level is ``level``
+    (over one link of a full mesh)."""
     if nbytes <= 0:
         return 0.0
     lv = topo.levels[level]
-    return nbytes / lv.effective_bandwidth_Bps + lv.latency_s
+    return nbytes / lv.group_bandwidth_Bps(2) + lv.latency_s

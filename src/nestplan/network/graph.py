@@ -5,7 +5,7 @@ Re-exported from ``nestplan.network.builders`` and ``nestplan.network``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -304,6 +304,24 @@ def _level_latencies(
     return latencies
 
 
+def _is_full_mesh(n_dev: int, src: np.ndarray, dst: np.ndarray, labels: np.ndarray, unit_size: int) -> bool:
+    """True when the given links join the devices of every unit (``labels``, ``unit_size`` devices each)
+    pairwise by direct device-to-device links: a full mesh, no switch between them. Units of two devices
+    answer False (one link, a switched level costs it the same)."""
+    if unit_size < 3:
+        return False
+    direct = (src < n_dev) & (dst < n_dev)
+    heads, tails = src[direct], dst[direct]
+    inside = labels[heads] == labels[tails]
+    pairs = {(min(a, b), max(a, b)) for a, b in zip(heads[inside].tolist(), tails[inside].tolist())}
+    return len(pairs) == n_dev // unit_size * (unit_size * (unit_size - 1) // 2)
+
+
+def _as_mesh(level: Level) -> Level:
+    """``level`` (its bandwidth one link's) as the full mesh it is: each device's ``size - 1`` links together."""
+    return replace(level, bandwidth_Bps=(level.size - 1) * level.bandwidth_Bps, mesh_link_Bps=level.bandwidth_Bps)
+
+
 def from_graph(
     name: str,
     num_devices: int,
@@ -332,6 +350,11 @@ def from_graph(
        of one level-i unit (so it never falls below level i-1's).
     5. Ranks are ordered so that every unit is a contiguous block: units are ordered
        by their smallest device id, devices inside the innermost unit by id.
+    6. When the innermost units (of 3 or more devices) are full meshes, every pair of their
+       devices joined by a direct link at least b_0 wide (8 MI300X on Infinity Fabric), level 0
+       is a mesh: ``mesh_link_Bps`` = b_0 and ``bandwidth_Bps`` = (size - 1) * b_0, so that a
+       collective over g of its devices uses their g - 1 links (``Level.group_bandwidth_Bps``),
+       not one.
 
     Bottleneck classes come from a Kruskal-style union-find sweep over the links,
     widest first (O(E log E)); latencies from a NumPy Bellman-Ford from all devices
@@ -363,8 +386,11 @@ def from_graph(
     latencies = _level_latencies(n_dev, src, dst, lat, order, cls, level_classes, level_labels,
                                  _Budget(where, MAX_RELAXATIONS))
 
-    levels = tuple(
+    levels = [
         Level(name=f"level{i}", size=unit_devices[i] // (unit_devices[i - 1] if i else 1), bandwidth_Bps=level_bw[i],
               latency_s=latencies[i], oversubscription=1.0, bus_efficiency=eff)
-        for i in range(len(level_classes)))
-    return GraphTopology(Topology(name, levels), tuple(int(d) for d in device_order))
+        for i in range(len(level_classes))]
+    inner = order[cls <= level_classes[0]]
+    if _is_full_mesh(n_dev, src[inner], dst[inner], level_labels[0], unit_devices[0]):
+        levels[0] = _as_mesh(levels[0])
+    return GraphTopology(Topology(name, tuple(levels)), tuple(int(d) for d in device_order))

@@ -26,6 +26,10 @@ class Level:
     latency_s: one-hop latency across this level (the alpha of alpha-beta).
     oversubscription: >= 1; bandwidth divides by it when every device crosses at once.
     bus_efficiency: achievable fraction of bandwidth_Bps for collectives (NCCL busbw / line rate).
+    mesh_link_Bps: None for a switched level (a device reaches the level at bandwidth_Bps whichever
+        devices it talks to); for a full mesh of direct links (8 MI300X on Infinity Fabric: 7 links of
+        64 GB/s per GPU), the one-direction bandwidth of one link: a device reaches g - 1 peers over
+        g - 1 links at once, at most bandwidth_Bps (the device's links together), see ``group_bandwidth_Bps``.
     """
 
     name: str
@@ -34,6 +38,7 @@ class Level:
     latency_s: float
     oversubscription: float = 1.0
     bus_efficiency: float = 1.0
+    mesh_link_Bps: float | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.size <= MAX_DEVICES:
@@ -46,6 +51,9 @@ class Level:
             self._refuse("oversubscription", self.oversubscription, "a finite number >= 1")
         if not 0 < self.bus_efficiency <= 1:
             self._refuse("bus_efficiency", self.bus_efficiency, "(0, 1]")
+        if self.mesh_link_Bps is not None and not 0 < self.mesh_link_Bps <= self.bandwidth_Bps:
+            self._refuse("mesh_link_Bps", self.mesh_link_Bps,
+                         f"None or a number in (0, bandwidth_Bps = {self.bandwidth_Bps:g}]")
 
     def _refuse(self, field: str, value: float, allowed: str) -> None:
         raise ConfigError(f"level '{self.name}': {field} must be {allowed}, got {value}", field=field, value=value,
@@ -55,6 +63,21 @@ class Level:
     def effective_bandwidth_Bps(self) -> float:
         """Per-device bandwidth a collective achieves when all devices cross at once."""
         return self.bandwidth_Bps * self.bus_efficiency / self.oversubscription
+
+    def group_bandwidth_Bps(self, members: int) -> float:
+        """Per-device bandwidth a collective achieves across this level when ``members`` units of the level
+        below take part in each unit of it.
+
+        A switched level gives ``effective_bandwidth_Bps`` whatever the group. On a full mesh every member
+        sends each of its ``members - 1`` peers its share over their direct link, all links at once (the
+        bandwidth-optimal algorithm on a mesh, as RCCL runs it on 8 MI300X): ``members - 1`` links, at least
+        one (a group crossing the level with one member per unit, or a point-to-point transfer, uses one)
+        and at most ``bandwidth_Bps``, derated like ``effective_bandwidth_Bps``.
+        """
+        if self.mesh_link_Bps is None:
+            return self.effective_bandwidth_Bps
+        links = max(members - 1, 1)
+        return min(self.bandwidth_Bps, links * self.mesh_link_Bps) * self.bus_efficiency / self.oversubscription
 
 
 @dataclass(frozen=True)
