@@ -14,8 +14,9 @@ latency term counts ring steps per level: 2 * sum_i (g[i] - 1) * alpha_i
 A level that is a full mesh of direct links (``Level.mesh_link_Bps``: 8 MI300X on
 Infinity Fabric) gives bw_i = min(bandwidth, (g[i] - 1) * link) instead
 (``Level.group_bandwidth_Bps``): each member sends its 1/g[i] share to every peer over
-their own link at once, which moves the (g - 1) / g of the ring's data per member in
-the same time, so its busbw is (g[i] - 1) links' worth; a point-to-point transfer gets one link.
+their own link at once, which moves the ring's (g - 1) / g of the data per member in
+the time of one share on one link, so its busbw is (g[i] - 1) links' worth; a
+point-to-point transfer gets one link.
 """
 
 from __future__ import annotations

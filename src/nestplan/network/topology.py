@@ -69,10 +69,12 @@ class Level:
         below take part in each unit of it.
 
         A switched level gives ``effective_bandwidth_Bps`` whatever the group. On a full mesh every member
-        sends each of its ``members - 1`` peers its share over their direct link, all links at once (the
-        bandwidth-optimal algorithm on a mesh, as RCCL runs it on 8 MI300X): ``members - 1`` links, at least
-        one (a group crossing the level with one member per unit, or a point-to-point transfer, uses one)
-        and at most ``bandwidth_Bps``, derated like ``effective_bandwidth_Bps``.
+        can send each of its ``members - 1`` peers its share over their direct link, all links at once (the
+        bandwidth-optimal schedule on a clique; RCCL's all-reduce on 8 MI300X reaches 317 GB/s busbw, five
+        links' worth of 64 GB/s, so it does use the links together: catalog/interconnects.toml):
+        ``members - 1`` links, at least one (a group crossing the level with one member per unit, or a
+        point-to-point transfer, uses one) and at most ``bandwidth_Bps``, derated like
+        ``effective_bandwidth_Bps``.
         """
         if self.mesh_link_Bps is None:
             return self.effective_bandwidth_Bps
