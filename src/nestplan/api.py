@@ -333,22 +333,28 @@ def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
 
 
 def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: Sequence[CpCommType] | None = None,
-                 export: str | None = None, memory_margin: float | None = None) -> SearchSpace:
-    """The full search space, its pipeline schedules narrowed to ``schedules`` and its context-parallel
-    exchanges to ``cp_comm_types`` (None: all), each also to those the ``export`` framework runs as
-    costed. 1F1B, the schedule the search ranks splits under, is always in. ``memory_margin``: the
-    fraction of device memory plans leave free (None: search/space.py DEFAULT_MEMORY_MARGIN)."""
-    from nestplan.export import check_framework, framework_cp_comm, framework_schedules
+                 export: str | None = None, memory_margin: float | None = None,
+                 expert_tp: Sequence[int | None] | None = None) -> SearchSpace:
+    """The full search space, its pipeline schedules narrowed to ``schedules``, its context-parallel
+    exchanges to ``cp_comm_types`` and its expert tensor parallelism to ``expert_tp`` (None: all; an
+    entry None is etp = tp), each also to those the ``export`` framework runs as costed. 1F1B, the
+    schedule the search ranks splits under, is always in. ``memory_margin``: the fraction of device
+    memory plans leave free (None: search/space.py DEFAULT_MEMORY_MARGIN)."""
+    from nestplan.export import check_framework, framework_cp_comm, framework_expert_tp, framework_schedules
     from nestplan.search.space import DEFAULT_MEMORY_MARGIN, SearchSpace
 
     chosen = tuple(schedules) if schedules is not None else tuple(Schedule)
     kinds = tuple(cp_comm_types) if cp_comm_types is not None else tuple(CpCommType)
+    etps = tuple(expert_tp) if expert_tp is not None else SearchSpace().etp
     if export is not None:
         key = check_framework(export)
         chosen = tuple(s for s in chosen if s in framework_schedules(key))
         kinds = tuple(k for k in kinds if k in framework_cp_comm(key)) or framework_cp_comm(key)
+        runs = framework_expert_tp(key)
+        if runs is not None:
+            etps = tuple(e for e in etps if e in runs) or runs
     return SearchSpace(schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B),
-                       cp_comm_types=kinds,
+                       cp_comm_types=kinds, etp=etps,
                        memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin)
 
 

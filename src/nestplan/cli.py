@@ -94,6 +94,34 @@ def _schedule_list(text: str | None) -> tuple[Schedule, ...] | None:
     return tuple(Schedule(n) for n in names)
 
 
+MAX_ETP_VALUES = 8   # --etp entries: the divisors of any tp nestplan searches (at most 64) are 7
+
+
+def _expert_tp_list(text: str | None) -> tuple[int | None, ...] | None:
+    """``plan --etp``: comma-separated expert tensor-parallel degrees, 'tp' for etp = tp (no folding)."""
+    if text is None:
+        return None
+    parts = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not parts or len(parts) > MAX_ETP_VALUES:
+        raise ConfigError(f"--etp takes 1 to {MAX_ETP_VALUES} comma-separated values ('tp' or integers), got "
+                          f"{printable(text)!r}", field="etp", value=printable(text), limit=MAX_ETP_VALUES)
+    out: list[int | None] = []
+    for part in parts:
+        if part == "tp":
+            out.append(None)
+        elif part.isdigit() and 1 <= int(part) <= MAX_DEVICES:
+            out.append(int(part))
+        else:
+            raise ConfigError(f"--etp value '{printable(part)}' is neither 'tp' nor an integer in 1..{MAX_DEVICES}",
+                              field="etp", value=printable(part), limit=f"tp or 1..{MAX_DEVICES}")
+    return tuple(out)
+
+
+ETP_HELP = ("expert tensor parallelism (MoE parallel folding): each expert split over etp consecutive ranks of a tp "
+            "group, the tp / etp ranks of each tp group joining the ep ranks in expert parallelism (Megatron's "
+            "--expert-model-parallel-size = ep x tp / etp)")
+
+
 def _fraction(option: str) -> Callable[[object], float]:
     """A typer parser for a fraction option (a number; its range is checked where it is used)."""
     def parse(value: object) -> float:
@@ -299,7 +327,11 @@ def evaluate(
     dp: int = typer.Option(1, "--dp", parser=_integer("--dp", 1, MAX_DEVICES),
                            help="data-parallel replicas, not counting ep (Megatron-LM's count is converted)"),
     cp: int = typer.Option(1, "--cp", parser=_integer("--cp", 1, MAX_DEVICES)),
-    ep: int = typer.Option(1, "--ep", parser=_integer("--ep", 1, MAX_DEVICES)),
+    ep: int = typer.Option(1, "--ep", parser=_integer("--ep", 1, MAX_DEVICES),
+                           help="data-parallel ranks whose experts differ (with --etp below tp, expert parallelism "
+                                "is ep x tp / etp)"),
+    etp: int | None = typer.Option(None, "--etp", parser=_integer("--etp", 1, MAX_DEVICES),
+                                   help=ETP_HELP + "; default tp (Megatron-LM's default)"),
     sp: bool = typer.Option(False, "--sp", help="sequence parallelism (needs tp > 1)"),
     zero: int = typer.Option(0, "--zero", parser=_integer("--zero", 0, 3), help="ZeRO stage 0-3"),
     recompute: Recompute = typer.Option(Recompute.NONE, "--recompute"),
@@ -340,7 +372,7 @@ def evaluate(
     spec = api.resolve_model(model)
     if schedule is Schedule.ONE_F_ONE_B and virtual_stages > 1:
         schedule = Schedule.INTERLEAVED
-    plan = ParallelDims(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, recompute=recompute,
+    plan = ParallelDims(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, recompute=recompute,
                         micro_batch_size=mbs, schedule=schedule, virtual_stages=virtual_stages,
                         layers_per_stage=_layers(layers_per_stage))
     plan, note = _from_megatron_dp(plan, devices)
@@ -399,6 +431,8 @@ def plan_command(
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
     schedules: str | None = typer.Option(None, "--schedules", help="comma-separated pipeline schedules the plan "
                                          "may use (default: all; with --export: those the framework runs)"),
+    expert_tp: str | None = typer.Option(None, "--etp", help=ETP_HELP + "; comma-separated values tried, 'tp' "
+                                         "for etp = tp (default: tp,1; with --export: what the framework runs)"),
     memory_margin: float = typer.Option(DEFAULT_MEMORY_MARGIN, "--memory-margin", parser=_fraction("--memory-margin"),
                                         help="fraction of device memory the plan leaves free (fragmentation, NCCL "
                                              "buffers, CUDA graphs)"),
@@ -425,7 +459,7 @@ def plan_command(
     cl = api.resolve_cluster(cluster, devices)
     space = api.search_space(schedules=_schedule_list(schedules), export=export,
                              cp_comm_types=None if cp_comm_type is None else (cp_comm_type,),
-                             memory_margin=memory_margin)
+                             memory_margin=memory_margin, expert_tp=_expert_tp_list(expert_tp))
     assert space.cp_comm_types
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,

@@ -232,6 +232,7 @@ def sections(dims: ParallelDims, axis_order: Sequence[str], job: Job, predicted:
         "job": {f.name: _plain(getattr(job, f.name)) for f in fields(job)},
         "parallel": {
             "tp": dims.tp, "pp": dims.pp, "dp": dims.dp, "cp": dims.cp, "ep": dims.ep, "sp": dims.sp_active,
+            "etp": dims.expert_tp, "expert_parallel": dims.expert_parallel,
             "zero_stage": int(dims.zero), "recompute": dims.recompute.value, "micro_batch_size": dims.micro_batch_size,
             "num_microbatches": dims.num_microbatches(job.global_batch_size), "schedule": dims.schedule.value,
             "virtual_stages": dims.virtual_stages, "layers_per_stage": list(dims.layers_per_stage or ()),
@@ -383,8 +384,17 @@ def _read_dims(data: Any) -> ParallelDims:
     if bad:
         raise ConfigError(f"plan JSON stage of {bad[0]} layers does not split into {ints['virtual_stages']} virtual "
                           "stages", field="parallel.virtual_stages", value=ints["virtual_stages"], limit=bad[0])
+    # etp: written since parallel folding; a plan without it splits its experts over tp
+    etp = _int(par, "etp", "parallel.", 1, ints["tp"]) if "etp" in par else None
+    if etp is not None and "expert_parallel" in par:
+        folded = ints["ep"] * ints["tp"] // etp if ints["tp"] % etp == 0 else None
+        if _int(par, "expert_parallel", "parallel.") != folded:
+            raise ConfigError(f"plan JSON parallel.expert_parallel must be ep x tp / etp = {ints['ep']} x "
+                              f"{ints['tp']} / {etp}, got {brief(par['expert_parallel'])}",
+                              field="parallel.expert_parallel", value=par["expert_parallel"], limit=folded)
     return ParallelDims(
-        tp=ints["tp"], pp=ints["pp"], dp=ints["dp"], cp=ints["cp"], ep=ints["ep"], sp=_bool(par, "sp", "parallel."),
+        tp=ints["tp"], pp=ints["pp"], dp=ints["dp"], cp=ints["cp"], ep=ints["ep"], etp=etp,
+        sp=_bool(par, "sp", "parallel."),
         zero=ZeroStage(_int(par, "zero_stage", "parallel.", 0, 3)),
         recompute=Recompute(_choice(par, "recompute", "parallel.", [e.value for e in Recompute])),
         micro_batch_size=ints["micro_batch_size"],

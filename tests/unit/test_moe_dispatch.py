@@ -25,7 +25,7 @@ def _group(size: int) -> GroupSpan:
 
 
 def _groups(tp: int) -> dict[str, GroupSpan]:
-    return {"tp": _group(tp), "cp": _group(1), "ep": _group(1)}
+    return {"tp": _group(tp), "cp": _group(1), "expert": _group(1), "etp": _group(tp)}
 
 
 def _tp_forward(spec, tp: int, gather_bytes: int | None = None) -> float:

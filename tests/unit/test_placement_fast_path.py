@@ -9,6 +9,7 @@ from nestplan.network.topology import Level, Topology
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.placement import (
     AXES,
+    EXPERT_GROUP_KEYS,
     GROUP_KEYS,
     NAMED_ORDERS,
     REPLICA_MAJOR,
@@ -32,7 +33,8 @@ def degrees(draw, devices: int) -> ParallelDims:
     for axis, most in (("tp", 8), ("cp", 4), ("ep", 4), ("pp", 8), ("dp", 16)):
         out[axis] = draw(st.integers(1, max(1, min(most, left))))
         left //= out[axis]
-    return ParallelDims(**out)
+    etp = draw(st.sampled_from([e for e in range(1, out["tp"] + 1) if out["tp"] % e == 0]))
+    return ParallelDims(**out, etp=etp, sp=out["tp"] > 1)
 
 
 @st.composite
@@ -53,6 +55,11 @@ def test_named_orders_match_the_rank_grid(inst) -> None:
     tp, cp, ep, d, p = dims.tp, dims.cp, dims.ep, dims.dp, dims.pp
     for key in GROUP_KEYS:
         assert fast.group(order, key, tp, cp, ep, d, p) == ref.groups[key], key
+    for key in EXPERT_GROUP_KEYS:
+        assert fast.expert_group(order, key, tp, dims.expert_tp, cp, ep, d, p) == ref.groups[key], key
+    if dims.etp is None:   # unfolded: the ep and tp groups
+        assert ref.groups["expert"] == ref.groups["ep"] and ref.groups["etp"] == ref.groups["tp"]
+    assert ref.groups["expert"].size == dims.expert_parallel and ref.groups["etp"].size == dims.expert_tp
     a = tp * cp * ep
     assert fast.boundary_levels(order, a, d, p) == ref.pp_boundary_levels
     assert fast.pp_ends(order, a, d, p) == ref.pp_ends

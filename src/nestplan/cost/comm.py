@@ -96,15 +96,24 @@ def routed_tokens_per_token(spec: ModelSpec, layer: int) -> int:
     return spec.experts_per_token if spec.is_moe_layer(layer) else 0
 
 
-def _mlp_syncs(topo: Topology, tp: GroupSpan, shard: Shard, spec: ModelSpec, layer: int,
+def _mlp_syncs(topo: Topology, tp: GroupSpan, etp: GroupSpan, shard: Shard, spec: ModelSpec, layer: int,
                gather_bytes: int | None) -> float:
-    """One direction's tp synchronisations of an MoE block's MLP part. Megatron-Core's all-to-all
-    token dispatcher (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher)
-    all-gathers the permuted token copies over tp after the expert all-to-all and reduce-scatters
-    them after the experts, so the routed experts' sync moves top-k copies of every token, in the
-    activations' dtype (the experts cast to FP8 after the gather); shared experts are ordinary
-    column/row-parallel layers on the tokens themselves."""
-    routed = routed_tokens_per_token(spec, layer) * tp_collectives(topo, tp, shard, spec.hidden_size, 1)
+    """One direction's tensor-parallel synchronisations of an MoE block's MLP part. Megatron-Core's
+    all-to-all token dispatcher (megatron/core/transformer/moe/token_dispatcher.py,
+    MoEAlltoAllTokenDispatcher) all-gathers the permuted token copies over the expert-tensor-parallel
+    group after the expert all-to-all and reduce-scatters them after the experts, so the routed
+    experts' sync moves top-k copies of every token, in the activations' dtype (the experts cast to
+    FP8 after the gather): of the T tokens a tp group syncs, the etp ranks of a folded expert shard
+    gather etp / tp of them (none with etp 1). Shared experts are ordinary column/row-parallel layers
+    over tp on the tokens themselves."""
+    copies = routed_tokens_per_token(spec, layer)
+    if shard.etp is None:
+        routed = copies * tp_collectives(topo, tp, shard, spec.hidden_size, 1)
+    elif etp.size > 1:
+        gathered = shard.dtype_bytes * shard.tokens * spec.hidden_size * shard.expert_tp / shard.tp
+        routed = copies * (coll.all_gather(topo, etp.fanout, gathered) + coll.reduce_scatter(topo, etp.fanout, gathered))
+    else:
+        routed = 0.0
     shared = tp_collectives(topo, tp, shard, spec.hidden_size, 1, gather_bytes) if spec.num_shared_experts else 0.0
     return routed + shared
 
@@ -140,14 +149,15 @@ def block_comm(
     else:
         tp_f = tp_b = tp_collectives(topo, tp, shard, hidden, 1 if moe else 2, gather_bytes)
     if moe:
-        mlp = _mlp_syncs(topo, tp, shard, spec, layer, gather_bytes)
+        mlp = _mlp_syncs(topo, tp, groups["etp"], shard, spec, layer, gather_bytes)
         tp_f, tp_b = tp_f + mlp, tp_b + mlp
     cp_f, cp_b = context_exchange(topo, spec, shard, groups["cp"], cp_comm, attention_forward_s)
     ep_f = 0.0
-    ep = groups["ep"]
-    if spec.is_moe_layer(layer) and ep.size > 1:
+    experts = groups["expert"]   # ep x tp / etp ranks holding different experts
+    if moe and experts.size > 1:
+        # each rank sends top-k copies of its sequence-parallel share of the tokens
         routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp
-        ep_f = 2 * coll.all_to_all(topo, ep.fanout, routed)   # dispatch + combine
+        ep_f = 2 * coll.all_to_all(topo, experts.fanout, routed)   # dispatch + combine
     return LayerComm(tp_forward=tp_f, tp_backward=tp_b, cp_forward=cp_f, cp_backward=cp_b,
                      ep_forward=ep_f, ep_backward=ep_f)
 

@@ -180,9 +180,12 @@ def plain(value: Any) -> Any:
 
 
 def plan_text(dims: ParallelDims) -> str:
-    """A plan's degrees and settings in one short line: ``tp8+sp pp4 dp2 interleaved v2 mbs1 zero1 recompute full``."""
+    """A plan's degrees and settings in one short line: ``tp8+sp pp4 dp2 interleaved v2 mbs1 zero1 recompute full``
+    (a folded MoE plan adds ``etp1 (experts over 32)``: expert tensor parallelism and expert parallelism)."""
     text = f"tp{dims.tp}{'+sp' if dims.sp_active else ''} pp{dims.pp} dp{dims.dp}"
     text += "".join(f" {axis}{getattr(dims, axis)}" for axis in ("cp", "ep") if getattr(dims, axis) > 1)
+    if dims.etp is not None:   # parallel folding: the experts' own degrees
+        text += f" etp{dims.etp} (experts over {dims.expert_parallel})"
     text += f" {dims.schedule.value}" if dims.schedule is not Schedule.ONE_F_ONE_B else ""
     text += f" v{dims.virtual_stages}" if dims.virtual_stages > 1 else ""
     text += f" mbs{dims.micro_batch_size} zero{int(dims.zero)}"

@@ -50,7 +50,7 @@ class GraphTerms:
     tied_head_copy: L.ParamCount       # extra head parameters when head and embedding sit on different stages
 
 
-TERM_GROUPS = ("tp", "cp", "ep", "cp+ep+dp", "cp+dp")   # the groups whose spans the terms depend on
+TERM_GROUPS = ("tp", "cp", "cp+ep+dp", "cp+dp", "expert", "etp")   # the groups whose spans the terms depend on
 
 
 def terms_zero(zero: ZeroStage) -> ZeroStage:
@@ -61,7 +61,7 @@ def terms_zero(zero: ZeroStage) -> ZeroStage:
 
 def shard_of(dims: ParallelDims, job: Job) -> L.Shard:
     return L.Shard(tp=dims.tp, sp=dims.sp_active, cp=dims.cp, ep=dims.ep, micro_batch=dims.micro_batch_size,
-                   seq_len=job.seq_len, dtype_bytes=job.dtype_bytes, flash=job.flash_attention)
+                   seq_len=job.seq_len, dtype_bytes=job.dtype_bytes, flash=job.flash_attention, etp=dims.etp)
 
 
 def _components(**values: float) -> Mapping[str, float]:
@@ -189,7 +189,7 @@ class TermCache:
 
     def _comm_parts(self, shard: L.Shard, groups: Mapping[str, GroupSpan], blocks: Mapping[Hashable, _BlockCompute]
                     ) -> tuple:
-        key = (shard, groups["tp"], groups["cp"], groups["ep"])
+        key = (shard, groups["tp"], groups["cp"], groups["expert"], groups["etp"])
         found = self._comm.get(key)
         if found is None:
             topo, model = self.cluster.topology, self.model

@@ -40,6 +40,12 @@ def framework_cp_comm(framework: str) -> tuple[CpCommType, ...]:
     return EXPORTERS[framework].CP_EXCHANGES
 
 
+def framework_expert_tp(framework: str) -> tuple[int | None, ...] | None:
+    """The expert tensor parallelism ``framework`` runs as costed (search.space.SearchSpace.etp values;
+    None: any)."""
+    return EXPORTERS[framework].EXPERT_TP
+
+
 def check_framework(name: str) -> str:
     """The canonical name of the framework ``name`` names (itself or an older alias, such as nemo)."""
     key = name.strip().lower()

@@ -144,24 +144,25 @@ def rank_order_note(framework: str, inp: ExportInput, used: Sequence[str]) -> st
     return note + f" (nestplan evaluate ... --axis-order {','.join(used)})"
 
 
-def expert_group_note(framework: str, inp: ExportInput, stride: int, size: int, with_tp: bool = False) -> str | None:
+def expert_group_note(framework: str, inp: ExportInput, stride: int, size: int, etp: int | None = None) -> str | None:
     """A note when the framework's expert-parallel group (``size`` ranks ``stride`` apart) is not the
-    set of ranks nestplan costed: ep ranks spaced by the degrees of the axes ordered before ep (each
-    with its tp ranks when ``with_tp``: a framework whose expert parallelism absorbs tp). Names the
+    set of ranks nestplan costed (strategy.placement's "expert" group): ep ranks spaced by the degrees
+    of the axes ordered before ep, each with the tp / etp ranks of its tp group that fold into expert
+    parallelism (``etp``: the plan's own unless given, for a framework that runs another). Names the
     network level each spans: the expert all-to-all's cost depends on that level."""
     p, d = inp.plan, inp.plan.dims
+    etp = d.expert_tp if etp is None else etp
     costed = 1
     for axis in p.axis_order[:p.axis_order.index("ep")]:
         costed *= d.degree(axis)
-    inner = d.tp if with_tp else 1
-    ours = sorted(t + k * costed for t in range(inner) for k in range(d.ep))
+    ours = sorted(t * etp + k * costed for t in range(d.tp // etp) for k in range(d.ep))
     theirs = [k * stride for k in range(size)]
-    if d.ep == 1 or ours == theirs:
+    if len(ours) == 1 or ours == theirs:
         return None
     level_ours, level_theirs = _level(inp, ours[-1] + 1), _level(inp, theirs[-1] + 1)
     same = ("the same level, so the all-to-all costs what nestplan costed" if level_ours == level_theirs else
             "another level: the expert all-to-all will not cost what nestplan costed")
-    tp = f", each with its {d.tp} tp ranks" if with_tp and d.tp > 1 else ""
+    tp = f", each with {d.tp // etp} ranks of its tp group" if etp < d.tp else ""
     return (f"{framework}'s expert-parallel group is {size} ranks {stride} apart (within a {level_theirs}); nestplan "
             f"costed ep {d.ep} ranks {costed} apart{tp} (within a {level_ours}): {same}")
 

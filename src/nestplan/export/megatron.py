@@ -55,6 +55,7 @@ RUNS_AS = {Schedule.GPIPE: Schedule.ONE_F_ONE_B, Schedule.ZB_H1: Schedule.ONE_F_
            Schedule.ZBV: Schedule.INTERLEAVED, Schedule.DUALPIPEV: Schedule.INTERLEAVED}
 COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
 CP_EXCHANGES = tuple(CpCommType)   # --cp-comm-type takes every exchange
+EXPERT_TP = None   # --expert-tensor-parallel-size takes any divisor of tp (parallel folding): no restriction
 
 
 def run_dims(plan: Plan) -> ParallelDims:
@@ -178,7 +179,7 @@ def rank_layout(inp: ExportInput, title: str, mapping: str,
     if notes and len(allowed) < len(ORDERS):
         notes[0] += (f"; Megatron-core's {mapping} needs ep = cp with experts and pp > 1 "
                      f"(here ep {d.ep}, cp {d.cp})")
-    if d.ep > 1:
+    if d.expert_parallel > 1:
         notes += [n for n in [expert_note(inp)] if n]
     return order, notes
 
@@ -270,8 +271,8 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
         flags.append(("--sequence-parallel", None))
     if d.cp > 1:
         flags += _cp_flags(inp.plan.job, d.cp)
-    if d.ep > 1:
-        flags += [("--expert-model-parallel-size", d.ep), ("--expert-tensor-parallel-size", d.tp)]
+    if d.expert_parallel > 1 or d.etp is not None:   # Megatron's expert grid: etp x expert_parallel x edp x pp
+        flags += [("--expert-model-parallel-size", d.expert_parallel), ("--expert-tensor-parallel-size", d.expert_tp)]
     zero, zero_notes = _zero(inp.plan)
     notes += [n for n in [schedule_note(inp.plan)] if n]
     return flags + _pipeline_split(inp.plan) + zero + _recompute(inp.plan), notes + zero_notes
@@ -279,8 +280,8 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
 
 def expert_note(inp: ExportInput) -> str | None:
     """Megatron-core lays expert layers out on their own grid, etp-ep-edp-pp (cp folded into ep and
-    edp): with etp = tp its expert-parallel groups are ep ranks tp apart."""
-    return expert_group_note("Megatron-core", inp, inp.plan.dims.tp, inp.plan.dims.ep)
+    edp): its expert-parallel groups are ep x tp / etp ranks etp apart."""
+    return expert_group_note("Megatron-core", inp, inp.plan.dims.expert_tp, inp.plan.dims.expert_parallel)
 
 
 def model_flags(m: ModelSpec, plan: Plan) -> Flags:

@@ -29,6 +29,7 @@ TITLE = "Megatron-Bridge"
 PIN = "Megatron-Bridge 0.6.2 (megatron-core 0.19.2) recipes and ConfigContainer override keys"
 COSTED_SCHEDULES = megatron.COSTED_SCHEDULES   # Megatron-core runs the schedules and the exchanges
 CP_EXCHANGES = megatron.CP_EXCHANGES
+EXPERT_TP = megatron.EXPERT_TP
 # Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
 # catalog models they were written for; any other decoder runs the generic GPT recipe
 # (megatron/bridge/recipes/gpt/vanilla_gpt.py), every model field being overridden either way.
@@ -86,7 +87,8 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
         ("model.tensor_model_parallel_size", d.tp), ("model.pipeline_model_parallel_size", d.pp),
         ("model.virtual_pipeline_model_parallel_size", run.virtual_stages if run.virtual_stages > 1 else None),
         ("model.context_parallel_size", d.cp), ("model.sequence_parallel", d.sp_active),
-        ("model.expert_model_parallel_size", d.ep), ("model.expert_tensor_parallel_size", d.tp if d.ep > 1 else 1),
+        ("model.expert_model_parallel_size", d.expert_parallel),
+        ("model.expert_tensor_parallel_size", d.expert_tp if inp.model.is_moe else 1),
         ("model.seq_length", job.seq_len), ("dataset.seq_length", job.seq_len),
         ("train.global_batch_size", job.global_batch_size), ("train.micro_batch_size", d.micro_batch_size),
         ("mixed_precision", _precision_recipe(job))]

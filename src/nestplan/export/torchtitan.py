@@ -42,6 +42,7 @@ SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.GPIPE: "GPipe", Schedule.INT
 RUNS_AS = {Schedule.ZB_H1: Schedule.ONE_F_ONE_B}
 COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
 CP_EXCHANGES = (CpCommType.ALLGATHER,)   # 0.3.0's context parallelism all-gathers K/V (FlexAttention)
+EXPERT_TP = (1,)   # 0.3.0's experts have no tensor parallelism: expert parallelism borrows the tp ranks
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}   # TrainingConfig.mixed_precision_param's choices
 # catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
 # Hugging Face assets folder); the 405B takes the 70B's settings: torchtitan's llama3_405b builds FP8
@@ -187,6 +188,10 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
         changes.append("torchtitan's FSDP2 has no optimizer-only sharding: ZeRO 1 runs as FSDP without resharding "
                        "after forward, i.e. ZeRO 2 (gradients reduce-scattered every microbatch)")
         dims = replace(dims, zero=2)
+    if plan.model.is_moe and dims.expert_tp > 1 and dims.sp_active and dims.ep * dims.tp > 1:
+        changes.append(f"torchtitan 0.3.0's experts have no tensor parallelism: it runs them whole over ep x tp = "
+                       f"{dims.ep * dims.tp} ranks (etp 1), where nestplan costed them split {dims.expert_tp} ways")
+        dims = replace(dims, etp=1)
     if dims.pp > 1 and dims.schedule in RUNS_AS:
         changes.append("torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
                        f"the {dims.schedule.value} plan as {SCHEDULES[RUNS_AS[dims.schedule]]}")
@@ -250,16 +255,16 @@ def _experts(inp: ExportInput) -> tuple[int, list[str]]:
     tp ranks instead), so nestplan's experts split ep x tp ways become ep x tp whole-expert shards
     (the same expert weights and FLOPs per device)."""
     d, m = inp.plan.dims, inp.model
-    if d.ep == 1:
+    if d.ep == 1 and d.etp is None:
         return 1, []
     degree = d.ep * d.tp
     if m.num_experts % degree:
         raise refuse(TITLE, f"torchtitan has no expert tensor parallelism; ep {d.ep} x tp {d.tp} = {degree} does not "
                      f"divide the {m.num_experts} experts", "ep", d.ep, m.num_experts)
-    notes = [] if d.tp == 1 else [
+    notes = [] if d.expert_tp == 1 else [
         f"torchtitan has no expert tensor parallelism: expert-parallel degree {degree} (ep {d.ep} x tp {d.tp}) "
-        f"holds the same expert weights per device as nestplan's {d.tp}-way tensor-parallel experts"]
-    group = expert_group_note(TITLE, inp, 1, degree, with_tp=True)   # torchtitan's ep is the fastest mesh axis
+        f"holds the same expert weights per device as nestplan's {d.expert_tp}-way tensor-parallel experts"]
+    group = expert_group_note(TITLE, inp, 1, degree, etp=1)   # torchtitan's ep is the fastest mesh axis
     return degree, notes + ([group] if group else [])
 
 

@@ -160,7 +160,8 @@ def _summary(plan: Plan) -> str:
 def _plan_section(plan: Plan) -> str:
     d, p, names = plan.dims, plan.predicted, plan.level_names
     degrees = [("tp", f"{d.tp}" + (" with sequence parallelism" if d.sp_active else "")), ("cp", d.cp),
-               ("ep", d.ep), ("pp", d.pp), ("dp", d.dp), ("ZeRO stage", int(d.zero)),
+               ("ep", d.ep), ("expert tensor parallelism (etp)",
+                             f"{d.expert_tp}; experts over {d.expert_parallel} ranks"), ("pp", d.pp), ("dp", d.dp), ("ZeRO stage", int(d.zero)),
                ("recomputation", d.recompute.value),
                ("microbatch", f"{d.micro_batch_size} sequences; {plan.num_microbatches} microbatches per replica per step"),
                ("schedule", d.schedule.value + (f", {d.virtual_stages} virtual stages" if d.virtual_stages > 1

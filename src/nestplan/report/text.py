@@ -61,7 +61,8 @@ def render_plan(console: Console, plan: Plan) -> None:
     if d.cp > 1:
         sizes = f" {job.cp_a2a_size} x {d.cp // job.cp_a2a_size}" if job.cp_a2a_size > 1 else ""
         exchange = f" ({job.cp_comm_type.value}{sizes})"
-    console.print(f"plan: tp {d.tp}{' +sp' if d.sp_active else ''}, cp {d.cp}{exchange}, ep {d.ep}, "
+    folded = f" (etp {d.etp}: experts over {d.expert_parallel} ranks)" if d.etp is not None else ""
+    console.print(f"plan: tp {d.tp}{' +sp' if d.sp_active else ''}, cp {d.cp}{exchange}, ep {d.ep}{folded}, "
                   f"pp {d.pp}, dp {d.dp}, ZeRO {int(d.zero)}, recompute {d.recompute.value}, "
                   f"microbatch {d.micro_batch_size} x {plan.num_microbatches}, schedule {d.schedule.value}"
                   + (f" (v={d.virtual_stages})" if d.virtual_stages > 1 else ""))
@@ -105,6 +106,8 @@ def _describe(pred: Prediction) -> str:
         parts.append(f"cp {d.cp}")
     if d.ep > 1:
         parts.append(f"ep {d.ep}")
+    if d.etp is not None:
+        parts.append(f"etp {d.etp}")
     parts += [f"mbs {d.micro_batch_size}", f"ZeRO {int(d.zero)}", f"rc {d.recompute.value}"]
     if d.pp > 1 and d.schedule is not Schedule.ONE_F_ONE_B:
         parts.append(d.schedule.value + (f" v {d.virtual_stages}" if d.virtual_stages > 1 else ""))

@@ -20,6 +20,7 @@ def _degrees(r: RowResult) -> str:
     text = f"tp{d.tp}{'+sp' if d.sp_active else ''} pp{d.pp}"
     text += f" v{d.virtual_stages}" if d.virtual_stages > 1 else ""
     text += "".join(f" {axis}{getattr(d, axis)}" for axis in ("cp", "ep") if getattr(d, axis) > 1)
+    text += f" etp{d.etp}" if d.etp is not None else ""
     return text + f" dp{d.dp}"
 
 

@@ -21,7 +21,7 @@ from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import TERM_GROUPS, GraphTerms, TermCache, shard_of, terms_zero
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
-from nestplan.strategy.placement import TopologyPlacements
+from nestplan.strategy.placement import EXPERT_GROUP_KEYS, TopologyPlacements
 from nestplan.search.space import SubConfig
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import ZeroStage
@@ -40,7 +40,8 @@ class Group:
     def dims(self, pp: int = 1, parts: tuple[int, ...] | None = None) -> ParallelDims:
         c = self.cfg
         return ParallelDims(tp=c.tp, pp=pp, dp=self.replicas, cp=c.cp, ep=c.ep, sp=c.sp, zero=self.zero,
-                            recompute=c.recompute, micro_batch_size=c.micro_batch_size, layers_per_stage=parts)
+                            recompute=c.recompute, micro_batch_size=c.micro_batch_size, layers_per_stage=parts,
+                            etp=c.etp)
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,10 @@ class PhysicalSearchModel:
 
     # ------------------------------------------------------------------ terms
     def _groups(self, g: Group, pp: int) -> dict:
-        c = g.cfg
-        return {k: self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp) for k in TERM_GROUPS}
+        c, etp = g.cfg, g.dims().expert_tp
+        return {k: (self.placement.expert_group(c.order, k, c.tp, etp, c.cp, c.ep, g.replicas, pp)
+                    if k in EXPERT_GROUP_KEYS else self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp))
+                for k in TERM_GROUPS}
 
     def terms(self, g: Group) -> GraphTerms:
         """Node terms; ZeRO-2's per-microbatch reduce-scatters and ZeRO-3's gathers depend on the

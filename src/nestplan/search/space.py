@@ -27,6 +27,11 @@ class SearchSpace:
     sp: tuple[bool, ...] = (False, True)
     cp: tuple[int, ...] = (1, 2, 4, 8)
     ep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    # expert tensor parallelism of MoE models (parallel folding, strategy.dims.ParallelDims.etp), each
+    # value where it divides tp: None is etp = tp (the experts split like the attention), 1 each expert
+    # whole on one rank with tp folded into expert parallelism (Megatron-Core's recommendation for
+    # fine-grained experts)
+    etp: tuple[int | None, ...] = (None, 1)
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
     zero: tuple[ZeroStage, ...] = (ZeroStage.NONE, ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS)
@@ -45,6 +50,10 @@ class SearchSpace:
     memory_margin: float = DEFAULT_MEMORY_MARGIN
 
     def __post_init__(self) -> None:
+        bad = [e for e in self.etp if e is not None and (not isinstance(e, int) or isinstance(e, bool) or e < 1)]
+        if bad or not self.etp:
+            raise ConfigError(f"expert tensor parallelism must be 'tp' or positive integers, got {self.etp!r}",
+                              field="etp", value=self.etp, limit="tp or >= 1")
         margin = self.memory_margin
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < MAX_MEMORY_MARGIN:
             raise ConfigError(f"memory margin must be a fraction of device memory in [0, {MAX_MEMORY_MARGIN}), got "
@@ -66,6 +75,7 @@ class SubConfig:
     micro_batch_size: int
     recompute: Recompute
     order: tuple[str, ...]
+    etp: int | None = None   # expert tensor parallelism below tp (parallel folding); None: etp = tp
 
     @property
     def stage_devices(self) -> int:
@@ -74,7 +84,7 @@ class SubConfig:
     @property
     def shard_key(self) -> tuple:
         """Everything but the rank order: what a device holds does not depend on where its peers are."""
-        return self.tp, self.sp, self.cp, self.ep, self.micro_batch_size, self.recompute
+        return self.tp, self.sp, self.cp, self.ep, self.micro_batch_size, self.recompute, self.etp
 
 
 def even_split(layers: int, stages: int) -> tuple[int, ...]:
@@ -107,12 +117,28 @@ def sub_configs(space: SearchSpace, model: ModelSpec, job: Job, node_devices: in
                         continue
                     if not all(aligned(x, unit_sizes) for x in (tp, tp * cp, tp * cp * ep)):
                         continue
-                    for mbs in space.micro_batch_sizes:
-                        if job.global_batch_size % (ep * mbs):
-                            continue
-                        for rc in space.recompute:
-                            for order in space.orders:
-                                yield SubConfig(tp, sp, cp, ep, mbs, rc, order)
+                    for etp in expert_tp_values(space, model, tp, sp, ep):
+                        for mbs in space.micro_batch_sizes:
+                            if job.global_batch_size % (ep * mbs):
+                                continue
+                            for rc in space.recompute:
+                                for order in space.orders:
+                                    yield SubConfig(tp, sp, cp, ep, mbs, rc, order, etp)
+
+
+def expert_tp_values(space: SearchSpace, model: ModelSpec, tp: int, sp: bool, ep: int) -> list[int | None]:
+    """The expert tensor parallelism a sub-graph may use (SubConfig.etp: None is etp = tp): the space's
+    values that divide tp, below tp only with sp, the experts and their FFN divided as folding needs."""
+    if not model.is_moe:
+        return [None]
+    out: list[int | None] = []
+    for etp in sorted({tp if e is None else e for e in space.etp}, reverse=True):
+        if tp % etp or (etp < tp and not sp):
+            continue
+        if model.num_experts % (ep * tp // etp) or model.moe_ffn_hidden_size % etp:
+            continue
+        out.append(None if etp == tp else etp)
+    return out
 
 
 def replica_counts(cfg: SubConfig, job: Job, devices: int) -> list[int]:

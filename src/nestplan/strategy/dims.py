@@ -29,6 +29,14 @@ class ParallelDims:
     --pipeline-model-parallel-layout place them; the embedding rides with virtual stage 0, the
     head with the last). Given per virtual stage, a layout whose chunks are equal within every
     stage is stored per stage (the same plan), so that one plan has one value.
+
+    Parallel folding (Megatron-Core's MoE layers on their own grid, Liu et al. 2025, "MoE Parallel
+    Folding", arXiv 2504.14960): the experts are split ``etp`` ways (expert tensor parallelism) and
+    spread over ``expert_parallel = ep x tp / etp`` ranks, the ep ranks of the data-parallel part
+    together with tp / etp ranks of each tensor-parallel group (etp consecutive tp ranks share an
+    expert's shard). ``etp`` None is etp = tp: the experts split like the attention, their expert
+    parallelism the ep ranks alone (Megatron-LM's default when --expert-tensor-parallel-size is unset).
+    Either way a device holds 1 / (tp x ep) of the expert weights, replicated over cp x dp.
     """
 
     tp: int = 1
@@ -43,6 +51,7 @@ class ParallelDims:
     schedule: Schedule = Schedule.ONE_F_ONE_B
     virtual_stages: int = 1
     layers_per_stage: tuple[int, ...] | None = None
+    etp: int | None = None
 
     def __post_init__(self) -> None:
         for name in (*AXES, "micro_batch_size", "virtual_stages"):
@@ -55,12 +64,29 @@ class ParallelDims:
         if self.sp and self.tp == 1:
             raise _err("sequence parallelism (sp) needs tp > 1, got tp 1", "sp", self.sp, "tp > 1")
         self._check_schedule()
+        self._check_expert_tp()
         if self.layers_per_stage is not None:
             counts = tuple(int(x) for x in self.layers_per_stage)
             problem = layout_problem(counts, self.pp, self.virtual_stages)
             if problem is not None:
                 raise _err(f"layers-per-stage {problem}", "layers_per_stage", _brief(counts), problem)
             object.__setattr__(self, "layers_per_stage", _per_stage_when_even(counts, self.pp, self.virtual_stages))
+
+    def _check_expert_tp(self) -> None:
+        etp = self.etp
+        if etp is None:
+            return
+        if not isinstance(etp, int) or isinstance(etp, bool) or etp < 1:
+            raise _err(f"etp must be a positive integer, got {etp!r}", "etp", etp, ">= 1")
+        if self.tp % etp:
+            raise _err(f"expert tensor parallelism etp {etp} must divide tp {self.tp} (etp consecutive ranks of each "
+                       "tensor-parallel group share an expert's shard)", "etp", etp, self.tp)
+        if etp == self.tp:
+            object.__setattr__(self, "etp", None)   # the default, stored one way
+        elif not self.sp:
+            raise _err(f"expert tensor parallelism etp {etp} below tp {self.tp} needs sequence parallelism (the MoE "
+                       "layer takes each rank's own tokens; Megatron-Core requires sp for MoE with tp > 1)",
+                       "sp", self.sp, True)
 
     def _check_schedule(self) -> None:
         v, schedule = self.virtual_stages, self.schedule
@@ -86,6 +112,16 @@ class ParallelDims:
     def stage_devices(self) -> int:
         """Devices of one stage of one replica: tp * cp * ep."""
         return self.tp * self.cp * self.ep
+
+    @property
+    def expert_tp(self) -> int:
+        """Ranks that split one expert (expert tensor parallelism): etp, tp unless folded."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_parallel(self) -> int:
+        """Ranks that hold different experts: ep x tp / etp (ep unless folded)."""
+        return self.ep * self.tp // self.expert_tp
 
     @property
     def batch_replicas(self) -> int:
@@ -259,9 +295,15 @@ def model_conflict(dims: ParallelDims, model, seq_len: int) -> ConfigError | Non
         return problem
     if dims.ep > 1 and not model.is_moe:
         return _err(f"ep {dims.ep} needs a mixture-of-experts model; {model.name} is dense", "ep", dims.ep, 1)
-    if model.is_moe and model.num_experts % dims.ep:
-        return _err(f"ep {dims.ep} does not divide the model's {model.num_experts} experts",
-                    "ep", dims.ep, model.num_experts)
+    if dims.etp is not None and not model.is_moe:
+        return _err(f"etp {dims.etp} needs a mixture-of-experts model; {model.name} is dense", "etp", dims.etp, dims.tp)
+    if model.is_moe and model.num_experts % dims.expert_parallel:
+        folded = "" if dims.etp is None else f" (ep {dims.ep} x tp {dims.tp} / etp {dims.etp})"
+        return _err(f"expert parallelism {dims.expert_parallel}{folded} does not divide the model's "
+                    f"{model.num_experts} experts", "ep", dims.expert_parallel, model.num_experts)
+    if model.is_moe and model.moe_ffn_hidden_size % dims.expert_tp:
+        return _err(f"expert tensor parallelism {dims.expert_tp} does not divide the experts' FFN size "
+                    f"{model.moe_ffn_hidden_size}", "etp", dims.expert_tp, model.moe_ffn_hidden_size)
     if seq_len % (2 * dims.cp) and dims.cp > 1:
         return _err(f"cp {dims.cp} needs the sequence length {seq_len} to be a multiple of 2 x cp = {2 * dims.cp}",
                     "cp", dims.cp, seq_len)

@@ -44,7 +44,7 @@ class GroupSpan:
 @dataclass(frozen=True)
 class Placement:
     axis_order: tuple[str, ...]
-    groups: Mapping[str, GroupSpan]         # keys: GROUP_KEYS ("tp", "cp", "ep", "dp", "ep+dp", "cp+ep+dp", ...)
+    groups: Mapping[str, GroupSpan]         # keys: GROUP_KEYS ("tp", "cp", "ep", "dp", "ep+dp", ...), EXPERT_GROUP_KEYS
     pp_boundary_levels: tuple[int, ...]     # level of the link between stage i and i+1 (worst over replicas)
     pp_ends: GroupSpan                      # a rank of the first stage and its peer on the last (worst pair;
     #                                         one member when pp = 1): the tied embeddings' all-reduce group
@@ -57,6 +57,11 @@ class Placement:
 
 
 GROUP_KEYS = ("tp", "cp", "ep", "dp", "ep+dp", "cp+dp", "cp+ep+dp", "tp+cp")
+# the MoE layers' own groups under parallel folding (strategy.dims.ParallelDims.etp): "expert" holds
+# different experts (tp / etp ranks of each tp group at stride etp, times the ep ranks: Megatron-Core
+# lays experts out etp-ep-edp, etp fastest), "etp" splits one expert (etp consecutive tp ranks);
+# unfolded (etp = tp) they are the "ep" and "tp" groups
+EXPERT_GROUP_KEYS = ("expert", "etp")
 
 
 def consecutive_span_level(devices: int, unit_devices: Sequence[int]) -> int:
@@ -108,6 +113,7 @@ def grid_placement(dims: ParallelDims, topo: Topology, axis_order: Sequence[str]
     _check_fits(dims, topo)
     grid = rank_grid(dims, axis_order)
     groups = {key: worst_span(topo, _groups_along(grid, key.split("+"))) for key in GROUP_KEYS}
+    groups.update({key: worst_span(topo, ranks) for key, ranks in _expert_groups(grid, dims.expert_tp).items()})
     pp_axis = AXES.index(Axis.PP)
 
     def stage(s: int) -> np.ndarray:
@@ -117,6 +123,20 @@ def grid_placement(dims: ParallelDims, topo: Topology, axis_order: Sequence[str]
     ends = np.hstack([stage(0), stage(dims.pp - 1)]) if dims.pp > 1 else stage(0)
     return Placement(axis_order=tuple(axis_order), groups=MappingProxyType(groups), pp_boundary_levels=boundary,
                      pp_ends=worst_span(topo, ends))
+
+
+def _expert_groups(grid: np.ndarray, etp: int) -> dict[str, np.ndarray]:
+    """The "expert" and "etp" rank groups of a rank grid: its tp coordinate split as (tp / etp, etp),
+    etp fastest."""
+    tp = grid.shape[0]
+    split = grid.reshape((tp // etp, etp) + grid.shape[1:])   # [tp / etp, etp, cp, ep, pp, dp]
+    ep_axis = 1 + AXES.index(Axis.EP)   # the tp axis (index 0) became two
+
+    def along(axes: list[int]) -> np.ndarray:
+        rest = [i for i in range(split.ndim) if i not in axes]
+        return np.transpose(split, rest + axes).reshape(-1, int(np.prod([split.shape[i] for i in axes])))
+
+    return {"expert": along([0, ep_axis]), "etp": along([1])}
 
 
 # ---------------------------------------------------------------- arithmetic: the two named orders
@@ -148,6 +168,21 @@ def named_group(topo: Topology, order: tuple[str, ...], axes: str, tp: int, cp: 
     names = axes.split("+")
     offsets = _lattice([strides[name] for name in names])
     bases = _lattice([strides[axis] for axis in AXES if axis not in names])
+    return worst_span(topo, bases[:, None] + offsets[None, :])
+
+
+def named_expert_group(topo: Topology, order: tuple[str, ...], key: str, tp: int, etp: int, cp: int, ep: int,
+                       d: int, p: int) -> GroupSpan:
+    """Worst "expert" or "etp" group (EXPERT_GROUP_KEYS) in a named order, where tp is the fastest axis:
+    within a tp group the etp shard is (stride 1, etp ranks), the folded experts (stride etp, tp / etp)."""
+    strides = _strides(order, tp, cp, ep, d, p)
+    shard, spread = (1, etp), (etp, tp // etp)
+    others = [strides[axis] for axis in (Axis.CP, Axis.DP, Axis.PP)]
+    if key == "expert":
+        offsets, bases = _lattice([spread, strides[Axis.EP]]), _lattice([shard, *others])
+    else:
+        assert key == "etp", key
+        offsets, bases = _lattice([shard]), _lattice([spread, strides[Axis.EP], *others])
     return worst_span(topo, bases[:, None] + offsets[None, :])
 
 
@@ -202,6 +237,8 @@ def _named_placement(dims: ParallelDims, topo: Topology, axis_order: Sequence[st
     order = tuple(axis_order)
     tp, cp, ep, d, p = dims.tp, dims.cp, dims.ep, dims.dp, dims.pp
     groups = {key: named_group(topo, order, key, tp, cp, ep, d, p) for key in GROUP_KEYS}
+    groups.update({key: named_expert_group(topo, order, key, tp, dims.expert_tp, cp, ep, d, p)
+                   for key in EXPERT_GROUP_KEYS})
     a = tp * cp * ep
     return Placement(axis_order=order, groups=MappingProxyType(groups),
                      pp_boundary_levels=named_boundary_levels(topo, order, a, d, p),
@@ -213,6 +250,7 @@ class TopologyPlacements:
     (the search asks for thousands of (devices per stage, replicas, stages) triples):
 
     - ``group(order, axes, tp, cp, ep, d, p)``: worst group of ``axes`` (``named_group``)
+    - ``expert_group(order, key, tp, etp, cp, ep, d, p)``: the MoE layers' groups (``named_expert_group``)
     - ``boundary_levels(order, a, d, p)``: level of each stage boundary (``named_boundary_levels``)
     - ``pp_ends(order, a, d, p)``: the first and last stage's worst pair (``named_pp_ends``)
     - ``level_matrix(order, a, d, depth)``: every pipeline depth's boundary levels at once
@@ -221,6 +259,7 @@ class TopologyPlacements:
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
         self.group = lru_cache(maxsize=None)(partial(named_group, topo))
+        self.expert_group = lru_cache(maxsize=None)(partial(named_expert_group, topo))
         self.boundary_levels = lru_cache(maxsize=None)(partial(named_boundary_levels, topo))
         self.pp_ends = lru_cache(maxsize=None)(partial(named_pp_ends, topo))
         self.level_matrix = lru_cache(maxsize=None)(self._level_matrix)
@@ -246,7 +285,7 @@ def place(dims: ParallelDims, topo: Topology, axis_order: Sequence[str] = DEFAUL
     A placement depends on the degrees, the axis order and the topology only, never on the split
     or the schedule, so it is computed once per such key (the planner's polishing evaluates dozens
     of splits of the same degrees) and the same object is returned."""
-    key = (tuple(dims.degree(a) for a in AXES), topo, tuple(axis_order))
+    key = (tuple(dims.degree(a) for a in AXES), dims.expert_tp, topo, tuple(axis_order))
     found = _placements.get(key)
     if found is None:
         method = _named_placement if tuple(axis_order) in NAMED_ORDERS else grid_placement
