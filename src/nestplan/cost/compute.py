@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nestplan.cost.ssm import CHUNK_STATE_GEMM, hybrid_elementwise_bytes, ssd_gemms, ssd_scan_bytes
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Fp8Recipe, Job
 from nestplan.model.layers import (
@@ -133,8 +134,26 @@ def _attention_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard,
     return fwd, bwd
 
 
+def _mixer_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dtype: str) -> tuple[float, float]:
+    """(forward, backward) seconds of block ``layer``'s mixer core: attention (``_attention_core``), a
+    Mamba-2 mixer's SSD scan (its batched products and HBM traffic, cost/ssm.py; backward: the
+    products' gradients, the chunk states recomputed, twice the traffic), nothing without a mixer."""
+    mixer = spec.mixer_of(layer)
+    if mixer == "attention":
+        return _attention_core(acc, spec, layer, shard, dtype)
+    if mixer == "none":
+        return 0.0, 0.0
+    gemms = ssd_gemms(spec.mamba, shard)
+    traffic = acc.memory_time(ssd_scan_bytes(spec.mamba, shard))
+    recomputed = _gemms_forward(acc, gemms[CHUNK_STATE_GEMM:CHUNK_STATE_GEMM + 1], dtype)
+    return (_gemms_forward(acc, gemms, dtype) + traffic,
+            _gemms_backward(acc, gemms, dtype) + recomputed + ELEMENTWISE_BACKWARD_RATIO * traffic)
+
+
 def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
-    """HBM traffic of the memory-bound kernels of one block's forward pass."""
+    """HBM traffic of the memory-bound kernels of one block's forward pass (a hybrid block's: cost/ssm.py)."""
+    if spec.is_hybrid:
+        return hybrid_elementwise_bytes(spec, layer, shard)
     B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
     rep = T * spec.hidden_size / shard.sp_div
     norms = spec.block_norms * (2 * B * rep)                         # read x, write y, per norm (2; Gemma 4)
@@ -163,7 +182,7 @@ def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, prec
     kernels in ``precision.dtype``."""
     gemms = block_gemms(spec, layer, shard)
     times = _gemm_times(acc, gemms, precision.gemm_dtype)
-    attn_f, attn_b = _attention_core(acc, spec, layer, shard, precision.dtype)
+    attn_f, attn_b = _mixer_core(acc, spec, layer, shard, precision.dtype)
     elem = acc.memory_time(_elementwise_bytes(spec, layer, shard))
     cast_f = cast_b = 0.0
     if precision.fp8_recipe is not None:
@@ -171,7 +190,8 @@ def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, prec
         cast_f, cast_b = (acc.memory_time(b) for b in cast)
     forward = sum(f for f, _ in times) + attn_f + elem + cast_f
     backward = sum(b for _, b in times) + attn_b + ELEMENTWISE_BACKWARD_RATIO * elem + cast_b
-    return LayerTime(forward=forward, backward=backward, attention_forward=attn_f, gemms=times,
+    selective = attn_f if spec.mixer_of(layer) == "attention" else 0.0   # selective recomputation redoes attention only
+    return LayerTime(forward=forward, backward=backward, attention_forward=selective, gemms=times,
                      weight_gradient=weight_gradient_time(acc, gemms, precision.gemm_dtype))
 
 

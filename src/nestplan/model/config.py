@@ -41,6 +41,10 @@ Choices other modules rely on:
   LayerNorm (its layernorm1p stores weight - 1: the same 2 h parameters) and rotary
   positions on ``partial_rotary_factor`` (default 0.5) of each head, ``rotary_fraction``;
   biases as Llama.
+* Nemotron-H (``nemotron_h``) has one block per character of ``hybrid_override_pattern``: a Mamba-2
+  mixer (M, ``mamba_layers``), attention (*) or an MLP (-, ``mixerless_layers``); M and * blocks are
+  ``ffn_free_layers``; one norm per block (``block_norms`` 1), no positional embedding (``rotary_fraction``
+  0); MoE layers (E) are refused.
 * Every size is a JSON integer (not ``2.0``, not ``true``) between 1 and a bound
   (``MAX_LAYERS`` ...): far beyond any published model, but finite, so the planner's
   work stays bounded and no count overflows.
@@ -56,6 +60,7 @@ from nestplan import catalog
 from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_string, load_object
 from nestplan.model.spec import SUPPORTED_FAMILIES, ModelSpec
+from nestplan.model.ssm import Mamba2Shape
 
 _MISSING: Any = object()
 
@@ -86,6 +91,7 @@ _DEFAULT_MAX_POSITIONS = {
     "gemma3": 131072,
     "gemma3_text": 131072,
     "nemotron": 4096,
+    "nemotron_h": 4096,
     "gpt2": 1024,
     "gpt_neox": 2048,
     "bert": 512,
@@ -314,6 +320,83 @@ def _read_nemotron(f: _Fields, name: str) -> ModelSpec:
     return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields)
 
 
+# Nemotron-H's hybrid_override_pattern: one character per layer (HF NemotronHConfig._pattern_to_list,
+# Megatron-LM --hybrid-override-pattern): the block's mixer and whether it has an MLP
+_HYBRID_LAYERS = {"M": ("mamba", False), "*": ("attention", False), "-": ("none", True)}
+# HF NemotronHConfig.__post_init__: older configs' names for the Mamba fields
+_MAMBA_LEGACY_KEYS = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "chunk_size": "mamba_chunk_size",
+                      "use_conv_bias": "mamba_conv_bias"}
+
+
+def _mamba_key(f: _Fields, key: str) -> str:
+    """``key``, or its older name where a config uses that instead (HF NemotronHConfig reads both)."""
+    legacy = _MAMBA_LEGACY_KEYS.get(key)
+    return legacy if legacy is not None and not f.has(key) and f.has(legacy) else key
+
+
+def _hybrid_pattern(f: _Fields) -> str:
+    """``hybrid_override_pattern``, checked: M, * and - only (an MoE layer, E, is refused), as many
+    characters as ``num_hidden_layers`` where that is given."""
+    pattern = f.raw("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not 1 <= len(pattern) <= MAX_LAYERS:
+        raise f.error(f"field 'hybrid_override_pattern' must be a string of 1..{MAX_LAYERS} layer characters, "
+                      f"got {brief(pattern)}", "hybrid_override_pattern", brief(pattern), "M, *, -")
+    for char in pattern:
+        if char not in _HYBRID_LAYERS:
+            what = "an MoE layer, which nestplan does not honour yet" if char == "E" else "not a layer type"
+            raise f.error(f"field 'hybrid_override_pattern' has {brief(char)} ({what}); allowed: M (Mamba-2), "
+                          "* (attention), - (MLP)", "hybrid_override_pattern", brief(char), list(_HYBRID_LAYERS))
+    layers = f.integer("num_hidden_layers", MAX_LAYERS, default=len(pattern))
+    if layers != len(pattern):
+        raise f.error(f"num_hidden_layers {layers} differs from the {len(pattern)} layers of "
+                      "'hybrid_override_pattern'", "num_hidden_layers", layers, len(pattern))
+    return pattern
+
+
+def _mamba_shape(f: _Fields) -> Mamba2Shape:
+    """The Mamba-2 mixers' sizes, HF NemotronHConfig's defaults where absent (128 heads of 64, state
+    128, 8 groups, conv kernel 4, chunks of 128, a conv bias); heads must split evenly into groups
+    (Megatron-core MambaMixer asserts nheads % ngroups == 0)."""
+    heads = f.integer("mamba_num_heads", MAX_HEADS, default=128)
+    groups = f.integer(_mamba_key(f, "n_groups"), MAX_HEADS, default=8)
+    if heads % groups:
+        raise f.error(f"n_groups {groups} does not divide mamba_num_heads {heads}", "n_groups", groups, heads)
+    return Mamba2Shape(num_heads=heads, head_dim=f.integer("mamba_head_dim", MAX_HEAD_DIM, default=64),
+                       state_size=f.integer("ssm_state_size", MAX_HEAD_DIM, default=128), groups=groups,
+                       conv_kernel=f.integer(_mamba_key(f, "conv_kernel"), MAX_HEAD_DIM, default=4),
+                       chunk_size=f.integer(_mamba_key(f, "chunk_size"), MAX_POSITIONS, default=128),
+                       conv_bias=f.flag(_mamba_key(f, "use_conv_bias"), True))
+
+
+def _read_nemotron_h(f: _Fields, name: str) -> ModelSpec:
+    """Nemotron-H (HF modeling_nemotron_h; NVIDIA 2025, arXiv 2504.03624 section 2.1): one block per
+    character of ``hybrid_override_pattern``, each a pre-RMSNorm and one of a Mamba-2 mixer (M), GQA
+    attention without positional embeddings (*: Megatron-LM --position-embedding-type none) or a
+    squared-ReLU MLP of two projections (-). No biases: ``use_bias`` (Mamba projections),
+    ``mlp_bias`` and ``attention_bias`` set to true are refused."""
+    pattern = _hybrid_pattern(f)
+    hidden, heads, kv_heads, head_dim = _attention_shape(
+        f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", head_dim_default=128)
+    for key in ("use_bias", "mlp_bias", "attention_bias"):
+        if f.flag(key, False):
+            raise f.error(f"field '{key}' is true; nestplan counts Nemotron-H without biases", key, True, "false")
+    kinds = [_HYBRID_LAYERS[char] for char in pattern]
+    return ModelSpec(
+        name=name, family=f.family, hidden_size=hidden, num_layers=len(pattern), num_heads=heads,
+        num_kv_heads=kv_heads, head_dim=head_dim, ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        gated_mlp=False, vocab_size=f.integer("vocab_size", MAX_VOCAB),
+        tied_embeddings=f.flag("tie_word_embeddings", False),
+        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
+                                          default=_DEFAULT_MAX_POSITIONS[f.family]),
+        learned_position_embeddings=False, norm="rmsnorm", linear_bias=False,
+        dropout=f.any_dropout({"attention_dropout": 0.0, "hidden_dropout": 0.0}),
+        rotary_fraction=0.0, block_norms=1, mamba=_mamba_shape(f),
+        mamba_layers=tuple(i for i, (mixer, _) in enumerate(kinds) if mixer == "mamba"),
+        mixerless_layers=tuple(i for i, (mixer, _) in enumerate(kinds) if mixer == "none"),
+        ffn_free_layers=tuple(i for i, (_, mlp) in enumerate(kinds) if not mlp),
+    )
+
+
 def _every_layer(f: _Fields, num_layers: int, default_window: int | None) -> dict[str, Any]:
     """A ``sliding_window`` that applies to every layer (Mistral, Mixtral, Phi-3: HF MistralConfig
     defaults it to 4096, MixtralConfig and Phi3Config to None; null means full attention)."""
@@ -510,6 +593,7 @@ _READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
     "gemma3": _read_gemma,
     "gemma3_text": _read_gemma,
     "nemotron": _read_nemotron,
+    "nemotron_h": _read_nemotron_h,
     "gpt2": _read_gpt2,
     "gpt_neox": _read_gpt_neox,
     "bert": _read_bert,
@@ -596,6 +680,26 @@ def _llama_fields(spec: ModelSpec) -> dict[str, Any]:
 def _nemotron_fields(spec: ModelSpec) -> dict[str, Any]:
     return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "attention_bias": spec.linear_bias,
             "mlp_bias": spec.linear_bias, "partial_rotary_factor": spec.rotary_fraction}
+
+
+def _nemotron_h_fields(spec: ModelSpec) -> dict[str, Any]:
+    """Nemotron-H: the layers as ``hybrid_override_pattern`` (a block of attention and an MLP has no
+    character: such a spec cannot be written) and the Mamba-2 sizes."""
+    chars = {(kind, mlp): char for char, (kind, mlp) in _HYBRID_LAYERS.items()}
+    kinds = [(spec.mixer_of(i), spec.has_ffn(i)) for i in range(spec.num_layers)]
+    unwritable = next((i for i, kind in enumerate(kinds) if kind not in chars), None)
+    if unwritable is not None or spec.mamba is None:
+        what = "no Mamba-2 sizes" if unwritable is None else f"layer {unwritable} with attention and an MLP"
+        raise ConfigError(f"model {printable(spec.name)} cannot be written as a nemotron_h config.json: it has {what}",
+                          field="mamba" if unwritable is None else "ffn_free_layers")
+    pattern, m = "".join(chars[kind] for kind in kinds), spec.mamba
+    return {"hidden_size": spec.hidden_size, "num_hidden_layers": spec.num_layers, "hybrid_override_pattern": pattern,
+            "num_attention_heads": spec.num_heads, "num_key_value_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
+            "intermediate_size": spec.ffn_hidden_size, "vocab_size": spec.vocab_size,
+            "tie_word_embeddings": spec.tied_embeddings, "max_position_embeddings": spec.max_position_embeddings,
+            "mamba_num_heads": m.num_heads, "mamba_head_dim": m.head_dim, "ssm_state_size": m.state_size,
+            "n_groups": m.groups, "conv_kernel": m.conv_kernel, "chunk_size": m.chunk_size,
+            "use_conv_bias": m.conv_bias, **_dropout(spec, "attention_dropout", "hidden_dropout")}
 
 
 def _layer_types(spec: ModelSpec) -> list[str]:
@@ -686,6 +790,7 @@ _WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
     "gemma3": _gemma_fields,
     "gemma3_text": _gemma_fields,
     "nemotron": _nemotron_fields,
+    "nemotron_h": _nemotron_h_fields,
     "gpt2": _gpt2_fields,
     "gpt_neox": _gpt_neox_fields,
     "bert": _bert_fields,

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from nestplan.model import ssm
 from nestplan.model.spec import ModelSpec
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, section 4.1)
@@ -121,9 +122,21 @@ def mlp_params(spec: ModelSpec, ffn: int) -> int:
     return mats * h * ffn + biases
 
 
+def _mixer_params(spec: ModelSpec, layer: int) -> int:
+    """The mixer of block ``layer`` with the block's first norm: attention (``attention_params``), a
+    Mamba-2 mixer (model/ssm.py), or the norm alone where the block has no mixer (Nemotron-H's MLP layers)."""
+    mixer = spec.mixer_of(layer)
+    if mixer == "attention":
+        return attention_params(spec)
+    own = ssm.mamba_params(spec.mamba, spec.hidden_size) if mixer == "mamba" else 0
+    return own + _norm_params(spec)
+
+
 def block_params(spec: ModelSpec, layer: int) -> ParamCount:
     """Full (unsharded) parameters of transformer block ``layer``."""
-    dense = attention_params(spec) + (spec.block_norms - 1) * _norm_params(spec)
+    dense = _mixer_params(spec, layer) + (spec.block_norms - 1) * _norm_params(spec)
+    if not spec.has_ffn(layer):
+        return ParamCount(dense=dense)
     if not spec.is_moe_layer(layer):
         return ParamCount(dense=dense + mlp_params(spec, spec.ffn_hidden_size))
     router = spec.hidden_size * spec.num_experts
@@ -178,13 +191,26 @@ def _kv_per_device(spec: ModelSpec, tp: int) -> float:
 COLUMN, ROW = "input", "output_grad"   # what sequence parallelism gathers for a column- / row-parallel layer
 
 
+def _mixer_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
+    """The column- and row-parallel projections of block ``layer``'s mixer: the attention's, a Mamba-2
+    mixer's in_proj and out_proj (model/ssm.py), none without a mixer."""
+    mixer = spec.mixer_of(layer)
+    t, h, T = shard.tp, spec.hidden_size, shard.tokens
+    if mixer == "attention":
+        return [Gemm(T, spec.q_channels / t + 2 * _kv_per_device(spec, t), h, gathered=COLUMN),   # QKV projection
+                Gemm(T, h, spec.q_channels / t, gathered=ROW)]                                    # attention output
+    if mixer == "none":
+        return []
+    (n_in, k_in), (n_out, k_out) = ssm.projection_shapes(spec.mamba, h, t)
+    return [Gemm(T, n_in, k_in, gathered=COLUMN), Gemm(T, n_out, k_out, gathered=ROW)]
+
+
 def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     """Forward GEMMs of one block on one device (Megatron column/row-parallel split)."""
     t, h, T = shard.tp, spec.hidden_size, shard.tokens
-    gemms = [
-        Gemm(T, spec.q_channels / t + 2 * _kv_per_device(spec, t), h, gathered=COLUMN),   # QKV projection
-        Gemm(T, h, spec.q_channels / t, gathered=ROW),                                    # attention output
-    ]
+    gemms = _mixer_gemms(spec, layer, shard)
+    if not spec.has_ffn(layer):
+        return gemms
     up = 2 if spec.gated_mlp else 1
     if not spec.is_moe_layer(layer):
         f = spec.ffn_hidden_size / t
@@ -246,9 +272,16 @@ def block_model_flops(spec: ModelSpec, layer: int, tokens: float, seq_len: int) 
     same count generalised to GQA, gated MLPs, top-k experts and local attention.
     """
     per_token = sum(g.flops for g in block_gemms(spec, layer, Shard(seq_len=seq_len, micro_batch=1))) / seq_len
-    keys = attention_keys(spec, layer, seq_len)
-    attn_per_token = 4.0 * keys * spec.q_channels   # Q K^T and scores x V over the rectangle
-    return tokens * (per_token + attn_per_token)
+    return tokens * (per_token + _core_model_flops(spec, layer, seq_len))
+
+
+def _core_model_flops(spec: ModelSpec, layer: int, seq_len: int) -> float:
+    """Forward model FLOPs per token of block ``layer``'s mixer core: Q K^T and scores x V over the
+    attention rectangle, a Mamba-2 mixer's SSD scan (model/ssm.py ``ssd_flops``), none without a mixer."""
+    mixer = spec.mixer_of(layer)
+    if mixer == "attention":
+        return 4.0 * attention_keys(spec, layer, seq_len) * spec.q_channels
+    return ssm.ssd_flops(spec.mamba, 1) if mixer == "mamba" else 0.0
 
 
 def head_gemm(spec: ModelSpec, shard: Shard) -> Gemm:
@@ -289,13 +322,18 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     attn += mask * rep
     if spec.qk_norm != "none":   # the query and key norms' inputs
         attn += B * T * (spec.q_channels / t + _kv_per_device(spec, t))
-    attn += (spec.block_norms - 2) * B * rep   # post-norm inputs (Gemma 2/3: attention and MLP outputs)
+    attn += max(0, spec.block_norms - 2) * B * rep   # post-norm inputs (Gemma 2/3: attention and MLP outputs)
     if not (shard.flash or recompute is Recomputation.SELECTIVE):
         per_score = B + (mask + B if spec.dropout else 0)   # softmax output, dropout mask and output
         attn += per_score * score_elements(spec, shard)
     mlp = 2 * B * rep + mask * rep   # norm input, MLP input, dropout mask
     mlp += _mlp_activation_bytes(spec, layer, shard)
-    return attn + mlp
+    # a hybrid block (Nemotron-H) stores its mixer's part (a Mamba-2 mixer: its norm's and in_proj's
+    # input, model/ssm.py ``mamba_saved_bytes``) and its FFN's, where it has them
+    mixer = spec.mixer_of(layer)
+    if mixer != "attention":
+        attn = 2 * B * rep + ssm.mamba_saved_bytes(spec.mamba, T, t, B) if mixer == "mamba" else 0.0
+    return attn + (mlp if spec.has_ffn(layer) else 0.0)
 
 
 def _mlp_activation_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nestplan.model.ssm import Mamba2Shape
+
 SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo2",
-                      "gemma2", "gemma3", "gemma3_text", "nemotron", "gpt2", "gpt_neox", "bert")
+                      "gemma2", "gemma3", "gemma3_text", "nemotron", "nemotron_h", "gpt2", "gpt_neox", "bert")
 
 # QK-norm variants (``ModelSpec.qk_norm``): none; one norm of head_dim weights shared by every query
 # (and one by every key) head (Qwen3, Gemma 3); one norm over the full query (and key) projection
@@ -60,6 +62,13 @@ class ModelSpec:
     # the cost model scales block compute and activation memory by them (1: the formulas as they are)
     traced_flops_scale: float = 1.0
     traced_activation_scale: float = 1.0
+    # hybrid stacks (Nemotron-H): a block is a mixer (attention, a Mamba-2 mixer in ``mamba_layers``, or
+    # none in ``mixerless_layers``) and an FFN (none in ``ffn_free_layers``); empty: every block is
+    # attention + FFN. ``mamba``: the Mamba-2 mixers' sizes (None without Mamba layers)
+    mamba: Mamba2Shape | None = None
+    mamba_layers: tuple[int, ...] = field(default_factory=tuple)
+    mixerless_layers: tuple[int, ...] = field(default_factory=tuple)
+    ffn_free_layers: tuple[int, ...] = field(default_factory=tuple)
 
     @property
     def is_moe(self) -> bool:
@@ -87,7 +96,26 @@ class ModelSpec:
         """The sliding window of layer ``index`` in keys, or None when it attends to the whole sequence."""
         return self.sliding_window if index in self.sliding_window_layers else None
 
-    def block_kind(self, index: int) -> tuple[bool, int | None]:
-        """What makes blocks cost differently: (is an MoE block, its sliding window); blocks of one kind
-        have the same parameters, FLOPs and stored bytes."""
-        return self.is_moe_layer(index), self.window_of(index)
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether some block is not attention + FFN (Nemotron-H's Mamba, MLP-only or attention-only layers)."""
+        return bool(self.mamba_layers or self.mixerless_layers or self.ffn_free_layers)
+
+    def mixer_of(self, index: int) -> str:
+        """The mixer of block ``index``: "attention", "mamba" (Mamba-2) or "none"."""
+        if index in self.mamba_layers:
+            return "mamba"
+        return "none" if index in self.mixerless_layers else "attention"
+
+    def has_ffn(self, index: int) -> bool:
+        """Whether block ``index`` has an FFN (dense MLP or MoE) after its mixer."""
+        return index not in self.ffn_free_layers
+
+    def block_kind(self, index: int) -> tuple:
+        """What makes blocks cost differently: (is an MoE block, its sliding window), and in a hybrid
+        stack its mixer and whether it has an FFN; blocks of one kind have the same parameters, FLOPs
+        and stored bytes."""
+        kind: tuple = (self.is_moe_layer(index), self.window_of(index))
+        if self.is_hybrid:
+            kind += (self.mixer_of(index), self.has_ffn(index))
+        return kind

@@ -1,0 +1,234 @@
+"""Nemotron-H (Mamba-2 hybrid): parsing ``hybrid_override_pattern``, parameter counts, the Mamba-2
+mixer's FLOPs, per-device shares under tensor parallelism, stored bytes, block kinds, the round trip
+through config_dict and the refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from nestplan.cost.compute import Precision, _mixer_core, block_time
+from nestplan.errors import ConfigError
+from nestplan.hardware.accelerator import load_accelerator
+from nestplan.model import load_model, parse_config
+from nestplan.model import layers as L
+from nestplan.model import ssm
+from nestplan.model.config import config_dict
+
+PATTERN_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+
+
+def small_hybrid(**overrides) -> dict:
+    """A small Nemotron-H config: Mamba, MLP, attention, MLP."""
+    base = {"model_type": "nemotron_h", "hidden_size": 256, "intermediate_size": 512, "hybrid_override_pattern": "M-*-",
+            "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000,
+            "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4,
+            "chunk_size": 64}
+    return base | overrides
+
+
+def mamba_hand_count(h: int, heads: int, head_dim: int, state: int, groups: int, kernel: int) -> int:
+    """One Mamba-2 mixer counted by hand from HF NemotronHMamba2Mixer's modules."""
+    d = heads * head_dim
+    conv_channels = d + 2 * groups * state
+    in_proj = h * (2 * d + 2 * groups * state + heads)          # z, x, B, C, dt
+    conv1d = conv_channels * kernel + conv_channels              # depthwise weight + bias
+    return in_proj + conv1d + heads + heads + heads + d + d * h  # A_log, D, dt_bias, gated norm, out_proj
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def test_pattern_gives_each_layer_its_mixer_and_ffn():
+    spec = load_model("nemotron-h-8b")
+    assert spec.family == "nemotron_h" and spec.num_layers == 52 and spec.is_hybrid
+    kinds = [(spec.mixer_of(i), spec.has_ffn(i)) for i in range(52)]
+    assert kinds.count(("mamba", False)) == 24 and kinds.count(("none", True)) == 24
+    assert kinds.count(("attention", False)) == 4
+    assert [i for i, char in enumerate(PATTERN_8B) if char == "*"] == [i for i in range(52) if kinds[i][0] == "attention"]
+    assert spec.mamba == ssm.Mamba2Shape(num_heads=128, head_dim=64, state_size=128, groups=8, conv_kernel=4,
+                                         chunk_size=128, conv_bias=True)
+    # one pre-norm per layer, squared-ReLU MLP of two projections, no positional embedding, RMSNorm
+    assert spec.block_norms == 1 and not spec.gated_mlp and spec.rotary_fraction == 0.0 and spec.norm == "rmsnorm"
+
+
+def test_block_kinds_keep_the_three_layer_types_apart_and_leave_other_families_alone():
+    spec = load_model("nemotron-h-8b")
+    assert len({spec.block_kind(i) for i in range(spec.num_layers)}) == 3
+    llama = load_model("llama3-8b")
+    assert not llama.is_hybrid and llama.block_kind(0) == (False, None)
+    assert llama.mixer_of(0) == "attention" and llama.has_ffn(0)
+
+
+def test_legacy_mamba_keys_are_read():
+    """HF NemotronHConfig.__post_init__ accepts mamba_n_groups, mamba_d_conv, mamba_chunk_size."""
+    data = small_hybrid()
+    for key in ("n_groups", "conv_kernel", "chunk_size"):
+        del data[key]
+    spec = parse_config(data | {"mamba_n_groups": 4, "mamba_d_conv": 3, "mamba_chunk_size": 32}, "x")
+    assert (spec.mamba.groups, spec.mamba.conv_kernel, spec.mamba.chunk_size) == (4, 3, 32)
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def test_nemotron_h_8b_parameters_counted_by_hand():
+    """NVIDIA 2025 (arXiv 2504.03624) section 2.1, Nemotron-H-8B: 24 Mamba-2, 24 MLP and 4 attention
+    layers at hidden 4096; the published size is "8B" (model card nvidia/Nemotron-H-8B-Base-8K: "This
+    model has 8B ... parameters"), which the 8.10 B counted here rounds to. The count is checked
+    against one made by hand from the HF modules."""
+    spec = load_model("nemotron-h-8b")
+    h, v = 4096, 131072
+    norm = h
+    mamba = mamba_hand_count(h, heads=128, head_dim=64, state=128, groups=8, kernel=4) + norm
+    mlp = 2 * h * 21504 + norm
+    attention = h * 4096 + 2 * h * 8 * 128 + 4096 * h + norm
+    expected = 24 * mamba + 24 * mlp + 4 * attention + 2 * v * h + norm   # untied embedding and head, final norm
+    assert L.total_params(spec) == expected == 8_100_852_736
+    assert round(L.total_params(spec) / 1e9) == 8
+    assert L.active_params(spec) == L.total_params(spec)
+
+
+def test_nemotron_h_56b_parameters_counted_by_hand():
+    """Nemotron-H-56B (arXiv 2504.03624 section 2.1): 54 Mamba-2, 54 MLP and 10 attention layers at
+    hidden 8192. Published "56B" (model card nvidia/Nemotron-H-56B-Base-8K: "This model has 56B model
+    parameters"): the 56.32 B counted from the architecture round to it (0.58% above 56 B exactly, the
+    rounding of the published figure)."""
+    spec = load_model("nemotron-h-56b")
+    h, v = 8192, 131072
+    mamba = mamba_hand_count(h, heads=256, head_dim=64, state=256, groups=8, kernel=4) + h
+    mlp = 2 * h * 32768 + h
+    attention = h * 8192 + 2 * h * 8 * 128 + 8192 * h + h
+    assert L.total_params(spec) == 54 * mamba + 54 * mlp + 10 * attention + 2 * v * h + h
+    assert round(L.total_params(spec) / 1e9) == 56
+
+
+def test_per_device_parameters_under_tp2():
+    """Megatron-core MambaMixer splits every Mamba parameter over tp (heads and groups); only the
+    block's pre-norm is replicated."""
+    spec = parse_config(small_hybrid(), "x")
+    full = L.block_params(spec, 0)
+    mixer = ssm.mamba_params(spec.mamba, spec.hidden_size)
+    assert full.total == mixer + spec.hidden_size and full.expert == 0
+    assert L.block_params_per_device(spec, 0, L.Shard(tp=2)).total == mixer / 2 + spec.hidden_size
+    mlp_layer = L.block_params(spec, 1).total   # up and down projections and one norm
+    assert mlp_layer == 2 * 256 * 512 + 256
+    assert L.block_params(spec, 2).total == 256 * 256 + 2 * 256 * 64 + 256 * 256 + 256   # attention + norm
+
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def test_mamba_layer_flops_against_a_hand_count():
+    """A Mamba block's model FLOPs: in_proj and out_proj, 2 x h x (2d + 2GN + H) + 2 x d x h per token,
+    plus the SSD scan by chunks of Q (Dao & Gu 2024 section 6): C B^T per group (2 Q N G), the
+    diagonal blocks (2 Q P per head), the chunk states and the states' contribution (2 N P each)."""
+    spec = load_model("nemotron-h-8b")
+    h, d, G, N, H, P, Q = 4096, 8192, 8, 128, 128, 64, 128
+    projections = 2 * h * (2 * d + 2 * G * N + H) + 2 * d * h
+    scan = 2 * Q * N * G + H * (2 * Q * P + 2 * N * P + 2 * N * P)
+    s = 8192
+    assert ssm.ssd_flops(spec.mamba, 1) == scan
+    assert L.block_model_flops(spec, 0, s, s) == pytest.approx(s * (projections + scan), rel=1e-12)
+    # an MLP-only layer has no mixer core, an attention-only layer no MLP
+    assert L.block_model_flops(spec, 1, s, s) == pytest.approx(s * 2 * 2 * h * 21504, rel=1e-12)
+    attention = 2 * h * (4096 + 2 * 1024) + 2 * 4096 * h + 4 * s * 4096
+    assert L.block_model_flops(spec, 7, s, s) == pytest.approx(s * attention, rel=1e-12)
+
+
+def test_gemms_and_scan_per_device_under_tp2():
+    spec = load_model("nemotron-h-8b")
+    one, two = L.Shard(tp=1, seq_len=4096), L.Shard(tp=2, seq_len=4096)
+    flops = [sum(g.flops for g in L.block_gemms(spec, 0, shard)) for shard in (one, two)]
+    assert len(L.block_gemms(spec, 0, one)) == 2 and flops[1] == pytest.approx(flops[0] / 2)
+    assert ssm.ssd_flops(spec.mamba, 4096, tp=2) == pytest.approx(ssm.ssd_flops(spec.mamba, 4096) / 2)
+    assert [g.gathered for g in L.block_gemms(spec, 0, two)] == [L.COLUMN, L.ROW]
+
+
+# ---------------------------------------------------------------- time and stored bytes
+
+
+def test_mamba_block_time_charges_the_scan_and_no_attention():
+    spec = load_model("nemotron-h-8b")
+    acc = load_accelerator("h100-sxm-80gb")
+    shard = L.Shard(tp=2, sp=True, seq_len=8192)
+    mamba, mlp = (block_time(acc, spec, i, shard, Precision("bf16", "bf16")) for i in (0, 1))
+    # selective recomputation redoes attention only: nothing in a Mamba or an MLP layer
+    assert mamba.attention_forward == 0.0 and mlp.attention_forward == 0.0
+    scan_forward, scan_backward = _mixer_core(acc, spec, 0, shard, "bf16")
+    assert 0.0 < scan_forward < scan_backward and _mixer_core(acc, spec, 1, shard, "bf16") == (0.0, 0.0)
+    gemms = sum(f for f, _ in mamba.gemms)
+    assert mamba.forward > gemms + scan_forward
+    attention = block_time(acc, spec, 7, shard, Precision("bf16", "bf16"))
+    assert attention.attention_forward > 0.0
+
+
+def test_mamba_stored_bytes():
+    """Per token per device: the norm's and in_proj's inputs (2 B h / sp), the in_proj output, the scan
+    output and out_proj's input (B (2d + 2GN + H + 2d) / t) and the gated norm's fp32 rstd (4 G / t)."""
+    spec = load_model("nemotron-h-8b")
+    shard = L.Shard(tp=2, sp=True, seq_len=4096)
+    T, B, h, d, G, N, H = 4096, 2, 4096, 8192, 8, 128, 128
+    expected = 2 * B * T * h / 2 + B * T * (2 * d + 2 * G * N + H + 2 * d) / 2 + 4 * T * G / 2
+    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.NONE) == pytest.approx(expected)
+    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.SELECTIVE) == pytest.approx(expected)
+    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.FULL) == B * T * h / 2
+    # an MLP-only block stores its norm's and MLP's inputs and the up-projection's output and down's input
+    mlp = 2 * B * T * h / 2 + B * T * 2 * 21504 / 2
+    assert L.block_activation_bytes(spec, 1, shard, L.Recomputation.NONE) == pytest.approx(mlp)
+
+
+# ---------------------------------------------------------------- round trip and refusals
+
+
+@pytest.mark.parametrize(("name", "counts"), [("nemotron-h-8b", (24, 24, 4)), ("nemotron-h-56b", (54, 54, 10))])
+def test_round_trip(name, counts):
+    spec = load_model(name)
+    config = config_dict(spec)
+    pattern = config["hybrid_override_pattern"]
+    assert (pattern.count("M"), pattern.count("-"), pattern.count("*")) == counts
+    assert name != "nemotron-h-8b" or pattern == PATTERN_8B
+    assert parse_config(config, spec.name) == spec
+
+
+def test_a_block_of_attention_and_mlp_cannot_be_written():
+    spec = dataclasses.replace(parse_config(small_hybrid(), "x"), ffn_free_layers=(0,))
+    with pytest.raises(ConfigError) as info:
+        config_dict(spec)
+    assert info.value.field == "ffn_free_layers"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"hybrid_override_pattern": "M-X-"}, "hybrid_override_pattern"),
+        ({"hybrid_override_pattern": "MEM*"}, "hybrid_override_pattern"),
+        ({"hybrid_override_pattern": ["M", "-"]}, "hybrid_override_pattern"),
+        ({"hybrid_override_pattern": ""}, "hybrid_override_pattern"),
+        ({"num_hidden_layers": 5}, "num_hidden_layers"),
+        ({"n_groups": 3}, "n_groups"),
+        ({"mlp_bias": True}, "mlp_bias"),
+        ({"use_bias": True}, "use_bias"),
+        ({"mamba_d_state": 16}, "mamba_d_state"),   # Jamba's key: not a Nemotron-H one
+        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ],
+)
+def test_refusals_name_the_field(overrides, field):
+    with pytest.raises(ConfigError) as info:
+        parse_config(small_hybrid(**overrides), "x")
+    assert info.value.field == field and "\n" not in str(info.value)
+
+
+def test_unknown_pattern_character_is_named():
+    with pytest.raises(ConfigError) as info:
+        parse_config(small_hybrid(hybrid_override_pattern="M-X-"), "x")
+    assert "'X'" in str(info.value) and "M (Mamba-2)" in str(info.value)
+
+
+def test_a_llama_config_with_a_hybrid_pattern_is_refused():
+    data = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+            "num_attention_heads": 8, "vocab_size": 1000, "hybrid_override_pattern": "M-*-"}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "x")
+    assert info.value.field == "hybrid_override_pattern"
