@@ -95,6 +95,12 @@ _DEFAULT_MAX_POSITIONS = {
     "gpt2": 1024,
     "gpt_neox": 2048,
     "bert": 512,
+    "deepseek_v2": 2048,     # HF DeepseekV2Config
+    "deepseek_v3": 4096,     # HF DeepseekV3Config
+    "llama4": 4096 * 32,     # HF Llama4TextConfig
+    "llama4_text": 4096 * 32,
+    "gpt_oss": 131072,       # HF GptOssConfig
+    "falcon": 2048,          # HF FalconConfig
 }
 
 
@@ -112,6 +118,8 @@ _ARCHITECTURE_KEYS = (
     "parallel_attn", "parallel_attention", "new_decoder_architecture", "use_parallel_residual",
     "attn_logit_softcapping", "final_logit_softcapping", "use_qk_norm", "qk_layernorm",
     "mamba_d_state", "ssm_state_size", "hybrid_override_pattern", "attn_layer_period", "expert_layer_period",
+    "n_group", "topk_group", "moe_layers", "intermediate_size_mlp", "use_qk_norm", "alibi", "multi_query",
+    "num_kv_heads", "num_ln_in_parallel_attn",
 )
 # Keys among those above that a family's transformers model applies without changing any parameter,
 # FLOP or stored byte nestplan counts (logit soft-capping: a tanh on the scores and logits, Gemma 2
@@ -579,6 +587,231 @@ def _read_bert(f: _Fields, name: str) -> ModelSpec:
                                dropouts={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})
 
 
+def _optional_rank(f: _Fields, key: str, default: int) -> int:
+    """A latent rank: ``default`` when absent, 0 (no latent) when null or 0."""
+    if key in f.data and f.data[key] is None:
+        f.read.add(key)
+        return 0
+    return f.integer(key, MAX_FFN, default=default, minimum=0)
+
+
+def _routing_groups(f: _Fields, experts: int, top_k: int, grouped: bool) -> dict[str, int]:
+    """Node-limited routing (DeepSeek-V2 section 2.2.2 "device-limited routing", DeepSeek-V3 section
+    2.1.2): experts in ``n_group`` groups, each token's ``num_experts_per_tok`` chosen within
+    ``topk_group`` of them; (1, 1) where the router ignores groups (DeepSeek-V2's "greedy" top-k)."""
+    groups = f.integer("n_group", MAX_EXPERTS, default=8 if f.family == "deepseek_v3" else 1)
+    per_token = f.integer("topk_group", MAX_EXPERTS, default=4 if f.family == "deepseek_v3" else 1)
+    if per_token > groups:
+        raise f.error(f"topk_group {per_token} exceeds n_group {groups}", "topk_group", per_token, groups)
+    if experts % groups:
+        raise f.error(f"n_group {groups} does not divide n_routed_experts {experts}", "n_group", groups, experts)
+    if top_k > per_token * (experts // groups):
+        raise f.error(f"num_experts_per_tok {top_k} exceeds the {per_token * (experts // groups)} experts of "
+                      f"topk_group {per_token} groups", "num_experts_per_tok", top_k, per_token * (experts // groups))
+    if not grouped:
+        return {"routing_groups": 1, "routing_groups_per_token": 1}
+    return {"routing_groups": groups, "routing_groups_per_token": per_token}
+
+
+def _read_deepseek(f: _Fields, name: str) -> ModelSpec:
+    """DeepSeek-V2 and V3 (Kimi-K2, DeepSeek-R1): multi-head latent attention (DeepSeek-V2, arXiv
+    2405.04434 section 2.1; HF modeling_deepseek_v3): head_dim is qk_nope_head_dim + qk_rope_head_dim,
+    values of v_head_dim, a query latent of q_lora_rank (null: a plain q projection; absent: HF's 1536)
+    and a key/value latent of kv_lora_rank, each with an RMSNorm; rotary positions on the rope share of
+    each head. MoE blocks from first_k_dense_replace on, every moe_layer_freq-th (DeepSeek's
+    modeling_deepseek: i >= first_k_dense_replace and i % moe_layer_freq == 0), with n_shared_experts
+    shared experts of moe_intermediate_size each; n_group / topk_group node-limited routing (V3 always,
+    V2 with topk_method "group_limited_greedy"); V3's router adds a per-expert correction bias
+    (e_score_correction_bias); num_nextn_predict_layers MTP modules (``mtp_layers``). Read and
+    harmless (they change routing weights, not what is counted): topk_method, scoring_func,
+    norm_topk_prob, routed_scaling_factor, aux_loss_alpha, seq_aux, ep_size."""
+    rope = f.integer("qk_rope_head_dim", MAX_HEAD_DIM)
+    nope = f.integer("qk_nope_head_dim", MAX_HEAD_DIM)
+    fields = _rotary_decoder(f, name, head_dim_default=nope + rope)
+    if fields["num_kv_heads"] != fields["num_heads"]:
+        raise f.error("num_key_value_heads must equal num_attention_heads in multi-head latent attention "
+                      f"(its keys and values have every head), got {fields['num_kv_heads']}", "num_key_value_heads",
+                      fields["num_kv_heads"], fields["num_heads"])
+    if f.flag("attention_bias", False):
+        raise f.error("field 'attention_bias' true is not honoured with multi-head latent attention",
+                      "attention_bias", True, "false")
+    num_layers = fields["num_layers"]
+    experts, top_k = _experts(f, "n_routed_experts")
+    first_dense = f.integer("first_k_dense_replace", MAX_LAYERS, default=0, minimum=0)
+    freq = f.integer("moe_layer_freq", MAX_LAYERS, default=1)
+    moe_layers = tuple(i for i in range(num_layers) if i >= first_dense and i % freq == 0)
+    expert_ffn = f.integer("moe_intermediate_size", MAX_FFN)
+    method = f.raw("topk_method", "noaux_tc" if f.family == "deepseek_v3" else "greedy")
+    grouped = f.family == "deepseek_v3" or method == "group_limited_greedy"
+    fields |= {
+        "head_dim": nope + rope,
+        "rotary_fraction": rope / (nope + rope),
+        "q_lora_rank": _optional_rank(f, "q_lora_rank", 1536),
+        "kv_lora_rank": f.integer("kv_lora_rank", MAX_FFN),
+        "qk_rope_head_dim": rope,
+        "v_head_dim": f.integer("v_head_dim", MAX_HEAD_DIM),
+        "router_bias": f.family == "deepseek_v3",
+        "mtp_layers": f.integer("num_nextn_predict_layers", MAX_LAYERS, default=0, minimum=0),
+        **_routing_groups(f, experts, top_k, grouped),
+    }
+    shared = f.integer("n_shared_experts", MAX_EXPERTS, default=1 if f.family == "deepseek_v3" else 0, minimum=0)
+    return ModelSpec(
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN, default=_MISSING if first_dense else expert_ffn),
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_ffn_hidden_size=expert_ffn,
+        num_shared_experts=shared,
+        shared_expert_ffn_hidden_size=expert_ffn if shared else 0,
+        moe_layers=moe_layers,
+        **fields,
+    )
+
+
+def _rope_layers(f: _Fields, num_layers: int) -> tuple[int, ...]:
+    """Llama 4's ``no_rope_layers``: one 0/1 per layer, 1 where the layer has rotary positions (HF
+    Llama4TextConfig); absent, every ``no_rope_layer_interval``-th layer (default 4) has none."""
+    flags = f.raw("no_rope_layers", None)
+    if flags is None:
+        interval = f.integer("no_rope_layer_interval", MAX_LAYERS, default=4)
+        return tuple(i for i in range(num_layers) if (i + 1) % interval != 0)
+    if not isinstance(flags, list) or len(flags) < num_layers or any(v not in (0, 1) or isinstance(v, bool)
+                                                                      for v in flags):
+        raise f.error(f"field 'no_rope_layers' must be a list of at least {num_layers} 0s and 1s, got {brief(flags)}",
+                      "no_rope_layers", brief(flags), f"{num_layers} of 0, 1")
+    return tuple(i for i in range(num_layers) if flags[i] == 1)
+
+
+def _chunked_layers(f: _Fields, num_layers: int, rope_layers: tuple[int, ...]) -> tuple[int, ...]:
+    """Llama 4's chunked layers: those ``layer_types`` names "chunked_attention", else the rotary layers
+    (HF Llama4TextConfig: layer_types "chunked_attention" where no_rope_layers is 1)."""
+    kinds = f.raw("layer_types", None)
+    if kinds is None:
+        return rope_layers
+    allowed = ("chunked_attention", "full_attention")
+    if not isinstance(kinds, list) or len(kinds) != num_layers or any(k not in allowed for k in kinds):
+        raise f.error(f"field 'layer_types' must be a list of {num_layers} of {', '.join(allowed)}, got "
+                      f"{brief(kinds)}", "layer_types", brief(kinds), list(allowed))
+    return tuple(i for i, kind in enumerate(kinds) if kind == "chunked_attention")
+
+
+def _read_llama4(f: _Fields, name: str) -> ModelSpec:
+    """Llama 4 (text; HF modeling_llama4): MoE blocks at ``moe_layers`` (default every
+    ``interleave_moe_layer_step``-th layer from step - 1), each with ``num_local_experts`` routed experts
+    and one shared expert, both of ``intermediate_size``; dense blocks of ``intermediate_size_mlp``;
+    chunked local attention of ``attention_chunk_size`` (null: none) on the rotary layers, global
+    attention without rotary positions on the others (``no_rope_layers``); QK-norm on the rotary
+    layers: an L2 norm without weights (``use_qk_norm``). Read and harmless: attn_temperature_tuning,
+    floor_scale, attn_scale (a per-position scale of the queries of the global layers)."""
+    fields = _rotary_decoder(f, name, head_dim_default=128) | {"linear_bias": f.flag("attention_bias", False)}
+    num_layers = fields["num_layers"]
+    experts, top_k = _experts(f, "num_local_experts")
+    step = f.integer("interleave_moe_layer_step", MAX_LAYERS, default=1)
+    if f.has("moe_layers"):
+        moe_layers = f.layer_indices("moe_layers", num_layers)
+    else:
+        moe_layers = tuple(range(step - 1, num_layers, step))
+    expert_ffn = f.integer("intermediate_size", MAX_FFN)
+    has_dense = len(moe_layers) < num_layers
+    rope_layers = _rope_layers(f, num_layers)
+    chunked = _chunked_layers(f, num_layers, rope_layers)
+    if "attention_chunk_size" in f.data and f.data["attention_chunk_size"] is None:   # null: no chunking
+        f.read.add("attention_chunk_size")
+        chunk, chunked = None, ()
+    else:
+        chunk = f.integer("attention_chunk_size", MAX_POSITIONS, default=8192)
+    for key in ("attn_temperature_tuning", "floor_scale", "attn_scale"):
+        f.read.add(key)
+    return ModelSpec(
+        ffn_hidden_size=f.integer("intermediate_size_mlp", MAX_FFN, default=_MISSING if has_dense else expert_ffn),
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_ffn_hidden_size=expert_ffn,
+        num_shared_experts=1,
+        shared_expert_ffn_hidden_size=expert_ffn,
+        moe_layers=moe_layers,
+        attention_chunk_size=chunk if chunked else None,
+        chunked_attention_layers=chunked,
+        nope_layers=tuple(i for i in range(num_layers) if i not in rope_layers),
+        qk_norm="l2" if f.flag("use_qk_norm", True) else "none",
+        **fields,
+    )
+
+
+def _read_gpt_oss(f: _Fields, name: str) -> ModelSpec:
+    """gpt-oss (HF modeling_gpt_oss; OpenAI, "gpt-oss-120b & gpt-oss-20b Model Card", 2025): every block
+    MoE with ``num_local_experts`` experts of ``intermediate_size`` whose gate/up and down projections
+    have biases, a router with a bias, biased attention projections, one learned sink logit per head,
+    ``sliding_window`` (default 128) on the layers ``layer_types`` names (default every other layer
+    from the first). Read and harmless: swiglu_limit, swiglu_alpha (the clamp of its SwiGLU: the
+    gated MLP's FLOPs)."""
+    fields = _rotary_decoder(f, name, head_dim_default=64)
+    num_layers = fields["num_layers"]
+    experts, top_k = _experts(f, "num_local_experts")
+    if not f.flag("attention_bias", True):
+        raise f.error("field 'attention_bias' false is not honoured in a gpt_oss model (nestplan counts its "
+                      "attention and expert biases together)", "attention_bias", False, "true")
+    expert_ffn = f.integer("intermediate_size", MAX_FFN)
+    layers = f.sliding_layers(num_layers, lambda i: (i + 1) % 2 != 0)
+    return ModelSpec(
+        ffn_hidden_size=expert_ffn,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_ffn_hidden_size=expert_ffn,
+        moe_layers=tuple(range(num_layers)),
+        router_bias=True,
+        attention_sinks=True,
+        **fields | {"linear_bias": True} | _windows(f.window(128), layers),
+    )
+
+
+def _read_falcon(f: _Fields, name: str) -> ModelSpec:
+    """Falcon (HF modeling_falcon; Almazrouei et al. 2023, arXiv 2311.16867): attention and a non-gated
+    GeLU MLP of ``ffn_hidden_size`` (default 4 h) in parallel on the block input (``parallel_attn``,
+    default true), LayerNorm, rotary positions (ALiBi is refused), biases where ``bias``; key/value heads
+    ``num_kv_heads`` with ``new_decoder_architecture`` or without ``multi_query``, else one (multi-query);
+    one norm per parallel block, two (ln_attn, ln_mlp) where ``num_ln_in_parallel_attn`` is 2 (the
+    default with new_decoder_architecture), two in a sequential block."""
+    hidden = f.integer("hidden_size", MAX_HIDDEN)
+    heads = f.integer("num_attention_heads", MAX_HEADS)
+    if hidden % heads:
+        raise f.error(f"num_attention_heads {heads} does not divide hidden_size {hidden}", "num_attention_heads",
+                      heads, hidden)
+    if f.flag("alibi", False):
+        raise f.error("field 'alibi' true (ALiBi positions) is not honoured; nestplan costs rotary positions",
+                      "alibi", True, "false")
+    new_arch = f.flag("new_decoder_architecture", False)
+    if new_arch or not f.flag("multi_query", True):
+        kv_heads = f.integer("num_kv_heads", MAX_HEADS, default=heads)
+        if heads % kv_heads:
+            raise f.error(f"num_kv_heads {kv_heads} does not divide num_attention_heads {heads}", "num_kv_heads",
+                          kv_heads, heads)
+    else:
+        kv_heads = 1
+    parallel = f.flag("parallel_attn", True)
+    norms = f.integer("num_ln_in_parallel_attn", 2, default=2 if new_arch else 1) if parallel else 2
+    return ModelSpec(
+        name=name,
+        family=f.family,
+        hidden_size=hidden,
+        num_layers=f.integer("num_hidden_layers", MAX_LAYERS),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=hidden // heads,
+        ffn_hidden_size=f.integer("ffn_hidden_size", MAX_FFN, default=4 * hidden),
+        gated_mlp=False,
+        vocab_size=f.integer("vocab_size", MAX_VOCAB),
+        tied_embeddings=f.flag("tie_word_embeddings", True),
+        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
+                                          default=_DEFAULT_MAX_POSITIONS["falcon"]),
+        learned_position_embeddings=False,
+        norm="layernorm",
+        linear_bias=f.flag("bias", False),
+        dropout=f.any_dropout({"hidden_dropout": 0.0, "attention_dropout": 0.0}),
+        block_norms=norms,
+        parallel_block=parallel,
+    )
+
+
 _READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
     "llama": _read_llama,
     "mistral": _read_mistral,
@@ -597,6 +830,12 @@ _READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
     "gpt2": _read_gpt2,
     "gpt_neox": _read_gpt_neox,
     "bert": _read_bert,
+    "deepseek_v2": _read_deepseek,
+    "deepseek_v3": _read_deepseek,
+    "llama4": _read_llama4,
+    "llama4_text": _read_llama4,
+    "gpt_oss": _read_gpt_oss,
+    "falcon": _read_falcon,
 }
 assert set(_READERS) == set(SUPPORTED_FAMILIES)
 
@@ -776,6 +1015,48 @@ def _bert_fields(spec: ModelSpec) -> dict[str, Any]:
             **_dropout(spec, "hidden_dropout_prob", "attention_probs_dropout_prob")}
 
 
+def _deepseek_fields(spec: ModelSpec) -> dict[str, Any]:
+    moe = spec.moe_layers
+    grouped = spec.routing_groups > 1 or spec.routing_groups_per_token > 1
+    method = "noaux_tc" if spec.family == "deepseek_v3" else ("group_limited_greedy" if grouped else "greedy")
+    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size,
+            "moe_intermediate_size": spec.moe_ffn_hidden_size, "n_routed_experts": spec.num_experts,
+            "num_experts_per_tok": spec.experts_per_token, "n_shared_experts": spec.num_shared_experts,
+            "first_k_dense_replace": moe[0] if moe else spec.num_layers,
+            "moe_layer_freq": moe[1] - moe[0] if len(moe) > 1 else (moe[0] if moe else 0) or spec.num_layers,
+            "q_lora_rank": spec.q_lora_rank or None, "kv_lora_rank": spec.kv_lora_rank,
+            "qk_rope_head_dim": spec.qk_rope_head_dim, "qk_nope_head_dim": spec.head_dim - spec.qk_rope_head_dim,
+            "v_head_dim": spec.v_head_dim, "topk_method": method, "n_group": spec.routing_groups,
+            "topk_group": spec.routing_groups_per_token, "num_nextn_predict_layers": spec.mtp_layers}
+
+
+def _llama4_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size,
+            "intermediate_size_mlp": spec.ffn_hidden_size, "num_local_experts": spec.num_experts,
+            "num_experts_per_tok": spec.experts_per_token, "moe_layers": list(spec.moe_layers),
+            "no_rope_layers": [0 if i in spec.nope_layers else 1 for i in range(spec.num_layers)],
+            "attention_chunk_size": spec.attention_chunk_size,
+            "layer_types": ["chunked_attention" if spec.chunk_of(i) else "full_attention"
+                            for i in range(spec.num_layers)],
+            "use_qk_norm": spec.qk_norm == "l2", "attention_bias": spec.linear_bias}
+
+
+def _gpt_oss_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size,
+            "num_local_experts": spec.num_experts, "num_experts_per_tok": spec.experts_per_token,
+            "sliding_window": spec.sliding_window, "layer_types": _layer_types(spec), "attention_bias": True}
+
+
+def _falcon_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {"hidden_size": spec.hidden_size, "num_attention_heads": spec.num_heads,
+            "num_hidden_layers": spec.num_layers, "num_kv_heads": spec.num_kv_heads,
+            "new_decoder_architecture": True, "parallel_attn": spec.parallel_block,
+            "num_ln_in_parallel_attn": spec.block_norms if spec.parallel_block else None,
+            "ffn_hidden_size": spec.ffn_hidden_size, "vocab_size": spec.vocab_size,
+            "tie_word_embeddings": spec.tied_embeddings, "max_position_embeddings": spec.max_position_embeddings,
+            "bias": spec.linear_bias, **_dropout(spec, "hidden_dropout", "attention_dropout")}
+
+
 _WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
     "llama": _llama_fields,
     "mistral": _mistral_fields,
@@ -794,6 +1075,12 @@ _WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {
     "gpt2": _gpt2_fields,
     "gpt_neox": _gpt_neox_fields,
     "bert": _bert_fields,
+    "deepseek_v2": _deepseek_fields,
+    "deepseek_v3": _deepseek_fields,
+    "llama4": _llama4_fields,
+    "llama4_text": _llama4_fields,
+    "gpt_oss": _gpt_oss_fields,
+    "falcon": _falcon_fields,
 }
 assert set(_WRITERS) == set(SUPPORTED_FAMILIES)
 

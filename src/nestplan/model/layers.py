@@ -38,6 +38,17 @@ class Shard:
     seq_len: int = 2048
     dtype_bytes: int = 2
     flash: bool = True
+    etp: int | None = None   # expert tensor parallelism when folded (strategy.ParallelDims.etp); None: tp
+
+    @property
+    def expert_tp(self) -> int:
+        """Ranks that split one expert's FFN: etp, tp unless folded."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_parallel(self) -> int:
+        """Ranks that hold different experts: ep x tp / etp (Megatron-Core's parallel folding)."""
+        return self.ep * self.tp // self.expert_tp
 
     @property
     def tokens(self) -> int:
@@ -99,19 +110,41 @@ def qk_norm_params(spec: ModelSpec) -> int:
     the full projection width each (OLMo 2, HF modeling_olmo2 ``q_norm = Olmo2RMSNorm(num_heads *
     head_dim)``, ``k_norm`` over num_key_value_heads * head_dim); none without QK-norm."""
     per_weight = 2 if spec.norm == "layernorm" else 1
-    widths = {"none": 0, "head": 2 * spec.head_dim, "full": spec.q_channels + spec.kv_channels}
+    widths = {"none": 0, "head": 2 * spec.head_dim, "full": spec.q_channels + spec.kv_channels, "l2": 0}
     return per_weight * widths[spec.qk_norm]
 
 
+def latent_norm_params(spec: ModelSpec) -> int:
+    """MLA's norms of the query and key/value latents (HF modeling_deepseek_v3 ``q_a_layernorm``
+    over q_lora_rank, ``kv_a_layernorm`` over kv_lora_rank); none without MLA."""
+    return spec.q_lora_rank + spec.kv_lora_rank if spec.is_mla else 0
+
+
+def _mla_projection_params(spec: ModelSpec) -> int:
+    """MLA's projections (DeepSeek-V2, arXiv 2405.04434 eqs. 9-14; HF DeepseekV3Attention): queries
+    through q_a_proj (h x q_lora_rank) and q_b_proj (q_lora_rank x heads (nope + rope)), or one q_proj
+    (h x heads (nope + rope)) without a query latent; kv_a_proj_with_mqa (h x (kv_lora_rank + rope)),
+    kv_b_proj (kv_lora_rank x heads (nope + v)); o_proj (heads v x h)."""
+    h, q, r = spec.hidden_size, spec.q_channels, spec.q_lora_rank
+    nope = spec.head_dim - spec.qk_rope_head_dim
+    queries = r * (h + q) if r else h * q
+    keys_values = h * (spec.kv_lora_rank + spec.qk_rope_head_dim) + spec.kv_lora_rank * spec.num_heads * (
+        nope + spec.value_head_dim)
+    return queries + keys_values + spec.num_heads * spec.value_head_dim * h
+
+
 def attention_params(spec: ModelSpec) -> int:
-    """QKV and output projections (+ biases), QK-norm and one norm of the block."""
-    h, q, kv = spec.hidden_size, spec.q_channels, spec.kv_channels
-    weights = h * (q + 2 * kv) + q * h
+    """QKV and output projections (+ biases), QK-norm (MLA: its latent norms), attention sinks (one
+    logit per head, gpt-oss: HF modeling_gpt_oss ``sinks``) and one norm of the block."""
+    h, q, k, v = spec.hidden_size, spec.q_channels, spec.kv_channels, spec.v_channels
+    out_in = spec.num_heads * spec.value_head_dim
+    weights = _mla_projection_params(spec) if spec.is_mla else h * (q + k + v) + out_in * h
     if spec.linear_bias:
-        biases = q + 2 * kv + h
+        biases = q + k + v + h
     else:   # Qwen2: bias on q_proj, k_proj, v_proj only (HF modeling_qwen2, Qwen2Attention)
-        biases = (q + 2 * kv) if spec.qkv_bias else 0
-    return weights + biases + qk_norm_params(spec) + _norm_params(spec)
+        biases = (q + k + v) if spec.qkv_bias else 0
+    sinks = spec.num_heads if spec.attention_sinks else 0
+    return weights + biases + sinks + qk_norm_params(spec) + latent_norm_params(spec) + _norm_params(spec)
 
 
 def mlp_params(spec: ModelSpec, ffn: int) -> int:
@@ -139,7 +172,7 @@ def block_params(spec: ModelSpec, layer: int) -> ParamCount:
         return ParamCount(dense=dense)
     if not spec.is_moe_layer(layer):
         return ParamCount(dense=dense + mlp_params(spec, spec.ffn_hidden_size))
-    router = spec.hidden_size * spec.num_experts
+    router = (spec.hidden_size + (1 if spec.router_bias else 0)) * spec.num_experts
     shared = spec.num_shared_experts * mlp_params(spec, spec.shared_expert_ffn_hidden_size)
     experts = spec.num_experts * mlp_params(spec, spec.moe_ffn_hidden_size)
     return ParamCount(dense=dense + router + shared, expert=experts)
@@ -172,41 +205,84 @@ def active_params(spec: ModelSpec) -> float:
     return blocks + embedding_params(spec) + head_params(spec, separate_copy=False)
 
 
+def mtp_params(spec: ModelSpec, own_embedding_and_head: bool) -> float:
+    """Parameters of the multi-token-prediction modules (DeepSeek-V3, arXiv 2412.19437 section 2.2):
+    each an RMSNorm of the hidden state and of the next token's embedding, a projection M (2h x h),
+    one block (like the last one) and, with ``own_embedding_and_head``, the copies of the embedding
+    and output head the Hugging Face checkpoint stores with it (``embed_tokens``, ``shared_head``;
+    the paper shares them with the main model). Not part of ``total_params``."""
+    h = spec.hidden_size
+    copies = embedding_params(spec) + head_params(spec, separate_copy=True) if own_embedding_and_head else 0
+    module = 2 * _norm_params(spec) + 2 * h * h + block_params(spec, spec.num_layers - 1).total + copies
+    return spec.mtp_layers * module
+
+
 def block_params_per_device(spec: ModelSpec, layer: int, shard: Shard) -> ParamCount:
-    """Parameters a device holds: projections split over tp (norms replicated), experts over ep."""
+    """Parameters a device holds: projections split over tp (norms replicated), experts over etp x
+    expert_parallel (= tp x ep, folded or not)."""
     full = block_params(spec, layer)
     norms = spec.block_norms * _norm_params(spec) + qk_norm_params(spec)
     replicated_bias = 2 * spec.hidden_size if spec.linear_bias else 0  # row-parallel output biases
     dense_split = full.dense - norms - replicated_bias
     dense = dense_split / shard.tp + norms + replicated_bias
-    return ParamCount(dense=dense, expert=full.expert / (shard.tp * shard.ep))
+    return ParamCount(dense=dense, expert=full.expert / (shard.expert_tp * shard.expert_parallel))
 
 
 # ---------------------------------------------------------------- GEMMs and FLOPs
 def _kv_per_device(spec: ModelSpec, tp: int) -> float:
-    """K (or V) channels per device: kv heads split over tp, replicated when tp > kv heads."""
-    return math.ceil(spec.num_kv_heads / tp) * spec.head_dim
+    """K (or V) channels per device: kv heads split over tp, replicated when tp > kv heads; where the
+    key and value heads differ (MLA: nope + rope and v), their mean, so that twice it is K and V together."""
+    return math.ceil(spec.num_kv_heads / tp) * (spec.head_dim + spec.value_head_dim) / 2
 
 
 COLUMN, ROW = "input", "output_grad"   # what sequence parallelism gathers for a column- / row-parallel layer
+
+
+def _latent_gemms(spec: ModelSpec, shard: Shard) -> list[Gemm]:
+    """MLA's projections besides the query (or query up-) projection and the output projection.
+    Megatron-core's MLASelfAttention (megatron/core/transformer/multi_latent_attention.py) runs the
+    down-projections replicated on every tp rank (TELinear ``parallel_mode="duplicated"``) over its own
+    tokens (1/tp of them with sequence parallelism), and the up-projections column-parallel over the
+    heads, their latent input gathered under sequence parallelism; none without MLA."""
+    if not spec.is_mla:
+        return []
+    t, h, T = shard.tp, spec.hidden_size, shard.tokens
+    own = T / shard.sp_div
+    nope = spec.head_dim - spec.qk_rope_head_dim
+    gemms = [Gemm(own, spec.q_lora_rank, h)] if spec.q_lora_rank else []                  # q_down
+    return gemms + [Gemm(own, spec.kv_lora_rank + spec.qk_rope_head_dim, h),                # kv_down
+                    Gemm(T, spec.num_heads / t * (nope + spec.value_head_dim), spec.kv_lora_rank,
+                         gathered=COLUMN)]                                                  # kv_up
+
+
+def _attention_gemms(spec: ModelSpec, shard: Shard) -> list[Gemm]:
+    """The attention's column-parallel input projection (QKV; MLA: the query or query up-projection)
+    and its row-parallel output projection."""
+    t, h, T = shard.tp, spec.hidden_size, shard.tokens
+    if spec.is_mla:
+        q_in = spec.q_lora_rank or h
+        column = Gemm(T, spec.q_channels / t, q_in, gathered=COLUMN)
+    else:
+        column = Gemm(T, spec.q_channels / t + 2 * _kv_per_device(spec, t), h, gathered=COLUMN)
+    return [column, Gemm(T, h, spec.num_heads * spec.value_head_dim / t, gathered=ROW)]
 
 
 def _mixer_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     """The column- and row-parallel projections of block ``layer``'s mixer: the attention's, a Mamba-2
     mixer's in_proj and out_proj (model/ssm.py), none without a mixer."""
     mixer = spec.mixer_of(layer)
-    t, h, T = shard.tp, spec.hidden_size, shard.tokens
     if mixer == "attention":
-        return [Gemm(T, spec.q_channels / t + 2 * _kv_per_device(spec, t), h, gathered=COLUMN),   # QKV projection
-                Gemm(T, h, spec.q_channels / t, gathered=ROW)]                                    # attention output
+        return _attention_gemms(spec, shard)
     if mixer == "none":
         return []
-    (n_in, k_in), (n_out, k_out) = ssm.projection_shapes(spec.mamba, h, t)
-    return [Gemm(T, n_in, k_in, gathered=COLUMN), Gemm(T, n_out, k_out, gathered=ROW)]
+    (n_in, k_in), (n_out, k_out) = ssm.projection_shapes(spec.mamba, spec.hidden_size, shard.tp)
+    return [Gemm(shard.tokens, n_in, k_in, gathered=COLUMN), Gemm(shard.tokens, n_out, k_out, gathered=ROW)]
 
 
 def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
-    """Forward GEMMs of one block on one device (Megatron column/row-parallel split)."""
+    """Forward GEMMs of one block on one device (Megatron column/row-parallel split): the attention's
+    input and output projections first, then the MLP's (dense: its column/row pair), then MLA's
+    further projections (``_latent_gemms``)."""
     t, h, T = shard.tp, spec.hidden_size, shard.tokens
     gemms = _mixer_gemms(spec, layer, shard)
     if not spec.has_ffn(layer):
@@ -214,23 +290,27 @@ def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     up = 2 if spec.gated_mlp else 1
     if not spec.is_moe_layer(layer):
         f = spec.ffn_hidden_size / t
-        return gemms + [Gemm(T, up * f, h, gathered=COLUMN), Gemm(T, h, f, gathered=ROW)]
+        return gemms + [Gemm(T, up * f, h, gathered=COLUMN), Gemm(T, h, f, gathered=ROW)] + _latent_gemms(spec, shard)
     gemms.append(Gemm(T, spec.num_experts, h))                            # router
-    local_experts = spec.num_experts / shard.ep
-    rows = T * shard.ep * spec.experts_per_token / spec.num_experts     # tokens per expert (balanced)
-    f = spec.moe_ffn_hidden_size / t
+    local_experts = spec.num_experts / shard.expert_parallel
+    # token copies per expert (balanced routing): the expert-parallel group's tokens, ep x tp / etp ranks
+    # of T / tp tokens each (sequence-parallel shares), top-k copies each over E experts, gathered over
+    # the etp ranks of an expert's shard; without folding (etp = tp) the ep ranks' T tokens each
+    rows = T * shard.ep * spec.experts_per_token / spec.num_experts
+    f = spec.moe_ffn_hidden_size / shard.expert_tp
     gemms += [Gemm(rows, up * f, h, local_experts), Gemm(rows, h, f, local_experts)]
     if spec.num_shared_experts:
         fs = spec.shared_expert_ffn_hidden_size / t
         gemms += [Gemm(T, up * fs, h, spec.num_shared_experts, COLUMN), Gemm(T, h, fs, spec.num_shared_experts, ROW)]
-    return gemms
+    return gemms + _latent_gemms(spec, shard)
 
 
 def attention_keys(spec: ModelSpec, layer: int | None, seq_len: int) -> int:
     """Keys the attention of ``layer`` spans for a query: its sliding window, at most the
-    sequence, in a windowed layer; the whole sequence otherwise (and for ``layer`` None)."""
-    window = None if layer is None else spec.window_of(layer)
-    return seq_len if window is None else min(window, seq_len)
+    sequence, in a windowed layer; its chunk, at most the sequence, in a chunked layer (Llama 4:
+    the keys of the query's own chunk); the whole sequence otherwise (and for ``layer`` None)."""
+    span = None if layer is None else (spec.window_of(layer) or spec.chunk_of(layer))
+    return seq_len if span is None else min(span, seq_len)
 
 
 def attention_core_gemms(spec: ModelSpec, shard: Shard, layer: int | None = None) -> list[Gemm]:
@@ -240,8 +320,7 @@ def attention_core_gemms(spec: ModelSpec, shard: Shard, layer: int | None = None
     heads = shard.micro_batch * spec.num_heads / shard.tp
     s_q = shard.seq_len / shard.cp
     s_k = attention_keys(spec, layer, shard.seq_len)
-    d = spec.head_dim
-    return [Gemm(s_q, s_k, d, heads), Gemm(s_q, d, s_k, heads)]
+    return [Gemm(s_q, s_k, spec.head_dim, heads), Gemm(s_q, spec.value_head_dim, s_k, heads)]
 
 
 def attended_fraction(spec: ModelSpec, layer: int | None, seq_len: int) -> float:
@@ -252,10 +331,18 @@ def attended_fraction(spec: ModelSpec, layer: int | None, seq_len: int) -> float
     Mistral 7B, Jiang et al. 2023, arXiv 2310.06825 section 2: "each token can attend to at most W
     tokens"), w s - w^2 / 2 pairs in all (block granularity aside), a fraction 1 - w / (2 s) of s x w:
     the causal half at w = s, nearly all of a window much shorter than the sequence.
+
+    Causal within chunks of c keys (Llama 4's chunked layers, HF modeling_llama4: a query sees the
+    keys from the start of its chunk to itself): c^2 / 2 pairs per full chunk (on average c / 2 keys
+    a query), r^2 / 2 for a last partial chunk of r = s mod c tokens, of the s x c rectangle.
     """
     if not spec.causal:
         return 1.0
-    return 1.0 - attention_keys(spec, layer, seq_len) / (2.0 * seq_len)
+    keys = attention_keys(spec, layer, seq_len)
+    if layer is not None and spec.chunk_of(layer) is not None:
+        rest = seq_len % keys
+        return ((seq_len - rest) * keys + rest * rest) / (2.0 * seq_len * keys)
+    return 1.0 - keys / (2.0 * seq_len)
 
 
 def attention_core_flops(spec: ModelSpec, shard: Shard, layer: int | None = None) -> float:
@@ -276,12 +363,20 @@ def block_model_flops(spec: ModelSpec, layer: int, tokens: float, seq_len: int) 
 
 
 def _core_model_flops(spec: ModelSpec, layer: int, seq_len: int) -> float:
-    """Forward model FLOPs per token of block ``layer``'s mixer core: Q K^T and scores x V over the
-    attention rectangle, a Mamba-2 mixer's SSD scan (model/ssm.py ``ssd_flops``), none without a mixer."""
+    """Forward model FLOPs per token of block ``layer``'s mixer core: the attention's
+    (``attention_model_flops``), a Mamba-2 mixer's SSD scan (model/ssm.py ``ssd_flops``), none without a mixer."""
     mixer = spec.mixer_of(layer)
     if mixer == "attention":
-        return 4.0 * attention_keys(spec, layer, seq_len) * spec.q_channels
+        return attention_model_flops(spec, layer, seq_len)
     return ssm.ssd_flops(spec.mamba, 1) if mixer == "mamba" else 0.0
+
+
+def attention_model_flops(spec: ModelSpec, layer: int | None, seq_len: int) -> float:
+    """Forward model FLOPs per token of the attention core: Q K^T over the query/key head and scores
+    x V over the value head, for every query head over the rectangle's ``attention_keys``: 4 s h
+    per token for GPT (Narayanan et al. SC'21 eq. 3), 2 s a (d_qk + d_v) with MLA's heads."""
+    keys = attention_keys(spec, layer, seq_len)
+    return 2.0 * keys * spec.num_heads * (spec.head_dim + spec.value_head_dim)
 
 
 def head_gemm(spec: ModelSpec, shard: Shard) -> Gemm:
@@ -318,15 +413,20 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     t = shard.tp
     mask = MASK_BYTES if spec.dropout else 0
     # attention: norm input, QKV input (replicated); Q, K, V, output-projection input (split); mask
-    attn = 2 * B * rep + B * T * (spec.q_channels / t + 2 * _kv_per_device(spec, t)) + B * T * spec.q_channels / t
-    attn += mask * rep
-    if spec.qk_norm != "none":   # the query and key norms' inputs
+    out_in = spec.num_heads * spec.value_head_dim / t
+    attn = 2 * B * rep + B * T * (spec.q_channels / t + 2 * _kv_per_device(spec, t) + out_in)
+    attn += mask * rep + _latent_activation_bytes(spec, shard)
+    if spec.has_qk_norm(layer):   # the query and key norms' inputs
         attn += B * T * (spec.q_channels / t + _kv_per_device(spec, t))
-    attn += max(0, spec.block_norms - 2) * B * rep   # post-norm inputs (Gemma 2/3: attention and MLP outputs)
+    mlp_norms = 2 * B * rep   # the MLP's norm input and the MLP input
+    if spec.parallel_block:   # one block input for both; with one norm, one norm output for both too
+        mlp_norms -= (3 - spec.block_norms) * B * rep
+    else:
+        attn += max(0, spec.block_norms - 2) * B * rep   # post-norm inputs (Gemma 2/3: attention and MLP outputs)
     if not (shard.flash or recompute is Recomputation.SELECTIVE):
         per_score = B + (mask + B if spec.dropout else 0)   # softmax output, dropout mask and output
         attn += per_score * score_elements(spec, shard)
-    mlp = 2 * B * rep + mask * rep   # norm input, MLP input, dropout mask
+    mlp = mlp_norms + mask * rep   # norm input, MLP input, dropout mask
     mlp += _mlp_activation_bytes(spec, layer, shard)
     # a hybrid block (Nemotron-H) stores its mixer's part (a Mamba-2 mixer: its norm's and in_proj's
     # input, model/ssm.py ``mamba_saved_bytes``) and its FFN's, where it has them
@@ -336,19 +436,98 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     return attn + (mlp if spec.has_ffn(layer) else 0.0)
 
 
+def _latent_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """MLA's latents, each stored twice (its norm's input and the up-projection's input): 2 (q_lora_rank
+    + kv_lora_rank) per token, split over tp by sequence parallelism (the up-projections keep their
+    input before the gather); so an MLA block stores per token 2 h + 2 (q_lora + kv_lora) (/ tp with
+    sp) and heads x (2 d_qk + 2 d_v) / tp (Q, K, V and the output projection's input); 0 without MLA."""
+    if not spec.is_mla:
+        return 0.0
+    return shard.dtype_bytes * shard.tokens * 2 * (spec.q_lora_rank + spec.kv_lora_rank) / shard.sp_div
+
+
 def _mlp_activation_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
-    """The FFN's inner tensors: up-projection output(s) and the down-projection input."""
+    """The FFN's inner tensors: up-projection output(s) and the down-projection input; in an MoE
+    block, the routed experts', the router's, the token dispatcher's and the shared experts'."""
     B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
     up = 2 if spec.gated_mlp else 1
     if not spec.is_moe_layer(layer):
         return B * T * (up + 1) * spec.ffn_hidden_size / t
-    routed = T * spec.experts_per_token                      # token copies processed on this device (balanced)
-    out = B * routed * spec.hidden_size / shard.sp_div       # permuted expert inputs
-    out += B * routed * (up + 1) * spec.moe_ffn_hidden_size / t
-    out += 4.0 * T * spec.num_experts                        # fp32 router probabilities
-    if spec.num_shared_experts:
-        out += B * T * (up + 1) * spec.shared_expert_ffn_hidden_size * spec.num_shared_experts / t
-    return out
+    return (routed_expert_activation_bytes(spec, shard) + router_activation_bytes(spec, shard)
+            + dispatch_activation_bytes(spec, shard) + shared_expert_activation_bytes(spec, shard))
+
+
+# What an MoE block keeps for its backward pass, as Megatron-Core's MoE layer keeps it
+# (megatron/core/transformer/moe/: router.py TopKRouter, token_dispatcher.py
+# MoEAlltoAllTokenDispatcher, experts.py TEGroupedMLP, moe_utils.py permute/unpermute; its
+# defaults, unfused: moe_router_fusion and moe_permute_fusion off, moe_router_dtype unset).
+FP32_BYTES = 4    # the router's softmax, taken in fp32 (moe_utils.topk_routing_with_score_function)
+INDEX_BYTES = 8   # int64: torch.topk's indices and moe_utils.permute's argsort positions
+
+
+def routed_copies(spec: ModelSpec, shard: Shard) -> float:
+    """Token copies the routed experts of one device process per microbatch: top-k per token,
+    balanced over the experts, with the sequence-parallel split undone (the dispatcher all-gathers
+    the copies over tp after the expert all-to-all: MoEAlltoAllTokenDispatcher.dispatch_postprocess)."""
+    return shard.tokens * spec.experts_per_token
+
+
+def routed_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """The grouped experts' inputs (the permuted copies, kept by the first GEMM), the first GEMM's
+    output(s) (kept by the weighted activation, weighted_bias_swiglu_impl) and the second GEMM's
+    input, split over tp (TEGroupedMLP.forward). The routing probabilities are applied inside the
+    activation, so nothing hidden-sized is kept to weight the experts' outputs."""
+    up = 2 if spec.gated_mlp else 1
+    copies = routed_copies(spec, shard)
+    inputs = shard.dtype_bytes * copies * spec.hidden_size
+    return inputs + shard.dtype_bytes * copies * (up + 1) * spec.moe_ffn_hidden_size / shard.tp
+
+
+def _scores_before_top_k(spec: ModelSpec) -> bool:
+    """Whether the router takes its top-k of scores over all experts, kept un-renormalised
+    (Megatron-Core moe_router_pre_softmax: HF Qwen2-MoE, norm_topk_prob false; DeepSeek-V2's
+    softmax; DeepSeek-V3's sigmoid), rather than scoring the top-k logits alone (Mixtral,
+    Qwen3-MoE, gpt-oss: a softmax over the top-k, the same as renormalising the top-k of a softmax)."""
+    return spec.family in ("qwen2_moe", "deepseek_v2", "deepseek_v3")
+
+
+def router_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """The router's keeps on this device's (sequence-split) tokens: the fp32 softmax over all
+    experts of the load-balancing loss (moe_utils.compute_routing_scores_for_aux_loss), the fp32
+    routing scores (over all experts, ``_scores_before_top_k``, or over the top-k), and the top-k's
+    int64 indices (torch.topk; moe_utils.topk_routing_with_score_function)."""
+    tokens, k = shard.tokens / shard.sp_div, spec.experts_per_token
+    load_balancing = FP32_BYTES * tokens * spec.num_experts
+    scores = FP32_BYTES * tokens * (spec.num_experts if _scores_before_top_k(spec) else k)
+    return load_balancing + scores + INDEX_BYTES * tokens * k
+
+
+def dispatch_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """The permutation's keeps: two int64 maps of this device's copies (moe_utils.permute: the
+    probabilities' expert-major positions, and the copies' token rows, which unpermute's scatter-add
+    reads again), and the permuted routing probabilities in the activations' dtype, all-gathered
+    over tp with the copies, which the weighted activation keeps (TEGroupedMLP.forward)."""
+    local = shard.tokens / shard.sp_div * spec.experts_per_token
+    return 2 * INDEX_BYTES * local + shard.dtype_bytes * routed_copies(spec, shard)
+
+
+def _has_shared_expert_gate(spec: ModelSpec) -> bool:
+    """Whether a sigmoid gate scales the shared experts' output (HF Qwen2MoeSparseMoeBlock
+    ``shared_expert_gate``; Megatron-Core moe_shared_expert_gate)."""
+    return spec.family == "qwen2_moe" and spec.num_shared_experts > 0
+
+
+def shared_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """The shared experts' inner tensors (an MLP of num_shared_experts x their width), and where a
+    gate scales their output, that output and the gate's sigmoid, which the product keeps
+    (Megatron-Core shared_experts.SharedExpertMLP.forward: ``output * gate_score``)."""
+    if not spec.num_shared_experts:
+        return 0.0
+    B, T = shard.dtype_bytes, shard.tokens
+    up = 2 if spec.gated_mlp else 1
+    inner = B * T * (up + 1) * spec.shared_expert_ffn_hidden_size * spec.num_shared_experts / shard.tp
+    gate = B * T * (spec.hidden_size + 1) / shard.sp_div if _has_shared_expert_gate(spec) else 0.0
+    return inner + gate
 
 
 def embedding_activation_bytes(spec: ModelSpec, shard: Shard) -> float:

@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from nestplan.model.ssm import Mamba2Shape
 
 SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo2",
-                      "gemma2", "gemma3", "gemma3_text", "nemotron", "nemotron_h", "gpt2", "gpt_neox", "bert")
+                      "gemma2", "gemma3", "gemma3_text", "nemotron", "nemotron_h", "gpt2", "gpt_neox", "bert",
+                      "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "gpt_oss", "falcon")
 
 # QK-norm variants (``ModelSpec.qk_norm``): none; one norm of head_dim weights shared by every query
 # (and one by every key) head (Qwen3, Gemma 3); one norm over the full query (and key) projection
-# width (OLMo 2, whose q_norm is RMSNorm(num_heads * head_dim))
-QK_NORM_KINDS = ("none", "head", "full")
+# width (OLMo 2, whose q_norm is RMSNorm(num_heads * head_dim)); an L2 norm of each head without
+# weights, on the layers with rotary positions only (Llama 4, HF modeling_llama4 Llama4TextL2Norm)
+QK_NORM_KINDS = ("none", "head", "full", "l2")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,27 @@ class ModelSpec:
     # fraction of each query and key head that rotary position embeddings rotate (Nemotron's
     # partial_rotary_factor: 0.5); 1.0 for the other rotary families, unused with learned positions
     rotary_fraction: float = 1.0
+    # multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 section 2.1), when kv_lora_rank > 0:
+    # queries through a rank-q_lora_rank latent (0: a plain q projection), keys and values through a
+    # rank-kv_lora_rank latent, plus one rotary key of qk_rope_head_dim shared by the heads; head_dim is
+    # the query/key head (nope + rope), value_head_dim the value head (0: head_dim)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # node-limited routing (DeepSeek-V3, arXiv 2412.19437 section 2.1.2): experts in routing_groups
+    # groups, each token routed within routing_groups_per_token of them (1, 1: unrestricted)
+    routing_groups: int = 1
+    routing_groups_per_token: int = 1
+    router_bias: bool = False          # a bias per expert on the router (gpt-oss; DeepSeek-V3's correction bias)
+    mtp_layers: int = 0                # multi-token-prediction modules (DeepSeek-V3 section 2.2): not in num_layers
+    # chunked local attention (Llama 4): a query attends to the keys of its own chunk of
+    # attention_chunk_size tokens, in the layers listed; None (and no layers): no chunking
+    attention_chunk_size: int | None = None
+    chunked_attention_layers: tuple[int, ...] = field(default_factory=tuple)
+    nope_layers: tuple[int, ...] = field(default_factory=tuple)   # layers without rotary positions (Llama 4)
+    attention_sinks: bool = False      # one learned logit per head added to the softmax (gpt-oss)
+    parallel_block: bool = False       # attention and MLP read the same input, summed (Falcon, GPT-J)
     # measured / closed-form ratios of a block's FLOPs and saved bytes (``nestplan plan --trace``);
     # the cost model scales block compute and activation memory by them (1: the formulas as they are)
     traced_flops_scale: float = 1.0
@@ -82,8 +105,22 @@ class ModelSpec:
 
     @property
     def kv_channels(self) -> int:
-        """Width of the K (and V) projection output: kv heads x head dim."""
+        """Width of the keys: kv heads x head dim (the values' too, unless ``value_head_dim`` differs)."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of one value head: ``v_head_dim`` where set (MLA), else ``head_dim``."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def v_channels(self) -> int:
+        """Width of the values, and of the attention output the output projection reads per query head."""
+        return self.num_kv_heads * self.value_head_dim
 
     @property
     def q_channels(self) -> int:
@@ -95,6 +132,14 @@ class ModelSpec:
     def window_of(self, index: int) -> int | None:
         """The sliding window of layer ``index`` in keys, or None when it attends to the whole sequence."""
         return self.sliding_window if index in self.sliding_window_layers else None
+
+    def chunk_of(self, index: int) -> int | None:
+        """The attention chunk of layer ``index`` in tokens, or None when it is not chunked."""
+        return self.attention_chunk_size if index in self.chunked_attention_layers else None
+
+    def has_qk_norm(self, index: int) -> bool:
+        """Whether layer ``index`` normalises its queries and keys (Llama 4's L2 norm: rotary layers only)."""
+        return self.qk_norm != "none" and not (self.qk_norm == "l2" and index in self.nope_layers)
 
     @property
     def is_hybrid(self) -> bool:
@@ -112,10 +157,13 @@ class ModelSpec:
         return index not in self.ffn_free_layers
 
     def block_kind(self, index: int) -> tuple:
-        """What makes blocks cost differently: (is an MoE block, its sliding window), and in a hybrid
-        stack its mixer and whether it has an FFN; blocks of one kind have the same parameters, FLOPs
-        and stored bytes."""
+        """What makes blocks cost differently: (is an MoE block, its sliding window), and where the model
+        has chunked attention or layers without rotary positions, its chunk and whether it has rotary
+        positions, and in a hybrid stack its mixer and whether it has an FFN; blocks of one kind have the
+        same parameters, FLOPs and stored bytes."""
         kind: tuple = (self.is_moe_layer(index), self.window_of(index))
+        if self.chunked_attention_layers or self.nope_layers:
+            kind += (self.chunk_of(index), index in self.nope_layers)
         if self.is_hybrid:
             kind += (self.mixer_of(index), self.has_ffn(index))
         return kind
