@@ -14,6 +14,8 @@ File format (TOML, or JSON with the same structure; every field: docs/formats.md
     kind = "nvlink4"                # optional: interconnects.toml key, gives bus_efficiency
     # bus_efficiency = 0.82         # optional instead of kind (default 1.0 when neither is given)
     # oversubscription = 1.0        # optional, >= 1 (default 1)
+    # mesh_link_GBps = 64           # optional: the level is a full mesh of links of this bandwidth (each device
+    #                               # reaches each peer directly); bandwidth_GBps is then its links together
 
 Instead of ``[[levels]]`` a file may give exactly one of::
 
@@ -56,7 +58,8 @@ from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Level, Topology
 
 _TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes")
 _NETWORK_KEYS = ("levels", "torus", "graph")
-_LEVEL_KEYS = ("name", "size", "bandwidth_GBps", "latency_us", "oversubscription", "kind", "bus_efficiency")
+_LEVEL_KEYS = ("name", "size", "bandwidth_GBps", "latency_us", "oversubscription", "kind", "bus_efficiency",
+               "mesh_link_GBps")
 _LEVEL_REQUIRED = ("name", "size", "bandwidth_GBps", "latency_us")
 _TORUS_KEYS = ("dims", "link_bandwidth_GBps", "hop_latency_us", "kind", "bus_efficiency")
 _TORUS_REQUIRED = ("dims", "link_bandwidth_GBps", "hop_latency_us")
@@ -271,6 +274,8 @@ def _levels_topology(name: str, levels: Any) -> Topology:
             oversubscription=_number(table.get("oversubscription", 1.0), "oversubscription", at,
                                      OVERSUBSCRIPTION_RANGE),
             bus_efficiency=_efficiency(table, at),
+            mesh_link_Bps=(_bandwidth_Bps(table["mesh_link_GBps"], "mesh_link_GBps", at)
+                           if "mesh_link_GBps" in table else None),
         ))
     return hierarchical(name, specs)
 
@@ -370,9 +375,11 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
 
 
 def _level_table(level: Level) -> dict[str, Any]:
-    return {"name": level.name, "size": level.size, "bandwidth_GBps": _in_unit(level.bandwidth_Bps, units.GB),
-            "latency_us": _in_unit(level.latency_s, units.US), "oversubscription": level.oversubscription,
-            "bus_efficiency": level.bus_efficiency}
+    table = {"name": level.name, "size": level.size, "bandwidth_GBps": _in_unit(level.bandwidth_Bps, units.GB),
+             "latency_us": _in_unit(level.latency_s, units.US), "oversubscription": level.oversubscription,
+             "bus_efficiency": level.bus_efficiency}
+    mesh = {} if level.mesh_link_Bps is None else {"mesh_link_GBps": _in_unit(level.mesh_link_Bps, units.GB)}
+    return table | mesh
 
 
 def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
