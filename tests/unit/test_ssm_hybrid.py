@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from nestplan.cost.compute import Precision, _mixer_core, block_time
+from nestplan.cost.compute import Precision, _elementwise_bytes, _mixer_core, block_time
 from nestplan.errors import ConfigError
 from nestplan.hardware.accelerator import load_accelerator
 from nestplan.model import load_model, parse_config
@@ -203,7 +203,14 @@ def test_a_block_of_attention_and_mlp_cannot_be_written():
     ("overrides", "field"),
     [
         ({"hybrid_override_pattern": "M-X-"}, "hybrid_override_pattern"),
-        ({"hybrid_override_pattern": "MEM*"}, "hybrid_override_pattern"),
+        ({"hybrid_override_pattern": "MEM*", "n_routed_experts": 8, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64, "moe_latent_size": 32},
+         "moe_latent_size"),
+        ({"hybrid_override_pattern": "MEM*", "n_routed_experts": 8, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64, "n_shared_experts": 2},
+         "n_shared_experts"),
+        ({"hybrid_override_pattern": "MEM*", "n_routed_experts": 8, "num_experts_per_tok": 9,
+          "moe_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64}, "num_experts_per_tok"),
         ({"hybrid_override_pattern": ["M", "-"]}, "hybrid_override_pattern"),
         ({"hybrid_override_pattern": ""}, "hybrid_override_pattern"),
         ({"num_hidden_layers": 5}, "num_hidden_layers"),
@@ -211,7 +218,7 @@ def test_a_block_of_attention_and_mlp_cannot_be_written():
         ({"mlp_bias": True}, "mlp_bias"),
         ({"use_bias": True}, "use_bias"),
         ({"mamba_d_state": 16}, "mamba_d_state"),   # Jamba's key: not a Nemotron-H one
-        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ({"sliding_window": 1024}, "sliding_window"),   # HF NemotronHAttention applies no window
     ],
 )
 def test_refusals_name_the_field(overrides, field):
@@ -223,7 +230,16 @@ def test_refusals_name_the_field(overrides, field):
 def test_unknown_pattern_character_is_named():
     with pytest.raises(ConfigError) as info:
         parse_config(small_hybrid(hybrid_override_pattern="M-X-"), "x")
-    assert "'X'" in str(info.value) and "M (Mamba-2)" in str(info.value)
+    assert "'X'" in str(info.value) and "M (Mamba-2)" in str(info.value) and "E (MoE)" in str(info.value)
+
+
+def test_moe_fields_without_moe_layers_and_the_unused_rotary_factor_are_accepted():
+    """HF NemotronHConfig writes its MoE defaults and partial_rotary_factor into every config, the
+    dense Nemotron-H models' included; without E layers they change nothing, and no layer rotates."""
+    moe_defaults = {"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 7688,
+                    "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 7688, "n_group": 1, "topk_group": 1}
+    spec = parse_config(small_hybrid(**moe_defaults, partial_rotary_factor=1.0), "x")
+    assert spec == parse_config(small_hybrid(), "x") and not spec.is_moe
 
 
 def test_a_llama_config_with_a_hybrid_pattern_is_refused():
@@ -232,3 +248,66 @@ def test_a_llama_config_with_a_hybrid_pattern_is_refused():
     with pytest.raises(ConfigError) as info:
         parse_config(data, "x")
     assert info.value.field == "hybrid_override_pattern"
+
+
+# ---------------------------------------------------------------- MoE layers (E)
+
+
+def test_nemotron_3_nano_moe_layers():
+    spec = load_model("nemotron-3-nano-30b-a3b")
+    assert len(spec.mamba_layers) == 23 and len(spec.moe_layers) == 23 and spec.num_layers == 52
+    assert set(spec.moe_layers) <= set(spec.mixerless_layers) and 1 not in spec.ffn_free_layers
+    assert (spec.num_experts, spec.experts_per_token, spec.moe_ffn_hidden_size) == (128, 6, 1856)
+    assert (spec.num_shared_experts, spec.shared_expert_ffn_hidden_size, spec.router_bias) == (1, 3712, True)
+    assert len({spec.block_kind(i) for i in range(spec.num_layers)}) == 3   # Mamba, MoE, attention
+
+
+def test_nemotron_3_nano_parameters():
+    """Nemotron 3 Nano (NVIDIA, December 2025; model card nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16):
+    31.6B total parameters, 3.2B active per token, 3.6B with the embeddings. Counted by hand: 23 Mamba-2
+    layers, 23 MoE layers (router with a correction bias per expert, 128 non-gated experts, one shared
+    expert), 6 attention layers, untied embedding and head."""
+    spec = load_model("nemotron-3-nano-30b-a3b")
+    h, v, experts = 2688, 131072, 128
+    mamba = mamba_hand_count(h, heads=64, head_dim=64, state=128, groups=8, kernel=4) + h
+    routed = experts * 2 * h * 1856
+    moe_dense = (h + 1) * experts + 2 * h * 3712 + h
+    attention = h * 32 * 128 + 2 * h * 2 * 128 + 32 * 128 * h + h
+    total = 23 * mamba + 23 * (moe_dense + routed) + 6 * attention + 2 * v * h + h
+    assert L.total_params(spec) == total
+    assert L.total_params(spec) == pytest.approx(31.6e9, rel=0.005)
+    active = total - 23 * routed * (1 - 6 / experts)
+    assert L.active_params(spec) == pytest.approx(active)
+    assert round(L.active_params(spec) / 1e8) == 36                            # "3.6B with the embeddings"
+    assert round((L.active_params(spec) - L.embedding_params(spec)) / 1e8) == 32   # "3.2B active"
+
+
+def test_an_moe_layer_has_no_mixer():
+    spec = load_model("nemotron-3-nano-30b-a3b")
+    shard = L.Shard(tp=2, seq_len=4096)
+    gemms = L.block_gemms(spec, 1, shard)
+    assert gemms[0].n == spec.num_experts and gemms[0].gathered == ""   # the router comes first: no mixer
+    assert L.block_model_flops(spec, 1, 1, 4096) == pytest.approx(sum(
+        g.flops for g in L.block_gemms(spec, 1, L.Shard(seq_len=4096))) / 4096)
+    acc = load_accelerator("h100-sxm-80gb")
+    assert _mixer_core(acc, spec, 1, shard, "bf16") == (0.0, 0.0)
+
+
+def test_round_trip_with_moe_layers():
+    spec = load_model("nemotron-3-nano-30b-a3b")
+    config = config_dict(spec)
+    assert config["hybrid_override_pattern"] == "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+    assert parse_config(config, spec.name) == spec
+
+
+def test_elementwise_traffic_per_sub_block():
+    """A hybrid block has one residual add (its one sub-block); a Mamba block adds its conv1d and gated
+    norm, an MLP block its activation; an attention block of Nemotron-H rotates nothing."""
+    spec = load_model("nemotron-h-8b")
+    shard = L.Shard(tp=2, seq_len=4096)
+    B, T, h = 2, 4096, 4096
+    norm, residual = 2 * B * T * h, 3 * B * T * h
+    conv, gate = 2 * (8192 + 2 * 8 * 128), 3 * 8192
+    assert _elementwise_bytes(spec, 0, shard) == pytest.approx(norm + residual + B * T * (conv + gate) / 2)
+    assert _elementwise_bytes(spec, 1, shard) == pytest.approx(norm + residual + 2 * B * T * 21504 / 2)
+    assert _elementwise_bytes(spec, 7, shard) == pytest.approx(norm + residual)

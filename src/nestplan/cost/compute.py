@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nestplan.cost.ssm import CHUNK_STATE_GEMM, hybrid_elementwise_bytes, ssd_gemms, ssd_scan_bytes
+from nestplan.cost.ssm import CHUNK_STATE_GEMM, mamba_elementwise_bytes, ssd_gemms, ssd_scan_bytes
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Fp8Recipe, Job
 from nestplan.model.layers import (
@@ -151,16 +151,20 @@ def _mixer_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dty
 
 
 def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
-    """HBM traffic of the memory-bound kernels of one block's forward pass (a hybrid block's: cost/ssm.py)."""
-    if spec.is_hybrid:
-        return hybrid_elementwise_bytes(spec, layer, shard)
+    """HBM traffic of the memory-bound kernels of one block's forward pass: a residual add per sub-block
+    (mixer, FFN: a hybrid block, Nemotron-H's, may have one of them only), a Mamba-2 mixer's own kernels
+    (cost/ssm.py ``mamba_elementwise_bytes``)."""
     B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
     rep = T * spec.hidden_size / shard.sp_div
+    mixer = spec.mixer_of(layer)
     norms = spec.block_norms * (2 * B * rep)                         # read x, write y, per norm (2; Gemma 4)
-    if spec.qk_norm != "none":   # Qwen3, OLMo 2, Gemma 3: RMSNorm of the queries and keys (read, write)
+    if spec.qk_norm != "none" and mixer == "attention":   # Qwen3, OLMo 2, Gemma 3: RMSNorm of queries, keys
         norms += 2 * B * T * (spec.q_channels + spec.kv_channels) / t
-    residual = 2 * (3 * B * rep + (MASK_BYTES * rep if spec.dropout else 0))  # (bias-dropout-)add
-    if spec.is_moe_layer(layer):
+    sub_blocks = (mixer != "none") + spec.has_ffn(layer)
+    residual = sub_blocks * (3 * B * rep + (MASK_BYTES * rep if spec.dropout else 0))  # (bias-dropout-)add
+    if not spec.has_ffn(layer):
+        ffn, permute = 0, 0.0
+    elif spec.is_moe_layer(layer):
         ffn = spec.moe_ffn_hidden_size * spec.experts_per_token + spec.shared_expert_ffn_hidden_size * spec.num_shared_experts
         copies = T * spec.experts_per_token * spec.hidden_size   # the routed token copies, tp-gathered
         permute = 2 * 2 * B * copies / shard.sp_div            # permute and unpermute: read and write
@@ -172,9 +176,10 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
         ffn, permute = spec.ffn_hidden_size, 0.0
     activation = (3 if spec.gated_mlp else 2) * B * T * ffn / t     # act(x) [* up]: read 1-2, write 1
     # RoPE: read and write the rotated share of Q and K (partial rotary: rotary_fraction of each head)
-    rotary = 0.0 if spec.learned_position_embeddings else (
+    rotary = 0.0 if spec.learned_position_embeddings or mixer != "attention" else (
         spec.rotary_fraction * 2 * B * T * (spec.q_channels + spec.kv_channels) / t)
-    return norms + residual + activation + rotary + permute
+    mamba = mamba_elementwise_bytes(spec.mamba, shard) if mixer == "mamba" else 0.0
+    return norms + residual + activation + rotary + permute + mamba
 
 
 def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, precision: Precision) -> LayerTime:

@@ -1,4 +1,4 @@
-"""What a Mamba-2 mixer's scan and a hybrid block's memory-bound kernels cost on one device.
+"""What a Mamba-2 mixer's scan and its memory-bound kernels cost on one device.
 
 The SSD scan (Dao & Gu 2024, arXiv 2405.21060, section 6) runs as the Triton kernels of mamba_ssm
 ``ops/triton/ssd_combined.py`` (``_chunk_cumsum_fwd``, ``_chunk_state_fwd``, ``_state_passing_fwd``,
@@ -9,8 +9,7 @@ of their operands, the fp32 C B^T blocks and the fp32 chunk states (``ssd_scan_b
 
 from __future__ import annotations
 
-from nestplan.model.layers import MASK_BYTES, Gemm, Shard
-from nestplan.model.spec import ModelSpec
+from nestplan.model.layers import Gemm, Shard
 from nestplan.model.ssm import STATE_BYTES, Mamba2Shape, ssd_gemm_shapes
 
 # the SSD backward (mamba_ssm ``_mamba_chunk_scan_combined_bwd``) recomputes the chunk states
@@ -40,22 +39,8 @@ def ssd_scan_bytes(m: Mamba2Shape, shard: Shard) -> float:
     return shard.tokens * (operands + blocks + states) / shard.tp
 
 
-def hybrid_elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
-    """HBM traffic of the memory-bound kernels of a hybrid block's forward pass (Nemotron-H: one
-    sub-block per layer): its norms (read, write), one residual add per sub-block (read two, write
-    one, and a dropout mask), a Mamba-2 mixer's conv1d with its SiLU over x, B, C (read, write) and
-    gated RMSNorm (read y and z, write), an MLP's activation (read 1-2, write 1). Nemotron-H's
-    attention has no rotary embeddings and no QK-norm."""
-    B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
-    rep = T * spec.hidden_size / shard.sp_div
-    mixer = spec.mixer_of(layer)
-    sub_blocks = (mixer != "none") + spec.has_ffn(layer)
-    norms = spec.block_norms * 2 * B * rep
-    residual = sub_blocks * (3 * B * rep + (MASK_BYTES * rep if spec.dropout else 0))
-    total = norms + residual
-    if mixer == "mamba":
-        m = spec.mamba
-        total += B * T * (2 * m.conv_channels + 3 * m.inner) / t
-    if spec.has_ffn(layer):
-        total += (3 if spec.gated_mlp else 2) * B * T * spec.ffn_hidden_size / t
-    return total
+def mamba_elementwise_bytes(m: Mamba2Shape, shard: Shard) -> float:
+    """HBM traffic of a Mamba-2 mixer's memory-bound kernels in one forward pass on one device: the
+    causal conv1d with its SiLU over x, B and C (read, write: 2 (d + 2 G N) per token) and the gated
+    RMSNorm (read y and z, write: 3 d per token), in the activations' dtype, over t = tp devices."""
+    return shard.dtype_bytes * shard.tokens * (2 * m.conv_channels + 3 * m.inner) / shard.tp

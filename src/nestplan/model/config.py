@@ -44,7 +44,7 @@ Choices other modules rely on:
 * Nemotron-H (``nemotron_h``) has one block per character of ``hybrid_override_pattern``: a Mamba-2
   mixer (M, ``mamba_layers``), attention (*) or an MLP (-, ``mixerless_layers``); M and * blocks are
   ``ffn_free_layers``; one norm per block (``block_norms`` 1), no positional embedding (``rotary_fraction``
-  0); MoE layers (E) are refused.
+  0); E blocks are MoE FFNs without a mixer (``mixerless_layers`` and ``moe_layers``).
 * Every size is a JSON integer (not ``2.0``, not ``true``) between 1 and a bound
   (``MAX_LAYERS`` ...): far beyond any published model, but finite, so the planner's
   work stays bounded and no count overflows.
@@ -131,6 +131,9 @@ _HARMLESS_KEYS = {
     # GPT-NeoX's parallel residual (x + attn(ln1(x)) + mlp(ln2(x))) has the sequential block's GEMMs
     # and norms; rotary_pct changes only which channels RoPE rotates
     "gpt_neox": ("use_parallel_residual", "rotary_pct"),
+    # Nemotron-H's attention has no positional embedding (HF NemotronHAttention.forward rotates nothing;
+    # Megatron-LM --position-embedding-type none): the partial_rotary_factor its configs carry is unused
+    "nemotron_h": ("partial_rotary_factor",),
 }
 
 # layer_types entries (transformers >= 4.53) and whether the layer attends to a sliding window
@@ -329,8 +332,11 @@ def _read_nemotron(f: _Fields, name: str) -> ModelSpec:
 
 
 # Nemotron-H's hybrid_override_pattern: one character per layer (HF NemotronHConfig._pattern_to_list,
-# Megatron-LM --hybrid-override-pattern): the block's mixer and whether it has an MLP
-_HYBRID_LAYERS = {"M": ("mamba", False), "*": ("attention", False), "-": ("none", True)}
+# Megatron-LM --hybrid-override-pattern): the block's mixer and whether it has an FFN (E: an MoE one)
+_HYBRID_LAYERS = {"M": ("mamba", False), "*": ("attention", False), "-": ("none", True), "E": ("none", True)}
+# the MoE fields HF NemotronHConfig writes for every model, with or without E layers
+_NEMOTRON_H_MOE_KEYS = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+                        "moe_shared_expert_intermediate_size", "n_group", "topk_group", "moe_latent_size")
 # HF NemotronHConfig.__post_init__: older configs' names for the Mamba fields
 _MAMBA_LEGACY_KEYS = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "chunk_size": "mamba_chunk_size",
                       "use_conv_bias": "mamba_conv_bias"}
@@ -343,17 +349,17 @@ def _mamba_key(f: _Fields, key: str) -> str:
 
 
 def _hybrid_pattern(f: _Fields) -> str:
-    """``hybrid_override_pattern``, checked: M, * and - only (an MoE layer, E, is refused), as many
-    characters as ``num_hidden_layers`` where that is given."""
+    """``hybrid_override_pattern``, checked: M, *, - and E only, as many characters as
+    ``num_hidden_layers`` where that is given."""
     pattern = f.raw("hybrid_override_pattern")
     if not isinstance(pattern, str) or not 1 <= len(pattern) <= MAX_LAYERS:
         raise f.error(f"field 'hybrid_override_pattern' must be a string of 1..{MAX_LAYERS} layer characters, "
-                      f"got {brief(pattern)}", "hybrid_override_pattern", brief(pattern), "M, *, -")
+                      f"got {brief(pattern)}", "hybrid_override_pattern", brief(pattern), "M, *, -, E")
     for char in pattern:
         if char not in _HYBRID_LAYERS:
-            what = "an MoE layer, which nestplan does not honour yet" if char == "E" else "not a layer type"
-            raise f.error(f"field 'hybrid_override_pattern' has {brief(char)} ({what}); allowed: M (Mamba-2), "
-                          "* (attention), - (MLP)", "hybrid_override_pattern", brief(char), list(_HYBRID_LAYERS))
+            raise f.error(f"field 'hybrid_override_pattern' has {brief(char)}, not a layer type nestplan honours; "
+                          "allowed: M (Mamba-2), * (attention), - (MLP), E (MoE)", "hybrid_override_pattern",
+                          brief(char), list(_HYBRID_LAYERS))
     layers = f.integer("num_hidden_layers", MAX_LAYERS, default=len(pattern))
     if layers != len(pattern):
         raise f.error(f"num_hidden_layers {layers} differs from the {len(pattern)} layers of "
@@ -376,12 +382,40 @@ def _mamba_shape(f: _Fields) -> Mamba2Shape:
                        conv_bias=f.flag(_mamba_key(f, "use_conv_bias"), True))
 
 
+def _nemotron_h_experts(f: _Fields, pattern: str) -> dict[str, Any]:
+    """The MoE of the E layers (HF NemotronHMoE; Nemotron 3 Nano): ``n_routed_experts`` non-gated
+    squared-ReLU experts of ``moe_intermediate_size``, ``num_experts_per_tok`` of them per token chosen
+    by a sigmoid router with a correction bias per expert (``e_score_correction_bias``) within
+    ``topk_group`` of ``n_group`` groups, and one shared expert of ``moe_shared_expert_intermediate_size``
+    (NemotronHMoE builds exactly one: ``n_shared_experts`` other than 1 is refused). A latent expert
+    projection (``moe_latent_size``, Nemotron 3 Super) is refused. Without E layers the MoE fields HF
+    writes for every model are ignored."""
+    if "E" not in pattern:
+        for key in _NEMOTRON_H_MOE_KEYS:
+            f.has(key)
+        return {}
+    if f.has("moe_latent_size"):
+        raise f.error("field 'moe_latent_size' (latent expert projections) changes the architecture and nestplan "
+                      "does not honour it; remove it or set it to null", "moe_latent_size",
+                      brief(f.raw("moe_latent_size")))
+    if f.integer("n_shared_experts", MAX_EXPERTS, default=1, minimum=0) != 1:
+        raise f.error("field 'n_shared_experts' must be 1 (HF NemotronHMoE builds one shared expert)",
+                      "n_shared_experts", f.raw("n_shared_experts"), 1)
+    experts, top_k = _experts(f, "n_routed_experts")
+    return {"num_experts": experts, "experts_per_token": top_k,
+            "moe_ffn_hidden_size": f.integer("moe_intermediate_size", MAX_FFN), "num_shared_experts": 1,
+            "shared_expert_ffn_hidden_size": f.integer("moe_shared_expert_intermediate_size", MAX_FFN),
+            "moe_layers": tuple(i for i, char in enumerate(pattern) if char == "E"), "router_bias": True,
+            **_routing_groups(f, experts, top_k, grouped=True)}
+
+
 def _read_nemotron_h(f: _Fields, name: str) -> ModelSpec:
     """Nemotron-H (HF modeling_nemotron_h; NVIDIA 2025, arXiv 2504.03624 section 2.1): one block per
     character of ``hybrid_override_pattern``, each a pre-RMSNorm and one of a Mamba-2 mixer (M), GQA
     attention without positional embeddings (*: Megatron-LM --position-embedding-type none) or a
-    squared-ReLU MLP of two projections (-). No biases: ``use_bias`` (Mamba projections),
-    ``mlp_bias`` and ``attention_bias`` set to true are refused."""
+    squared-ReLU MLP of two projections (-) or an MoE of such experts (E: ``_nemotron_h_experts``). No
+    biases: ``use_bias`` (Mamba projections), ``mlp_bias`` and ``attention_bias`` set to true are
+    refused. ``intermediate_size`` (the MLP's width) may be absent where no layer is an MLP."""
     pattern = _hybrid_pattern(f)
     hidden, heads, kv_heads, head_dim = _attention_shape(
         f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", head_dim_default=128)
@@ -389,9 +423,12 @@ def _read_nemotron_h(f: _Fields, name: str) -> ModelSpec:
         if f.flag(key, False):
             raise f.error(f"field '{key}' is true; nestplan counts Nemotron-H without biases", key, True, "false")
     kinds = [_HYBRID_LAYERS[char] for char in pattern]
+    moe = _nemotron_h_experts(f, pattern)
+    mlp_default = moe["moe_ffn_hidden_size"] if moe and "-" not in pattern else _MISSING
     return ModelSpec(
         name=name, family=f.family, hidden_size=hidden, num_layers=len(pattern), num_heads=heads,
-        num_kv_heads=kv_heads, head_dim=head_dim, ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        num_kv_heads=kv_heads, head_dim=head_dim, ffn_hidden_size=f.integer("intermediate_size", MAX_FFN,
+                                                                            default=mlp_default),
         gated_mlp=False, vocab_size=f.integer("vocab_size", MAX_VOCAB),
         tied_embeddings=f.flag("tie_word_embeddings", False),
         max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
@@ -401,7 +438,7 @@ def _read_nemotron_h(f: _Fields, name: str) -> ModelSpec:
         rotary_fraction=0.0, block_norms=1, mamba=_mamba_shape(f),
         mamba_layers=tuple(i for i, (mixer, _) in enumerate(kinds) if mixer == "mamba"),
         mixerless_layers=tuple(i for i, (mixer, _) in enumerate(kinds) if mixer == "none"),
-        ffn_free_layers=tuple(i for i, (_, mlp) in enumerate(kinds) if not mlp),
+        ffn_free_layers=tuple(i for i, (_, mlp) in enumerate(kinds) if not mlp), **moe,
     )
 
 
@@ -923,12 +960,13 @@ def _nemotron_fields(spec: ModelSpec) -> dict[str, Any]:
 
 def _nemotron_h_fields(spec: ModelSpec) -> dict[str, Any]:
     """Nemotron-H: the layers as ``hybrid_override_pattern`` (a block of attention and an MLP has no
-    character: such a spec cannot be written) and the Mamba-2 sizes."""
-    chars = {(kind, mlp): char for char, (kind, mlp) in _HYBRID_LAYERS.items()}
-    kinds = [(spec.mixer_of(i), spec.has_ffn(i)) for i in range(spec.num_layers)]
+    character: such a spec cannot be written), the Mamba-2 sizes and the E layers' experts."""
+    chars = {(kind, mlp): char for char, (kind, mlp) in _HYBRID_LAYERS.items() if char != "E"}
+    chars[("moe", True)] = "E"
+    kinds = [("moe" if spec.is_moe_layer(i) else spec.mixer_of(i), spec.has_ffn(i)) for i in range(spec.num_layers)]
     unwritable = next((i for i, kind in enumerate(kinds) if kind not in chars), None)
     if unwritable is not None or spec.mamba is None:
-        what = "no Mamba-2 sizes" if unwritable is None else f"layer {unwritable} with attention and an MLP"
+        what = "no Mamba-2 sizes" if unwritable is None else f"layer {unwritable} with a mixer and an FFN"
         raise ConfigError(f"model {printable(spec.name)} cannot be written as a nemotron_h config.json: it has {what}",
                           field="mamba" if unwritable is None else "ffn_free_layers")
     pattern, m = "".join(chars[kind] for kind in kinds), spec.mamba
@@ -938,7 +976,15 @@ def _nemotron_h_fields(spec: ModelSpec) -> dict[str, Any]:
             "tie_word_embeddings": spec.tied_embeddings, "max_position_embeddings": spec.max_position_embeddings,
             "mamba_num_heads": m.num_heads, "mamba_head_dim": m.head_dim, "ssm_state_size": m.state_size,
             "n_groups": m.groups, "conv_kernel": m.conv_kernel, "chunk_size": m.chunk_size,
-            "use_conv_bias": m.conv_bias, **_dropout(spec, "attention_dropout", "hidden_dropout")}
+            "use_conv_bias": m.conv_bias, **_dropout(spec, "attention_dropout", "hidden_dropout"),
+            **(_nemotron_h_expert_fields(spec) if spec.is_moe else {})}
+
+
+def _nemotron_h_expert_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {"n_routed_experts": spec.num_experts, "num_experts_per_tok": spec.experts_per_token,
+            "moe_intermediate_size": spec.moe_ffn_hidden_size, "n_shared_experts": spec.num_shared_experts,
+            "moe_shared_expert_intermediate_size": spec.shared_expert_ffn_hidden_size,
+            "n_group": spec.routing_groups, "topk_group": spec.routing_groups_per_token}
 
 
 def _layer_types(spec: ModelSpec) -> list[str]:
