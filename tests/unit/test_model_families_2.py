@@ -6,13 +6,19 @@ FLOPs, activations, round trips, refusals, and the planner on each new catalog m
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
+from nestplan import api
 from nestplan.errors import ConfigError
+from nestplan.export import megatron, nemo, torchtitan
+from nestplan.export.plan import ExportInput
+from nestplan.job import Job
 from nestplan.model import load_model, parse_config
 from nestplan.model import layers as L
 from nestplan.model.config import config_dict
+from nestplan.strategy.dims import ParallelDims
 from tests.unit.cli_helpers import run_cli
 
 NEW_CATALOG = ["deepseek-v2-lite", "deepseek-v3", "kimi-k2", "llama4-scout", "llama4-maverick", "gpt-oss-120b",
@@ -413,3 +419,74 @@ def test_plan_small_new_models(capsys, name, devices, batch):
                                       "--global-batch-size", batch, "--seq-len", "4096", "--top", "1"])
     assert code == 0, err
     assert out.startswith(f"{name} on dgx-h100") and "fits in memory" in out.splitlines()[0]
+
+
+# ---------------------------------------------------------------- exports
+
+
+def _export_input(model, dims=None) -> ExportInput:
+    dims = dims or ParallelDims(tp=2, sp=True, ep=2, dp=2)
+    plan = api.evaluate_full(model, "dgx-h100", dims, Job(global_batch_size=64, seq_len=1024), devices=8).plan
+    return ExportInput(plan, "test")
+
+
+def _pinned(name: str) -> set[str]:
+    lines = (Path(megatron.__file__).parent / name).read_text().splitlines()
+    return {line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()}
+
+
+def test_megatron_builds_latent_attention_and_node_limited_routing():
+    spec = parse_config(deepseek_like(num_nextn_predict_layers=1), "d")
+    flags, _ = megatron.all_flags(_export_input(spec))
+    assert {f for f, _ in flags} <= _pinned("megatron_flags.txt")
+    values = dict(flags)
+    assert "--multi-latent-attention" in values and "--kv-channels" not in values and "--rotary-percent" not in values
+    assert (values["--q-lora-rank"], values["--kv-lora-rank"], values["--qk-head-dim"],
+            values["--qk-pos-emb-head-dim"], values["--v-head-dim"]) == (96, 32, 32, 16, 24)
+    assert (values["--moe-router-num-groups"], values["--moe-router-group-topk"]) == (4, 2)
+    assert values["--moe-router-score-function"] == "sigmoid" and "--moe-router-enable-expert-bias" in values
+    assert values["--moe-layer-freq"] == "[0,1,1,1]" and values["--mtp-num-layers"] == 1
+    assert values["--moe-shared-expert-intermediate-size"] == 64
+    lite = dict(megatron.all_flags(_export_input(parse_config(deepseek_like(q_lora_rank=None, n_group=1,
+                                                                            topk_group=1), "d")))[0])
+    assert "--q-lora-rank" not in lite and "--moe-router-num-groups" not in lite
+
+
+def test_exports_of_sinks_l2_norm_and_nope_layers():
+    oss = config_dict(load_model("gpt-oss-20b")) | {"num_hidden_layers": 4, "layer_types": None,
+                                                     "num_local_experts": 4, "hidden_size": 512}
+    values = dict(megatron.all_flags(_export_input(parse_config(oss, "g")))[0])
+    assert values["--softmax-type"] == "learnable" and "--disable-bias-linear" not in values   # biased router
+    llama4 = {"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128, "intermediate_size_mlp": 512,
+              "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+              "num_local_experts": 4, "num_experts_per_tok": 1, "attention_chunk_size": None}
+    inp = _export_input(parse_config(llama4, "l"))
+    values = dict(megatron.all_flags(inp)[0])
+    assert "--qk-l2-norm" in values and values["--no-rope-freq"] == "[0,0,0,1]"
+    fields = dict(nemo.model_fields(inp.model, inp.plan))
+    assert fields["model.qk_l2_norm"] is True and fields["model.no_rope_freq"] == [0, 0, 0, 1]
+    assert set(fields) <= _pinned("megatron_bridge_keys.txt")
+
+
+@pytest.mark.parametrize(("model", "framework", "feature"), [
+    ("falcon", "megatron", "in parallel"), ("falcon", "nemo", "in parallel"),
+    ("llama4", "megatron", "chunked local attention"), ("llama4", "nemo", "chunked local attention"),
+    ("deepseek", "nemo", "multi-head latent attention"), ("deepseek", "torchtitan", "multi-head latent attention"),
+    ("llama4", "torchtitan", "chunked attention"),
+])
+def test_frameworks_refuse_what_they_cannot_build(model, framework, feature):
+    small = {
+        "falcon": {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 4,
+                   "vocab_size": 1000, "new_decoder_architecture": True, "num_kv_heads": 2},
+        "llama4": {"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128,
+                   "intermediate_size_mlp": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 1},
+        "deepseek": deepseek_like(),
+    }[model]
+    spec = parse_config(small, model)
+    inp = _export_input(spec, None if spec.is_moe else ParallelDims(tp=2, sp=True, dp=4))
+    run = {"megatron": megatron.all_flags, "nemo": nemo.overrides,
+           "torchtitan": lambda i: torchtitan.run_model(i.model)}[framework]
+    with pytest.raises(ConfigError) as info:
+        run(inp)
+    assert feature in str(info.value) and "\n" not in str(info.value)

@@ -284,13 +284,28 @@ def expert_note(inp: ExportInput) -> str | None:
     return expert_group_note("Megatron-core", inp, inp.plan.dims.expert_tp, inp.plan.dims.expert_parallel)
 
 
+def unbuildable(m: ModelSpec) -> str | None:
+    """The first architecture feature of ``m`` that Megatron-core's GPT layers cannot build (it has
+    neither a parallel attention + MLP block nor chunked attention: megatron/core/transformer), or None."""
+    if m.parallel_block:
+        return "attention and MLP in parallel on the block input (Falcon's parallel_attn)"
+    if m.chunked_attention_layers:
+        return "chunked local attention (Llama 4's attention_chunk_size)"
+    return None
+
+
 def model_flags(m: ModelSpec, plan: Plan) -> Flags:
     job = plan.job
+    missing = unbuildable(m)
+    if missing:
+        raise refuse(TITLE, f"Megatron-core cannot build {missing} of {m.name}", "model", m.name)
     flags: Flags = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                     ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_heads)]
     if m.num_kv_heads != m.num_heads:
         flags += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
-    if m.head_dim * m.num_heads != m.hidden_size:
+    if m.is_mla:
+        flags += _mla_flags(m)
+    elif m.head_dim * m.num_heads != m.hidden_size:
         flags.append(("--kv-channels", m.head_dim))
     flags += [("--seq-length", job.seq_len),
               ("--max-position-embeddings", max(m.max_position_embeddings, job.seq_len)),
@@ -301,7 +316,7 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
         flags.append(("--swiglu", None))
     if m.family == "nemotron":   # squared-ReLU MLP and LayerNorm with a zero-centred gamma (HF NemotronConfig)
         flags += [("--squared-relu", None), ("--apply-layernorm-1p", None)]
-    if not m.learned_position_embeddings and m.rotary_fraction < 1:
+    if not m.learned_position_embeddings and m.rotary_fraction < 1 and not m.is_mla:
         flags.append(("--rotary-percent", m.rotary_fraction))
     if not m.linear_bias:
         flags.append(("--disable-bias-linear", None))
@@ -344,11 +359,27 @@ def attention_options(m: ModelSpec) -> AttentionOptions:
     return AttentionOptions(m.qkv_bias and not m.linear_bias, m.qk_norm != "none", window, tuple(notes))
 
 
+def _mla_flags(m: ModelSpec) -> Flags:
+    """Multi-head latent attention (megatron/training/arguments.py _add_mla_args; MLATransformerConfig):
+    qk_head_dim is the part of a query/key head without rotary positions."""
+    flags: Flags = [("--multi-latent-attention", None)]
+    if m.q_lora_rank:
+        flags.append(("--q-lora-rank", m.q_lora_rank))
+    return flags + [("--kv-lora-rank", m.kv_lora_rank), ("--qk-head-dim", m.head_dim - m.qk_rope_head_dim),
+                    ("--qk-pos-emb-head-dim", m.qk_rope_head_dim), ("--v-head-dim", m.value_head_dim)]
+
+
 def _attention_flags(m: ModelSpec) -> Flags:
     opts = attention_options(m)
     flags: Flags = [("--add-qkv-bias", None)] if opts.qkv_bias else []
     if opts.qk_layernorm:
         flags.append(("--qk-layernorm", None))
+    if m.qk_norm == "l2":   # Llama 4's weightless QK-norm (TransformerConfig.qk_l2_norm)
+        flags.append(("--qk-l2-norm", None))
+    if m.nope_layers:   # 1: a layer without rotary positions (arguments.py --no-rope-freq)
+        flags.append(("--no-rope-freq", f"[{','.join('1' if i in m.nope_layers else '0' for i in range(m.num_layers))}]"))
+    if m.attention_sinks:   # a learned logit per head in the softmax (TransformerConfig.softmax_type)
+        flags.append(("--softmax-type", "learnable"))
     if opts.window is not None:
         flags.append(("--window-size", f"{opts.window[0]},{opts.window[1]}"))
     return flags
@@ -364,6 +395,12 @@ def _moe_flags(m: ModelSpec, plan: Plan) -> Flags:
     if m.num_shared_experts:
         flags.append(("--moe-shared-expert-intermediate-size",
                       m.num_shared_experts * m.shared_expert_ffn_hidden_size))
+    if m.routing_groups > 1:   # node-limited routing (TransformerConfig.moe_router_num_groups / group_topk)
+        flags += [("--moe-router-num-groups", m.routing_groups), ("--moe-router-group-topk", m.routing_groups_per_token)]
+    if m.router_bias and not m.linear_bias:   # DeepSeek-V3's per-expert correction bias, on sigmoid scores
+        flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+    if m.mtp_layers:
+        flags.append(("--mtp-num-layers", m.mtp_layers))
     if plan.job.dtype == "bf16":
         flags.append(("--moe-grouped-gemm", None))
     return flags

@@ -71,6 +71,11 @@ def check(inp: ExportInput) -> None:
     if not inp.model.causal:
         raise refuse(TITLE, f"Megatron-Bridge has no encoder (BERT) recipe for {inp.model.name}", "model",
                      inp.model.name)
+    missing = megatron.unbuildable(inp.model) or (
+        "multi-head latent attention (the generic recipe's GPTModelProvider has no MLA fields)" if inp.model.is_mla
+        else None)
+    if missing:
+        raise refuse(TITLE, f"Megatron-Bridge cannot build {missing} of {inp.model.name}", "model", inp.model.name)
     if inp.plan.job.dtype not in ("bf16", "fp16"):
         raise refuse(TITLE, "Megatron-Bridge's recipes train in mixed precision, bf16 or fp16", "dtype",
                      inp.plan.job.dtype, ["bf16", "fp16"])
@@ -142,6 +147,12 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
         ("model.attention_backend", "flash" if plan.job.flash_attention else "unfused")]
     if not m.learned_position_embeddings:
         items.append(("model.rotary_percent", m.rotary_fraction))
+    if m.qk_norm == "l2":   # Llama 4's weightless QK-norm
+        items.append(("model.qk_l2_norm", True))
+    if m.nope_layers:   # 1: a layer without rotary positions
+        items.append(("model.no_rope_freq", [1 if i in m.nope_layers else 0 for i in range(m.num_layers)]))
+    if m.attention_sinks:   # a learned logit per head in the softmax (gpt-oss)
+        items.append(("model.softmax_type", "learnable"))
     if not m.dropout:
         items += [("model.attention_dropout", 0.0), ("model.hidden_dropout", 0.0)]
     return items + _moe_fields(m, plan)

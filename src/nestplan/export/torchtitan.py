@@ -331,7 +331,9 @@ def _differences(m: ModelSpec) -> list[str]:
               (m.rotary_fraction != 1.0, "partial rotary embeddings"), (m.tied_embeddings, "tied embeddings"),
               (m.dropout, "dropout"), (m.qkv_bias, "query/key/value biases"),
               (m.qk_norm != "none", "query/key norms"), (m.block_norms != 2, f"{m.block_norms} norms per block"),
-              (any(m.window_of(i) is not None for i in range(m.num_layers)), "sliding-window attention")]
+              (any(m.window_of(i) is not None for i in range(m.num_layers)), "sliding-window attention"),
+              (m.attention_sinks, "attention sinks"), (m.router_bias, "a router bias"),
+              (m.parallel_block, "attention and MLP in parallel")]
     return [what for bad, what in checks if bad]
 
 
@@ -339,10 +341,11 @@ def run_model(m: ModelSpec) -> ModelSpec:
     """The model torchtitan 0.3.0 builds for ``m``: ``m`` itself where it is of torchtitan's architecture,
     else a Llama-architecture decoder of ``m``'s sizes (a non-gated MLP's parameters kept by a SwiGLU of
     2/3 its hidden size, rounded to a multiple of 256 as Llama's sizes are, so tp degrees still divide it). Refused where torchtitan has nothing close: an encoder, MoE with shared experts
-    or dense layers between, heads that do not tile the hidden size."""
+    or dense layers between, heads that do not tile the hidden size, latent or chunked attention."""
     blockers = [(not m.causal, "bidirectional attention"), (m.num_shared_experts > 0, "shared experts"),
                 (m.is_moe and len(m.moe_layers) != m.num_layers, "dense layers between MoE layers"),
-                (not m.is_moe and m.head_dim * m.num_heads != m.hidden_size, "a head size other than hidden / heads")]
+                (not m.is_moe and m.head_dim * m.num_heads != m.hidden_size, "a head size other than hidden / heads"),
+                (m.is_mla, "multi-head latent attention"), (bool(m.chunked_attention_layers), "chunked attention")]
     missing = [what for bad, what in blockers if bad]
     if missing:
         raise refuse(TITLE, f"torchtitan 0.3.0 builds Llama-architecture decoders and Qwen3-MoE blocks; {m.name} "
@@ -353,7 +356,7 @@ def run_model(m: ModelSpec) -> ModelSpec:
     return replace(m, name=f"{m.name} as llama", norm="rmsnorm", gated_mlp=True, ffn_hidden_size=ffn,
                    linear_bias=False, learned_position_embeddings=False, rotary_fraction=1.0, tied_embeddings=False,
                    dropout=False, qkv_bias=False, qk_norm="none", block_norms=2, sliding_window=None,
-                   sliding_window_layers=())
+                   sliding_window_layers=(), attention_sinks=False, router_bias=False, parallel_block=False)
 
 
 def _model_source(m: ModelSpec, fp8: bool, compiled: bool) -> tuple[str, str]:
