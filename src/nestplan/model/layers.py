@@ -466,21 +466,22 @@ INDEX_BYTES = 8   # int64: torch.topk's indices and moe_utils.permute's argsort 
 
 
 def routed_copies(spec: ModelSpec, shard: Shard) -> float:
-    """Token copies the routed experts of one device process per microbatch: top-k per token,
-    balanced over the experts, with the sequence-parallel split undone (the dispatcher all-gathers
-    the copies over tp after the expert all-to-all: MoEAlltoAllTokenDispatcher.dispatch_postprocess)."""
-    return shard.tokens * spec.experts_per_token
+    """Token copies the routed experts of one device process per microbatch (balanced routing, as
+    ``block_gemms``): top-k of each of the T / tp tokens of a sequence-parallel share, all-gathered
+    over the etp ranks of an expert's shard after the expert all-to-all
+    (MoEAlltoAllTokenDispatcher.dispatch_postprocess): T k without folding (etp = tp)."""
+    return shard.tokens * spec.experts_per_token * shard.expert_tp / shard.tp
 
 
 def routed_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     """The grouped experts' inputs (the permuted copies, kept by the first GEMM), the first GEMM's
     output(s) (kept by the weighted activation, weighted_bias_swiglu_impl) and the second GEMM's
-    input, split over tp (TEGroupedMLP.forward). The routing probabilities are applied inside the
+    input, split over etp (TEGroupedMLP.forward). The routing probabilities are applied inside the
     activation, so nothing hidden-sized is kept to weight the experts' outputs."""
     up = 2 if spec.gated_mlp else 1
     copies = routed_copies(spec, shard)
     inputs = shard.dtype_bytes * copies * spec.hidden_size
-    return inputs + shard.dtype_bytes * copies * (up + 1) * spec.moe_ffn_hidden_size / shard.tp
+    return inputs + shard.dtype_bytes * copies * (up + 1) * spec.moe_ffn_hidden_size / shard.expert_tp
 
 
 def _scores_before_top_k(spec: ModelSpec) -> bool:
@@ -506,7 +507,7 @@ def dispatch_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     """The permutation's keeps: two int64 maps of this device's copies (moe_utils.permute: the
     probabilities' expert-major positions, and the copies' token rows, which unpermute's scatter-add
     reads again), and the permuted routing probabilities in the activations' dtype, all-gathered
-    over tp with the copies, which the weighted activation keeps (TEGroupedMLP.forward)."""
+    over etp with the copies, which the weighted activation keeps (TEGroupedMLP.forward)."""
     local = shard.tokens / shard.sp_div * spec.experts_per_token
     return 2 * INDEX_BYTES * local + shard.dtype_bytes * routed_copies(spec, shard)
 

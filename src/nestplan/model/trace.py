@@ -6,14 +6,29 @@ per-block figures do not depend on the depth), and run forward and backward on o
 - FLOPs: torch's FlopCounterMode per block (forward + backward), with eager attention, whose
   s x s matmuls the counter sees (CPU SDPA is one kernel it does not count).
 - Saved bytes: a saved-tensors hook records every tensor autograd keeps while a block runs (the
-  bytes it spans, a storage's overlapping views once; parameters excluded), with attention as one
+  bytes its strides reach, a storage's overlapping views once; parameters excluded), with attention as one
   kernel that keeps q, k, v, the output and the log-sum-exp, as flash attention does (registered
   as transformers attention implementation "nestplan_fused_attention").
-Three substitutions make the graph the one training frameworks run: RMSNorm as one kernel that
-keeps its input and 1/rms (Transformer Engine, Apex), the gated MLP's activation as one kernel
-that keeps its two inputs (Megatron-LM's fused SwiGLU), and the experts of a mixture as one GEMM
-per expert over a balanced share of the routed tokens (top-k x tokens / experts each; routing is
-data-dependent, so shapes cannot follow it under fake tensors).
+Substitutions make the graph the one training frameworks run (Megatron-Core's, where HF's eager
+code keeps something else): RMSNorm as one kernel that keeps its input and 1/rms (Transformer
+Engine, Apex); the gated MLP's activation as one kernel that keeps its two inputs (Megatron-LM's
+fused SwiGLU); attention's output written (batch, sequence, heads, dim), read by the output
+projection as it is; no KV cache. In a mixture of experts (megatron/core/transformer/moe/, its
+defaults: unfused router and permutation):
+- the router (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2, gpt-oss) as Megatron-Core's TopKRouter:
+  logits in the activations' dtype keeping only the router's input (HF's DeepSeek-V2 router keeps
+  an fp32 copy of it), the top-k with the model's own scoring (softmax before or after the top-k,
+  DeepSeek-V2's scaling factor; group-limited selection is not reproduced), and the load-balancing
+  loss's fp32 softmax over all experts, which Megatron-Core computes in the block and HF outside;
+- the experts as the all-to-all dispatcher and grouped MLP run them: the copies permuted by
+  index (int64 maps), one GEMM chain per expert over a balanced share of them (top-k x tokens /
+  experts each; routing is data-dependent, so shapes cannot follow it under fake tensors), the
+  routing probabilities applied inside the activation (which keeps the first GEMM's output and the
+  probabilities, the model's own gated activation: gpt-oss's clamped one too), and a scatter-add
+  back; HF's expert loop instead weights each expert's output after the second GEMM, keeping that
+  hidden-sized output for the backward;
+- shared experts and Qwen2-MoE's sigmoid shared-expert gate as HF has them (Megatron-Core keeps
+  the same: the gated output and the gate).
 """
 
 from __future__ import annotations
@@ -90,12 +105,15 @@ class _Functions:
                         (grad.float() * silu).to(up.dtype))
 
         class FlashAttention(torch.autograd.Function):
-            """Keeps q, k, v, the output and the fp32 log-sum-exp, as flash attention does."""
+            """Keeps q, k, v, the output and the fp32 log-sum-exp, as flash attention does; the
+            output laid out (batch, sequence, heads, dim), as flash attention writes it, so the
+            output projection reads that same tensor rather than a transposed copy."""
 
             @staticmethod
             def forward(ctx, q, k, v, causal, scale):
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
                                                      enable_gqa=k.shape[1] != q.shape[1])
+                out = out.transpose(1, 2).contiguous().transpose(1, 2)
                 lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
                 ctx.save_for_backward(q, k, v, out, lse)
                 return out
@@ -105,11 +123,63 @@ class _Functions:
                 q, k, v, _, _ = ctx.saved_tensors
                 return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None, None
 
+        class RouterGating(torch.autograd.Function):
+            """The router's logits in the activations' dtype, keeping only its input (Megatron-Core
+            moe_utils.RouterGatingLinearFunction; moe_router_dtype unset: the activations' dtype)."""
+
+            @staticmethod
+            def forward(ctx, x, weight, bias):
+                ctx.save_for_backward(x, weight)
+                return F.linear(x, weight, bias)
+
+            @staticmethod
+            def backward(ctx, grad):
+                x, weight = ctx.saved_tensors
+                return grad @ weight, grad.t() @ x, grad.sum(0) if ctx.needs_input_grad[2] else None
+
+        class WeightedActivation(torch.autograd.Function):
+            """An expert's gated activation times the token's routing probability, keeping the
+            first GEMM's output and the probabilities (Megatron-Core weighted_bias_swiglu_impl,
+            weighted_bias_quick_geglu_impl); the backward recomputes the rest."""
+
+            @staticmethod
+            def forward(ctx, fc1, probs, gate):
+                ctx.gate = gate
+                ctx.save_for_backward(fc1, probs)
+                return (gate(fc1.detach()) * probs.detach()).to(fc1.dtype)
+
+            @staticmethod
+            def backward(ctx, grad):
+                fc1, probs = (t.detach().requires_grad_() for t in ctx.saved_tensors)
+                with torch.enable_grad():
+                    out = (ctx.gate(fc1) * probs).to(fc1.dtype)
+                return *torch.autograd.grad(out, (fc1, probs), grad), None
+
+        class AuxLossScaler(torch.autograd.Function):
+            """Passes the routing probabilities through and starts the load-balancing loss's backward
+            from them (Megatron-Core moe_utils.MoEAuxLossAutoScaler)."""
+
+            @staticmethod
+            def forward(ctx, probs, aux_loss):
+                ctx.save_for_backward(aux_loss)
+                return probs
+
+            @staticmethod
+            def backward(ctx, grad):
+                (aux_loss,) = ctx.saved_tensors
+                return grad, torch.ones_like(aux_loss)
+
         self.rms_norm, self.swiglu, self.flash = RMSNorm.apply, SwiGLU.apply, FlashAttention.apply
+        self.router_gating, self.weighted_activation = RouterGating.apply, WeightedActivation.apply
+        self.aux_loss = AuxLossScaler.apply
+
+
+# HF routers returning (logits, top-k weights, top-k indices) that ``_megatron_router`` replaces
+ROUTERS = ("MixtralTopKRouter", "Qwen2MoeTopKRouter", "Qwen3MoeTopKRouter", "DeepseekV2TopkRouter", "GptOssTopKRouter")
 
 
 def _fuse(model, torch, fn: _Functions) -> None:
-    """Swap HF's unfused norm, gated activation and expert loop for the fused equivalents."""
+    """Swap HF's unfused norm, gated activation, router and expert loop for the fused equivalents."""
     for mod in model.modules():
         kind = type(mod).__name__
         if kind.endswith("RMSNorm") and hasattr(mod, "weight"):
@@ -120,22 +190,73 @@ def _fuse(model, torch, fn: _Functions) -> None:
         elif "GELU" in kind:
             approximate = "tanh" if ("New" in kind or "Fast" in kind or "Tanh" in kind) else "none"
             mod.forward = (lambda a: lambda x: torch.nn.functional.gelu(x, approximate=a))(approximate)
-        elif hasattr(mod, "gate_up_proj") and hasattr(mod, "down_proj") and hasattr(mod, "num_experts"):
-            mod.forward = (lambda m: lambda h, idx, w: _balanced_experts(m, h, idx, w, torch, fn))(mod)
+        elif kind in ROUTERS:
+            mod.forward = (lambda m: lambda h: _megatron_router(m, h, torch, fn))(mod)
+        elif all(hasattr(mod, a) for a in ("gate_up_proj", "down_proj", "num_experts", "_apply_gate")):
+            mod.forward = (lambda m: lambda h, idx, w: _dispatched_experts(m, h, idx, w, torch, fn))(mod)
 
 
-def _balanced_experts(m, hidden, top_k_index, top_k_weights, torch, fn):
-    """Every expert runs one GEMM chain over an equal share of the token copies (balanced routing)."""
-    k = top_k_index.shape[-1]
-    copies = hidden.repeat_interleave(k, dim=0)
-    share = -(-copies.shape[0] // m.num_experts)
+def _softmax_before_top_k(router) -> bool:
+    """Whether the router keeps the softmax over all experts of its top-k, un-renormalised (Qwen2-MoE
+    without norm_topk_prob, DeepSeek-V2: Megatron-Core's moe_router_pre_softmax); otherwise its
+    weights are the softmax over the top-k logits (Mixtral, Qwen3-MoE renormalise to the same)."""
+    return not getattr(router, "norm_topk_prob", True) or type(router).__name__ == "DeepseekV2TopkRouter"
+
+
+def _megatron_router(m, hidden, torch, fn):
+    """Megatron-Core's TopKRouter (router.py, moe_utils.topk_routing_with_score_function, unfused):
+    logits in the activations' dtype, the top-k and their softmax (or the top-k of the softmax),
+    scaled (DeepSeek-V2's routed_scaling_factor), plus the load-balancing loss on the softmax over
+    all experts (compute_routing_scores_for_aux_loss, switch_load_balancing_loss_func)."""
+    x = hidden.reshape(-1, m.weight.shape[1])
+    logits = fn.router_gating(x, m.weight, getattr(m, "bias", None))
+    if _softmax_before_top_k(m):
+        probs, index = torch.topk(torch.softmax(logits, dim=-1, dtype=torch.float32), m.top_k, dim=-1)
+    else:
+        top, index = torch.topk(logits, m.top_k, dim=-1)
+        probs = torch.softmax(top, dim=-1, dtype=torch.float32)
+    probs = (probs * getattr(m, "routed_scaling_factor", 1.0)).to(logits.dtype)
+    with torch.no_grad():
+        tokens_per_expert = torch.zeros_like(logits, dtype=torch.float32).scatter(1, index, 1.0).sum(0)
+    scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    aux_loss = (scores.sum(0) * tokens_per_expert).sum()
+    return logits, fn.aux_loss(probs, aux_loss), index
+
+
+def _expert_linear(m, x, name: str, expert: int, torch, bias: bool):
+    """One expert's GEMM, whatever HF's layout of the stacked weights (``is_transposed``)."""
+    weight = getattr(m, name)[expert]
+    b = getattr(m, f"{name}_bias")[expert] if bias else None
+    return torch.nn.functional.linear(x, weight.t() if m.is_transposed else weight, b)
+
+
+def _dispatched_experts(m, hidden, top_k_index, top_k_weights, torch, fn):
+    """Megatron-Core's all-to-all dispatcher and grouped experts on one device (ep 1, tp 1):
+    permute the token copies by expert (moe_utils.permute: the dense probabilities gathered
+    expert-major, the tokens by index_select), run every expert over an equal share of them
+    (balanced routing: shapes cannot follow data under fake tensors) with the probabilities applied
+    in the activation (experts.py TEGroupedMLP), and scatter-add them back (moe_utils.unpermute
+    without probabilities)."""
+    tokens, k = top_k_index.shape
+    copies = tokens * k
+    routing_probs = torch.zeros((tokens, m.num_experts), dtype=top_k_weights.dtype,
+                                device=hidden.device).scatter(1, top_k_index, top_k_weights)
+    order = torch.arange(copies, device=hidden.device)     # copy i: expert-major position i
+    token_of_copy = order % tokens
+    permuted_probs = routing_probs.t().contiguous().reshape(-1)[order].unsqueeze(-1)
+    permuted = hidden.index_select(0, token_of_copy)
+    share = -(-copies // m.num_experts)
     outs = []
     for e in range(m.num_experts):
-        xe = copies[e * share:(e + 1) * share]
-        gate, up = torch.nn.functional.linear(xe, m.gate_up_proj[e]).chunk(2, dim=-1)
-        outs.append(torch.nn.functional.linear(fn.swiglu(gate.contiguous(), up.contiguous()), m.down_proj[e]))
-    y = torch.cat(outs)[: copies.shape[0]] * top_k_weights.reshape(-1, 1).to(hidden.dtype)
-    return y.reshape(hidden.shape[0], k, -1).sum(dim=1)
+        rows = slice(e * share, (e + 1) * share)
+        fc1 = _expert_linear(m, permuted[rows], "gate_up_proj", e, torch, m.has_bias)
+        act = fn.weighted_activation(fc1, permuted_probs[rows], m._apply_gate)
+        out = _expert_linear(m, act, "down_proj", e, torch, False)
+        if m.has_bias:   # the second bias, weighted like the rest (TEGroupedMLP._apply_bias)
+            out = out + m.down_proj_bias[e] * permuted_probs[rows]
+        outs.append(out)
+    index = token_of_copy.unsqueeze(1).expand(-1, hidden.shape[-1])
+    return torch.zeros_like(hidden).scatter_add(0, index, torch.cat(outs).to(hidden.dtype))
 
 
 def _register_flash(fn: _Functions) -> str:
@@ -162,6 +283,7 @@ def _build(config: Mapping[str, Any], layers: int, attention: str, torch):
     for key in ("num_hidden_layers", "n_layer"):
         if hasattr(cfg, key):
             setattr(cfg, key, layers)
+    cfg.use_cache = False   # training keeps no KV cache (its copies of K and V are no activations)
     causal = model_type != "bert"
     cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
     model = cls.from_config(cfg, dtype=torch.bfloat16, attn_implementation=attention)
@@ -200,7 +322,7 @@ def _run(model, inputs: Mapping[str, Any], torch, fn, flops: bool, blocks: list 
             storage = t.untyped_storage()
             if id(storage) not in params:   # the bytes this tensor spans, once per storage
                 start = t.storage_offset() * t.element_size()
-                saved[current[0]].setdefault(id(storage), set()).add((start, start + t.numel() * t.element_size()))
+                saved[current[0]].setdefault(id(storage), set()).add((start, start + _span(t)))
         return t
 
     # one pass counts FLOPs, the other saved bytes: each without the other's overhead
@@ -231,8 +353,9 @@ def _loss(out, torch):
 def from_module(module, sample_inputs: Mapping[str, Any], blocks: list | None = None) -> TraceResult:
     """Trace a PyTorch module built by the caller (under torch's FakeTensorMode for no weights; run
     this call inside the same mode) on keyword ``sample_inputs``. ``blocks`` defaults to the
-    module's transformer blocks (model.layers, transformer.h, encoder.layer). The norm, gated-MLP
-    and expert modules' forwards are replaced in place by the fused equivalents (module docstring)."""
+    module's transformer blocks (model.layers, transformer.h, encoder.layer). The norm, gated-MLP,
+    router and expert modules' forwards are replaced in place by the fused equivalents (module
+    docstring)."""
     torch = _torch()
     start = time.perf_counter()
     fn = _Functions(torch)
@@ -241,6 +364,14 @@ def from_module(module, sample_inputs: Mapping[str, Any], blocks: list | None = 
     tokens = next((int(v.numel()) for v in sample_inputs.values() if hasattr(v, "numel")), 0)
     result = tuple(BlockTrace(i, flops.get(i, 0.0), saved[i]) for i in sorted(saved))
     return TraceResult(type(module).__name__, tokens, result, total, time.perf_counter() - start)
+
+
+def _span(t) -> int:
+    """Bytes of storage a tensor reaches from its offset: an expanded view (stride 0) spans its
+    source's bytes, not its element count's."""
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * stride for n, stride in zip(t.shape, t.stride()))) * t.element_size()
 
 
 def _union(ranges: set) -> int:
