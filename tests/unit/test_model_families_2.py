@@ -336,7 +336,7 @@ def test_falcon_parallel_block_stores_its_shared_input_once():
     one_less = L.block_activation_bytes(sequential, 0, shard, none) - L.block_activation_bytes(spec, 0, shard, none)
     assert one_less == 2 * 2048 * 8192     # the block input, read by both norms
     old = {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
-           "vocab_size": 1000}
+           "vocab_size": 1000, "num_kv_heads": 4}   # saved by HF whatever the architecture
     falcon7b = parse_config(old, "f")   # multi-query, one LayerNorm for both branches (HF FalconConfig defaults)
     assert falcon7b.num_kv_heads == 1 and falcon7b.block_norms == 1 and falcon7b.parallel_block
     two = dataclasses.replace(falcon7b, block_norms=2)

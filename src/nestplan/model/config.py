@@ -45,6 +45,14 @@ Choices other modules rely on:
   mixer (M, ``mamba_layers``), attention (*) or an MLP (-, ``mixerless_layers``); M and * blocks are
   ``ffn_free_layers``; one norm per block (``block_norms`` 1), no positional embedding (``rotary_fraction``
   0); E blocks are MoE FFNs without a mixer (``mixerless_layers`` and ``moe_layers``).
+* DeepSeek-V2/V3 (``_read_deepseek``): multi-head latent attention (``q_lora_rank``, ``kv_lora_rank``,
+  ``head_dim`` = nope + rope, ``v_head_dim``), MoE from ``first_k_dense_replace`` on with shared
+  experts, node-limited routing (``routing_groups``), MTP modules (``mtp_layers``, counted apart).
+  Llama 4 (``llama4``, ``llama4_text``): MoE layers with one shared expert, chunked attention on the
+  rotary layers, NoPE global layers, a weightless L2 QK-norm. gpt-oss: attention sinks, biased experts
+  and router, alternating windows. Falcon: the parallel attention + MLP block (``parallel_block``).
+  Inconsistent expert counts (top-k above the experts, topk_group above n_group, n_group not dividing
+  the experts) are refused naming the field.
 * Every size is a JSON integer (not ``2.0``, not ``true``) between 1 and a bound
   (``MAX_LAYERS`` ...): far beyond any published model, but finite, so the planner's
   work stays bounded and no count overflows.
@@ -816,16 +824,16 @@ def _read_falcon(f: _Fields, name: str) -> ModelSpec:
     if f.flag("alibi", False):
         raise f.error("field 'alibi' true (ALiBi positions) is not honoured; nestplan costs rotary positions",
                       "alibi", True, "false")
-    new_arch = f.flag("new_decoder_architecture", False)
-    if new_arch or not f.flag("multi_query", True):
-        kv_heads = f.integer("num_kv_heads", MAX_HEADS, default=heads)
-        if heads % kv_heads:
-            raise f.error(f"num_kv_heads {kv_heads} does not divide num_attention_heads {heads}", "num_kv_heads",
-                          kv_heads, heads)
-    else:
+    new_arch, multi_query = f.flag("new_decoder_architecture", False), f.flag("multi_query", True)
+    kv_heads = f.integer("num_kv_heads", MAX_HEADS, default=heads)   # HF saves it whatever the architecture
+    if heads % kv_heads:
+        raise f.error(f"num_kv_heads {kv_heads} does not divide num_attention_heads {heads}", "num_kv_heads",
+                      kv_heads, heads)
+    if multi_query and not new_arch:
         kv_heads = 1
     parallel = f.flag("parallel_attn", True)
-    norms = f.integer("num_ln_in_parallel_attn", 2, default=2 if new_arch else 1) if parallel else 2
+    one_or_two = f.integer("num_ln_in_parallel_attn", 2, default=2 if new_arch else 1)
+    norms = one_or_two if parallel else 2
     return ModelSpec(
         name=name,
         family=f.family,
