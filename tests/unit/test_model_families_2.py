@@ -208,6 +208,12 @@ def test_inconsistent_deepseek_config_is_an_error_naming_the_field(overrides, fi
     assert info.value.field == field and "\n" not in str(info.value)
 
 
+def test_kimi_k2_config_reads_as_deepseek_v3():
+    """moonshotai/Kimi-K2-Instruct's config.json names model_type "kimi_k2" with DeepseekV3ForCausalLM."""
+    data = config_dict(load_model("kimi-k2")) | {"model_type": "kimi_k2"}
+    assert parse_config(data, "kimi-k2") == load_model("kimi-k2")
+
+
 def test_deepseek_v2_groups_apply_only_to_group_limited_routing():
     greedy = parse_config(deepseek_like(model_type="deepseek_v2"), "d")
     assert (greedy.routing_groups, greedy.routing_groups_per_token) == (1, 1) and greedy.num_shared_experts == 1

@@ -144,6 +144,10 @@ _HARMLESS_KEYS = {
     "nemotron_h": ("partial_rotary_factor",),
 }
 
+# model_type values of configs whose model is a supported family's (read as that family): Kimi K2's
+# config.json (model_type "kimi_k2", architectures DeepseekV3ForCausalLM: its remote code is DeepSeek-V3's)
+_SAME_ARCHITECTURE = {"kimi_k2": "deepseek_v3"}
+
 # layer_types entries (transformers >= 4.53) and whether the layer attends to a sliding window
 _LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 
@@ -906,6 +910,7 @@ def parse_config(data: dict, name: str) -> ModelSpec:
         data = data["text_config"]
     supported = ", ".join(SUPPORTED_FAMILIES)
     family = data.get("model_type")
+    family = _SAME_ARCHITECTURE.get(family, family) if isinstance(family, str) else family
     if family is None:
         raise ConfigError(
             f"config.json: missing field 'model_type'; supported families: {supported}",
