@@ -141,6 +141,14 @@ def test_router_scoring_all_experts_before_the_top_k_keeps_two_softmaxes() -> No
     assert L.router_activation_bytes(spec, Shard(tp=4, sp=True, seq_len=T)) == T / 4 * (2 * 4 * 60 + 8 * 4)
 
 
+def test_sigmoid_router_keeps_its_scores_over_all_experts() -> None:
+    """DeepSeek-V3's sigmoid router: Megatron-Core takes the sigmoid of every logit before the top-k
+    (score_function sigmoid), so it keeps E fp32 scores per token, as a pre-softmax router does."""
+    spec, T = api.resolve_model("deepseek-v3"), 1024
+    assert (spec.num_experts, spec.experts_per_token) == (256, 8)
+    assert L.router_activation_bytes(spec, Shard(seq_len=T)) == T * (2 * 4 * 256 + 8 * 8)
+
+
 def test_dispatcher_keeps_two_int64_maps_and_the_permuted_probabilities() -> None:
     """Per routed copy: the probabilities' and the tokens' int64 positions (moe_utils.permute; the
     second read again by unpermute) on the local copies, and the permuted bf16 probability the weighted

@@ -477,7 +477,8 @@ def routed_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     """The grouped experts' inputs (the permuted copies, kept by the first GEMM), the first GEMM's
     output(s) (kept by the weighted activation, weighted_bias_swiglu_impl) and the second GEMM's
     input, split over etp (TEGroupedMLP.forward). The routing probabilities are applied inside the
-    activation, so nothing hidden-sized is kept to weight the experts' outputs."""
+    activation, so nothing hidden-sized is kept to weight the experts' outputs (Megatron-Core 0.13
+    on, "Memory efficient token permutation"; before, unpermute weighted the outputs and kept them)."""
     up = 2 if spec.gated_mlp else 1
     copies = routed_copies(spec, shard)
     inputs = shard.dtype_bytes * copies * spec.hidden_size
@@ -487,9 +488,10 @@ def routed_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
 def _scores_before_top_k(spec: ModelSpec) -> bool:
     """Whether the router takes its top-k of scores over all experts, kept un-renormalised
     (Megatron-Core moe_router_pre_softmax: HF Qwen2-MoE, norm_topk_prob false; DeepSeek-V2's
-    softmax; DeepSeek-V3's sigmoid), rather than scoring the top-k logits alone (Mixtral,
+    softmax), or of sigmoid scores, which Megatron-Core takes over all experts (score_function
+    sigmoid: DeepSeek-V3, Llama 4, Nemotron-H), rather than scoring the top-k logits alone (Mixtral,
     Qwen3-MoE, gpt-oss: a softmax over the top-k, the same as renormalising the top-k of a softmax)."""
-    return spec.family in ("qwen2_moe", "deepseek_v2", "deepseek_v3")
+    return spec.family in ("qwen2_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "nemotron_h")
 
 
 def router_activation_bytes(spec: ModelSpec, shard: Shard) -> float:

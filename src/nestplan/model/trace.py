@@ -26,7 +26,7 @@ defaults: unfused router and permutation):
   routing probabilities applied inside the activation (which keeps the first GEMM's output and the
   probabilities, the model's own gated activation: gpt-oss's clamped one too), and a scatter-add
   back; HF's expert loop instead weights each expert's output after the second GEMM, keeping that
-  hidden-sized output for the backward;
+  hidden-sized output for the backward (as Megatron-Core's unpermute did before 0.13);
 - shared experts and Qwen2-MoE's sigmoid shared-expert gate as HF has them (Megatron-Core keeps
   the same: the gated output and the gate).
 """
