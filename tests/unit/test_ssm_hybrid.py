@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from nestplan import api
 from nestplan.cost.compute import Precision, _elementwise_bytes, _mixer_core, block_time
 from nestplan.errors import ConfigError
 from nestplan.hardware.accelerator import load_accelerator
@@ -15,6 +16,7 @@ from nestplan.model import load_model, parse_config
 from nestplan.model import layers as L
 from nestplan.model import ssm
 from nestplan.model.config import config_dict
+from nestplan.strategy.dims import ParallelDims
 
 PATTERN_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 
@@ -311,3 +313,18 @@ def test_elementwise_traffic_per_sub_block():
     assert _elementwise_bytes(spec, 0, shard) == pytest.approx(norm + residual + B * T * (conv + gate) / 2)
     assert _elementwise_bytes(spec, 1, shard) == pytest.approx(norm + residual + 2 * B * T * 21504 / 2)
     assert _elementwise_bytes(spec, 7, shard) == pytest.approx(norm + residual)
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def test_evaluate_a_hybrid_plan():
+    """A plan of Nemotron-H-8B on one DGX H100 evaluates and fits; its model FLOPs are 3x the forward
+    count of each layer of its kind (Mamba, MLP, attention) and the head's."""
+    spec = load_model("nemotron-h-8b")
+    cluster = api.resolve_cluster("dgx-h100", devices=8)
+    seq, batch = 4096, 16
+    prediction = api.evaluate(spec, cluster, ParallelDims(tp=2, sp=True, dp=4), api.job_for(spec, cluster, batch, seq))
+    forward = sum(L.block_model_flops(spec, i, seq, seq) for i in range(spec.num_layers)) + L.head_model_flops(spec, seq)
+    assert prediction.model_flops_per_step == pytest.approx(3 * batch * forward)
+    assert prediction.fits and prediction.step_time_s > 0
