@@ -280,9 +280,10 @@ def _build(config: Mapping[str, Any], layers: int, attention: str, torch):
     if not model_type:
         raise ConfigError("config.json has no model_type to trace", field="model_type")
     cfg = AutoConfig.for_model(model_type, **fields)
-    for key in ("num_hidden_layers", "n_layer"):
-        if hasattr(cfg, key):
-            setattr(cfg, key, layers)
+    for part in {id(c): c for c in (cfg, cfg.get_text_config())}.values():   # Llama 4: blocks in text_config
+        for key in ("num_hidden_layers", "n_layer"):
+            if hasattr(part, key):
+                setattr(part, key, layers)
     cfg.use_cache = False   # training keeps no KV cache (its copies of K and V are no activations)
     causal = model_type != "bert"
     cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
