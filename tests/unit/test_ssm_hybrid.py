@@ -63,6 +63,18 @@ def test_block_kinds_keep_the_three_layer_types_apart_and_leave_other_families_a
     assert llama.mixer_of(0) == "attention" and llama.has_ffn(0)
 
 
+def test_layers_block_type_stands_for_the_pattern():
+    """Newer HF NemotronHConfig versions store layers_block_type (older names mamba/attention/mlp/moe,
+    current linear_attention/full_attention) instead of hybrid_override_pattern."""
+    data = small_hybrid()
+    del data["hybrid_override_pattern"]
+    for names in (["mamba", "mlp", "attention", "mlp"], ["linear_attention", "mlp", "full_attention", "mlp"]):
+        assert parse_config(data | {"layers_block_type": names}, "x") == parse_config(small_hybrid(), "x")
+    with pytest.raises(ConfigError) as info:
+        parse_config(data | {"layers_block_type": ["mamba", "gdn", "mlp", "mlp"]}, "x")
+    assert info.value.field == "layers_block_type" and "'gdn'" in str(info.value)
+
+
 def test_legacy_mamba_keys_are_read():
     """HF NemotronHConfig.__post_init__ accepts mamba_n_groups, mamba_d_conv, mamba_chunk_size."""
     data = small_hybrid()

@@ -360,9 +360,31 @@ def _mamba_key(f: _Fields, key: str) -> str:
     return legacy if legacy is not None and not f.has(key) and f.has(legacy) else key
 
 
+# layers_block_type entries (the list newer HF NemotronHConfig versions store instead of the pattern;
+# older names and the current ones, NemotronHConfig._pattern_to_list) as pattern characters
+_BLOCK_TYPE_CHARS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                     "moe": "E"}
+
+
+def _pattern_from_block_types(f: _Fields) -> str:
+    """``layers_block_type`` as a ``hybrid_override_pattern``."""
+    kinds = f.raw("layers_block_type")
+    if not isinstance(kinds, list):
+        raise f.error(f"field 'layers_block_type' must be a list of layer types, got {brief(kinds)}",
+                      "layers_block_type", brief(kinds), list(_BLOCK_TYPE_CHARS))
+    for kind in kinds:
+        if not isinstance(kind, str) or kind not in _BLOCK_TYPE_CHARS:
+            raise f.error(f"field 'layers_block_type' has {brief(kind)}, not a layer type nestplan honours; "
+                          f"allowed: {', '.join(_BLOCK_TYPE_CHARS)}", "layers_block_type", brief(kind),
+                          list(_BLOCK_TYPE_CHARS))
+    return "".join(_BLOCK_TYPE_CHARS[kind] for kind in kinds)
+
+
 def _hybrid_pattern(f: _Fields) -> str:
-    """``hybrid_override_pattern``, checked: M, *, - and E only, as many characters as
-    ``num_hidden_layers`` where that is given."""
+    """``hybrid_override_pattern`` (or, where a config has only that, ``layers_block_type``), checked:
+    M, *, - and E only, as many characters as ``num_hidden_layers`` where that is given."""
+    if not f.has("hybrid_override_pattern") and f.has("layers_block_type"):
+        return _checked_length(f, _pattern_from_block_types(f), "layers_block_type")
     pattern = f.raw("hybrid_override_pattern")
     if not isinstance(pattern, str) or not 1 <= len(pattern) <= MAX_LAYERS:
         raise f.error(f"field 'hybrid_override_pattern' must be a string of 1..{MAX_LAYERS} layer characters, "
@@ -372,10 +394,18 @@ def _hybrid_pattern(f: _Fields) -> str:
             raise f.error(f"field 'hybrid_override_pattern' has {brief(char)}, not a layer type nestplan honours; "
                           "allowed: M (Mamba-2), * (attention), - (MLP), E (MoE)", "hybrid_override_pattern",
                           brief(char), list(_HYBRID_LAYERS))
+    return _checked_length(f, pattern, "hybrid_override_pattern")
+
+
+def _checked_length(f: _Fields, pattern: str, key: str) -> str:
+    """``pattern`` (from field ``key``): 1..MAX_LAYERS layers, as many as ``num_hidden_layers`` where given."""
+    if not 1 <= len(pattern) <= MAX_LAYERS:
+        raise f.error(f"field '{key}' must give 1..{MAX_LAYERS} layers, got {len(pattern)}", key, len(pattern),
+                      f"1..{MAX_LAYERS}")
     layers = f.integer("num_hidden_layers", MAX_LAYERS, default=len(pattern))
     if layers != len(pattern):
-        raise f.error(f"num_hidden_layers {layers} differs from the {len(pattern)} layers of "
-                      "'hybrid_override_pattern'", "num_hidden_layers", layers, len(pattern))
+        raise f.error(f"num_hidden_layers {layers} differs from the {len(pattern)} layers of '{key}'",
+                      "num_hidden_layers", layers, len(pattern))
     return pattern
 
 
