@@ -143,7 +143,7 @@ def test_mamba_layer_flops_against_a_hand_count():
     projections = 2 * h * (2 * d + 2 * G * N + H) + 2 * d * h
     scan = 2 * Q * N * G + H * (2 * Q * P + 2 * N * P + 2 * N * P)
     s = 8192
-    assert ssm.ssd_flops(spec.mamba, 1) == scan
+    assert ssm.scan_flops(spec.mamba, 1) == scan
     assert L.block_model_flops(spec, 0, s, s) == pytest.approx(s * (projections + scan), rel=1e-12)
     # an MLP-only layer has no mixer core, an attention-only layer no MLP
     assert L.block_model_flops(spec, 1, s, s) == pytest.approx(s * 2 * 2 * h * 21504, rel=1e-12)
@@ -156,7 +156,7 @@ def test_gemms_and_scan_per_device_under_tp2():
     one, two = L.Shard(tp=1, seq_len=4096), L.Shard(tp=2, seq_len=4096)
     flops = [sum(g.flops for g in L.block_gemms(spec, 0, shard)) for shard in (one, two)]
     assert len(L.block_gemms(spec, 0, one)) == 2 and flops[1] == pytest.approx(flops[0] / 2)
-    assert ssm.ssd_flops(spec.mamba, 4096, tp=2) == pytest.approx(ssm.ssd_flops(spec.mamba, 4096) / 2)
+    assert ssm.scan_flops(spec.mamba, 4096, tp=2) == pytest.approx(ssm.scan_flops(spec.mamba, 4096) / 2)
     assert [g.gathered for g in L.block_gemms(spec, 0, two)] == [L.COLUMN, L.ROW]
 
 
@@ -340,3 +340,78 @@ def test_evaluate_a_hybrid_plan():
     forward = sum(L.block_model_flops(spec, i, seq, seq) for i in range(spec.num_layers)) + L.head_model_flops(spec, seq)
     assert prediction.model_flops_per_step == pytest.approx(3 * batch * forward)
     assert prediction.fits and prediction.step_time_s > 0
+
+
+# ---------------------------------------------------------------- Jamba (Mamba-1 mixers)
+
+
+def test_jamba_layers():
+    spec = load_model("jamba-1.5-mini")
+    attention = [i for i in range(32) if spec.mixer_of(i) == "attention"]
+    assert attention == [4, 12, 20, 28] and len(spec.mamba_layers) == 28 and not spec.ffn_free_layers
+    assert spec.moe_layers == tuple(range(1, 32, 2)) and spec.block_norms == 2 and spec.gated_mlp
+    assert spec.mamba == ssm.Mamba1Shape(inner=8192, state_size=16, conv_kernel=4, dt_rank=256, conv_bias=True)
+    assert spec.rotary_fraction == 0.0 and len({spec.block_kind(i) for i in range(32)}) == 3
+
+
+def test_jamba_parameters_counted_by_hand():
+    """Jamba-1.5 (arXiv 2408.12570) section 2: Jamba-1.5-Mini has "12B active parameters" and "52B
+    total"; the architecture counted by hand (HF JambaMambaMixer's modules) gives 51.57 B and 12.11 B,
+    which round to them."""
+    spec = load_model("jamba-1.5-mini")
+    h, d, N, R, K = 4096, 8192, 16, 256, 4
+    mamba = h * 2 * d + d * K + d + d * (R + 2 * N) + R * d + d + d * N + d + d * h + (R + 2 * N)
+    assert ssm.mamba_params(spec.mamba, h) == mamba
+    attention, mlp = 2 * h * h + 2 * h * 8 * 128, 3 * h * 14336
+    total = 28 * mamba + 4 * attention + 16 * mlp + 16 * (h * 16 + 16 * mlp) + 32 * 2 * h + 2 * 65536 * h + h
+    assert L.total_params(spec) == total
+    assert L.active_params(spec) == pytest.approx(total - 16 * 14 * mlp)
+    assert (round(L.total_params(spec) / 1e9), round(L.active_params(spec) / 1e9)) == (52, 12)
+
+
+def test_mamba1_layer_flops_and_tp_split():
+    """A Jamba Mamba block: in_proj (2 h 2d), x_proj (2 d (R + 2N)), dt_proj (2 R d), out_proj (2 d h)
+    per token, the selective scan's 7 d N (Megatron-LM's count), an MLP; under tp 2 in_proj and
+    dt_proj split their outputs, x_proj and out_proj their inputs (vLLM's MambaMixer)."""
+    spec = load_model("jamba-1.5-mini")
+    h, d, N, R = 4096, 8192, 16, 256
+    projections = 2 * h * 2 * d + 2 * d * (R + 2 * N) + 2 * R * d + 2 * d * h
+    s = 4096
+    assert L.block_model_flops(spec, 0, s, s) == pytest.approx(s * (projections + 7 * d * N + 2 * 3 * h * 14336))
+    one, two = L.Shard(tp=1, seq_len=s), L.Shard(tp=2, seq_len=s)
+    mixer_one, mixer_two = L.block_gemms(spec, 0, one)[:4], L.block_gemms(spec, 0, two)[:4]
+    assert [g.gathered for g in mixer_two] == [L.COLUMN, L.ROW, "", ""]
+    assert sum(g.flops for g in mixer_two) == pytest.approx(sum(g.flops for g in mixer_one) / 2)
+    assert ssm.scan_flops(spec.mamba, s, tp=2) == pytest.approx(7 * s * d * N / 2)
+
+
+def test_mamba1_stored_bytes_and_scan_time():
+    spec = load_model("jamba-1.5-mini")
+    shard = L.Shard(tp=2, sp=True, seq_len=4096)
+    T, B, h, d, N, R = 4096, 2, 4096, 8192, 16, 256
+    mixer = 2 * B * T * h / 2 + T * (B * (5 * d / 2 + 2 * (R + 2 * N)) + 4 * 3)
+    mlp = 2 * B * T * h / 2 + B * T * 3 * 14336 / 2
+    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.NONE) == pytest.approx(mixer + mlp)
+    acc = load_accelerator("h100-sxm-80gb")
+    forward, backward = _mixer_core(acc, spec, 0, shard, "bf16")
+    assert 0.0 < forward and backward == pytest.approx(2 * forward)
+    assert block_time(acc, spec, 0, shard, Precision("bf16", "bf16")).attention_forward == 0.0
+
+
+def test_jamba_round_trip_and_refusals():
+    spec = load_model("jamba-1.5-mini")
+    assert parse_config(config_dict(spec), spec.name) == spec
+    base = config_dict(spec)
+    for overrides, field in (({"mamba_proj_bias": True}, "mamba_proj_bias"),
+                             ({"attn_layer_offset": 8}, "attn_layer_offset"),
+                             ({"num_experts_per_tok": 17}, "num_experts_per_tok"),
+                             ({"sliding_window": 4096}, "sliding_window")):
+        with pytest.raises(ConfigError) as info:
+            parse_config(base | overrides, "x")
+        assert info.value.field == field
+
+
+def test_jamba_with_one_expert_is_dense():
+    spec = load_model("jamba-1.5-mini")
+    dense = parse_config(config_dict(spec) | {"num_experts": 1}, "x")
+    assert not dense.is_moe and L.block_params(dense, 1).total == L.block_params(spec, 0).total

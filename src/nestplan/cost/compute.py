@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nestplan.cost.ssm import CHUNK_STATE_GEMM, mamba_elementwise_bytes, ssd_gemms, ssd_scan_bytes
+from nestplan.cost.ssm import CHUNK_STATE_GEMM, mamba_elementwise_bytes, selective_scan_time, ssd_gemms, ssd_scan_bytes
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Fp8Recipe, Job
 from nestplan.model.layers import (
@@ -27,6 +27,7 @@ from nestplan.model.layers import (
     score_elements,
 )
 from nestplan.model.spec import ModelSpec
+from nestplan.model.ssm import Mamba1Shape
 
 FLASH_BACKWARD_FLOP_RATIO = 2.5  # flash backward: 5 GEMMs vs 2 forward (Dao 2023, FlashAttention-2 section 3.1)
 ELEMENTWISE_BACKWARD_RATIO = 2.0  # a backward elementwise kernel reads input and output grad, writes input grad
@@ -137,12 +138,15 @@ def _attention_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard,
 def _mixer_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dtype: str) -> tuple[float, float]:
     """(forward, backward) seconds of block ``layer``'s mixer core: attention (``_attention_core``), a
     Mamba-2 mixer's SSD scan (its batched products and HBM traffic, cost/ssm.py; backward: the
-    products' gradients, the chunk states recomputed, twice the traffic), nothing without a mixer."""
+    products' gradients, the chunk states recomputed, twice the traffic), a Mamba-1 mixer's selective
+    scan (cost/ssm.py ``selective_scan_time``), nothing without a mixer."""
     mixer = spec.mixer_of(layer)
     if mixer == "attention":
         return _attention_core(acc, spec, layer, shard, dtype)
     if mixer == "none":
         return 0.0, 0.0
+    if isinstance(spec.mamba, Mamba1Shape):
+        return selective_scan_time(acc, spec.mamba, shard)
     gemms = ssd_gemms(spec.mamba, shard)
     traffic = acc.memory_time(ssd_scan_bytes(spec.mamba, shard))
     recomputed = _gemms_forward(acc, gemms[CHUNK_STATE_GEMM:CHUNK_STATE_GEMM + 1], dtype)

@@ -157,7 +157,7 @@ def mlp_params(spec: ModelSpec, ffn: int) -> int:
 
 def _mixer_params(spec: ModelSpec, layer: int) -> int:
     """The mixer of block ``layer`` with the block's first norm: attention (``attention_params``), a
-    Mamba-2 mixer (model/ssm.py), or the norm alone where the block has no mixer (Nemotron-H's MLP layers)."""
+    Mamba mixer (model/ssm.py), or the norm alone where the block has no mixer (Nemotron-H's MLP layers)."""
     mixer = spec.mixer_of(layer)
     if mixer == "attention":
         return attention_params(spec)
@@ -268,15 +268,16 @@ def _attention_gemms(spec: ModelSpec, shard: Shard) -> list[Gemm]:
 
 
 def _mixer_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
-    """The column- and row-parallel projections of block ``layer``'s mixer: the attention's, a Mamba-2
-    mixer's in_proj and out_proj (model/ssm.py), none without a mixer."""
+    """The projections of block ``layer``'s mixer, its column- and row-parallel pair first: the
+    attention's, a Mamba mixer's (model/ssm.py ``projection_shapes``), none without a mixer."""
     mixer = spec.mixer_of(layer)
     if mixer == "attention":
         return _attention_gemms(spec, shard)
     if mixer == "none":
         return []
-    (n_in, k_in), (n_out, k_out) = ssm.projection_shapes(spec.mamba, spec.hidden_size, shard.tp)
-    return [Gemm(shard.tokens, n_in, k_in, gathered=COLUMN), Gemm(shard.tokens, n_out, k_out, gathered=ROW)]
+    split = {"column": COLUMN, "row": ROW, "local": ""}
+    return [Gemm(shard.tokens, n, k, gathered=split[how])
+            for n, k, how in ssm.projection_shapes(spec.mamba, spec.hidden_size, shard.tp)]
 
 
 def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
@@ -364,11 +365,11 @@ def block_model_flops(spec: ModelSpec, layer: int, tokens: float, seq_len: int) 
 
 def _core_model_flops(spec: ModelSpec, layer: int, seq_len: int) -> float:
     """Forward model FLOPs per token of block ``layer``'s mixer core: the attention's
-    (``attention_model_flops``), a Mamba-2 mixer's SSD scan (model/ssm.py ``ssd_flops``), none without a mixer."""
+    (``attention_model_flops``), a Mamba mixer's scan (model/ssm.py ``scan_flops``), none without a mixer."""
     mixer = spec.mixer_of(layer)
     if mixer == "attention":
         return attention_model_flops(spec, layer, seq_len)
-    return ssm.ssd_flops(spec.mamba, 1) if mixer == "mamba" else 0.0
+    return ssm.scan_flops(spec.mamba, 1) if mixer == "mamba" else 0.0
 
 
 def attention_model_flops(spec: ModelSpec, layer: int | None, seq_len: int) -> float:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nestplan.model.ssm import Mamba2Shape
+from nestplan.model.ssm import MambaShape
 
 SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo2",
-                      "gemma2", "gemma3", "gemma3_text", "nemotron", "nemotron_h", "gpt2", "gpt_neox", "bert",
+                      "gemma2", "gemma3", "gemma3_text", "nemotron", "nemotron_h", "jamba", "gpt2", "gpt_neox", "bert",
                       "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "gpt_oss", "falcon")
 
 # QK-norm variants (``ModelSpec.qk_norm``): none; one norm of head_dim weights shared by every query
@@ -85,10 +85,10 @@ class ModelSpec:
     # the cost model scales block compute and activation memory by them (1: the formulas as they are)
     traced_flops_scale: float = 1.0
     traced_activation_scale: float = 1.0
-    # hybrid stacks (Nemotron-H): a block is a mixer (attention, a Mamba-2 mixer in ``mamba_layers``, or
-    # none in ``mixerless_layers``) and an FFN (none in ``ffn_free_layers``); empty: every block is
-    # attention + FFN. ``mamba``: the Mamba-2 mixers' sizes (None without Mamba layers)
-    mamba: Mamba2Shape | None = None
+    # hybrid stacks (Nemotron-H, Jamba): a block is a mixer (attention, a Mamba mixer in ``mamba_layers``,
+    # or none in ``mixerless_layers``) and an FFN (none in ``ffn_free_layers``); empty: every block is
+    # attention + FFN. ``mamba``: the Mamba mixers' sizes (Mamba-2 or Mamba-1; None without Mamba layers)
+    mamba: MambaShape | None = None
     mamba_layers: tuple[int, ...] = field(default_factory=tuple)
     mixerless_layers: tuple[int, ...] = field(default_factory=tuple)
     ffn_free_layers: tuple[int, ...] = field(default_factory=tuple)
@@ -147,7 +147,7 @@ class ModelSpec:
         return bool(self.mamba_layers or self.mixerless_layers or self.ffn_free_layers)
 
     def mixer_of(self, index: int) -> str:
-        """The mixer of block ``index``: "attention", "mamba" (Mamba-2) or "none"."""
+        """The mixer of block ``index``: "attention", "mamba" (``mamba``'s kind) or "none"."""
         if index in self.mamba_layers:
             return "mamba"
         return "none" if index in self.mixerless_layers else "attention"
