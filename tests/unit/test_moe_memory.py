@@ -1,7 +1,7 @@
 """An MoE block's saved activations: the formula's terms (model/layers.py: the routed experts', the
 router's, the token dispatcher's and the shared experts' keeps, as Megatron-Core's MoE layer keeps
 them) one by one, and the whole block against the traced graph (model/trace.py, extra [trace]) for
-Mixtral-8x22B, Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B, DeepSeek-V2-Lite and gpt-oss-20b."""
+Mixtral-8x22B, Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B, DeepSeek-V2-Lite, gpt-oss-20b and Llama 4 Scout."""
 
 from __future__ import annotations
 
@@ -88,6 +88,7 @@ CONFIGS = {
     "qwen1.5-moe-a2.7b": lambda: QWEN15_MOE_A27B,
     "deepseek-v2-lite": lambda: _catalog("deepseek-v2-lite"),
     "gpt-oss-20b": lambda: _catalog("gpt-oss-20b"),
+    "llama4-scout": lambda: _catalog("llama4-scout"),
 }
 
 
@@ -158,6 +159,17 @@ def test_dispatcher_keeps_two_int64_maps_and_the_permuted_probabilities() -> Non
     assert L.dispatch_activation_bytes(spec, Shard(tp=4, sp=True, seq_len=T)) == T * k / 4 * 2 * 8 + T * k * 2
 
 
+def test_probabilities_on_the_input_keep_the_copies_twice() -> None:
+    """Llama 4 (top-1, Megatron-Core moe_apply_probs_on_input): the probability-scaled copy is the first
+    GEMM's input and the product keeps the unscaled copy besides; the activation keeps ones in place of
+    the probabilities, the product the probabilities themselves."""
+    spec, T = api.resolve_model("llama4-scout"), 1024
+    h, f = spec.hidden_size, spec.moe_ffn_hidden_size
+    assert (spec.experts_per_token, h, f) == (1, 5120, 8192)
+    assert L.routed_expert_activation_bytes(spec, Shard(seq_len=T)) == 2 * T * (2 * h + 3 * f)
+    assert L.dispatch_activation_bytes(spec, Shard(seq_len=T)) == T * (2 * 8 + 2 * 2)
+
+
 def test_gated_shared_expert_keeps_its_output_and_the_gate() -> None:
     """Qwen1.5-MoE's sigmoid shared-expert gate multiplies the shared expert's output, so the product keeps
     that output (h) and the gate (1) per token besides the shared MLP's inner 3 x 5632; DeepSeek-V2-Lite's
@@ -224,11 +236,13 @@ def test_an_expanded_view_spans_its_source(trace_extra) -> None:
         pytest.param("qwen1.5-moe-a2.7b", marks=pytest.mark.slow),
         "deepseek-v2-lite",
         pytest.param("gpt-oss-20b", marks=pytest.mark.slow),
+        pytest.param("llama4-scout", marks=pytest.mark.slow),
     ],
 )
 def test_moe_block_saved_bytes_match_the_trace(name, trace_extra) -> None:
     """The formula's saved bytes of every traced MoE block within 5% of the trace (seq 512, tp 1).
-    Qwen3-30B-A3B's 128 experts, Qwen1.5-MoE's 60 and gpt-oss's wide blocks take 6-10 s to trace: slow."""
+    Qwen3-30B-A3B's 128 experts, Qwen1.5-MoE's 60, gpt-oss's and Llama 4's wide blocks take 6-10 s to
+    trace: slow."""
     from nestplan.model.trace import trace_config
 
     spec, seq = _spec(name), 512

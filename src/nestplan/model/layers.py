@@ -479,11 +479,20 @@ def routed_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     output(s) (kept by the weighted activation, weighted_bias_swiglu_impl) and the second GEMM's
     input, split over etp (TEGroupedMLP.forward). The routing probabilities are applied inside the
     activation, so nothing hidden-sized is kept to weight the experts' outputs (Megatron-Core 0.13
-    on, "Memory efficient token permutation"; before, unpermute weighted the outputs and kept them)."""
+    on, "Memory efficient token permutation"; before, unpermute weighted the outputs and kept them).
+    Where the probabilities scale the experts' input instead (``_probs_on_input``), the copies are
+    kept twice: unscaled by that product, scaled by the first GEMM."""
     up = 2 if spec.gated_mlp else 1
     copies = routed_copies(spec, shard)
-    inputs = shard.dtype_bytes * copies * spec.hidden_size
+    inputs = (2 if _probs_on_input(spec) else 1) * shard.dtype_bytes * copies * spec.hidden_size
     return inputs + shard.dtype_bytes * copies * (up + 1) * spec.moe_ffn_hidden_size / shard.expert_tp
+
+
+def _probs_on_input(spec: ModelSpec) -> bool:
+    """Whether the routing probabilities scale the experts' input rather than their activation
+    (Megatron-Core moe_apply_probs_on_input, top-1 routing only: Llama 4, whose HF Llama4TextMoe
+    scales ``routed_in``)."""
+    return spec.family in ("llama4", "llama4_text")
 
 
 def _scores_before_top_k(spec: ModelSpec) -> bool:
@@ -510,9 +519,11 @@ def dispatch_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     """The permutation's keeps: two int64 maps of this device's copies (moe_utils.permute: the
     probabilities' expert-major positions, and the copies' token rows, which unpermute's scatter-add
     reads again), and the permuted routing probabilities in the activations' dtype, all-gathered
-    over etp with the copies, which the weighted activation keeps (TEGroupedMLP.forward)."""
+    over etp with the copies, which the weighted activation keeps (TEGroupedMLP.forward); with
+    ``_probs_on_input`` the input's product keeps them and the activation keeps ones in their place."""
     local = shard.tokens / shard.sp_div * spec.experts_per_token
-    return 2 * INDEX_BYTES * local + shard.dtype_bytes * routed_copies(spec, shard)
+    probs = (2 if _probs_on_input(spec) else 1) * shard.dtype_bytes * routed_copies(spec, shard)
+    return 2 * INDEX_BYTES * local + probs
 
 
 def _has_shared_expert_gate(spec: ModelSpec) -> bool:

@@ -10,12 +10,13 @@ per-block figures do not depend on the depth), and run forward and backward on o
   kernel that keeps q, k, v, the output and the log-sum-exp, as flash attention does (registered
   as transformers attention implementation "nestplan_fused_attention").
 Substitutions make the graph the one training frameworks run (Megatron-Core's, where HF's eager
-code keeps something else): RMSNorm as one kernel that keeps its input and 1/rms (Transformer
-Engine, Apex); the gated MLP's activation as one kernel that keeps its two inputs (Megatron-LM's
-fused SwiGLU); attention's output written (batch, sequence, heads, dim), read by the output
-projection as it is; no KV cache. In a mixture of experts (megatron/core/transformer/moe/, its
+code keeps something else): RMSNorm (and Llama 4's weightless L2 QK-norm) as one kernel that keeps
+its input and 1/rms (Transformer Engine, Apex; Megatron-Core's jit-fused L2Norm); the gated MLP's
+activation as one kernel that keeps its two inputs (Megatron-LM's fused SwiGLU); attention's output
+written (batch, sequence, heads, dim), read by the output projection as it is; no KV cache. In a mixture of experts (megatron/core/transformer/moe/, its
 defaults: unfused router and permutation):
-- the router (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2, gpt-oss) as Megatron-Core's TopKRouter:
+- the router (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2, gpt-oss; Llama 4's sigmoid one, whose
+  probabilities scale the experts' input: moe_apply_probs_on_input) as Megatron-Core's TopKRouter:
   logits in the activations' dtype keeping only the router's input (HF's DeepSeek-V2 router keeps
   an fp32 copy of it), the top-k with the model's own scoring (softmax before or after the top-k,
   DeepSeek-V2's scaling factor; group-limited selection is not reproduced), and the load-balancing
@@ -26,7 +27,8 @@ defaults: unfused router and permutation):
   routing probabilities applied inside the activation (which keeps the first GEMM's output and the
   probabilities, the model's own gated activation: gpt-oss's clamped one too), and a scatter-add
   back; HF's expert loop instead weights each expert's output after the second GEMM, keeping that
-  hidden-sized output for the backward (as Megatron-Core's unpermute did before 0.13);
+  hidden-sized output for the backward (as Megatron-Core's unpermute did before 0.13), and HF's
+  Llama 4 runs every expert on every token;
 - shared experts and Qwen2-MoE's sigmoid shared-expert gate as HF has them (Megatron-Core keeps
   the same: the gated output and the gate).
 """
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from nestplan.errors import ConfigError
 
@@ -89,6 +91,22 @@ class _Functions:
                 g = grad.float() * weight.float()
                 gx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
                 return gx.to(x.dtype), gw, None
+
+        class L2Norm(torch.autograd.Function):
+            """RMSNorm without a weight (Llama 4's QK-norm) as one kernel keeping its input and 1/rms
+            (Megatron-Core's jit-fused torch_norm.L2Norm)."""
+
+            @staticmethod
+            def forward(ctx, x, eps):
+                rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+                ctx.save_for_backward(x, rstd)
+                return (x.float() * rstd).to(x.dtype)
+
+            @staticmethod
+            def backward(ctx, grad):
+                x, rstd = ctx.saved_tensors
+                xhat, g = x.float() * rstd, grad.float()
+                return (rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))).to(x.dtype), None
 
         class SwiGLU(torch.autograd.Function):
             @staticmethod
@@ -170,6 +188,7 @@ class _Functions:
                 return grad, torch.ones_like(aux_loss)
 
         self.rms_norm, self.swiglu, self.flash = RMSNorm.apply, SwiGLU.apply, FlashAttention.apply
+        self.l2_norm = L2Norm.apply
         self.router_gating, self.weighted_activation = RouterGating.apply, WeightedActivation.apply
         self.aux_loss = AuxLossScaler.apply
 
@@ -185,6 +204,8 @@ def _fuse(model, torch, fn: _Functions) -> None:
         if kind.endswith("RMSNorm") and hasattr(mod, "weight"):
             eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", 1e-6))
             mod.forward = (lambda m, e: lambda x: fn.rms_norm(x, m.weight, e))(mod, eps)
+        elif kind.endswith("L2Norm") and hasattr(mod, "eps"):
+            mod.forward = (lambda e: lambda x: fn.l2_norm(x, e))(mod.eps)
         elif all(hasattr(mod, a) for a in ("gate_proj", "up_proj", "down_proj")):
             mod.forward = (lambda m: lambda x: m.down_proj(fn.swiglu(m.gate_proj(x), m.up_proj(x))))(mod)
         elif "GELU" in kind:
@@ -192,8 +213,10 @@ def _fuse(model, torch, fn: _Functions) -> None:
             mod.forward = (lambda a: lambda x: torch.nn.functional.gelu(x, approximate=a))(approximate)
         elif kind in ROUTERS:
             mod.forward = (lambda m: lambda h: _megatron_router(m, h, torch, fn))(mod)
+        elif kind == "Llama4TextMoe":
+            mod.forward = (lambda m: lambda h: _llama4_moe(m, h, torch, fn))(mod)
         elif all(hasattr(mod, a) for a in ("gate_up_proj", "down_proj", "num_experts", "_apply_gate")):
-            mod.forward = (lambda m: lambda h, idx, w: _dispatched_experts(m, h, idx, w, torch, fn))(mod)
+            mod.forward = (lambda m: lambda h, idx, w: _dispatched_experts(m, h, idx, w, torch, fn, _hf_layout(m)))(mod)
 
 
 def _softmax_before_top_k(router) -> bool:
@@ -206,8 +229,7 @@ def _softmax_before_top_k(router) -> bool:
 def _megatron_router(m, hidden, torch, fn):
     """Megatron-Core's TopKRouter (router.py, moe_utils.topk_routing_with_score_function, unfused):
     logits in the activations' dtype, the top-k and their softmax (or the top-k of the softmax),
-    scaled (DeepSeek-V2's routed_scaling_factor), plus the load-balancing loss on the softmax over
-    all experts (compute_routing_scores_for_aux_loss, switch_load_balancing_loss_func)."""
+    scaled (DeepSeek-V2's routed_scaling_factor), with the load-balancing loss."""
     x = hidden.reshape(-1, m.weight.shape[1])
     logits = fn.router_gating(x, m.weight, getattr(m, "bias", None))
     if _softmax_before_top_k(m):
@@ -216,27 +238,65 @@ def _megatron_router(m, hidden, torch, fn):
         top, index = torch.topk(logits, m.top_k, dim=-1)
         probs = torch.softmax(top, dim=-1, dtype=torch.float32)
     probs = (probs * getattr(m, "routed_scaling_factor", 1.0)).to(logits.dtype)
+    return logits, _with_load_balancing_loss(probs, logits, index, torch, fn), index
+
+
+def _with_load_balancing_loss(probs, logits, index, torch, fn):
+    """The routing probabilities carrying the load-balancing loss on the fp32 softmax over all
+    experts (moe_utils.compute_routing_scores_for_aux_loss, switch_load_balancing_loss_func)."""
     with torch.no_grad():
         tokens_per_expert = torch.zeros_like(logits, dtype=torch.float32).scatter(1, index, 1.0).sum(0)
     scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
-    aux_loss = (scores.sum(0) * tokens_per_expert).sum()
-    return logits, fn.aux_loss(probs, aux_loss), index
+    return fn.aux_loss(probs, (scores.sum(0) * tokens_per_expert).sum())
 
 
-def _expert_linear(m, x, name: str, expert: int, torch, bias: bool):
-    """One expert's GEMM, whatever HF's layout of the stacked weights (``is_transposed``)."""
+def _llama4_moe(m, hidden, torch, fn):
+    """Llama 4's MoE block as Megatron-Core runs it: the sigmoid of every logit, its top-k
+    (score_function sigmoid), the probability applied to the expert's input (moe_apply_probs_on_input,
+    top-1), plus the shared expert. HF's Llama4TextMoe runs every expert on every token instead."""
+    x = hidden.reshape(-1, m.hidden_dim)
+    logits = fn.router_gating(x, m.router.weight, None)
+    probs, index = torch.topk(torch.sigmoid(logits.float()), m.top_k, dim=-1)
+    probs = _with_load_balancing_loss(probs.to(logits.dtype), logits, index, torch, fn)
+    layout = _ExpertLayout(transposed=True, bias=False, gate=lambda y: _chunked_glu(m.experts.act_fn, y),
+                           probs_on_input=True)
+    return m.shared_expert(x) + _dispatched_experts(m.experts, x, index, probs, torch, fn, layout), logits
+
+
+def _chunked_glu(act, y):
+    gate, up = y.chunk(2, dim=-1)
+    return act(gate) * up
+
+
+@dataclass(frozen=True)
+class _ExpertLayout:
+    """How HF stacks an experts module's weights and gates its first GEMM's output."""
+
+    transposed: bool            # weights (experts, in, out) rather than (experts, out, in)
+    bias: bool                  # each GEMM has a bias per expert (gpt-oss)
+    gate: Callable              # the gated activation of the first GEMM's output
+    probs_on_input: bool = False
+
+
+def _hf_layout(m) -> _ExpertLayout:
+    """The layout transformers' use_experts_implementation records on an experts module."""
+    return _ExpertLayout(m.is_transposed, m.has_bias, m._apply_gate)
+
+
+def _expert_linear(m, x, name: str, expert: int, torch, layout: _ExpertLayout, bias: bool):
+    """One expert's GEMM, whatever HF's layout of the stacked weights."""
     weight = getattr(m, name)[expert]
     b = getattr(m, f"{name}_bias")[expert] if bias else None
-    return torch.nn.functional.linear(x, weight.t() if m.is_transposed else weight, b)
+    return torch.nn.functional.linear(x, weight.t() if layout.transposed else weight, b)
 
 
-def _dispatched_experts(m, hidden, top_k_index, top_k_weights, torch, fn):
+def _dispatched_experts(m, hidden, top_k_index, top_k_weights, torch, fn, layout: _ExpertLayout):
     """Megatron-Core's all-to-all dispatcher and grouped experts on one device (ep 1, tp 1):
     permute the token copies by expert (moe_utils.permute: the dense probabilities gathered
     expert-major, the tokens by index_select), run every expert over an equal share of them
     (balanced routing: shapes cannot follow data under fake tensors) with the probabilities applied
-    in the activation (experts.py TEGroupedMLP), and scatter-add them back (moe_utils.unpermute
-    without probabilities)."""
+    in the activation (experts.py TEGroupedMLP; to the input with ``probs_on_input``), and
+    scatter-add them back (moe_utils.unpermute without probabilities)."""
     tokens, k = top_k_index.shape
     copies = tokens * k
     routing_probs = torch.zeros((tokens, m.num_experts), dtype=top_k_weights.dtype,
@@ -245,14 +305,17 @@ def _dispatched_experts(m, hidden, top_k_index, top_k_weights, torch, fn):
     token_of_copy = order % tokens
     permuted_probs = routing_probs.t().contiguous().reshape(-1)[order].unsqueeze(-1)
     permuted = hidden.index_select(0, token_of_copy)
+    if layout.probs_on_input:
+        permuted = (permuted_probs * permuted).to(hidden.dtype)
+        permuted_probs = torch.ones_like(permuted_probs)
     share = -(-copies // m.num_experts)
     outs = []
     for e in range(m.num_experts):
         rows = slice(e * share, (e + 1) * share)
-        fc1 = _expert_linear(m, permuted[rows], "gate_up_proj", e, torch, m.has_bias)
-        act = fn.weighted_activation(fc1, permuted_probs[rows], m._apply_gate)
-        out = _expert_linear(m, act, "down_proj", e, torch, False)
-        if m.has_bias:   # the second bias, weighted like the rest (TEGroupedMLP._apply_bias)
+        fc1 = _expert_linear(m, permuted[rows], "gate_up_proj", e, torch, layout, layout.bias)
+        act = fn.weighted_activation(fc1, permuted_probs[rows], layout.gate)
+        out = _expert_linear(m, act, "down_proj", e, torch, layout, False)
+        if layout.bias:   # the second bias, weighted like the rest (TEGroupedMLP._apply_bias)
             out = out + m.down_proj_bias[e] * permuted_probs[rows]
         outs.append(out)
     index = token_of_copy.unsqueeze(1).expand(-1, hidden.shape[-1])
