@@ -26,6 +26,7 @@ from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.network.topology import Level, Topology
+from nestplan.search.engine import Engine
 from nestplan.search.oracle import compositions, enumerate_group
 from nestplan.search.partition import FIT_RELATIVE_TOLERANCE, dp_split, waterfill_bottlenecks, waterfill_split
 from nestplan.search.physical import PhysicalSearchModel
@@ -42,6 +43,21 @@ EVERY_ZERO_SPACE = replace(SMALL_SPACE, zero=tuple(ZeroStage))
 
 
 @st.composite
+def _mixed_blocks(draw, model: ModelSpec):
+    """The model as drawn, or with blocks of two kinds: experts in some layers (blocks that hold and cost
+    more) or a sliding window in some (blocks that cost less and hold the same)."""
+    layers = range(model.num_layers)
+    some = tuple(sorted(draw(st.sets(st.sampled_from(layers), min_size=1, max_size=model.num_layers))))
+    kind = draw(st.sampled_from(["dense", "experts", "window"]))
+    if kind == "experts":
+        return replace(model, num_experts=4, experts_per_token=2, moe_ffn_hidden_size=2 * model.hidden_size,
+                       moe_layers=some)
+    if kind == "window":
+        return replace(model, sliding_window=128, sliding_window_layers=some)
+    return model
+
+
+@st.composite
 def instances(draw):
     layers = draw(st.integers(2, 12))
     heads = draw(st.sampled_from([4, 8]))
@@ -51,6 +67,7 @@ def instances(draw):
                       vocab_size=draw(st.sampled_from([1000, 8000, 32000])), tied_embeddings=draw(st.booleans()),
                       max_position_embeddings=4096, learned_position_embeddings=False, norm="rmsnorm",
                       linear_bias=False, dropout=False)
+    model = draw(_mixed_blocks(model))
     n_levels = draw(st.integers(2, 4))
     sizes = [draw(st.integers(2, 4)) for _ in range(n_levels)]
     while np.prod(sizes) > 32:
@@ -88,10 +105,13 @@ def _split_solver_equals_enumeration(inst) -> None:
     devices = cluster.devices
     cost = PhysicalSearchModel(model, cluster, job, devices)
     cap = cluster.accelerator.hbm_bytes
+    engine = Engine(cost, cap)
     for _, _, group, _ in _groups(model, cluster, job, devices, SMALL_SPACE):
         best_pipe = min((e.pipeline_s for e in enumerate_group(cost, group, cap)), default=None)
         tab = cost.tables(group)
-        taus = waterfill_bottlenecks(tab.alpha, tab.beta, tab.nmax, cost.num_blocks)
+        # identical blocks: the water-filling closed form; blocks of two kinds: the dynamic program
+        taus = (waterfill_bottlenecks(tab.alpha, tab.beta, tab.nmax, cost.num_blocks) if tab.homogeneous
+                else engine._splits(group, tab)[0])
         finite = np.isfinite(taus)
         if best_pipe is None:
             assert not finite.any()
@@ -192,7 +212,8 @@ def test_proxy_bounds_evaluator(inst, data) -> None:
     if max(cycles) - min(cycles) <= 1e-12 * max(cycles):
         assert pred.step_time_s == pytest.approx(proxy, rel=1e-9)
     mem = cost.block_memory(group, p)
-    memory = [tab.mem_fixed[p - 1, s] + mem[s, edges[s]:edges[s + 1]].sum() for s in range(p)]
+    memory = [tab.mem_fixed[p - 1, s] + mem[s, edges[s]:edges[s + 1]].sum()
+              + (0.0 if tab.transient is None else tab.transient[edges[s], edges[s + 1]]) for s in range(p)]
     assert [st_.peak_memory_bytes for st_ in pred.stages] == pytest.approx(memory, rel=1e-9)
 
 

@@ -16,10 +16,12 @@ from nestplan.model import (
 )
 
 CATALOG = [
-    "bert-large", "gemma2-27b", "gemma2-9b", "gemma3-27b", "gpt3-175b", "gpt3-35b", "korthikanti-175b",
-    "korthikanti-1t", "korthikanti-22b", "korthikanti-530b", "llama2-7b", "llama3-70b", "llama3-8b", "llama3.1-405b",
-    "mixtral-8x7b", "mixtral-small", "nemotron4-15b", "nemotron4-340b", "olmo2-7b", "phi3-medium", "phi3-mini",
-    "qwen3-32b", "qwen3-8b",
+    "bert-large", "deepseek-v2-lite", "deepseek-v3", "falcon-180b", "falcon-40b", "gemma2-27b", "gemma2-9b",
+    "gemma3-27b", "gpt-oss-120b", "gpt-oss-20b", "gpt3-175b", "gpt3-35b", "grok-1", "jamba-1.5-mini", "kimi-k2",
+    "korthikanti-175b", "korthikanti-1t", "korthikanti-22b", "korthikanti-530b", "llama2-7b", "llama3-70b",
+    "llama3-8b", "llama3.1-405b", "llama4-maverick", "llama4-scout", "mixtral-8x7b", "mixtral-small",
+    "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "nemotron-h-8b", "nemotron4-15b", "nemotron4-340b", "olmo2-7b",
+    "phi3-medium", "phi3-mini", "qwen3-235b-a22b", "qwen3-32b", "qwen3-8b",
 ]
 
 

@@ -174,7 +174,8 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
         permute = 2 * 2 * B * copies / shard.sp_div            # permute and unpermute: read and write
         # copies received from every ep rank, regrouped by local expert and back (Megatron-Core's
         # MoEAlltoAllTokenDispatcher, sort_chunks_by_idxs, where a device holds several experts)
-        regroup = 2 * 2 * B * copies if spec.num_experts > shard.ep else 0.0
+        # (the copies a device's experts process: T k x etp / tp, all T k without folding)
+        regroup = 2 * 2 * B * copies * shard.expert_tp / t if spec.num_experts > shard.expert_parallel else 0.0
         permute += regroup
     else:
         ffn, permute = spec.ffn_hidden_size, 0.0

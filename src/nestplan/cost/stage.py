@@ -183,22 +183,33 @@ def _end_nodes(terms: GraphTerms, stage: int, pp: int) -> list[NodeTerms]:
 # ---------------------------------------------------------------------------- every depth (search)
 @dataclass(frozen=True)
 class BlockArrays:
-    """Per block (L,): cycle seconds, state bytes and activation bytes per microbatch in flight."""
+    """Per block (L,): cycle seconds, state bytes, activation bytes per microbatch in flight and
+    transient bytes."""
 
     costs: np.ndarray
     states: np.ndarray
     activations: np.ndarray
+    transients: np.ndarray
     homogeneous: bool   # every block costs and holds the same
 
 
 def block_arrays(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray) -> BlockArrays:
     """``kind_index``: each block's kind as an index into ``terms.blocks`` (kinds in their order there)."""
-    kind_ids = list(terms.blocks)
-    per_kind = {k: (terms.blocks[k].cycle, ctx.node_state_bytes(terms.blocks[k]), terms.blocks[k].activations)
-                for k in kind_ids}
-    costs, states, acts = (np.array([per_kind[k][i] for k in kind_ids])[kind_index] for i in range(3))
-    alike = len(kind_ids) == 1 or bool(np.all(costs == costs[0]) and np.all(states == states[0]))
-    return BlockArrays(costs, states, acts, alike)
+    nodes = list(terms.blocks.values())
+    per_kind = [(n.cycle, ctx.node_state_bytes(n), n.activations, n.transient) for n in nodes]
+    costs, states, acts, transients = (np.array([kind[i] for kind in per_kind])[kind_index] for i in range(4))
+    alike = len(nodes) == 1 or len(set(per_kind)) == 1
+    return BlockArrays(costs, states, acts, transients, alike)
+
+
+def range_transients(transients: np.ndarray) -> np.ndarray:
+    """(L + 1, L + 1): [j, e] the largest transient of blocks j .. e - 1 (a stage holding them keeps
+    the largest of its nodes' transient buffers, ``stage_memory``), 0 where e <= j."""
+    out = np.zeros((len(transients) + 1,) * 2)
+    for value in np.unique(transients):
+        held = np.concatenate([[0], np.cumsum(transients == value)])
+        out = np.maximum(out, np.where(held[None, :] > held[:, None], value, 0.0))
+    return out
 
 
 def largest_block_transient(terms: GraphTerms) -> float:
@@ -228,14 +239,16 @@ class PositionTables:
 def position_tables(ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, microbatches: int,
                     transfers: np.ndarray) -> PositionTables:
     """``transfers`` (P, P + 1): [p - 1, s + 1] the seconds of the link between stages s and
-    s + 1 of a p-stage pipeline, 0 where there is none."""
+    s + 1 of a p-stage pipeline, 0 where there is none. The fixed bytes hold the blocks' transient
+    buffer where the blocks are alike; blocks of different kinds add the largest of those a stage
+    holds (``range_transients``) where its split is known."""
     P = transfers.shape[0]
     depth, stage, real, first, last = _grid(P)
     alpha = terms.embedding.cycle * first + terms.head.cycle * last + transfers[:, :P] + transfers[:, 1:]
     alpha = np.where(real, alpha, -np.inf)
     inflight = np.where(real, in_flight_microbatches(Schedule.ONE_F_ONE_B, stage, depth, microbatches, 1), 0)
     copy = np.where(depth > 1, ctx.state_bytes(terms.tied_head_copy), 0.0)
-    fixed = (ctx.reserved_bytes + largest_block_transient(terms)
+    fixed = (ctx.reserved_bytes + (largest_block_transient(terms) if blocks.homogeneous else 0.0)
              + first * (ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight)
              + last * (ctx.state_bytes(terms.head.params) + copy + terms.head.activations * inflight))
     per_block = blocks.states[0] + blocks.activations[0] * inflight
@@ -283,15 +296,48 @@ def position_capacity(ctx: StageContext, terms: GraphTerms, block_states: float,
                             int(held(single, per_block[0])))
 
 
+@dataclass(frozen=True)
+class PositionMemory:
+    """``position_tables``' fixed bytes and block bytes by position, k = p - s = 1..L (1F1B keeps
+    min(k, m) microbatches in flight at stage s of p), blocks of any kinds: a middle stage's fixed
+    bytes, a first stage's (L,) by k = p, a last stage's (p >= 2), a single stage's; and per k, the
+    bytes each block holds there (L, L): [k - 1, i]; the fixed bytes leave out the blocks' transient
+    buffers, ``transient`` [j, e] the one a stage holding blocks j .. e - 1 adds (``range_transients``)."""
+
+    middle: float
+    first: np.ndarray
+    last: float
+    single: float
+    blocks: np.ndarray
+    transient: np.ndarray
+
+
+def position_memory(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray, inflight: np.ndarray
+                    ) -> PositionMemory:
+    """The bytes ``position_tables`` and ``block_memory`` give each position, in the same arithmetic
+    (so that a check on them agrees with the splits to the last bit); ``inflight``:
+    :func:`first_stage_in_flight`, ``kind_index``: each block's kind as an index into ``terms.blocks``."""
+    base = ctx.reserved_bytes + 0.0
+    emb = ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight
+    head = ctx.state_bytes(terms.head.params)
+    blocks = block_arrays(ctx, terms, kind_index)
+    states, acts = blocks.states, blocks.activations
+    return PositionMemory(
+        middle=base, first=base + emb,
+        last=base + (head + ctx.state_bytes(terms.tied_head_copy) + terms.head.activations * inflight[0]),
+        single=base + emb[0] + (head + 0.0 + terms.head.activations * inflight[0]),
+        blocks=states[None, :] + acts[None, :] * inflight[:, None], transient=range_transients(blocks.transients))
+
+
 def block_memory(ctx: StageContext, terms: GraphTerms, kinds: Sequence[Hashable], pp: int, microbatches: int
                  ) -> np.ndarray:
     """(pp, L) bytes of each block held by each stage of a 1F1B pipeline."""
     inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, microbatches, 1)
-    out = np.empty((pp, len(kinds)))
-    for i, kind in enumerate(kinds):
-        node = terms.blocks[kind]
-        out[:, i] = ctx.node_state_bytes(node) + node.activations * inflight
-    return out
+    order = {kind: n for n, kind in enumerate(terms.blocks)}
+    index = np.array([order[kind] for kind in kinds])
+    states = np.array([ctx.node_state_bytes(node) for node in terms.blocks.values()])[index]
+    acts = np.array([node.activations for node in terms.blocks.values()])[index]
+    return states[None, :] + acts[None, :] * inflight[:, None]
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ class Engine:
             split = dp_split(costs, tab.alpha[p - 1, :p], self.model.block_memory(group, p),
                              tab.mem_fixed[p - 1, :p], self.capacity_bytes,
                              None if start_costs is None else start_costs[p - 1, :p],
-                             None if start_memory is None else start_memory[p - 1, :p])
+                             None if start_memory is None else start_memory[p - 1, :p],
+                             getattr(tab, "transient", None))
             if split is not None:
                 taus[p - 1], found[p] = split.bottleneck, split
         return taus, found

@@ -43,6 +43,8 @@ def enumerate_group(cost, group: Group, capacity: float) -> Iterator[Enumerated]
             edges = np.concatenate([[0], np.cumsum(parts)])
             cycles = [alpha[s] + tab.block_costs[edges[s]:edges[s + 1]].sum() for s in range(p)]
             memory = [fixed[s] + mem[s, edges[s]:edges[s + 1]].sum() for s in range(p)]
+            if tab.transient is not None:   # blocks of different kinds: each stage's largest transient
+                memory = [held + tab.transient[edges[s], edges[s + 1]] for s, held in enumerate(memory)]
             if max(memory) > capacity:
                 continue
             m = group.microbatches

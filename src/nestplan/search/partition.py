@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nestplan.cost.stage import PositionMemory
+
 INFEASIBLE = float("inf")
 
 
@@ -42,7 +44,7 @@ class Split:
 
 def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fixed: np.ndarray,
              capacity: float, start_costs: np.ndarray | None = None,
-             start_memory: np.ndarray | None = None) -> Split | None:
+             start_memory: np.ndarray | None = None, transient: np.ndarray | None = None) -> Split | None:
     """Min-max split of blocks ``costs`` (L,) into ``len(alpha)`` stages of >= 1 block.
 
     costs may also be (p, L): a block's cost when held by stage s (a cost model where a
@@ -50,11 +52,13 @@ def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fi
     mem_layer: (p, L) memory of each block when held by stage s; mem_fixed: (p,).
     start_costs, start_memory: optional (p, L), what stage s adds when its first block is
     block j (a transfer, or a stash, whose size is that of the edge entering block j).
-    O(p L^2) with NumPy over the (start, end) pairs of each stage.
+    transient: optional (L + 1, L + 1), bytes a stage holding blocks [j, e) adds (the largest of their
+    transient buffers). O(p L^2) with NumPy over the (start, end) pairs of each stage.
     """
     if len(alpha) > np.shape(costs)[-1]:
         return None
-    return dp_split_matrix(stage_cost_matrix(costs, alpha, mem_layer, mem_fixed, capacity, start_costs, start_memory))
+    return dp_split_matrix(stage_cost_matrix(costs, alpha, mem_layer, mem_fixed, capacity, start_costs, start_memory,
+                                             transient))
 
 
 # a stage exactly at capacity fits: prefix-sum differences round in the last bits, so memory is compared
@@ -64,7 +68,7 @@ FIT_RELATIVE_TOLERANCE = 1e-12
 
 def stage_cost_matrix(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fixed: np.ndarray,
                       capacity: float, start_costs: np.ndarray | None = None,
-                      start_memory: np.ndarray | None = None) -> np.ndarray:
+                      start_memory: np.ndarray | None = None, transient: np.ndarray | None = None) -> np.ndarray:
     """(p, L + 1, L + 1): cost of stage s holding blocks [j, e), inf where it breaks memory
     or holds nothing (the arguments of dp_split)."""
     costs = np.asarray(costs)
@@ -81,7 +85,8 @@ def stage_cost_matrix(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarra
         mem_prefix = np.concatenate([[0.0], np.cumsum(mem_layer[s])])
         extra_mem = 0.0 if start_memory is None else np.append(start_memory[s], 0.0)[:, None]
         extra_cost = 0.0 if start_costs is None else np.append(start_costs[s], 0.0)[:, None]
-        ok = (end > start) & (mem_fixed[s] + extra_mem + mem_prefix[end] - mem_prefix[start] <= fits_below)
+        held = mem_fixed[s] + extra_mem + mem_prefix[end] - mem_prefix[start]
+        ok = (end > start) & ((held if transient is None else held + transient) <= fits_below)
         stage_costs[s] = np.where(ok, alpha[s] + extra_cost + prefix[end] - prefix[start], INFEASIBLE)
     return stage_costs
 
@@ -181,3 +186,34 @@ def waterfill_split(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: 
         parts[s] -= 1
         excess -= 1
     return Split(tuple(int(x) for x in parts), float(np.max(alpha + parts * beta)))
+
+
+def fitting_depths(memory: PositionMemory, capacity: float, depths: int) -> np.ndarray:
+    """Per depth p = 1..``depths``, whether some split of the L blocks over p stages, each holding >= 1, fits
+    in ``capacity`` (what ``dp_split`` finds finite, compared as it compares), for blocks that hold
+    different bytes.
+
+    A stage's fixed bytes and its blocks' bytes depend on its distance k = p - s from the last stage
+    only (and on being first), so one backward pass serves every depth: ``reach`` marks the blocks j
+    from which the last k stages can hold blocks [j, L); depth k + 1 fits where a first stage holds
+    [0, e) for such an e; a middle stage at distance k + 1 then extends ``reach``. O(depths L^2) with NumPy."""
+    L = memory.blocks.shape[1]
+    below = capacity * (1 + FIT_RELATIVE_TOLERANCE)
+    prefix = np.concatenate([np.zeros((L, 1)), np.cumsum(memory.blocks, axis=1)], axis=1)   # [k - 1, j]
+    transient = memory.transient
+    j = np.arange(L + 1)
+    depths = min(depths, L)
+    out = np.zeros(depths, dtype=bool)
+    out[0] = memory.single + prefix[0, L] - prefix[0, 0] + transient[0, L] <= below
+    reach = (memory.last + prefix[0, L] - prefix[0] + transient[:, L] <= below) & (j >= 1) & (j < L)
+    for p in range(2, depths + 1):
+        row = prefix[p - 1]
+        first = (memory.first[p - 1] + row - row[0] + transient[0] <= below) & (j >= 1)
+        out[p - 1] = bool((first & reach).any())
+        ends = np.flatnonzero(reach)
+        if p == depths or not len(ends):
+            continue
+        holds = memory.middle + row[ends][None, :] - row[:, None] + transient[:, ends] <= below
+        reach = (holds & (j[:, None] < ends[None, :])).any(axis=1) & (j >= 1)
+    return out
+

@@ -22,6 +22,7 @@ from nestplan.cost.terms import TERM_GROUPS, GraphTerms, TermCache, shard_of, te
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.placement import EXPERT_GROUP_KEYS, TopologyPlacements
+from nestplan.search.partition import fitting_depths
 from nestplan.search.space import SubConfig
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import ZeroStage
@@ -55,6 +56,8 @@ class Tables:
     mem_fixed: np.ndarray   # (P, P) bytes per stage besides its blocks
     constant: np.ndarray    # (P,) sum of alpha + all blocks: the depth-dependent part of sum_s cycle_s
     homogeneous: bool
+    # blocks of different kinds: (L + 1, L + 1) the largest transient of blocks [j, e), which mem_fixed leaves out
+    transient: np.ndarray | None = None
 
 
 class PhysicalSearchModel:
@@ -154,13 +157,14 @@ class PhysicalSearchModel:
         bt = self._per_level_transfer(g)[self.placement.level_matrix(g.cfg.order, g.cfg.stage_devices, g.replicas, P)]
         pos = stage.position_tables(ctx, t, blocks, g.microbatches, bt)
         return Tables(alpha=pos.alpha, nmax=pos.nmax, beta=float(blocks.costs[0]), block_costs=blocks.costs,
-                      mem_fixed=pos.mem_fixed, constant=pos.constant, homogeneous=blocks.homogeneous)
+                      mem_fixed=pos.mem_fixed, constant=pos.constant, homogeneous=blocks.homogeneous,
+                      transient=None if blocks.homogeneous else stage.range_transients(blocks.transients))
 
     # ------------------------------------------------------------------ before the tables
-    def feasible_depths(self, g: Group) -> np.ndarray | None:
+    def feasible_depths(self, g: Group) -> np.ndarray:
         """Per depth 1..P, whether some split fits in memory (every stage holds >= 1 block and
         together they hold all: where the tables' split is finite), from the stage capacities
-        alone; None for blocks that differ (the engine then solves the splits)."""
+        alone (blocks that hold different bytes: from where each stage may start, partition.py)."""
         if self._feasible[0] == g:
             return self._feasible[1]
         # Whether depth p fits depends on the stages of depth p only, not on the deepest the group
@@ -169,32 +173,32 @@ class PhysicalSearchModel:
         # answer for every depth up to L, of which each takes its first P.
         key = (self._terms_key(g) if self._mixed else (g.cfg.shard_key, g.zero), g.replicas if g.zero else 0,
                min(g.microbatches, self.num_blocks))
-        every = self._feasible_by_key.get(key, False)
-        if every is False:
+        every = self._feasible_by_key.get(key)
+        if every is None or len(every) < min(g.max_depth, self.num_blocks):
             every = self._feasible_by_key[key] = self._feasible_depths(g)
-        out = None if every is None else every[:g.max_depth]
+        out = every[:g.max_depth]
         self._feasible = (g, out)
         return out
 
-    def _feasible_depths(self, g: Group) -> np.ndarray | None:
-        """feasible_depths for every depth 1..L."""
+    def _feasible_depths(self, g: Group) -> np.ndarray:
+        """feasible_depths for every depth 1..L (blocks of different bytes: 1..P, the group's deepest)."""
         ctx = self._stage_context(g)
-        t = self.memory_terms(g)
-        if self._mixed:   # whether two kinds of block cost the same depends on all their terms
-            t = self.terms(g)
-            blocks = stage.block_arrays(ctx, t, self._kinds)
-            if not blocks.homogeneous:
-                return None
-            states, acts = blocks.states[0], blocks.activations[0]
-        else:
-            block = t.blocks[self._block_kinds[0]]
-            states, acts = ctx.node_state_bytes(block), block.activations
         L = self.num_blocks
         m = min(g.microbatches, L)
         inflight = self._inflight.get(m)
         if inflight is None:
             inflight = self._inflight[m] = stage.first_stage_in_flight(m, L)
-        cap = stage.position_capacity(ctx, t, states, acts, inflight)
+        if self._mixed:   # whether two kinds of block hold the same bytes depends on all their terms
+            t = self.terms(g)
+            held = {(ctx.node_state_bytes(b), b.activations, b.transient) for b in t.blocks.values()}
+            if len(held) > 1:
+                memory = stage.position_memory(ctx, t, self._kinds, inflight)
+                return fitting_depths(memory, ctx.capacity_bytes, g.max_depth)
+            block = next(iter(t.blocks.values()))
+        else:
+            t = self.memory_terms(g)
+            block = t.blocks[self._block_kinds[0]]
+        cap = stage.position_capacity(ctx, t, ctx.node_state_bytes(block), block.activations, inflight)
         # depth p >= 2: first stage (k = p), middle stages k = 2 .. p - 1, last stage (k = 1)
         inner = cap.middle[1:-1]
         short = np.concatenate([[0], np.cumsum(inner < 1)])
@@ -202,11 +206,10 @@ class PhysicalSearchModel:
         deeper = (cap.first[1:] >= 1) & (short == 0) & (cap.first[1:] + cap.last + held >= L)
         return np.concatenate([[cap.single >= L], deeper & (cap.last >= 1)])
 
-    def fits(self, g: Group) -> bool | None:
+    def fits(self, g: Group) -> bool:
         """Whether some depth of the group has a split that fits in memory (what the engine's
-        run_group returns); None for blocks that differ."""
-        depths = self.feasible_depths(g)
-        return None if depths is None else bool(depths.any())
+        run_group returns)."""
+        return bool(self.feasible_depths(g).any())
 
     def lower_bound(self, g: Group, fitted: bool = True) -> float:
         """A lower bound of the proxy step time of every split of every depth of the group (with
@@ -217,8 +220,7 @@ class PhysicalSearchModel:
         At depth p >= 2 transfers are >= 0, every stage holds >= 1 block, the largest holds >=
         ceil(L / p) and the bottleneck is >= the mean cycle, so (m - 1) * max(those) + embedding +
         head + blocks bounds it. Each bound falls with p and none exceeds depth 1's, so the bound
-        of the deepest depth that fits bounds them all (depth P without ``fitted`` or where blocks
-        differ). The step end
+        of the deepest depth that fits bounds them all (depth P without ``fitted``). The step end
         (extras) is >= 0. The result is shrunk by 1e-9 against rounding."""
         key = self._terms_key(g)
         sums = self._cycle_sums.get(key)
