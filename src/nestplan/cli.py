@@ -50,6 +50,12 @@ GRAD_REDUCE_OPTION = typer.Option("fp32", "--grad-reduce-dtype", help="gradient 
                                   "(Megatron-LM's default) or bf16 (--grad-reduce-in-bf16, NeMo grad_sync_dtype)")
 TP_OVERLAP_OPTION = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
                                  help="tensor-parallel collectives under the GEMMs (Transformer Engine userbuffers)")
+MOE_OVERLAP_OPTION = typer.Option(False, "--moe-comm-overlap/--no-moe-comm-overlap",
+                                  help="expert all-to-alls of one microbatch under another's compute (Megatron-Core's "
+                                       "1F1B A2A overlap; one more microbatch in flight)")
+PLAN_MOE_OVERLAP_OPTION = typer.Option(True, "--moe-comm-overlap/--no-moe-comm-overlap",
+                                       help="may the plan overlap expert all-to-alls with another microbatch's compute "
+                                            "(Megatron-Core's 1F1B A2A overlap; tried where it runs)")
 GRAD_OVERLAP_OPTION = typer.Option(True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
                                    help="data-parallel gradient reduction under the backward pass")
 PARAM_OVERLAP_OPTION = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
@@ -358,6 +364,7 @@ def evaluate(
     fp8_params: bool = FP8_PARAMS_OPTION,
     cp_comm_type: CpCommType = CP_COMM_OPTION,
     cp_a2a_size: int = CP_A2A_OPTION,
+    moe_comm_overlap: bool = MOE_OVERLAP_OPTION,
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -380,7 +387,8 @@ def evaluate(
     job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
-                      overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
+                      overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size,
+                      moe_comm_overlap=moe_comm_overlap)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
@@ -424,6 +432,7 @@ def plan_command(
     fp8_params: bool = FP8_PARAMS_OPTION,
     cp_comm_type: CpCommType | None = PLAN_CP_COMM_OPTION,
     cp_a2a_size: int = CP_A2A_OPTION,
+    moe_comm_overlap: bool = PLAN_MOE_OVERLAP_OPTION,
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -459,7 +468,8 @@ def plan_command(
     cl = api.resolve_cluster(cluster, devices)
     space = api.search_space(schedules=_schedule_list(schedules), export=export,
                              cp_comm_types=None if cp_comm_type is None else (cp_comm_type,),
-                             memory_margin=memory_margin, expert_tp=_expert_tp_list(expert_tp))
+                             memory_margin=memory_margin, expert_tp=_expert_tp_list(expert_tp),
+                             moe_comm_overlap=moe_comm_overlap)
     assert space.cp_comm_types
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,

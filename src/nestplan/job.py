@@ -78,6 +78,10 @@ class Job:
     cp_comm_type, cp_a2a_size: how context parallelism exchanges keys and values (``CpCommType``) and,
         for a2a+p2p, the all-to-all group's size (Megatron-LM ``--hierarchical-context-parallel-sizes
         A P``); 1 otherwise.
+    moe_comm_overlap: the expert all-to-alls of one microbatch run under another's compute
+        (Megatron-Core's 1F1B A2A overlap, ``--overlap-moe-expert-parallel-comm``: the forward of
+        microbatch i + 1 merged with the backward of microbatch i, layer by layer), which holds one
+        more microbatch's activations in flight; off by default there.
     """
 
     global_batch_size: int
@@ -93,6 +97,7 @@ class Job:
     fp8_params: bool = False
     cp_comm_type: CpCommType = CpCommType.P2P
     cp_a2a_size: int = 1
+    moe_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         check_count(self.global_batch_size, "global_batch_size", MAX_GLOBAL_BATCH_SIZE)
@@ -108,7 +113,7 @@ class Job:
                               field="optimizer", value=self.optimizer, limit=allowed)
         object.__setattr__(self, "optimizer", Optimizer(self.optimizer))
         for flag in ("flash_attention", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
-                     "fp8_params"):
+                     "fp8_params", "moe_comm_overlap"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"{flag} must be true or false, got {brief(getattr(self, flag))}",
                                   field=flag, value=getattr(self, flag), limit=[True, False])

@@ -402,7 +402,7 @@ def _read_dims(data: Any) -> ParallelDims:
         virtual_stages=ints["virtual_stages"], layers_per_stage=layers)
 
 
-FRAMEWORK_FLAGS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "fp8_params")
+FRAMEWORK_FLAGS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "fp8_params", "moe_comm_overlap")
 
 
 def _read_layers(par: Mapping[str, Any], pp: int, virtual_stages: int) -> tuple[int, ...]:

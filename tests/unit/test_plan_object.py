@@ -172,15 +172,17 @@ def test_v1_plans_resolve_model_and_cluster_by_name() -> None:
 
 def test_v1_plan_of_a_config_json_needs_the_model_given(capsys, tmp_path) -> None:
     """A /1 plan names a config.json model by its name only: one line, as before; --model fixes it."""
-    plan = _plan(QWEN3, "h100-spine-leaf")
+    config = tmp_path / "my-qwen3-moe.json"   # a name the catalog does not hold
+    config.write_text(Path(QWEN3).read_text())
+    plan = _plan(str(config), "h100-spine-leaf")
     saved = tmp_path / "plan.json"
     saved.write_text(json.dumps(_v1(plan)))
     code, _, err = run_cli(capsys, ["export", str(saved), "--framework", "megatron", "--out", str(tmp_path / "a")])
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "unknown model 'qwen3-235b-a22b'" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "unknown model 'my-qwen3-moe'" in err
     code, _, err = run_cli(capsys, ["export", str(saved), "--framework", "megatron", "--out", str(tmp_path / "b"),
-                                    "--model", QWEN3])
+                                    "--model", str(config)])
     assert code == 0, err
-    assert Plan.from_dict(_v1(plan), model=QWEN3) == plan
+    assert Plan.from_dict(_v1(plan), model=str(config)) == plan
 
 
 # ------------------------------------------------------------------ the plan file, read strictly

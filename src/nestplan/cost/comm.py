@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nestplan.job import CpCommType
+from nestplan.model import ssm
 from nestplan.model.layers import Shard, _kv_per_device, boundary_bytes
 from nestplan.model.spec import ModelSpec
 from nestplan.network import collectives as coll
@@ -56,12 +57,12 @@ def tp_collectives(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, cou
     return count * coll.all_reduce(topo, tp.fanout, shard.dtype_bytes * shard.tokens * hidden)
 
 
-def _all_gather(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, gather_bytes: int | None) -> float:
+def _all_gather(topo: Topology, tp: GroupSpan, shard: Shard, hidden: float, gather_bytes: int | None) -> float:
     element = shard.dtype_bytes if gather_bytes is None else gather_bytes
     return coll.all_gather(topo, tp.fanout, element * shard.tokens * hidden)
 
 
-def _reduce_scatter(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int) -> float:
+def _reduce_scatter(topo: Topology, tp: GroupSpan, shard: Shard, hidden: float) -> float:
     return coll.reduce_scatter(topo, tp.fanout, shard.dtype_bytes * shard.tokens * hidden)
 
 
@@ -74,21 +75,98 @@ def overlapped(collective_s: float, gemm_s: float, chunks: int) -> float:
     return piece + max(0.0, collective_s - piece - gemm_s)
 
 
-def _tp_exposed(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, pairs: Sequence[tuple[float, float]],
-                gather_bytes: int | None) -> tuple[float, float]:
+@dataclass(frozen=True)
+class TpSync:
+    """One tensor-parallel synchronisation per direction of a sub-block (Megatron's column/row-parallel
+    pair, Shoeybi et al. 2019 Figure 3): with sp an all-gather of ``gather_width`` channels per token
+    before its column-parallel GEMMs and a reduce-scatter of the hidden states after its row-parallel
+    ones; without sp one all-reduce of the hidden states (``output_width`` channels per token).
+    ``columns``, ``rows``: indices of those GEMMs in ``model.layers.block_gemms``' list, which tp
+    overlap hides the collectives under."""
+
+    gather_width: float
+    output_width: float
+    columns: tuple[int, ...]
+    rows: tuple[int, ...]
+
+
+def _mixer_gemm_count(spec: ModelSpec, layer: int) -> int:
+    """GEMMs ``model.layers.block_gemms`` lists for block ``layer``'s mixer before its FFN's."""
+    mixer = spec.mixer_of(layer)
+    if mixer == "mamba":
+        return len(ssm.projection_shapes(spec.mamba, spec.hidden_size, 1))
+    return 2 if mixer == "attention" else 0
+
+
+def _attention_gather_width(spec: ModelSpec) -> float:
+    """Channels per token the attention's sp all-gather moves: the hidden states, or with MLA its
+    latents: Megatron-core's MLASelfAttention (megatron/core/transformer/multi_latent_attention.py)
+    runs the down-projections replicated on each rank's own 1/tp of the tokens, then the
+    column-parallel up-projections gather the query latent (q_lora_rank; the hidden states for a
+    plain q projection without one) and the key/value latent (kv_lora_rank), and
+    ``gather_from_sequence_parallel_region`` gathers the shared rotary key (qk_rope_head_dim)."""
+    if not spec.is_mla:
+        return spec.hidden_size
+    return (spec.q_lora_rank or spec.hidden_size) + spec.kv_lora_rank + spec.qk_rope_head_dim
+
+
+def _tp_syncs(spec: ModelSpec, layer: int) -> list[TpSync]:
+    """The tp synchronisations of block ``layer`` besides an MoE FFN's (``_mlp_syncs``): one for its
+    mixer (attention or Mamba: in_proj column-, out_proj row-parallel, Megatron-core MambaMixer) if it
+    has one, one for its dense FFN if it has one. Falcon's parallel block (HF modeling_falcon
+    ``parallel_attn``: attention and MLP read one normed input, their outputs summed) shares them: one
+    gather of that input, one reduce of the summed output."""
+    mixer, m = spec.mixer_of(layer), _mixer_gemm_count(spec, layer)
+    dense_ffn = spec.has_ffn(layer) and not spec.is_moe_layer(layer)
+    if spec.parallel_block and mixer == "attention" and dense_ffn:
+        return [TpSync(spec.hidden_size, spec.hidden_size, (0, m), (1, m + 1))]
+    syncs = []
+    if mixer != "none":
+        width = _attention_gather_width(spec) if mixer == "attention" else spec.hidden_size
+        syncs.append(TpSync(width, spec.hidden_size, (0,), (1,)))
+    if dense_ffn:
+        syncs.append(TpSync(spec.hidden_size, spec.hidden_size, (m,), (m + 1,)))
+    return syncs
+
+
+def _sync_time(topo: Topology, tp: GroupSpan, shard: Shard, sync: TpSync, gather_bytes: int | None) -> float:
+    """One direction's seconds of ``sync`` not overlapped: all-gather and reduce-scatter with sp (the
+    same bytes as one all-reduce for the hidden states, Korthikanti et al. 2022 section 4.2.2), else
+    an all-reduce of the block's output."""
+    if tp.size <= 1:
+        return 0.0
+    if shard.sp_div > 1:
+        gather = _all_gather(topo, tp, shard, sync.gather_width, gather_bytes)
+        return gather + _reduce_scatter(topo, tp, shard, sync.output_width)
+    return coll.all_reduce(topo, tp.fanout, shard.dtype_bytes * shard.tokens * sync.output_width)
+
+
+def _tp_exposed(topo: Topology, tp: GroupSpan, shard: Shard, syncs: Sequence[TpSync],
+                gemms: Sequence[tuple[float, float]], gather_bytes: int | None) -> tuple[float, float]:
     """(forward, backward) exposed tp collectives of the sub-blocks whose GEMMs overlap them;
-    ``pairs``: (forward, backward) seconds of each sub-block's column- and row-parallel GEMM, in
-    that order. Forward, the all-gather hides under the column-parallel GEMM and the reduce-scatter
-    under the row-parallel one. Backward, the row-parallel GEMM's grad-output all-gather hides under
-    its data-gradient product and the column-parallel GEMM's input-gradient reduce-scatter under its
-    weight-gradient product: each half of the GEMM's backward."""
-    gather = _all_gather(topo, tp, shard, hidden, gather_bytes)
-    scatter = _reduce_scatter(topo, tp, shard, hidden)
+    ``gemms``: (forward, backward) seconds of the block's GEMMs in ``block_gemms`` order. Forward,
+    the all-gather hides under the column-parallel GEMMs and the reduce-scatter under the row-parallel
+    ones. Backward, the row-parallel GEMMs' grad-output all-gather hides under their data-gradient
+    product and the column-parallel GEMMs' input-gradient reduce-scatter under their weight-gradient
+    product: each half of the GEMMs' backward."""
     forward = backward = 0.0
-    for column, row in zip(pairs[::2], pairs[1::2]):
+    for sync in syncs:
+        gather = _all_gather(topo, tp, shard, sync.gather_width, gather_bytes)
+        scatter = _reduce_scatter(topo, tp, shard, sync.output_width)
+        column = [sum(gemms[i][d] for i in sync.columns) for d in (0, 1)]
+        row = [sum(gemms[i][d] for i in sync.rows) for d in (0, 1)]
         forward += overlapped(gather, column[0], tp.size) + overlapped(scatter, row[0], tp.size)
         backward += overlapped(gather, row[1] / 2, tp.size) + overlapped(scatter, column[1] / 2, tp.size)
     return forward, backward
+
+
+def _x_proj_all_reduce(topo: Topology, tp: GroupSpan, spec: ModelSpec, layer: int, shard: Shard) -> float:
+    """One direction's all-reduce of a Mamba-1 mixer's x_proj output (dt, B, C: R + 2 N per token of
+    the gathered sequence; vLLM's MambaMixer makes x_proj row-parallel over the channels; backward,
+    their gradients from every rank's channels are summed the same way); none in other blocks."""
+    if tp.size <= 1 or spec.mixer_of(layer) != "mamba" or not isinstance(spec.mamba, ssm.Mamba1Shape):
+        return 0.0
+    return coll.all_reduce(topo, tp.fanout, shard.dtype_bytes * shard.tokens * spec.mamba.x_proj_width)
 
 
 def routed_tokens_per_token(spec: ModelSpec, layer: int) -> int:
@@ -129,37 +207,58 @@ def block_comm(
     tp_overlap: bool = False,
     gather_bytes: int | None = None,
     cp_comm: CpComm = CpComm(),
+    a2a_hidden_under: tuple[float, float] | None = None,
 ) -> LayerComm:
-    """Collectives of one transformer block: 2 tp syncs forward and 2 backward (Megatron
-    column/row-parallel pair per sub-block, Shoeybi et al. 2019 Figure 3; an MoE block's MLP
-    syncs its routed token copies, ``_mlp_syncs``), the context-parallel exchange of keys and
-    values (``context_exchange``), the expert all-to-alls (dispatch and combine).
+    """Collectives of one block: a tp sync per direction for its mixer and one for its dense FFN
+    (``_tp_syncs``; an MoE block's MLP syncs its routed token copies, ``_mlp_syncs``; a Mamba-1
+    mixer's x_proj all-reduce, ``_x_proj_all_reduce``), the context-parallel exchange
+    (``context_exchange``), the expert all-to-alls (dispatch and combine).
 
     With ``tp_overlap`` (and sequence parallelism, which Megatron-LM requires for it) each tp
     all-gather and reduce-scatter hides under its GEMM (``overlapped``); ``gemms`` are the block's
     (forward, backward) GEMM seconds in ``model.layers.block_gemms`` order. Transformer Engine
     overlaps its own linear layers: the attention projections always, the MLP's only in a dense
     block (experts run as grouped GEMMs without it). ``gather_bytes``: the all-gathers' bytes per
-    element when they move FP8 operands (``tp_collectives``)."""
-    tp, hidden = groups["tp"], spec.hidden_size
+    element when they move FP8 operands (``tp_collectives``). ``a2a_hidden_under``: the block's compute
+    seconds another microbatch's expert all-to-alls hide under (``expert_all_to_alls``), or None."""
     moe = spec.is_moe_layer(layer)
+    syncs = _tp_syncs(spec, layer)
     if tp_overlap and shard.sp_div > 1:
-        pairs = [gemms[0], gemms[1]] + ([] if moe else [gemms[2], gemms[3]])
-        tp_f, tp_b = _tp_exposed(topo, tp, shard, hidden, pairs, gather_bytes)
+        tp_f, tp_b = _tp_exposed(topo, groups["tp"], shard, syncs, gemms, gather_bytes)
     else:
-        tp_f = tp_b = tp_collectives(topo, tp, shard, hidden, 1 if moe else 2, gather_bytes)
+        tp_f = tp_b = sum(_sync_time(topo, groups["tp"], shard, s, gather_bytes) for s in syncs)
+    x_proj = _x_proj_all_reduce(topo, groups["tp"], spec, layer, shard)
+    tp_f, tp_b = tp_f + x_proj, tp_b + x_proj
     if moe:
-        mlp = _mlp_syncs(topo, tp, groups["etp"], shard, spec, layer, gather_bytes)
+        mlp = _mlp_syncs(topo, groups["tp"], groups["etp"], shard, spec, layer, gather_bytes)
         tp_f, tp_b = tp_f + mlp, tp_b + mlp
-    cp_f, cp_b = context_exchange(topo, spec, shard, groups["cp"], cp_comm, attention_forward_s)
-    ep_f = 0.0
-    experts = groups["expert"]   # ep x tp / etp ranks holding different experts
-    if moe and experts.size > 1:
-        # each rank sends top-k copies of its sequence-parallel share of the tokens
-        routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp
-        ep_f = 2 * coll.all_to_all(topo, experts.fanout, routed)   # dispatch + combine
+    cp_f, cp_b = context_exchange(topo, spec, shard, groups["cp"], cp_comm, attention_forward_s, layer)
+    ep_f, ep_b = expert_all_to_alls(topo, spec, layer, shard, groups["expert"], a2a_hidden_under)
     return LayerComm(tp_forward=tp_f, tp_backward=tp_b, cp_forward=cp_f, cp_backward=cp_b,
-                     ep_forward=ep_f, ep_backward=ep_f)
+                     ep_forward=ep_f, ep_backward=ep_b)
+
+
+def expert_all_to_alls(topo: Topology, spec: ModelSpec, layer: int, shard: Shard, experts: GroupSpan,
+                       hidden_under: tuple[float, float] | None = None) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of an MoE block's dispatch and combine all-to-alls over the
+    ``experts`` group (ep x tp / etp ranks holding different experts): each rank sends top-k copies of
+    its sequence-parallel share of the tokens, and gets as many back.
+
+    ``hidden_under``: the block's (forward, backward) compute seconds where another microbatch's
+    all-to-alls run under them (Megatron-Core's 1F1B A2A overlap, Job.moe_comm_overlap: the forward
+    of microbatch i + 1 and the backward of microbatch i run merged, layer by layer, each one's
+    all-to-alls on a communication stream under the other's compute): the forward's all-to-alls
+    hide under the backward's compute and the backward's under the forward's, what exceeds it is
+    exposed. That is the pipeline's steady state; a stage's first and last microbatches, which run
+    alone, are costed as steady too."""
+    if not spec.is_moe_layer(layer) or experts.size <= 1:
+        return 0.0, 0.0
+    routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp
+    both = 2 * coll.all_to_all(topo, experts.fanout, routed)   # dispatch + combine
+    if hidden_under is None:
+        return both, both
+    forward_compute, backward_compute = hidden_under
+    return max(0.0, both - backward_compute), max(0.0, both - forward_compute)
 
 
 def split_fanout(fanout: Sequence[int], inner: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -199,10 +298,16 @@ def _head_all_to_alls(topo: Topology, fanout: Sequence[int], spec: ModelSpec, sh
 
 
 def context_exchange(topo: Topology, spec: ModelSpec, shard: Shard, cp: GroupSpan, how: CpComm,
-                     attention_forward_s: float) -> tuple[float, float]:
-    """(forward, backward) exposed seconds of one block's context-parallel exchange per microbatch."""
-    if cp.size <= 1:
+                     attention_forward_s: float, layer: int = 0) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of block ``layer``'s context-parallel exchange per
+    microbatch: the attention's keys and values (``how``), a Mamba-2 mixer's all-to-alls
+    (``_mamba_all_to_alls``), nothing in a block without a mixer (its MLP or MoE works token by token)."""
+    mixer = spec.mixer_of(layer)
+    if cp.size <= 1 or mixer == "none":
         return 0.0, 0.0
+    if mixer == "mamba":
+        a2a = _mamba_all_to_alls(topo, cp, spec.mamba, shard)
+        return a2a, a2a
     kv_bytes = local_kv_bytes(spec, shard)
     if how.kind is CpCommType.P2P:
         return _ring(topo, cp.fanout, kv_bytes, attention_forward_s)
@@ -219,6 +324,23 @@ def context_exchange(topo: Topology, spec: ModelSpec, shard: Shard, cp: GroupSpa
     # after the all-to-all a rank holds a2a_size times the tokens of 1/a2a_size of the heads: the same K/V bytes
     ring_f, ring_b = _ring(topo, across, kv_bytes, attention_forward_s)
     return a2a + ring_f, a2a + ring_b
+
+
+def _mamba_all_to_alls(topo: Topology, cp: GroupSpan, m: ssm.MambaShape, shard: Shard) -> float:
+    """One direction's all-to-alls of a Mamba-2 mixer under context parallelism (Megatron-core
+    megatron/core/ssm/mamba_context_parallel.py, MambaContextParallel): ``pre_conv_ssm`` trades the
+    in_proj output's sequence shard for a head shard before the conv and the scan (z, x: d / t each;
+    B, C: G N / t each, each group repeated cp t / G times first where a rank has fewer groups than
+    cp; dt: H / t), ``post_conv_ssm`` trades the scan's output (d / t) back; backward, the same
+    all-to-alls transposed; not overlapped with compute. Mamba-1 has no context parallelism
+    (strategy/dims.py refuses it)."""
+    assert isinstance(m, ssm.Mamba2Shape), "context parallelism runs Mamba-2 mixers only"
+    t = shard.tp
+    groups = m.groups / t
+    repeat = max(1.0, cp.size / groups)
+    widths = (m.inner / t, m.inner / t, groups * repeat * m.state_size, groups * repeat * m.state_size,
+              m.num_heads / t, m.inner / t)   # z, x, B, C, dt in; y back
+    return sum(coll.all_to_all(topo, cp.fanout, shard.dtype_bytes * shard.tokens * w) for w in widths)
 
 
 def boundary_time(topo: Topology, spec: ModelSpec, shard: Shard, level: int) -> float:

@@ -12,7 +12,8 @@ import numpy as np
 
 from nestplan.cost import comm
 from nestplan.cost import stage
-from nestplan.cost.memory import ShardGroups, in_flight_microbatches, live_activation_peak, split_schedule_peak
+from nestplan.cost.memory import (ShardGroups, in_flight_microbatches, live_activation_peak, moe_a2a_early,
+                                  split_schedule_peak)
 from nestplan.cost.pipeline import pipeline_floor, pipeline_time, split_pipeline_time
 from nestplan.cost.split_schedule import SplitTimes
 from nestplan.cost.prediction import Prediction, StageCost
@@ -39,7 +40,10 @@ def _model_flops(model: ModelSpec, seq: int, global_batch_size: int, recompute: 
     if recompute is Recompute.FULL:
         extra = fwd - L.head_model_flops(model, seq)
     elif recompute is Recompute.SELECTIVE:
-        extra = sum(4.0 * seq * L.attention_keys(model, i, seq) * model.q_channels for i in range(model.num_layers))
+        # selective recomputation re-runs the attention cores only (Korthikanti et al. 2022 section 5):
+        # their forward FLOPs, with MLA's own query/key and value head widths; Mamba and MLP-only blocks none
+        extra = seq * sum(L.attention_model_flops(model, i, seq) for i in range(model.num_layers)
+                          if model.mixer_of(i) == "attention")
     else:
         extra = 0.0
     return model_flops, model_flops + extra * global_batch_size
@@ -111,9 +115,30 @@ def cp_comm_conflict(job: Job, cp: int, tp: int, model: ModelSpec) -> ConfigErro
 
 
 def check_cp_comm(dims: ParallelDims, model: ModelSpec, job: Job) -> None:
-    problem = cp_comm_conflict(job, dims.cp, dims.tp, model)
+    problem = cp_comm_conflict(job, dims.cp, dims.tp, model) or moe_overlap_conflict(dims, model, job)
     if problem is not None:
         raise problem
+
+
+def moe_overlap_conflict(dims: ParallelDims, model: ModelSpec, job: Job) -> ConfigError | None:
+    """Why ``job``'s MoE all-to-all overlap (Job.moe_comm_overlap) cannot run this plan, or None:
+    Megatron-Core's 1F1B A2A overlap needs expert parallelism, merges a forward with a backward under
+    1F1B (interleaved once pp > 1), and no full recomputation
+    (megatron/core/transformer/transformer_config.py, overlap_moe_expert_parallel_comm checks)."""
+    if not job.moe_comm_overlap:
+        return None
+    why = None
+    if not model.is_moe or dims.expert_parallel < 2:
+        why = ("needs expert parallelism", "ep", dims.expert_parallel, ">= 2")
+    elif dims.schedule.splits_backward or (dims.pp > 1 and dims.schedule is not Schedule.INTERLEAVED):
+        why = ("runs under 1F1B, interleaved once pp > 1", "schedule", dims.schedule.value, "1f1b or interleaved")
+    elif dims.recompute is Recompute.FULL:
+        why = ("keeps activations (no full recomputation)", "recompute", dims.recompute.value, "none or selective")
+    if why is None:
+        return None
+    text, field, value, limit = why
+    return ConfigError(f"the MoE all-to-all overlap (--moe-comm-overlap) {text}; the plan has {field} {value}",
+                       field=field, value=value, limit=limit)
 
 
 @dataclass(frozen=True)
@@ -225,12 +250,12 @@ def _stage_memory(ctx: stage.StageContext, dims: ParallelDims, st: _Stages, i: i
     """Stage i's memory breakdown: activations x microbatches in flight, or, where its chunks
     differ, the peak of its live chunks."""
     if st.chunks is None:
-        in_flight = in_flight_microbatches(dims.schedule, i, dims.pp, m, dims.virtual_stages)
+        in_flight = in_flight_microbatches(dims.schedule, i, dims.pp, m, dims.virtual_stages, moe_a2a_early(ctx.job))
         return stage.stage_memory_breakdown(ctx, st.sums[i], in_flight)
     if dims.schedule.splits_backward:
         live = split_schedule_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i], st.chunks.kept[i])
         return stage.chunked_memory_breakdown(ctx, st.sums[i], live)
-    live = live_activation_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i])
+    live = live_activation_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i], moe_a2a_early(ctx.job))
     return stage.chunked_memory_breakdown(ctx, st.sums[i], live)
 
 

@@ -62,7 +62,8 @@ def forward_chunk(k: int | np.ndarray, pp: int, virtual: int) -> int | np.ndarra
     return (k % (pp * virtual)) // pp
 
 
-def live_activation_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: np.ndarray) -> float:
+def live_activation_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: np.ndarray,
+                         early: int = 0) -> float:
     """The most activation bytes a stage holds at once, its v chunks storing ``chunk_bytes[c]`` per
     microbatch (chunk c of the stage; they may differ).
 
@@ -72,11 +73,12 @@ def live_activation_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_
     max_j [ sum_{k <= w + j} a(forward_chunk(k)) - sum_{k < j} a(v - 1 - forward_chunk(k)) ]. Both
     sums gain every chunk p times per p v operations, so the bracket repeats with period p v in j
     and the first min(p v, m v - w) values of j suffice. With equal chunks it is
-    :func:`in_flight_microbatches` x their sum."""
+    :func:`in_flight_microbatches` x their sum. ``early``: forwards run ahead of the schedule's
+    (:func:`in_flight_microbatches`)."""
     a = np.asarray(chunk_bytes, float)
     v = len(a)
     total = m * v
-    w = int(warmup_forwards(schedule, stage, pp, m, v))
+    w = min(int(warmup_forwards(schedule, stage, pp, m, v)) + early, total)
     if w >= total:
         return float(m * a.sum())
     span = min(pp * v, total - w)
@@ -88,16 +90,26 @@ def live_activation_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_
 
 
 def in_flight_microbatches(schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int,
-                           virtual: int) -> float | np.ndarray:
+                           virtual: int, early: int = 0) -> float | np.ndarray:
     """Microbatches whose activations a stage holds at its peak, in units of the whole stage.
 
     A stage runs w warm-up forwards (:func:`warmup_forwards`), then one more before its first
     backward, and from then on alternates, so it holds at most min(w + 1, m v) model chunks of
-    1/v of the stage each (:func:`live_activation_peak` with equal chunks). ``stage`` and ``pp``
-    may be arrays (the search's tables): the count is then elementwise, an array.
+    1/v of the stage each (:func:`live_activation_peak` with equal chunks). ``early`` forwards more
+    run ahead where the schedule merges the forward of the next microbatch with the backward of the
+    current one (``moe_a2a_early``). ``stage`` and ``pp`` may be arrays (the search's tables): the
+    count is then elementwise, an array.
     """
-    chunks = np.minimum(warmup_forwards(schedule, stage, pp, m, virtual) + 1, m * virtual) / virtual
+    chunks = np.minimum(warmup_forwards(schedule, stage, pp, m, virtual) + 1 + early, m * virtual) / virtual
     return float(chunks) if chunks.ndim == 0 else chunks
+
+
+def moe_a2a_early(job) -> int:
+    """Forwards a stage runs ahead of its schedule under Megatron-Core's 1F1B A2A overlap
+    (``Job.moe_comm_overlap``): the forward of microbatch i + 1 runs merged with the backward of
+    microbatch i, so its activations are stored before that backward frees microbatch i's
+    (megatron/core/pipeline_parallel/combined_1f1b.py): one; none otherwise."""
+    return 1 if job.moe_comm_overlap else 0
 
 
 def weight_gradient_input_bytes(gemms: list[Gemm], dtype_bytes: float, sp_div: int = 1) -> float:

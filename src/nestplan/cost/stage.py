@@ -36,7 +36,7 @@ from typing import Hashable, Mapping, Sequence
 import numpy as np
 
 from nestplan.cost.memory import (
-    ShardGroups, in_flight_microbatches, model_state_bytes, model_state_total, stage_memory)
+    ShardGroups, in_flight_microbatches, model_state_bytes, model_state_total, moe_a2a_early, stage_memory)
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.cost.stepend import SyncContext
 from nestplan.cost.terms import GraphTerms, NodeTerms
@@ -246,7 +246,8 @@ def position_tables(ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, m
     depth, stage, real, first, last = _grid(P)
     alpha = terms.embedding.cycle * first + terms.head.cycle * last + transfers[:, :P] + transfers[:, 1:]
     alpha = np.where(real, alpha, -np.inf)
-    inflight = np.where(real, in_flight_microbatches(Schedule.ONE_F_ONE_B, stage, depth, microbatches, 1), 0)
+    early = moe_a2a_early(ctx.job)
+    inflight = np.where(real, in_flight_microbatches(Schedule.ONE_F_ONE_B, stage, depth, microbatches, 1, early), 0)
     copy = np.where(depth > 1, ctx.state_bytes(terms.tied_head_copy), 0.0)
     fixed = (ctx.reserved_bytes + (largest_block_transient(terms) if blocks.homogeneous else 0.0)
              + first * (ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight)
@@ -270,10 +271,10 @@ class PositionCapacity:
     single: int
 
 
-def first_stage_in_flight(microbatches: int, depth: int) -> np.ndarray:
+def first_stage_in_flight(microbatches: int, depth: int, early: int = 0) -> np.ndarray:
     """Microbatches a 1F1B pipeline's first stage holds, for depths k = 1..depth: min(k, m)
-    (what stage s of depth p holds, at k = p - s)."""
-    return in_flight_microbatches(Schedule.ONE_F_ONE_B, 0, np.arange(1, depth + 1), microbatches, 1)
+    (what stage s of depth p holds, at k = p - s); ``early``: memory.moe_a2a_early."""
+    return in_flight_microbatches(Schedule.ONE_F_ONE_B, 0, np.arange(1, depth + 1), microbatches, 1, early)
 
 
 def position_capacity(ctx: StageContext, terms: GraphTerms, block_states: float, block_activations: float,
@@ -332,7 +333,8 @@ def position_memory(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray
 def block_memory(ctx: StageContext, terms: GraphTerms, kinds: Sequence[Hashable], pp: int, microbatches: int
                  ) -> np.ndarray:
     """(pp, L) bytes of each block held by each stage of a 1F1B pipeline."""
-    inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, microbatches, 1)
+    inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, microbatches, 1,
+                                      moe_a2a_early(ctx.job))
     order = {kind: n for n, kind in enumerate(terms.blocks)}
     index = np.array([order[kind] for kind in kinds])
     states = np.array([ctx.node_state_bytes(node) for node in terms.blocks.values()])[index]

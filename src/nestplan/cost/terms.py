@@ -196,10 +196,16 @@ class TermCache:
             gather = FP8_BYTES if self.job.fp8 else None   # FP8 operands are cast, then gathered
             cp_comm = comm.CpComm(self.job.cp_comm_type, self.job.cp_a2a_size)
             comms = {kind: comm.block_comm(topo, model, i, shard, groups, blocks[kind].time.attention_forward,
-                                           blocks[kind].time.gemms, self.job.tp_comm_overlap, gather, cp_comm)
+                                           blocks[kind].time.gemms, self.job.tp_comm_overlap, gather, cp_comm,
+                                           self._a2a_hidden_under(blocks[kind].time))
                      for kind, i in self._kinds.items()}
             found = self._comm[key] = (comms, comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1))
         return found
+
+    def _a2a_hidden_under(self, time: LayerTime) -> tuple[float, float] | None:
+        """The block's (forward, backward) compute another microbatch's expert all-to-alls hide under
+        with Job.moe_comm_overlap (comm.expert_all_to_alls), None without."""
+        return (time.forward, time.backward) if self.job.moe_comm_overlap else None
 
     def _assemble(self, dims: ParallelDims, shard: L.Shard, groups: Mapping[str, GroupSpan]) -> GraphTerms:
         model, job = self.model, self.job

@@ -46,6 +46,11 @@ def framework_expert_tp(framework: str) -> tuple[int | None, ...] | None:
     return EXPORTERS[framework].EXPERT_TP
 
 
+def framework_moe_overlap(framework: str) -> bool:
+    """Whether ``framework`` runs MoE all-to-alls under another microbatch's compute (Job.moe_comm_overlap)."""
+    return EXPORTERS[framework].MOE_COMM_OVERLAP
+
+
 def check_framework(name: str) -> str:
     """The canonical name of the framework ``name`` names (itself or an older alias, such as nemo)."""
     key = name.strip().lower()

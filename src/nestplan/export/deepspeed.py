@@ -46,6 +46,7 @@ TITLE = "DeepSpeed"
 PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deepspeed 0.19.8"
 COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B,)   # its pipeline engine's (deepspeed/runtime/pipe/schedule.py)
 CP_EXCHANGES = (CpCommType.A2A,)             # its sequence parallelism is Ulysses (all-to-alls)
+MOE_COMM_OVERLAP = False   # deepspeed.moe has no cross-microbatch all-to-all overlap
 EXPERT_TP = (None,)   # its MoE layer (deepspeed.moe.layer.MoE) takes ep_size from the data-parallel ranks only
 OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}   # DeepSpeed's FusedAdam; torch.optim.SGD
 ZERO_TESTED = ("adam",)                       # ZeRO refuses other optimizers unless allowed
@@ -132,6 +133,9 @@ def check(plan: Plan, heads: int) -> None:
         raise refuse(TITLE, f"cp {d.cp} runs as DeepSpeed-Ulysses, whose all-to-all splits the {heads} query and "
                      f"{plan.model.num_kv_heads} key/value heads over the {d.cp} ranks: they must divide both",
                      "cp", d.cp)
+    if plan.job.moe_comm_overlap:
+        raise refuse(TITLE, "DeepSpeed's MoE layer runs each microbatch's all-to-alls exposed: the plan's overlap of "
+                     "them with another microbatch's compute cannot run", "moe_comm_overlap", True, False)
     if d.etp is not None:
         raise refuse(TITLE, f"DeepSpeed's MoE layer draws expert parallelism from the data-parallel ranks only: the "
                      f"plan's experts folded over tp (etp {d.etp} below tp {d.tp}) cannot run", "etp", d.etp, d.tp)

@@ -23,6 +23,7 @@ from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFi
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
+from nestplan.model.ssm import Mamba1Shape
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
@@ -55,6 +56,7 @@ RUNS_AS = {Schedule.GPIPE: Schedule.ONE_F_ONE_B, Schedule.ZB_H1: Schedule.ONE_F_
            Schedule.ZBV: Schedule.INTERLEAVED, Schedule.DUALPIPEV: Schedule.INTERLEAVED}
 COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
 CP_EXCHANGES = tuple(CpCommType)   # --cp-comm-type takes every exchange
+MOE_COMM_OVERLAP = True   # --overlap-moe-expert-parallel-comm (Megatron-Core's 1F1B A2A overlap)
 EXPERT_TP = None   # --expert-tensor-parallel-size takes any divisor of tp (parallel folding): no restriction
 
 
@@ -273,6 +275,8 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
         flags += _cp_flags(inp.plan.job, d.cp)
     if d.expert_parallel > 1 or d.etp is not None:   # Megatron's expert grid: etp x expert_parallel x edp x pp
         flags += [("--expert-model-parallel-size", d.expert_parallel), ("--expert-tensor-parallel-size", d.expert_tp)]
+    if inp.plan.job.moe_comm_overlap:   # Megatron-Core's 1F1B A2A overlap, as costed (cost/comm.py expert_all_to_alls)
+        flags.append(("--overlap-moe-expert-parallel-comm", None))
     zero, zero_notes = _zero(inp.plan)
     notes += [n for n in [schedule_note(inp.plan)] if n]
     return flags + _pipeline_split(inp.plan) + zero + _recompute(inp.plan), notes + zero_notes
@@ -284,9 +288,28 @@ def expert_note(inp: ExportInput) -> str | None:
     return expert_group_note("Megatron-core", inp, inp.plan.dims.expert_tp, inp.plan.dims.expert_parallel)
 
 
+def hybrid_stack(m: ModelSpec) -> str | None:
+    """What makes ``m`` a hybrid stack rather than a GPT (Nemotron-H, Jamba): its Mamba layers by index
+    (and its blocks without a mixer or an FFN), or None for a transformer."""
+    if not m.is_hybrid:
+        return None
+    kind = "Mamba-1" if isinstance(m.mamba, Mamba1Shape) else "Mamba-2"
+    parts = [f"{kind} mixers in layers {','.join(map(str, m.mamba_layers))}"] if m.mamba_layers else []
+    if m.mixerless_layers:
+        parts.append(f"no mixer in layers {','.join(map(str, m.mixerless_layers))}")
+    if m.ffn_free_layers:
+        parts.append(f"no FFN in layers {','.join(map(str, m.ffn_free_layers))}")
+    return "a hybrid stack (" + "; ".join(parts) + ")"
+
+
 def unbuildable(m: ModelSpec) -> str | None:
     """The first architecture feature of ``m`` that Megatron-core's GPT layers cannot build (it has
-    neither a parallel attention + MLP block nor chunked attention: megatron/core/transformer), or None."""
+    neither a parallel attention + MLP block nor chunked attention: megatron/core/transformer; a hybrid
+    stack is no GPT: Megatron-LM trains Mamba hybrids with pretrain_mamba.py, which nestplan does not
+    export yet, and no Mamba-1), or None."""
+    hybrid = hybrid_stack(m)
+    if hybrid:
+        return hybrid
     if m.parallel_block:
         return "attention and MLP in parallel on the block input (Falcon's parallel_attn)"
     if m.chunked_attention_layers:

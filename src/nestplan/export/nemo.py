@@ -30,6 +30,7 @@ PIN = "Megatron-Bridge 0.6.2 (megatron-core 0.19.2) recipes and ConfigContainer 
 COSTED_SCHEDULES = megatron.COSTED_SCHEDULES   # Megatron-core runs the schedules and the exchanges
 CP_EXCHANGES = megatron.CP_EXCHANGES
 EXPERT_TP = megatron.EXPERT_TP
+MOE_COMM_OVERLAP = megatron.MOE_COMM_OVERLAP
 # Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
 # catalog models they were written for; any other decoder runs the generic GPT recipe
 # (megatron/bridge/recipes/gpt/vanilla_gpt.py), every model field being overridden either way.
@@ -94,6 +95,7 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
         ("model.context_parallel_size", d.cp), ("model.sequence_parallel", d.sp_active),
         ("model.expert_model_parallel_size", d.expert_parallel),
         ("model.expert_tensor_parallel_size", d.expert_tp if inp.model.is_moe else 1),
+        ("model.overlap_moe_expert_parallel_comm", job.moe_comm_overlap),
         ("model.seq_length", job.seq_len), ("dataset.seq_length", job.seq_len),
         ("train.global_batch_size", job.global_batch_size), ("train.micro_batch_size", d.micro_batch_size),
         ("mixed_precision", _precision_recipe(job))]

@@ -25,6 +25,7 @@ from nestplan.export import rank_order
 from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array, comment_text, counts_text,
                                     expert_group_note,
                                     flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
+from nestplan.export.megatron import hybrid_stack
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Fp8Recipe, Job
 from nestplan.model.spec import ModelSpec
@@ -42,6 +43,7 @@ SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.GPIPE: "GPipe", Schedule.INT
 RUNS_AS = {Schedule.ZB_H1: Schedule.ONE_F_ONE_B}
 COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
 CP_EXCHANGES = (CpCommType.ALLGATHER,)   # 0.3.0's context parallelism all-gathers K/V (FlexAttention)
+MOE_COMM_OVERLAP = False   # 0.3.0 has no cross-microbatch all-to-all overlap
 EXPERT_TP = (1,)   # 0.3.0's experts have no tensor parallelism: expert parallelism borrows the tp ranks
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}   # TrainingConfig.mixed_precision_param's choices
 # catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
@@ -192,6 +194,10 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
         changes.append(f"torchtitan 0.3.0's experts have no tensor parallelism: it runs them whole over ep x tp = "
                        f"{dims.ep * dims.tp} ranks (etp 1), where nestplan costed them split {dims.expert_tp} ways")
         dims = replace(dims, etp=1)
+    if job.moe_comm_overlap:
+        changes.append("torchtitan 0.3.0 runs each microbatch's expert all-to-alls exposed: it has no "
+                       "cross-microbatch overlap, which nestplan costed")
+        job = replace(job, moe_comm_overlap=False)
     if dims.pp > 1 and dims.schedule in RUNS_AS:
         changes.append("torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
                        f"the {dims.schedule.value} plan as {SCHEDULES[RUNS_AS[dims.schedule]]}")
@@ -341,11 +347,13 @@ def run_model(m: ModelSpec) -> ModelSpec:
     """The model torchtitan 0.3.0 builds for ``m``: ``m`` itself where it is of torchtitan's architecture,
     else a Llama-architecture decoder of ``m``'s sizes (a non-gated MLP's parameters kept by a SwiGLU of
     2/3 its hidden size, rounded to a multiple of 256 as Llama's sizes are, so tp degrees still divide it). Refused where torchtitan has nothing close: an encoder, MoE with shared experts
-    or dense layers between, heads that do not tile the hidden size, latent or chunked attention."""
+    or dense layers between, heads that do not tile the hidden size, latent or chunked attention, a hybrid
+    stack of Mamba layers (Nemotron-H, Jamba: torchtitan has no Mamba mixer)."""
     blockers = [(not m.causal, "bidirectional attention"), (m.num_shared_experts > 0, "shared experts"),
                 (m.is_moe and len(m.moe_layers) != m.num_layers, "dense layers between MoE layers"),
                 (not m.is_moe and m.head_dim * m.num_heads != m.hidden_size, "a head size other than hidden / heads"),
-                (m.is_mla, "multi-head latent attention"), (bool(m.chunked_attention_layers), "chunked attention")]
+                (m.is_mla, "multi-head latent attention"), (bool(m.chunked_attention_layers), "chunked attention"),
+                (m.is_hybrid, hybrid_stack(m))]
     missing = [what for bad, what in blockers if bad]
     if missing:
         raise refuse(TITLE, f"torchtitan 0.3.0 builds Llama-architecture decoders and Qwen3-MoE blocks; {m.name} "

@@ -16,7 +16,7 @@ import numpy as np
 
 from nestplan.cost import comm
 from nestplan.cost import stage
-from nestplan.cost.memory import ShardGroups
+from nestplan.cost.memory import ShardGroups, moe_a2a_early
 from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import TERM_GROUPS, GraphTerms, TermCache, shard_of, terms_zero
 from nestplan.job import Job
@@ -187,7 +187,7 @@ class PhysicalSearchModel:
         m = min(g.microbatches, L)
         inflight = self._inflight.get(m)
         if inflight is None:
-            inflight = self._inflight[m] = stage.first_stage_in_flight(m, L)
+            inflight = self._inflight[m] = stage.first_stage_in_flight(m, L, moe_a2a_early(self.job))
         if self._mixed:   # whether two kinds of block hold the same bytes depends on all their terms
             t = self.terms(g)
             held = {(ctx.node_state_bytes(b), b.activations, b.transient) for b in t.blocks.values()}

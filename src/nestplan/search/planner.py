@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from nestplan.cost.evaluator import cp_comm_conflict, evaluate_plan, step_floor_s
+from nestplan.cost.evaluator import cp_comm_conflict, evaluate_plan, moe_overlap_conflict, step_floor_s
 from nestplan.cost.terms import TermCache
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError
@@ -224,6 +224,10 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
         jobs[id(pred)] = variant_job
         fitting.append(pred)
     fitting.sort(key=lambda p: p.step_time_s)
+    for variant_job, pred in _moe_overlap_variants(model, cluster, space, fitting[:1 + top], jobs, fits):
+        jobs[id(pred)] = variant_job
+        fitting.append(pred)
+    fitting.sort(key=lambda p: p.step_time_s)
     best = fitting[0] if fitting else None
     return PlanResult(best, tuple(fitting[1:1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
 
@@ -242,6 +246,25 @@ def cp_exchange_jobs(model: ModelSpec, job: Job, dims: ParallelDims, cp_fanout: 
         if cp_comm_conflict(variant, dims.cp, dims.tp, model) is None:
             out.append(variant)
     return out
+
+
+def _moe_overlap_variants(model: ModelSpec, cluster, space: SearchSpace, preds: list[Prediction],
+                          jobs: dict[int, Job], fits: Callable[[Prediction], bool]) -> Iterator[tuple[Job, Prediction]]:
+    """The plans of ``preds`` with their expert all-to-alls under another microbatch's compute
+    (Job.moe_comm_overlap) where the space allows it and the plan can run it, those that fit (the
+    overlap holds one more microbatch in flight)."""
+    if not (space.moe_comm_overlap and model.is_moe):
+        return
+    caches: dict[Job, TermCache] = {}
+    for pred in preds:
+        job = jobs[id(pred)]
+        variant = replace(job, moe_comm_overlap=True)
+        if job.moe_comm_overlap or moe_overlap_conflict(pred.plan, model, variant) is not None:
+            continue
+        terms = caches.setdefault(variant, TermCache(model, cluster, variant))
+        other = evaluate_plan(model, cluster, pred.plan, variant, pred.placement.axis_order, terms=terms)
+        if fits(other):
+            yield variant, other
 
 
 def _cp_exchange_variants(model: ModelSpec, cluster, job: Job, space: SearchSpace, preds: list[Prediction],

@@ -32,6 +32,8 @@ class SearchSpace:
     # whole on one rank with tp folded into expert parallelism (Megatron-Core's recommendation for
     # fine-grained experts)
     etp: tuple[int | None, ...] = (None, 1)
+    # the MoE all-to-all overlap (Job.moe_comm_overlap) tried on the finalists where it can run (search/planner.py)
+    moe_comm_overlap: bool = True
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
     zero: tuple[ZeroStage, ...] = (ZeroStage.NONE, ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS)
