@@ -56,6 +56,9 @@ MOE_OVERLAP_OPTION = typer.Option(False, "--moe-comm-overlap/--no-moe-comm-overl
 PLAN_MOE_OVERLAP_OPTION = typer.Option(True, "--moe-comm-overlap/--no-moe-comm-overlap",
                                        help="may the plan overlap expert all-to-alls with another microbatch's compute "
                                             "(Megatron-Core's 1F1B A2A overlap; tried where it runs)")
+CAPACITY_OPTION = typer.Option(None, "--moe-capacity-factor", min=0.5, max=16.0,
+                               help="each expert padded to this many times its balanced share of tokens (Megatron-Core's "
+                                    "--moe-expert-capacity-factor with padding); default: dropless, costed balanced")
 GRAD_OVERLAP_OPTION = typer.Option(True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
                                    help="data-parallel gradient reduction under the backward pass")
 PARAM_OVERLAP_OPTION = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
@@ -365,6 +368,7 @@ def evaluate(
     cp_comm_type: CpCommType = CP_COMM_OPTION,
     cp_a2a_size: int = CP_A2A_OPTION,
     moe_comm_overlap: bool = MOE_OVERLAP_OPTION,
+    moe_capacity_factor: float | None = CAPACITY_OPTION,
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -388,7 +392,7 @@ def evaluate(
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size,
-                      moe_comm_overlap=moe_comm_overlap)
+                      moe_comm_overlap=moe_comm_overlap, moe_capacity_factor=moe_capacity_factor)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
@@ -433,6 +437,7 @@ def plan_command(
     cp_comm_type: CpCommType | None = PLAN_CP_COMM_OPTION,
     cp_a2a_size: int = CP_A2A_OPTION,
     moe_comm_overlap: bool = PLAN_MOE_OVERLAP_OPTION,
+    moe_capacity_factor: float | None = CAPACITY_OPTION,
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -475,7 +480,7 @@ def plan_command(
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_param_gather=overlap_param_gather, cp_comm_type=space.cp_comm_types[0],
-                      cp_a2a_size=cp_a2a_size)
+                      cp_a2a_size=cp_a2a_size, moe_capacity_factor=moe_capacity_factor)
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance, space=space)
     best = report.plan

@@ -52,6 +52,11 @@ class Fp8Recipe(str, Enum):
     MXFP8 = "mxfp8"              # 32-element blocks with E8M0 scales (MXFP8BlockScaling; Blackwell)
 
 
+# --moe-expert-capacity-factor: below 1 most tokens would be dropped; above 16 nearly every expert pads
+# to many times its share (published runs use 1.0 to 2.0: Megatron-Core MoE README, Switch Transformer)
+MIN_CAPACITY_FACTOR, MAX_CAPACITY_FACTOR = 0.5, 16.0
+
+
 @dataclass(frozen=True)
 class Job:
     """A training job.
@@ -82,6 +87,11 @@ class Job:
         (Megatron-Core's 1F1B A2A overlap, ``--overlap-moe-expert-parallel-comm``: the forward of
         microbatch i + 1 merged with the backward of microbatch i, layer by layer), which holds one
         more microbatch's activations in flight; off by default there.
+    moe_capacity_factor: every expert processes this many times its balanced share of the token
+        copies, padded (Megatron-Core ``--moe-expert-capacity-factor C --moe-pad-expert-input-to-capacity``):
+        the experts' GEMMs, their kept copies and the all-to-alls grow by C. None: dropless routing,
+        costed balanced, which the load-balancing loss aims at (an imbalanced step is slower, by its
+        busiest expert's excess, than predicted).
     """
 
     global_batch_size: int
@@ -98,6 +108,7 @@ class Job:
     cp_comm_type: CpCommType = CpCommType.P2P
     cp_a2a_size: int = 1
     moe_comm_overlap: bool = False
+    moe_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         check_count(self.global_batch_size, "global_batch_size", MAX_GLOBAL_BATCH_SIZE)
@@ -128,6 +139,12 @@ class Job:
         if self.fp8_recipe is not None:
             object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
         self._check_cp_comm()
+        factor = self.moe_capacity_factor
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                   or not MIN_CAPACITY_FACTOR <= factor <= MAX_CAPACITY_FACTOR):
+            raise ConfigError(f"moe capacity factor must be a number in [{MIN_CAPACITY_FACTOR}, {MAX_CAPACITY_FACTOR}], "
+                              f"got {brief(factor)}", field="moe_capacity_factor", value=factor,
+                              limit=f"{MIN_CAPACITY_FACTOR}..{MAX_CAPACITY_FACTOR}")
         if self.fp8_params and self.fp8_recipe is None:
             raise ConfigError("fp8_params keeps parameters in FP8 and needs an FP8 recipe (--fp8)",
                               field="fp8_params", value=True, limit="with --fp8")

@@ -433,6 +433,8 @@ def _read_job(data: Any, version2: bool) -> Job:
     if "cp_comm_type" in job:
         framework["cp_comm_type"] = _choice(job, "cp_comm_type", "job.", [t.value for t in CpCommType])
         framework["cp_a2a_size"] = _int(job, "cp_a2a_size", "job.")
+    if job.get("moe_capacity_factor") is not None:
+        framework["moe_capacity_factor"] = _float(job, "moe_capacity_factor", "job.")
     return Job(global_batch_size=_int(job, "global_batch_size", "job."), seq_len=_int(job, "seq_len", "job."),
                dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)), **read, **framework)
 

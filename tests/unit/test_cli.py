@@ -11,7 +11,7 @@ EXAMPLE = ["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devic
            "--dp", "1", "--global-batch-size", "64", "--recompute", "full"]
 
 
-NULLABLE = {"fp8_recipe"}   # null: no FP8 (docs/formats.md, the plan's job)
+NULLABLE = {"fp8_recipe", "moe_capacity_factor"}   # null: no FP8, dropless experts (docs/formats.md, the plan's job)
 
 
 def _filled(value) -> bool:

@@ -105,7 +105,8 @@ def test_plan_json_carries_every_job_setting() -> None:
     assert plan["job"] == {"global_batch_size": 12, "seq_len": 2048, "dtype": "bf16", "grad_dtype": "bf16",
                            "optimizer": "sgd", "flash_attention": False, "tp_comm_overlap": False,
                            "overlap_grad_reduce": True, "overlap_param_gather": True, "fp8_recipe": None,
-                           "fp8_params": False, "cp_comm_type": "p2p", "cp_a2a_size": 1, "moe_comm_overlap": False}
+                           "fp8_params": False, "cp_comm_type": "p2p", "cp_a2a_size": 1, "moe_comm_overlap": False,
+                           "moe_capacity_factor": None}
     assert Plan.from_dict(plan).job == SGD_EAGER
 
 

@@ -187,3 +187,26 @@ def test_megatron_export_sets_the_overlap(tmp_path) -> None:
     api.export_plan(plan, "megatron", tmp_path)
     assert "--overlap-moe-expert-parallel-comm" in (tmp_path / "launch_megatron.sh").read_text()
     assert Plan.from_dict(plan.to_dict()).job.moe_comm_overlap
+
+
+# ---------------------------------------------------------------- the capacity factor
+def test_capacity_factor_pads_the_experts_work_and_traffic(tmp_path) -> None:
+    """Capacity factor 1.25, padded: the routed experts' GEMM rows and the all-to-all bytes grow by 1.25,
+    the step slows and uses more memory; Megatron-LM gets the flags; out of range is one error."""
+    dims = ParallelDims(tp=4, sp=True, ep=2, dp=8, zero=1)
+    plain_job = Job(global_batch_size=256, seq_len=4096)
+    padded_job = Job(global_batch_size=256, seq_len=4096, moe_capacity_factor=1.25)
+    shard, padded = Shard(tp=4, sp=True, ep=2, seq_len=4096), Shard(tp=4, sp=True, ep=2, seq_len=4096, capacity=1.25)
+    assert block_gemms(GROK, 0, padded)[-1].m == pytest.approx(1.25 * block_gemms(GROK, 0, shard)[-1].m)
+    plain = api.evaluate_full(GROK, H100, dims, plain_job, devices=64)
+    slow = api.evaluate_full(GROK, H100, dims, padded_job, devices=64)
+    assert slow.prediction.step_time_s > plain.prediction.step_time_s
+    assert slow.prediction.breakdown_s["ep_comm"] > plain.prediction.breakdown_s["ep_comm"]
+    assert slow.prediction.peak_memory_bytes_per_device > plain.prediction.peak_memory_bytes_per_device
+    api.export_plan(slow.plan, "megatron", tmp_path)
+    script = (tmp_path / "launch_megatron.sh").read_text()
+    assert "--moe-expert-capacity-factor 1.25" in script and "--moe-pad-expert-input-to-capacity" in script
+    assert Plan.from_dict(slow.plan.to_dict()).job.moe_capacity_factor == 1.25
+    with pytest.raises(ConfigError, match="moe capacity factor") as err:
+        Job(global_batch_size=256, seq_len=4096, moe_capacity_factor=0.1)
+    assert err.value.field == "moe_capacity_factor"

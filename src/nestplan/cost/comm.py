@@ -242,7 +242,7 @@ def expert_all_to_alls(topo: Topology, spec: ModelSpec, layer: int, shard: Shard
                        hidden_under: tuple[float, float] | None = None) -> tuple[float, float]:
     """(forward, backward) exposed seconds of an MoE block's dispatch and combine all-to-alls over the
     ``experts`` group (ep x tp / etp ranks holding different experts): each rank sends top-k copies of
-    its sequence-parallel share of the tokens, and gets as many back.
+    its sequence-parallel share of the tokens (padded to the capacity factor), and gets as many back.
 
     ``hidden_under``: the block's (forward, backward) compute seconds where another microbatch's
     all-to-alls run under them (Megatron-Core's 1F1B A2A overlap, Job.moe_comm_overlap: the forward
@@ -253,7 +253,7 @@ def expert_all_to_alls(topo: Topology, spec: ModelSpec, layer: int, shard: Shard
     alone, are costed as steady too."""
     if not spec.is_moe_layer(layer) or experts.size <= 1:
         return 0.0, 0.0
-    routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp
+    routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp * shard.capacity
     both = 2 * coll.all_to_all(topo, experts.fanout, routed)   # dispatch + combine
     if hidden_under is None:
         return both, both

@@ -158,7 +158,9 @@ def notes_for(inp: ExportInput) -> list[str]:
     if d.cp > 1:
         notes.append(_ulysses_note(inp.plan))
     if d.ep > 1:
-        notes.append(f"your code must build its MoE layers with deepspeed.moe.layer.MoE(ep_size={d.ep}, ...)")
+        capacity = inp.plan.job.moe_capacity_factor
+        extra = "" if capacity is None else f", capacity_factor={capacity}, drop_tokens=True"
+        notes.append(f"your code must build its MoE layers with deepspeed.moe.layer.MoE(ep_size={d.ep}{extra}, ...)")
     if d.recompute is Recompute.SELECTIVE:
         notes.append("selective recomputation (the attention core only) is up to your model code: wrap the "
                      "attention core in deepspeed.checkpointing.checkpoint")

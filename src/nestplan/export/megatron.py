@@ -277,6 +277,9 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
         flags += [("--expert-model-parallel-size", d.expert_parallel), ("--expert-tensor-parallel-size", d.expert_tp)]
     if inp.plan.job.moe_comm_overlap:   # Megatron-Core's 1F1B A2A overlap, as costed (cost/comm.py expert_all_to_alls)
         flags.append(("--overlap-moe-expert-parallel-comm", None))
+    if inp.plan.job.moe_capacity_factor is not None:   # each expert padded to its capacity, as costed
+        flags += [("--moe-expert-capacity-factor", inp.plan.job.moe_capacity_factor),
+                  ("--moe-pad-expert-input-to-capacity", None)]
     zero, zero_notes = _zero(inp.plan)
     notes += [n for n in [schedule_note(inp.plan)] if n]
     return flags + _pipeline_split(inp.plan) + zero + _recompute(inp.plan), notes + zero_notes

@@ -96,6 +96,8 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
         ("model.expert_model_parallel_size", d.expert_parallel),
         ("model.expert_tensor_parallel_size", d.expert_tp if inp.model.is_moe else 1),
         ("model.overlap_moe_expert_parallel_comm", job.moe_comm_overlap),
+        ("model.moe_expert_capacity_factor", job.moe_capacity_factor),
+        ("model.moe_pad_expert_input_to_capacity", job.moe_capacity_factor is not None),
         ("model.seq_length", job.seq_len), ("dataset.seq_length", job.seq_len),
         ("train.global_batch_size", job.global_batch_size), ("train.micro_batch_size", d.micro_batch_size),
         ("mixed_precision", _precision_recipe(job))]

@@ -194,6 +194,10 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
         changes.append(f"torchtitan 0.3.0's experts have no tensor parallelism: it runs them whole over ep x tp = "
                        f"{dims.ep * dims.tp} ranks (etp 1), where nestplan costed them split {dims.expert_tp} ways")
         dims = replace(dims, etp=1)
+    if job.moe_capacity_factor is not None:
+        changes.append(f"torchtitan 0.3.0's experts are dropless: they process the routed tokens as routed, not "
+                       f"padded to the capacity factor {job.moe_capacity_factor} nestplan costed")
+        job = replace(job, moe_capacity_factor=None)
     if job.moe_comm_overlap:
         changes.append("torchtitan 0.3.0 runs each microbatch's expert all-to-alls exposed: it has no "
                        "cross-microbatch overlap, which nestplan costed")
