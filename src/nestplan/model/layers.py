@@ -39,6 +39,7 @@ class Shard:
     dtype_bytes: int = 2
     flash: bool = True
     etp: int | None = None   # expert tensor parallelism when folded (strategy.ParallelDims.etp); None: tp
+    capacity: float = 1.0    # each expert's token copies over its balanced share (Job.moe_capacity_factor)
 
     @property
     def expert_tp(self) -> int:
@@ -218,14 +219,30 @@ def mtp_params(spec: ModelSpec, own_embedding_and_head: bool) -> float:
 
 
 def block_params_per_device(spec: ModelSpec, layer: int, shard: Shard) -> ParamCount:
-    """Parameters a device holds: projections split over tp (norms replicated), experts over etp x
-    expert_parallel (= tp x ep, folded or not)."""
+    """Parameters a device holds: projections split over tp, the replicated ones
+    (``_tp_replicated_params``) whole, experts over etp x expert_parallel (= tp x ep, folded or not)."""
     full = block_params(spec, layer)
-    norms = spec.block_norms * _norm_params(spec) + qk_norm_params(spec)
-    replicated_bias = 2 * spec.hidden_size if spec.linear_bias else 0  # row-parallel output biases
-    dense_split = full.dense - norms - replicated_bias
-    dense = dense_split / shard.tp + norms + replicated_bias
+    replicated = _tp_replicated_params(spec, layer)
+    dense = (full.dense - replicated) / shard.tp + replicated
     return ParamCount(dense=dense, expert=full.expert / (shard.expert_tp * shard.expert_parallel))
+
+
+def _tp_replicated_params(spec: ModelSpec, layer: int) -> int:
+    """Parameters of block ``layer`` every tp rank holds whole: its norms and QK-norms, the row-parallel
+    output biases, MLA's down-projections h x (q_lora_rank + kv_lora_rank + rope) and latent norms
+    (Megatron-core MLASelfAttention builds linear_q_down_proj and linear_kv_down_proj with
+    ``parallel_mode="duplicated"``, megatron/core/transformer/multi_latent_attention.py) and an MoE
+    router (Megatron-core TopKRouter's weight, E x h, and its bias are not split)."""
+    attention = spec.mixer_of(layer) == "attention"
+    norms = spec.block_norms * _norm_params(spec) + (qk_norm_params(spec) if attention else 0)
+    biases = 2 * spec.hidden_size if spec.linear_bias else 0  # row-parallel output biases
+    latents = 0
+    if attention and spec.is_mla:
+        down = spec.hidden_size * (spec.q_lora_rank + spec.kv_lora_rank + spec.qk_rope_head_dim)
+        latents = down + latent_norm_params(spec)
+    moe = spec.has_ffn(layer) and spec.is_moe_layer(layer)
+    router = (spec.hidden_size + (1 if spec.router_bias else 0)) * spec.num_experts if moe else 0
+    return norms + biases + latents + router
 
 
 # ---------------------------------------------------------------- GEMMs and FLOPs
@@ -297,7 +314,7 @@ def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     # token copies per expert (balanced routing): the expert-parallel group's tokens, ep x tp / etp ranks
     # of T / tp tokens each (sequence-parallel shares), top-k copies each over E experts, gathered over
     # the etp ranks of an expert's shard; without folding (etp = tp) the ep ranks' T tokens each
-    rows = T * shard.ep * spec.experts_per_token / spec.num_experts
+    rows = T * shard.ep * spec.experts_per_token / spec.num_experts * shard.capacity
     f = spec.moe_ffn_hidden_size / shard.expert_tp
     gemms += [Gemm(rows, up * f, h, local_experts), Gemm(rows, h, f, local_experts)]
     if spec.num_shared_experts:
@@ -470,8 +487,9 @@ def routed_copies(spec: ModelSpec, shard: Shard) -> float:
     """Token copies the routed experts of one device process per microbatch (balanced routing, as
     ``block_gemms``): top-k of each of the T / tp tokens of a sequence-parallel share, all-gathered
     over the etp ranks of an expert's shard after the expert all-to-all
-    (MoEAlltoAllTokenDispatcher.dispatch_postprocess): T k without folding (etp = tp)."""
-    return shard.tokens * spec.experts_per_token * shard.expert_tp / shard.tp
+    (MoEAlltoAllTokenDispatcher.dispatch_postprocess): T k without folding (etp = tp); padded to
+    ``shard.capacity`` times that (Job.moe_capacity_factor)."""
+    return shard.tokens * spec.experts_per_token * shard.expert_tp / shard.tp * shard.capacity
 
 
 def routed_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from nestplan.errors import ConfigError
+from nestplan.model.ssm import Mamba1Shape, Mamba2Shape
 from nestplan.strategy.axes import AXES
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 
@@ -274,7 +275,8 @@ def _brief(counts: Sequence[int]) -> str:
 def tp_conflict(model, tp: int) -> ConfigError | None:
     """Why tensor parallelism ``tp`` cannot split the model (an error to raise), or None: tp must
     divide the attention heads and the FFN, and tp and the key-value heads must divide one another
-    (fewer key-value heads than tp are replicated, Megatron-LM's GQA rule)."""
+    (fewer key-value heads than tp are replicated, Megatron-LM's GQA rule), and tp splits the Mamba
+    mixers of a hybrid model (``_mamba_tp_conflict``)."""
     if model.num_heads % tp:
         return _err(f"tp {tp} does not divide the model's {model.num_heads} attention heads", "tp", tp,
                     model.num_heads)
@@ -284,6 +286,39 @@ def tp_conflict(model, tp: int) -> ConfigError | None:
     if model.ffn_hidden_size % tp:
         return _err(f"tp {tp} does not divide the model's FFN size {model.ffn_hidden_size}", "tp", tp,
                     model.ffn_hidden_size)
+    return _mamba_tp_conflict(model.mamba if model.mamba_layers else None, tp)
+
+
+def _mamba_tp_conflict(m: Mamba1Shape | Mamba2Shape | None, tp: int) -> ConfigError | None:
+    """Why tp cannot split the model's Mamba mixers, or None: tp divides a Mamba-2 mixer's heads and
+    groups (Megatron-core MambaMixer asserts ``nheads % tp == 0`` and ``ngroups % tp == 0``), a
+    Mamba-1 mixer's channels (vLLM's MambaMixer splits its d inner channels over tp)."""
+    if isinstance(m, Mamba2Shape):
+        for what, count in (("Mamba heads", m.num_heads), ("Mamba groups", m.groups)):
+            if count % tp:
+                return _err(f"tp {tp} does not divide the model's {count} {what}", "tp", tp, count)
+    elif isinstance(m, Mamba1Shape) and m.inner % tp:
+        return _err(f"tp {tp} does not divide the model's {m.inner} Mamba channels", "tp", tp, m.inner)
+    return None
+
+
+def _mamba_cp_conflict(m: Mamba1Shape | Mamba2Shape | None, tp: int, cp: int) -> ConfigError | None:
+    """Why context parallelism cp cannot split the model's Mamba mixers, or None (Megatron-core
+    megatron/core/ssm/mamba_context_parallel.py, MambaContextParallel): a rank's heads (H / tp) are
+    split over cp, so tp x cp divides the heads; a rank's groups (G / tp) are split over cp or repeated
+    cp / (G / tp) times, so the two divide one another. No framework runs Mamba-1 (Jamba) with cp."""
+    if m is None or cp <= 1:
+        return None
+    if isinstance(m, Mamba1Shape):
+        return _err(f"cp {cp} cannot split Mamba-1 mixers (Jamba): no framework runs them with context "
+                    "parallelism; use cp 1", "cp", cp, 1)
+    if m.num_heads % (tp * cp):
+        return _err(f"tp x cp = {tp * cp} does not divide the model's {m.num_heads} Mamba heads", "cp", cp,
+                    m.num_heads)
+    groups = m.groups // tp
+    if groups % cp and cp % groups:
+        return _err(f"cp {cp} and the {groups} Mamba groups per tp rank (groups / tp) do not divide one another",
+                    "cp", cp, groups)
     return None
 
 
@@ -307,6 +342,9 @@ def model_conflict(dims: ParallelDims, model, seq_len: int) -> ConfigError | Non
     if seq_len % (2 * dims.cp) and dims.cp > 1:
         return _err(f"cp {dims.cp} needs the sequence length {seq_len} to be a multiple of 2 x cp = {2 * dims.cp}",
                     "cp", dims.cp, seq_len)
+    problem = _mamba_cp_conflict(model.mamba if model.mamba_layers else None, dims.tp, dims.cp)
+    if problem is not None:
+        return problem
     return dims.layers_conflict(model.num_layers)
 
 
