@@ -23,7 +23,7 @@ from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
-from nestplan.strategy.dims import ParallelDims, check_against_model
+from nestplan.strategy.dims import ParallelDims, check_against_model, mamba_cp_conflict
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, place
 
@@ -110,8 +110,10 @@ def _least_busy(stages: _Stages, schedule: Schedule) -> list[float]:
 
 
 def cp_comm_conflict(job: Job, cp: int, tp: int, model: ModelSpec) -> ConfigError | None:
-    """Why ``job``'s context-parallel exchange cannot run at cp with tp's share of the heads, or None."""
-    return job.cp_comm_conflict(cp, model.num_heads // tp, math.ceil(model.num_kv_heads / tp))
+    """Why ``job``'s context-parallel exchange cannot run at cp with tp's share of the heads, or why cp
+    cannot split the model's Mamba mixers (strategy/dims.py ``mamba_cp_conflict``), or None."""
+    mamba = mamba_cp_conflict(model.mamba if model.mamba_layers else None, tp, cp)
+    return mamba or job.cp_comm_conflict(cp, model.num_heads // tp, math.ceil(model.num_kv_heads / tp))
 
 
 def check_cp_comm(dims: ParallelDims, model: ModelSpec, job: Job) -> None:

@@ -302,7 +302,7 @@ def _mamba_tp_conflict(m: Mamba1Shape | Mamba2Shape | None, tp: int) -> ConfigEr
     return None
 
 
-def _mamba_cp_conflict(m: Mamba1Shape | Mamba2Shape | None, tp: int, cp: int) -> ConfigError | None:
+def mamba_cp_conflict(m: Mamba1Shape | Mamba2Shape | None, tp: int, cp: int) -> ConfigError | None:
     """Why context parallelism cp cannot split the model's Mamba mixers, or None (Megatron-core
     megatron/core/ssm/mamba_context_parallel.py, MambaContextParallel): a rank's heads (H / tp) are
     split over cp, so tp x cp divides the heads; a rank's groups (G / tp) are split over cp or repeated
@@ -342,7 +342,7 @@ def model_conflict(dims: ParallelDims, model, seq_len: int) -> ConfigError | Non
     if seq_len % (2 * dims.cp) and dims.cp > 1:
         return _err(f"cp {dims.cp} needs the sequence length {seq_len} to be a multiple of 2 x cp = {2 * dims.cp}",
                     "cp", dims.cp, seq_len)
-    problem = _mamba_cp_conflict(model.mamba if model.mamba_layers else None, dims.tp, dims.cp)
+    problem = mamba_cp_conflict(model.mamba if model.mamba_layers else None, dims.tp, dims.cp)
     if problem is not None:
         return problem
     return dims.layers_conflict(model.num_layers)
