@@ -23,7 +23,8 @@ from rich.console import Console
 
 from nestplan import __version__, api
 from nestplan.errors import ConfigError, PlannerError, brief, printable
-from nestplan.job import MAX_CP_A2A_SIZE, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, CpCommType, Fp8Recipe, Optimizer
+from nestplan.job import (MAX_CP_A2A_SIZE, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, CpCommType, Fp8Recipe, MoeDispatcher,
+                          Optimizer)
 from nestplan.network.topology import MAX_DEVICES   # --devices, and each parallel degree
 from nestplan.plan import Plan
 from nestplan.search.space import DEFAULT_MEMORY_MARGIN
@@ -59,6 +60,9 @@ PLAN_MOE_OVERLAP_OPTION = typer.Option(True, "--moe-comm-overlap/--no-moe-comm-o
 CAPACITY_OPTION = typer.Option(None, "--moe-capacity-factor", min=0.5, max=16.0,
                                help="each expert padded to this many times its balanced share of tokens (Megatron-Core's "
                                     "--moe-expert-capacity-factor with padding); default: dropless, costed balanced")
+DISPATCHER_OPTION = typer.Option(MoeDispatcher.ALLTOALL, "--moe-dispatcher",
+                                 help="alltoall (every token copy sent to its expert's rank) or deepep (each token "
+                                      "once per node holding its experts, bounded by node-limited routing)")
 GRAD_OVERLAP_OPTION = typer.Option(True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
                                    help="data-parallel gradient reduction under the backward pass")
 PARAM_OVERLAP_OPTION = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
@@ -369,6 +373,7 @@ def evaluate(
     cp_a2a_size: int = CP_A2A_OPTION,
     moe_comm_overlap: bool = MOE_OVERLAP_OPTION,
     moe_capacity_factor: float | None = CAPACITY_OPTION,
+    moe_dispatcher: MoeDispatcher = DISPATCHER_OPTION,
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -392,7 +397,8 @@ def evaluate(
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size,
-                      moe_comm_overlap=moe_comm_overlap, moe_capacity_factor=moe_capacity_factor)
+                      moe_comm_overlap=moe_comm_overlap, moe_capacity_factor=moe_capacity_factor,
+                      moe_dispatcher=moe_dispatcher)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
@@ -438,6 +444,7 @@ def plan_command(
     cp_a2a_size: int = CP_A2A_OPTION,
     moe_comm_overlap: bool = PLAN_MOE_OVERLAP_OPTION,
     moe_capacity_factor: float | None = CAPACITY_OPTION,
+    moe_dispatcher: MoeDispatcher = DISPATCHER_OPTION,
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -480,7 +487,7 @@ def plan_command(
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_param_gather=overlap_param_gather, cp_comm_type=space.cp_comm_types[0],
-                      cp_a2a_size=cp_a2a_size, moe_capacity_factor=moe_capacity_factor)
+                      cp_a2a_size=cp_a2a_size, moe_capacity_factor=moe_capacity_factor, moe_dispatcher=moe_dispatcher)
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance, space=space)
     best = report.plan

@@ -43,6 +43,15 @@ class CpCommType(str, Enum):
 MAX_CP_A2A_SIZE = 2**20   # the bound of any parallel degree
 
 
+class MoeDispatcher(str, Enum):
+    """How an MoE layer's token copies reach their experts (Megatron-Core ``--moe-token-dispatcher-type``)."""
+
+    ALLTOALL = "alltoall"   # every copy sent to its expert's rank (MoEAlltoAllTokenDispatcher)
+    # each token sent once to every node that holds one of its experts, then forwarded inside the node
+    # (DeepEP, Zhao et al. 2025, github.com/deepseek-ai/DeepEP; Megatron-Core's flex dispatcher)
+    DEEPEP = "deepep"
+
+
 class Fp8Recipe(str, Enum):
     """How FP8 GEMMs are scaled (Transformer Engine recipes, ``transformer_engine.common.recipe``)."""
 
@@ -87,6 +96,8 @@ class Job:
         (Megatron-Core's 1F1B A2A overlap, ``--overlap-moe-expert-parallel-comm``: the forward of
         microbatch i + 1 merged with the backward of microbatch i, layer by layer), which holds one
         more microbatch's activations in flight; off by default there.
+    moe_dispatcher: ``MoeDispatcher``: with DeepEP a token crosses the network once per node that holds
+        one of its experts, which node-limited routing bounds (DeepSeek-V3: 4 nodes for 8 experts).
     moe_capacity_factor: every expert processes this many times its balanced share of the token
         copies, padded (Megatron-Core ``--moe-expert-capacity-factor C --moe-pad-expert-input-to-capacity``):
         the experts' GEMMs, their kept copies and the all-to-alls grow by C. None: dropless routing,
@@ -109,6 +120,7 @@ class Job:
     cp_a2a_size: int = 1
     moe_comm_overlap: bool = False
     moe_capacity_factor: float | None = None
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
 
     def __post_init__(self) -> None:
         check_count(self.global_batch_size, "global_batch_size", MAX_GLOBAL_BATCH_SIZE)
@@ -139,6 +151,7 @@ class Job:
         if self.fp8_recipe is not None:
             object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
         self._check_cp_comm()
+        self._check_moe_dispatcher()
         factor = self.moe_capacity_factor
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
                                    or not MIN_CAPACITY_FACTOR <= factor <= MAX_CAPACITY_FACTOR):
@@ -148,6 +161,17 @@ class Job:
         if self.fp8_params and self.fp8_recipe is None:
             raise ConfigError("fp8_params keeps parameters in FP8 and needs an FP8 recipe (--fp8)",
                               field="fp8_params", value=True, limit="with --fp8")
+
+    def _check_moe_dispatcher(self) -> None:
+        kinds = [k.value for k in MoeDispatcher]
+        if self.moe_dispatcher not in kinds:
+            raise ConfigError(f"moe dispatcher {brief(self.moe_dispatcher)} is not one of {', '.join(kinds)}",
+                              field="moe_dispatcher", value=self.moe_dispatcher, limit=kinds)
+        object.__setattr__(self, "moe_dispatcher", MoeDispatcher(self.moe_dispatcher))
+        if self.moe_dispatcher is MoeDispatcher.DEEPEP and self.moe_capacity_factor is not None:
+            raise ConfigError("the deepep dispatcher is dropless: it does not pad experts to a capacity factor "
+                              "(Megatron-Core refuses moe_pad_expert_input_to_capacity with it)",
+                              field="moe_capacity_factor", value=self.moe_capacity_factor, limit="none with deepep")
 
     def _check_cp_comm(self) -> None:
         types = [t.value for t in CpCommType]

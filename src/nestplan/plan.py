@@ -31,7 +31,7 @@ from nestplan.cluster import Cluster, cluster_from_dict, cluster_to_dict, load_c
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_name, check_string
-from nestplan.job import CpCommType, Fp8Recipe, Job, Optimizer, check_context
+from nestplan.job import CpCommType, Fp8Recipe, Job, MoeDispatcher, Optimizer, check_context
 from nestplan.model.config import config_dict, load_model, parse_config
 from nestplan.model.layers import active_params, total_params
 from nestplan.model.spec import ModelSpec
@@ -433,6 +433,8 @@ def _read_job(data: Any, version2: bool) -> Job:
     if "cp_comm_type" in job:
         framework["cp_comm_type"] = _choice(job, "cp_comm_type", "job.", [t.value for t in CpCommType])
         framework["cp_a2a_size"] = _int(job, "cp_a2a_size", "job.")
+    if "moe_dispatcher" in job:
+        framework["moe_dispatcher"] = _choice(job, "moe_dispatcher", "job.", [k.value for k in MoeDispatcher])
     if job.get("moe_capacity_factor") is not None:
         framework["moe_capacity_factor"] = _float(job, "moe_capacity_factor", "job.")
     return Job(global_batch_size=_int(job, "global_batch_size", "job."), seq_len=_int(job, "seq_len", "job."),

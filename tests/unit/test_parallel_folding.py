@@ -210,3 +210,40 @@ def test_capacity_factor_pads_the_experts_work_and_traffic(tmp_path) -> None:
     with pytest.raises(ConfigError, match="moe capacity factor") as err:
         Job(global_batch_size=256, seq_len=4096, moe_capacity_factor=0.1)
     assert err.value.field == "moe_capacity_factor"
+
+
+# ---------------------------------------------------------------- node-limited routing with DeepEP
+def test_deepep_sends_a_token_once_per_node_node_limited_routing_bounds_them() -> None:
+    """DeepSeek-V3 (256 experts in 8 groups, top-8 within 4 groups; arXiv 2412.19437 section 2.1.2:
+    "each token will be sent to at most M nodes", M = 4) with ep 64 over 8 DGX H100 nodes: a token
+    reaches at most 4 nodes, so the all-to-all's traffic between nodes halves against every copy sent;
+    inside one node nothing changes."""
+    v3 = api.resolve_model("deepseek-v3")
+    assert (v3.routing_groups, v3.routing_groups_per_token, v3.experts_per_token) == (8, 4, 8)
+    assert comm.remote_units(v3, (8, 8)) == 4 and comm.remote_units(v3, (8, 1)) == 1
+    assert comm.remote_units(api.resolve_model("mixtral-8x7b"), (8, 4)) == 2   # top-2, no groups
+    shard = Shard(tp=1, ep=64, seq_len=4096)
+    every = comm.expert_all_to_alls(H100.topology, v3, 10, shard, _span(64))
+    per_node = comm.expert_all_to_alls(H100.topology, v3, 10, shard, _span(64), per_node=True)
+    assert per_node[0] < 0.6 * every[0]
+    inside = comm.expert_all_to_alls(H100.topology, v3, 10, shard, _span(8), per_node=True)
+    assert inside == comm.expert_all_to_alls(H100.topology, v3, 10, shard, _span(8))
+
+
+def _span(size: int):
+    from nestplan.strategy.placement import GroupSpan
+
+    fanout = (min(size, 8), max(1, size // 8))
+    return GroupSpan(size=size, fanout=fanout, level=int(size > 8))
+
+
+def test_deepep_is_exported_as_megatron_s_flex_dispatcher_and_refuses_padding(tmp_path) -> None:
+    dims = ParallelDims(tp=4, sp=True, ep=2, dp=8, zero=1)
+    plan = api.evaluate_full(GROK, H100, dims, Job(global_batch_size=256, seq_len=4096, moe_dispatcher="deepep"),
+                             devices=64).plan
+    api.export_plan(plan, "megatron", tmp_path)
+    assert "--moe-token-dispatcher-type flex" in (tmp_path / "launch_megatron.sh").read_text()
+    assert Plan.from_dict(plan.to_dict()).job.moe_dispatcher.value == "deepep"
+    with pytest.raises(ConfigError, match="dropless") as err:
+        Job(global_batch_size=256, seq_len=4096, moe_dispatcher="deepep", moe_capacity_factor=1.0)
+    assert err.value.field == "moe_capacity_factor"

@@ -81,8 +81,8 @@ class TpSync:
     pair, Shoeybi et al. 2019 Figure 3): with sp an all-gather of ``gather_width`` channels per token
     before its column-parallel GEMMs and a reduce-scatter of the hidden states after its row-parallel
     ones; without sp one all-reduce of the hidden states (``output_width`` channels per token).
-    ``columns``, ``rows``: indices of those GEMMs in ``model.layers.block_gemms``' list, which tp
-    overlap hides the collectives under."""
+    ``columns``, ``rows``: indices of those GEMMs in ``model.layers.block_gemms``' list (negative: from
+    its end), which tp overlap hides the collectives under."""
 
     gather_width: float
     output_width: float
@@ -98,15 +98,13 @@ def _mixer_gemm_count(spec: ModelSpec, layer: int) -> int:
     return 2 if mixer == "attention" else 0
 
 
-def _attention_gather_width(spec: ModelSpec) -> float:
-    """Channels per token the attention's sp all-gather moves: the hidden states, or with MLA its
-    latents: Megatron-core's MLASelfAttention (megatron/core/transformer/multi_latent_attention.py)
+def _latent_gather_width(spec: ModelSpec) -> float:
+    """Channels per token MLA's sp all-gathers move instead of the hidden states: Megatron-core's
+    MLASelfAttention (megatron/core/transformer/multi_latent_attention.py)
     runs the down-projections replicated on each rank's own 1/tp of the tokens, then the
     column-parallel up-projections gather the query latent (q_lora_rank; the hidden states for a
     plain q projection without one) and the key/value latent (kv_lora_rank), and
     ``gather_from_sequence_parallel_region`` gathers the shared rotary key (qk_rope_head_dim)."""
-    if not spec.is_mla:
-        return spec.hidden_size
     return (spec.q_lora_rank or spec.hidden_size) + spec.kv_lora_rank + spec.qk_rope_head_dim
 
 
@@ -121,9 +119,10 @@ def _tp_syncs(spec: ModelSpec, layer: int) -> list[TpSync]:
     if spec.parallel_block and mixer == "attention" and dense_ffn:
         return [TpSync(spec.hidden_size, spec.hidden_size, (0, m), (1, m + 1))]
     syncs = []
-    if mixer != "none":
-        width = _attention_gather_width(spec) if mixer == "attention" else spec.hidden_size
-        syncs.append(TpSync(width, spec.hidden_size, (0,), (1,)))
+    if mixer == "attention" and spec.is_mla:   # the key/value up-projection, block_gemms' last, gathers too
+        syncs.append(TpSync(_latent_gather_width(spec), spec.hidden_size, (0, -1), (1,)))
+    elif mixer != "none":
+        syncs.append(TpSync(spec.hidden_size, spec.hidden_size, (0,), (1,)))
     if dense_ffn:
         syncs.append(TpSync(spec.hidden_size, spec.hidden_size, (m,), (m + 1,)))
     return syncs
@@ -208,6 +207,7 @@ def block_comm(
     gather_bytes: int | None = None,
     cp_comm: CpComm = CpComm(),
     a2a_hidden_under: tuple[float, float] | None = None,
+    a2a_per_node: bool = False,
 ) -> LayerComm:
     """Collectives of one block: a tp sync per direction for its mixer and one for its dense FFN
     (``_tp_syncs``; an MoE block's MLP syncs its routed token copies, ``_mlp_syncs``; a Mamba-1
@@ -220,7 +220,8 @@ def block_comm(
     overlaps its own linear layers: the attention projections always, the MLP's only in a dense
     block (experts run as grouped GEMMs without it). ``gather_bytes``: the all-gathers' bytes per
     element when they move FP8 operands (``tp_collectives``). ``a2a_hidden_under``: the block's compute
-    seconds another microbatch's expert all-to-alls hide under (``expert_all_to_alls``), or None."""
+    seconds another microbatch's expert all-to-alls hide under (``expert_all_to_alls``), or None;
+    ``a2a_per_node``: tokens cross the network once per node (``expert_all_to_alls``)."""
     moe = spec.is_moe_layer(layer)
     syncs = _tp_syncs(spec, layer)
     if tp_overlap and shard.sp_div > 1:
@@ -233,13 +234,14 @@ def block_comm(
         mlp = _mlp_syncs(topo, groups["tp"], groups["etp"], shard, spec, layer, gather_bytes)
         tp_f, tp_b = tp_f + mlp, tp_b + mlp
     cp_f, cp_b = context_exchange(topo, spec, shard, groups["cp"], cp_comm, attention_forward_s, layer)
-    ep_f, ep_b = expert_all_to_alls(topo, spec, layer, shard, groups["expert"], a2a_hidden_under)
+    ep_f, ep_b = expert_all_to_alls(topo, spec, layer, shard, groups["expert"], a2a_hidden_under, a2a_per_node)
     return LayerComm(tp_forward=tp_f, tp_backward=tp_b, cp_forward=cp_f, cp_backward=cp_b,
                      ep_forward=ep_f, ep_backward=ep_b)
 
 
 def expert_all_to_alls(topo: Topology, spec: ModelSpec, layer: int, shard: Shard, experts: GroupSpan,
-                       hidden_under: tuple[float, float] | None = None) -> tuple[float, float]:
+                       hidden_under: tuple[float, float] | None = None, per_node: bool = False
+                       ) -> tuple[float, float]:
     """(forward, backward) exposed seconds of an MoE block's dispatch and combine all-to-alls over the
     ``experts`` group (ep x tp / etp ranks holding different experts): each rank sends top-k copies of
     its sequence-parallel share of the tokens (padded to the capacity factor), and gets as many back.
@@ -250,15 +252,32 @@ def expert_all_to_alls(topo: Topology, spec: ModelSpec, layer: int, shard: Shard
     all-to-alls on a communication stream under the other's compute): the forward's all-to-alls
     hide under the backward's compute and the backward's under the forward's, what exceeds it is
     exposed. That is the pipeline's steady state; a stage's first and last microbatches, which run
-    alone, are costed as steady too."""
+    alone, are costed as steady too.
+
+    ``per_node``: a dispatcher that sends a token once to each node holding one of its experts
+    (``job.MoeDispatcher.DEEPEP``): beyond the node, ``remote_units`` per token instead of top-k."""
     if not spec.is_moe_layer(layer) or experts.size <= 1:
         return 0.0, 0.0
     routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp * shard.capacity
-    both = 2 * coll.all_to_all(topo, experts.fanout, routed)   # dispatch + combine
+    outer = remote_units(spec, experts.fanout) / spec.experts_per_token if per_node else 1.0
+    both = 2 * coll.all_to_all(topo, experts.fanout, routed, outer)   # dispatch + combine
     if hidden_under is None:
         return both, both
     forward_compute, backward_compute = hidden_under
     return max(0.0, both - backward_compute), max(0.0, both - forward_compute)
+
+
+def remote_units(spec: ModelSpec, fanout: Sequence[int]) -> int:
+    """The most lowest-level units (nodes, NVLink domains) of the expert group one token's top-k copies
+    reach: at most k, at most the units, and with node-limited routing (DeepSeek-V2/V3 ``n_group`` /
+    ``topk_group``; DeepSeek-V3 report, arXiv 2412.19437, section 2.1.2: "each token will be sent to at
+    most M nodes") at most the chosen groups' units (experts laid out in order, a group spanning
+    ceil(units / groups) of them)."""
+    units = math.prod(fanout[1:])
+    bound = min(spec.experts_per_token, units)
+    if spec.routing_groups > 1:
+        bound = min(bound, spec.routing_groups_per_token * -(-units // spec.routing_groups))
+    return bound
 
 
 def split_fanout(fanout: Sequence[int], inner: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -16,7 +16,7 @@ from nestplan.cost import comm
 from nestplan.cost.memory import weight_gradient_input_bytes
 from nestplan.cost.compute import FP8_BYTES, FP8_COPIES, LayerTime, Precision, block_time, embedding_time, head_time
 from nestplan.cost.prediction import BREAKDOWN_TERMS
-from nestplan.job import CpCommType, Job
+from nestplan.job import CpCommType, Job, MoeDispatcher
 from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims
@@ -198,7 +198,8 @@ class TermCache:
             cp_comm = comm.CpComm(self.job.cp_comm_type, self.job.cp_a2a_size)
             comms = {kind: comm.block_comm(topo, model, i, shard, groups, blocks[kind].time.attention_forward,
                                            blocks[kind].time.gemms, self.job.tp_comm_overlap, gather, cp_comm,
-                                           self._a2a_hidden_under(blocks[kind].time))
+                                           self._a2a_hidden_under(blocks[kind].time),
+                                           self.job.moe_dispatcher is MoeDispatcher.DEEPEP)
                      for kind, i in self._kinds.items()}
             found = self._comm[key] = (comms, comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1))
         return found

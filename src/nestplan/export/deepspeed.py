@@ -35,7 +35,7 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, comment_text, header, rank_order_note, refuse,
                                     sbatch_lines, shell_word)
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Job
+from nestplan.job import CpCommType, Job, MoeDispatcher
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
@@ -133,6 +133,9 @@ def check(plan: Plan, heads: int) -> None:
         raise refuse(TITLE, f"cp {d.cp} runs as DeepSpeed-Ulysses, whose all-to-all splits the {heads} query and "
                      f"{plan.model.num_kv_heads} key/value heads over the {d.cp} ranks: they must divide both",
                      "cp", d.cp)
+    if plan.job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+        raise refuse(TITLE, f"DeepSpeed's MoE layer dispatches with all-to-alls, not the {plan.job.moe_dispatcher.value} "
+                     "dispatcher the plan costed", "moe_dispatcher", plan.job.moe_dispatcher.value, "alltoall")
     if plan.job.moe_comm_overlap:
         raise refuse(TITLE, "DeepSpeed's MoE layer runs each microbatch's all-to-alls exposed: the plan's overlap of "
                      "them with another microbatch's compute cannot run", "moe_comm_overlap", True, False)

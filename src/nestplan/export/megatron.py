@@ -21,7 +21,7 @@ from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFi
                                     expert_group_note, flag_pairs, header, rank_order_note, refuse,
                                     sbatch_lines, torchrun_prologue)
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Job
+from nestplan.job import CpCommType, Job, MoeDispatcher
 from nestplan.model.spec import ModelSpec
 from nestplan.model.ssm import Mamba1Shape
 from nestplan.plan import Plan
@@ -411,10 +411,16 @@ def _attention_flags(m: ModelSpec) -> Flags:
     return flags
 
 
+def dispatcher(job: Job) -> str:
+    """Megatron-Core's token dispatcher for the one nestplan costed: the flex dispatcher's backend
+    defaults to DeepEP (TransformerConfig.moe_flex_dispatcher_backend)."""
+    return "flex" if job.moe_dispatcher is MoeDispatcher.DEEPEP else "alltoall"
+
+
 def _moe_flags(m: ModelSpec, plan: Plan) -> Flags:
     flags: Flags = [("--num-experts", m.num_experts), ("--moe-router-topk", m.experts_per_token),
                     ("--moe-ffn-hidden-size", m.moe_ffn_hidden_size),
-                    ("--moe-token-dispatcher-type", "alltoall")]   # the all-to-all nestplan costs
+                    ("--moe-token-dispatcher-type", dispatcher(plan.job))]   # as costed
     if len(m.moe_layers) != m.num_layers:
         pattern = ",".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
         flags.append(("--moe-layer-freq", f"[{pattern}]"))

@@ -187,7 +187,7 @@ def _moe_fields(m: ModelSpec, plan: Plan) -> Items:
         return [("model.num_moe_experts", None)]
     items: Items = [("model.num_moe_experts", m.num_experts), ("model.moe_router_topk", m.experts_per_token),
                     ("model.moe_ffn_hidden_size", m.moe_ffn_hidden_size),
-                    ("model.moe_token_dispatcher_type", "alltoall"),   # the all-to-all nestplan costs
+                    ("model.moe_token_dispatcher_type", megatron.dispatcher(plan.job)),   # as costed
                     ("model.moe_grouped_gemm", plan.job.dtype == "bf16"),
                     ("model.moe_layer_freq", [1 if m.is_moe_layer(i) else 0 for i in range(m.num_layers)])]
     if m.num_shared_experts:

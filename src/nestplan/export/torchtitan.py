@@ -27,7 +27,7 @@ from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array,
                                     flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
 from nestplan.export.megatron import hybrid_stack
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Fp8Recipe, Job
+from nestplan.job import CpCommType, Fp8Recipe, Job, MoeDispatcher
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -194,6 +194,10 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
         changes.append(f"torchtitan 0.3.0's experts have no tensor parallelism: it runs them whole over ep x tp = "
                        f"{dims.ep * dims.tp} ranks (etp 1), where nestplan costed them split {dims.expert_tp} ways")
         dims = replace(dims, etp=1)
+    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+        changes.append(f"torchtitan 0.3.0 dispatches every token copy with all-to-alls, not the {job.moe_dispatcher.value} "
+                       "dispatcher nestplan costed")
+        job = replace(job, moe_dispatcher=MoeDispatcher.ALLTOALL)
     if job.moe_capacity_factor is not None:
         changes.append(f"torchtitan 0.3.0's experts are dropless: they process the routed tokens as routed, not "
                        f"padded to the capacity factor {job.moe_capacity_factor} nestplan costed")

@@ -66,7 +66,7 @@ def all_gather(topo: Topology, fanout: Sequence[int], nbytes: float) -> float:
     return reduce_scatter(topo, fanout, nbytes)
 
 
-def all_to_all(topo: Topology, fanout: Sequence[int], nbytes: float) -> float:
+def all_to_all(topo: Topology, fanout: Sequence[int], nbytes: float, outer_scale: float = 1.0) -> float:
     """Seconds for an all-to-all where each member holds ``nbytes`` spread evenly over the group.
 
     Every member sends its own share through its own links at once, so no
@@ -74,7 +74,9 @@ def all_to_all(topo: Topology, fanout: Sequence[int], nbytes: float) -> float:
     (g[0] - 1) / n; level i >= 1 carries everything that leaves the member's
     level-(i-1) unit, (n - prod_{j<i} g[j]) / n (in a tree the uplink sees all of
     it), at eff_i * bw_i / oversub_i (on a full mesh, the g[i] - 1 links each member
-    sends its peers' shares over). The slowest level dominates.
+    sends its peers' shares over). The slowest level dominates. ``outer_scale``: the fraction of
+    that outward traffic sent at levels i >= 1 (a dispatcher that sends a token once per remote
+    unit instead of once per copy).
     """
     n = math.prod(fanout)
     if n <= 1 or nbytes <= 0:
@@ -82,7 +84,7 @@ def all_to_all(topo: Topology, fanout: Sequence[int], nbytes: float) -> float:
     slowest = 0.0
     inner = 1
     for i, (level, g) in enumerate(zip(topo.levels, fanout)):
-        share = (g - 1) / n if i == 0 else (n - inner) / n
+        share = (g - 1) / n if i == 0 else outer_scale * (n - inner) / n
         if share > 0:
             slowest = max(slowest, share * nbytes / level.group_bandwidth_Bps(g))
         inner *= g
