@@ -3,7 +3,8 @@
 Run: python bench/bench_search.py [--repeat N]
 Cases (issue 13's targets): every paper model on both paper clusters at 1,024 devices; Qwen3-235B-A22B
 (bench/qwen3-235b-a22b.json, a config.json) on 512 GPUs of dgx-h100, global batch 2048 x 4096 tokens;
-Llama 3.1 405B on llama3-h100 at 16,384 GPUs, 2048 x 8192. Each case runs the CLI in a fresh
+Llama 3.1 405B on llama3-h100 at 16,384 GPUs, 2048 x 8192; DeepSeek-V3 (dense then MoE blocks, folded
+experts) on 576 GB200 NVL72, 2048 x 4096. Each case runs the CLI in a fresh
 process; the table gives the best of N runs' wall seconds, that run's CPU seconds (user + system)
 and their ratio, the largest peak RSS, and the search-space size from the CLI's search line
 (configurations, groups, groups solved, pipeline-depth rows).
@@ -22,7 +23,8 @@ from pathlib import Path
 QWEN3 = str(Path(__file__).with_name("qwen3-235b-a22b.json"))
 PAPER = [(m, c, 1024, 4096, 2048 if m == "gpt3-175b" else 4096)
          for m in ("llama2-7b", "llama3-70b", "gpt3-175b", "mixtral-8x7b") for c in ("tpuv4-fattree", "h100-spine-leaf")]
-CASES = PAPER + [(QWEN3, "dgx-h100", 512, 2048, 4096), ("llama3.1-405b", "llama3-h100", 16384, 2048, 8192)]
+CASES = PAPER + [(QWEN3, "dgx-h100", 512, 2048, 4096), ("llama3.1-405b", "llama3-h100", 16384, 2048, 8192),
+                 ("deepseek-v3", "gb200-nvl72", 576, 2048, 4096)]
 SEARCH_LINE = re.compile(r"search: .*?, ([\d,]+) configurations, ([\d,]+) groups \(([\d,]+) solved.*?\), "
                          r"([\d,]+) pipeline depths")
 
