@@ -302,7 +302,8 @@ def hybrid_stack(m: ModelSpec) -> str | None:
         parts.append(f"no mixer in layers {','.join(map(str, m.mixerless_layers))}")
     if m.ffn_free_layers:
         parts.append(f"no FFN in layers {','.join(map(str, m.ffn_free_layers))}")
-    return "a hybrid stack (" + "; ".join(parts) + ")"
+    return ("a hybrid stack in a GPT (" + "; ".join(parts) + "; Megatron-LM trains hybrids with pretrain_hybrid.py, "
+            "which nestplan does not export yet)")
 
 
 def unbuildable(m: ModelSpec) -> str | None:
