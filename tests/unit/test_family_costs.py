@@ -12,6 +12,7 @@ from cli_helpers import run_cli
 
 from nestplan import api
 from nestplan.cost import comm
+from nestplan.cost.compute import _elementwise_bytes
 from nestplan.cost.evaluator import _model_flops
 from nestplan.errors import ConfigError
 from nestplan.model import layers as L
@@ -233,6 +234,30 @@ def test_mla_down_projections_latent_norms_and_router_are_replicated_over_tp() -
         assert got == pytest.approx((full - replicated) / 8 + replicated)
     llama = L.block_params_per_device(LLAMA, 0, shard).dense
     assert llama == pytest.approx((L.block_params(LLAMA, 0).dense - 2 * LLAMA.hidden_size) / 8 + 2 * LLAMA.hidden_size)
+
+
+# ---------------------------------------------------------------- elementwise traffic
+def test_llama4_no_rope_layers_neither_rotate_nor_normalise() -> None:
+    """Llama 4's layers without rotary positions have no L2 QK-norm either (HF modeling_llama4): their
+    elementwise traffic lacks both RoPE's and the norm's read and write of Q and K."""
+    scout = api.resolve_model("llama4-scout")
+    shard = Shard(tp=2, seq_len=8192)
+    nope = scout.nope_layers[0]
+    rope = next(i for i in range(scout.num_layers) if i not in scout.nope_layers
+                and scout.is_moe_layer(i) == scout.is_moe_layer(nope))
+    qk = 2 * 2 * shard.tokens * (scout.q_channels + scout.kv_channels) / 2
+
+    assert _elementwise_bytes(scout, rope, shard) - _elementwise_bytes(scout, nope, shard) == pytest.approx(2 * qk)
+
+
+def test_mla_latent_norms_traffic() -> None:
+    """q_a_layernorm and kv_a_layernorm read and write each rank's own latents: 2 B T (q_lora +
+    kv_lora) / sp; a query latent 1536 wide costs 2 B T 1536 / 8 at tp 8 with sp."""
+
+    shard = Shard(tp=8, sp=True, seq_len=4096)
+    plain_q = replace(DEEPSEEK, q_lora_rank=0)
+    diff = _elementwise_bytes(DEEPSEEK, 0, shard) - _elementwise_bytes(plain_q, 0, shard)
+    assert diff == pytest.approx(2 * 2 * shard.tokens * 1536 / 8)
 
 
 # ---------------------------------------------------------------- exports

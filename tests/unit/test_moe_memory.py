@@ -6,6 +6,8 @@ Mixtral-8x22B, Qwen3-30B-A3B, Qwen1.5-MoE-A2.7B, DeepSeek-V2-Lite, gpt-oss-20b a
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+
 import pytest
 
 from nestplan import api
@@ -180,6 +182,39 @@ def test_gated_shared_expert_keeps_its_output_and_the_gate() -> None:
     deepseek = api.resolve_model("deepseek-v2-lite")
     assert deepseek.num_shared_experts == 2 and deepseek.shared_expert_ffn_hidden_size == 1408
     assert L.shared_expert_activation_bytes(deepseek, Shard(seq_len=T)) == 2 * T * 3 * 1408 * 2
+
+
+# ---------------------------------------------------------------- permutation traffic
+def test_permutation_traffic_is_megatron_cores_unfused_permute_and_unpermute() -> None:
+    """Mixtral-8x22B, 4096 tokens: the routing map (8 experts a token) transposed, sorted (8 + 2 (1 + 8)
+    bytes an entry) and its bf16 probabilities transposed; five int64 position accesses and a bf16
+    probability gathered per copy; index_select reads and writes each copy; unpermute reads each copy
+    and zeroes, reads and writes each output row (the probabilities already applied by the experts)."""
+    from nestplan.cost.compute import moe_permutation_bytes
+
+    spec, T, E, k, h = _spec("mixtral-8x22b"), 4096, 8, 2, 6144
+    routing = T * E * (2 + 26 + 4)
+    positions = T * k * (5 * 8 + 4)
+    tokens = 2 * 2 * T * k * h + 2 * T * k * h + 3 * 2 * T * h
+    assert moe_permutation_bytes(spec, Shard(seq_len=T)) == routing + positions + tokens
+    # sequence parallelism: each tp rank permutes the copies of its own quarter of the tokens
+    split = Shard(tp=4, sp=True, seq_len=T)
+    assert moe_permutation_bytes(spec, split) == pytest.approx((routing + positions + tokens) / 4)
+    # a capacity factor pads every expert's copies (drop_and_pad): the copies' traffic grows by it
+    padded = moe_permutation_bytes(spec, Shard(seq_len=T, capacity=1.5))
+    assert padded == pytest.approx(routing + 1.5 * positions + 1.5 * 3 * 2 * T * k * h + 3 * 2 * T * h)
+
+
+def test_the_block_streams_the_permutation_traffic() -> None:
+    """The MoE block's elementwise traffic carries the permutation's: top-4 instead of top-2 adds the
+    permutation's growth and the activation's, nothing else (one expert a device: no regrouping)."""
+    from nestplan.cost.compute import _elementwise_bytes, moe_permutation_bytes
+
+    spec, shard = _spec("mixtral-8x22b"), Shard(seq_len=4096, ep=8)
+    top4 = replace(spec, experts_per_token=4)
+    activation = 3 * 2 * 4096 * 2 * spec.moe_ffn_hidden_size  # two more copies through the SwiGLU
+    grown = _elementwise_bytes(top4, 0, shard) - _elementwise_bytes(spec, 0, shard)
+    assert grown == pytest.approx(moe_permutation_bytes(top4, shard) - moe_permutation_bytes(spec, shard) + activation)
 
 
 # ---------------------------------------------------------------- against the traced graph

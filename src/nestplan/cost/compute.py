@@ -16,6 +16,7 @@ from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Fp8Recipe, Job
 from nestplan.model.layers import (
     COLUMN,
+    INDEX_BYTES,
     MASK_BYTES,
     ROW,
     Gemm,
@@ -154,24 +155,57 @@ def _mixer_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dty
             _gemms_backward(acc, gemms, dtype) + recomputed + ELEMENTWISE_BACKWARD_RATIO * traffic)
 
 
+# per routing-map entry, sorted for the copies' expert-major positions (torch.argsort(stable=True) on
+# CUB's radix sort of key-position pairs): the int64 positions written, then the one-byte key and its
+# position read and written once, a one-byte key being one digit pass of CUB's onesweep sort (8-bit
+# digits: Adinets and Merrill 2022, arXiv 2206.01784)
+ROUTING_SORT_BYTES = INDEX_BYTES + 2 * (1 + INDEX_BYTES)
+
+
+def moe_permutation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """HBM traffic of an MoE block's token permutation around the expert all-to-all (forward) as
+    Megatron-Core's unfused moe_utils.permute and unpermute run it (moe_permute_fusion off, its
+    default), on this device's sequence-split tokens, their top-k copies (padded to the experts'
+    capacity, ``shard.capacity``: drop_and_pad sorts each expert's row of the map) and the E experts:
+    - the routing map (tokens x E bools) transposed (read, write) and sorted (``ROUTING_SORT_BYTES``),
+      the dense probabilities transposed (read, write);
+    - the int64 positions: taken modulo the tokens (read, write), read by the probabilities' gather,
+      by index_select and by the scatter-add; the copies' probabilities gathered (read, write);
+    - permute: the tokens gathered into their copies (index_select: read and write each copy);
+    - unpermute, the probabilities already applied by the experts: the output zeroed, the copies read
+      and scatter-added into it, each output row read and written once (its k additions, atomics,
+      meet in L2)."""
+    B, h, E = shard.dtype_bytes, spec.hidden_size, spec.num_experts
+    tokens = shard.tokens / shard.sp_div
+    copies = tokens * spec.experts_per_token * shard.capacity
+    routing_map = tokens * E * (2 + ROUTING_SORT_BYTES + 2 * B)
+    positions = copies * (5 * INDEX_BYTES + 2 * B)
+    permute = 2 * B * copies * h
+    unpermute = B * copies * h + 3 * B * tokens * h
+    return routing_map + positions + permute + unpermute
+
+
 def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
     """HBM traffic of the memory-bound kernels of one block's forward pass: a residual add per sub-block
-    (mixer, FFN: a hybrid block, Nemotron-H's, may have one of them only), a Mamba-2 mixer's own kernels
+    (mixer, FFN: a hybrid block, Nemotron-H's, may have one of them only), the QK-norms of the layers that
+    have them, MLA's latent norms, RoPE where the layer rotates, a Mamba-2 mixer's own kernels
     (cost/ssm.py ``mamba_elementwise_bytes``)."""
     B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
     rep = T * spec.hidden_size / shard.sp_div
     mixer = spec.mixer_of(layer)
     norms = spec.block_norms * (2 * B * rep)                         # read x, write y, per norm (2; Gemma 4)
-    if spec.qk_norm != "none" and mixer == "attention":   # Qwen3, OLMo 2, Gemma 3: RMSNorm of queries, keys
+    if mixer == "attention" and spec.has_qk_norm(layer):   # Qwen3, OLMo 2, Gemma 3, Llama 4's rotary layers
         norms += 2 * B * T * (spec.q_channels + spec.kv_channels) / t
+    if mixer == "attention" and spec.is_mla:   # q_a_layernorm, kv_a_layernorm on each rank's own tokens
+        norms += 2 * B * T * (spec.q_lora_rank + spec.kv_lora_rank) / shard.sp_div
     sub_blocks = (mixer != "none") + spec.has_ffn(layer)
     residual = sub_blocks * (3 * B * rep + (MASK_BYTES * rep if spec.dropout else 0))  # (bias-dropout-)add
     if not spec.has_ffn(layer):
         ffn, permute = 0, 0.0
     elif spec.is_moe_layer(layer):
         ffn = spec.moe_ffn_hidden_size * spec.experts_per_token + spec.shared_expert_ffn_hidden_size * spec.num_shared_experts
-        copies = T * spec.experts_per_token * spec.hidden_size   # the routed token copies, tp-gathered
-        permute = 2 * 2 * B * copies / shard.sp_div            # permute and unpermute: read and write
+        copies = T * spec.experts_per_token * spec.hidden_size * shard.capacity   # routed copies (padded), tp-gathered
+        permute = moe_permutation_bytes(spec, shard)
         # copies received from every ep rank, regrouped by local expert and back (Megatron-Core's
         # MoEAlltoAllTokenDispatcher, sort_chunks_by_idxs, where a device holds several experts)
         # (the copies a device's experts process: T k x etp / tp, all T k without folding)
@@ -181,7 +215,8 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
         ffn, permute = spec.ffn_hidden_size, 0.0
     activation = (3 if spec.gated_mlp else 2) * B * T * ffn / t     # act(x) [* up]: read 1-2, write 1
     # RoPE: read and write the rotated share of Q and K (partial rotary: rotary_fraction of each head)
-    rotary = 0.0 if spec.learned_position_embeddings or mixer != "attention" else (
+    rotates = mixer == "attention" and not spec.learned_position_embeddings and layer not in spec.nope_layers
+    rotary = 0.0 if not rotates else (
         spec.rotary_fraction * 2 * B * T * (spec.q_channels + spec.kv_channels) / t)
     mamba = mamba_elementwise_bytes(spec.mamba, shard) if mixer == "mamba" else 0.0
     return norms + residual + activation + rotary + permute + mamba
