@@ -76,7 +76,8 @@ class StageContext:
 
 # ---------------------------------------------------------------------------- one split (evaluator)
 def held_nodes(terms: GraphTerms, kinds: Sequence[Hashable], stage: int, pp: int) -> list[NodeTerms]:
-    """The nodes of a stage holding blocks of ``kinds`` (is-MoE per block), embedding and head included."""
+    """The nodes of a stage holding blocks of ``kinds`` (ModelSpec.block_kind per block), embedding and head
+    included."""
     return [terms.blocks[k] for k in kinds] + _end_nodes(terms, stage, pp)
 
 
