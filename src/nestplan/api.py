@@ -332,6 +332,14 @@ def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
                             title or f"{plan.model.name} on {plan.cluster.name}")
 
 
+def check_exportable(model: str | ModelSpec, framework: str) -> None:
+    """Raise the one-line ConfigError ``framework``'s export would give for a model it cannot build,
+    so that ``plan --export`` refuses before it searches."""
+    from nestplan.export import check_framework, check_model
+
+    check_model(check_framework(framework), resolve_model(model))
+
+
 def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: Sequence[CpCommType] | None = None,
                  export: str | None = None, memory_margin: float | None = None,
                  expert_tp: Sequence[int | None] | None = None, moe_comm_overlap: bool = True) -> SearchSpace:

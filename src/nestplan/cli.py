@@ -473,6 +473,8 @@ def plan_command(
         _check_output("--out", out, folder=True)
     rows = _print_trace(model, seq_len, _console(stderr=True)) if trace else None
     spec = api.resolve_model(model)
+    if export is not None:
+        api.check_exportable(spec, export)   # before the search: a model the framework cannot build
     if rows:
         spec = api.calibrate(spec, rows)
         _say(f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "

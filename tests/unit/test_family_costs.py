@@ -317,3 +317,13 @@ def test_mlas_latent_gather_hides_under_the_key_value_up_projection_too() -> Non
     kv_up = [(1.0, 2.0) if i == count - 1 else (0.0, 0.0) for i in range(count)]
     got = comm.block_comm(TOPO, DEEPSEEK, layer, shard, _groups(8), 0.0, kv_up, tp_overlap=True).tp_forward
     assert got < plain
+
+
+def test_plan_with_export_refuses_a_model_the_framework_cannot_build_before_searching(capsys, tmp_path) -> None:
+    """`plan --export megatron` of a Nemotron-H hybrid: the export's one-line refusal, before any search
+    (no search line, no plan written)."""
+    code, out, err = run_cli(capsys, ["plan", "--model", "nemotron-h-8b", "--cluster", "dgx-h100", "--devices", "64",
+                                      "--global-batch-size", "512", "--export", "megatron", "--out",
+                                      str(tmp_path / "x")])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "hybrid stack" in err
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())

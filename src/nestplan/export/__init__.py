@@ -15,6 +15,7 @@ from nestplan.export import deepspeed, megatron, nemo, torchtitan
 from nestplan.export.common import Export, choose_order
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType
+from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.enums import Schedule
 
@@ -49,6 +50,11 @@ def framework_expert_tp(framework: str) -> tuple[int | None, ...] | None:
 def framework_moe_overlap(framework: str) -> bool:
     """Whether ``framework`` runs MoE all-to-alls under another microbatch's compute (Job.moe_comm_overlap)."""
     return EXPORTERS[framework].MOE_COMM_OVERLAP
+
+
+def check_model(framework: str, model: ModelSpec) -> None:
+    """Refuse, before any search, a model ``framework`` cannot build (the one-line error its export gives)."""
+    EXPORTERS[framework].check_model(model)
 
 
 def check_framework(name: str) -> str:

@@ -36,6 +36,7 @@ from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, comment_tex
                                     sbatch_lines, shell_word)
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Job, MoeDispatcher
+from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
@@ -110,6 +111,10 @@ def _grad_accumulation_expressible(plan: Plan) -> bool:
     ZeRO only in the model's own dtype (DeepSpeedEngine._do_optimizer_sanity_check)."""
     grad = plan.job.grad_dtype
     return grad in ("fp32", "fp16", "bf16") and (plan.dims.zero >= 1 or grad == _model_dtype(plan))
+
+
+def check_model(m: ModelSpec) -> None:
+    """DeepSpeed trains the user's own model code (the export names no architecture): every model is taken."""
 
 
 def check(plan: Plan, heads: int) -> None:

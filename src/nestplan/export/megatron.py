@@ -321,11 +321,16 @@ def unbuildable(m: ModelSpec) -> str | None:
     return None
 
 
-def model_flags(m: ModelSpec, plan: Plan) -> Flags:
-    job = plan.job
+def check_model(m: ModelSpec) -> None:
+    """A model Megatron-core's GPT layers cannot build (``unbuildable``): refused."""
     missing = unbuildable(m)
     if missing:
         raise refuse(TITLE, f"Megatron-core cannot build {missing} of {m.name}", "model", m.name)
+
+
+def model_flags(m: ModelSpec, plan: Plan) -> Flags:
+    job = plan.job
+    check_model(m)
     flags: Flags = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                     ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_heads)]
     if m.num_kv_heads != m.num_heads:

@@ -66,17 +66,20 @@ def _value(v: object) -> str:
     return f'"{text}"'
 
 
-def check(inp: ExportInput) -> None:
-    """What Megatron-Bridge cannot run as costed: Megatron-LM's limits, an encoder, fp32 training."""
-    megatron.check(inp)
-    if not inp.model.causal:
-        raise refuse(TITLE, f"Megatron-Bridge has no encoder (BERT) recipe for {inp.model.name}", "model",
-                     inp.model.name)
-    missing = megatron.unbuildable(inp.model) or (
-        "multi-head latent attention (the generic recipe's GPTModelProvider has no MLA fields)" if inp.model.is_mla
-        else None)
+def check_model(m: ModelSpec) -> None:
+    """A model Megatron-Bridge's recipes cannot build: an encoder, what Megatron-core's GPT cannot, MLA."""
+    if not m.causal:
+        raise refuse(TITLE, f"Megatron-Bridge has no encoder (BERT) recipe for {m.name}", "model", m.name)
+    missing = megatron.unbuildable(m) or (
+        "multi-head latent attention (the generic recipe's GPTModelProvider has no MLA fields)" if m.is_mla else None)
     if missing:
-        raise refuse(TITLE, f"Megatron-Bridge cannot build {missing} of {inp.model.name}", "model", inp.model.name)
+        raise refuse(TITLE, f"Megatron-Bridge cannot build {missing} of {m.name}", "model", m.name)
+
+
+def check(inp: ExportInput) -> None:
+    """What Megatron-Bridge cannot run as costed: Megatron-LM's limits, its models, fp32 training."""
+    megatron.check(inp)
+    check_model(inp.model)
     if inp.plan.job.dtype not in ("bf16", "fp16"):
         raise refuse(TITLE, "Megatron-Bridge's recipes train in mixed precision, bf16 or fp16", "dtype",
                      inp.plan.job.dtype, ["bf16", "fp16"])

@@ -351,6 +351,11 @@ def _differences(m: ModelSpec) -> list[str]:
     return [what for bad, what in checks if bad]
 
 
+def check_model(m: ModelSpec) -> None:
+    """A model torchtitan 0.3.0 has nothing close to (``run_model``): refused."""
+    run_model(m)
+
+
 def run_model(m: ModelSpec) -> ModelSpec:
     """The model torchtitan 0.3.0 builds for ``m``: ``m`` itself where it is of torchtitan's architecture,
     else a Llama-architecture decoder of ``m``'s sizes (a non-gated MLP's parameters kept by a SwiGLU of
