@@ -102,26 +102,45 @@ class Engine:
         elif item > self._heap[0]:
             heapq.heapreplace(self._heap, item)
 
-    def _splits(self, group, tab) -> tuple[np.ndarray, dict[int, Split]]:
+    def _splits(self, group, tab, hopeless: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, Split]]:
         """Bottleneck and split per depth; shared by groups whose tables name the same
-        ``split_key`` (stage tables that do not depend on what differs between them)."""
+        ``split_key`` (stage tables that do not depend on what differs between them). ``hopeless``
+        (no shared key): depths the dynamic program skips, whose proxy cannot enter the K best
+        whatever their split (``_hopeless``): they get no split."""
         key = getattr(tab, "split_key", None)
+        assert hopeless is None or key is None, "a shared split serves groups of other places"
         if key is not None and key in self._split_cache:
             return self._split_cache[key]
         n = self.model.num_blocks
         if tab.homogeneous:
             result = waterfill_bottlenecks(tab.alpha, tab.beta, tab.nmax, n), {}
         else:
-            result = self._dp_splits(group, tab)
+            result = self._dp_splits(group, tab, hopeless)
         if key is not None:
             self._split_cache[key] = result
         return result
 
-    def _dp_splits(self, group, tab) -> tuple[np.ndarray, dict[int, Split]]:
+    def _hopeless(self, group, tab, order: int) -> np.ndarray:
+        """Per depth, whether even its best split cannot enter the K best: the bottleneck is at least
+        the mean cycle, constant / p (every cycle together is ``tab.constant``), so the proxy is at
+        least weight x constant / p + constant (the extras are >= 0); judged at rank 0, the best a
+        depth can take in its group's order."""
+        depths = np.arange(1, len(tab.constant) + 1)
+        weight = getattr(tab, "weight", None)
+        weight = group.microbatches - 1 if weight is None else weight
+        with np.errstate(invalid="ignore"):
+            least = np.where(np.isfinite(weight), weight * tab.constant / depths + tab.constant, INFEASIBLE)
+        return np.array([self.dominated(float(x) * (1 - 1e-9), order, 0) for x in least])
+
+    def _dp_splits(self, group, tab, hopeless: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, Split]]:
         taus = np.full(len(tab.constant), INFEASIBLE)
         found: dict[int, Split] = {}
         start_costs, start_memory = getattr(tab, "start_costs", None), getattr(tab, "start_memory", None)
+        # depths where no split fits (the cost model's exact memory check, where it has one) have none to find
+        fitting = self.model.feasible_depths(group) if hasattr(self.model, "feasible_depths") else None
         for p in range(1, len(tab.constant) + 1):
+            if (fitting is not None and not fitting[p - 1]) or (hopeless is not None and hopeless[p - 1]):
+                continue
             costs = tab.block_costs if tab.block_costs.ndim == 1 else tab.block_costs[p - 1, :p]
             split = dp_split(costs, tab.alpha[p - 1, :p], self.model.block_memory(group, p),
                              tab.mem_fixed[p - 1, :p], self.capacity_bytes,
@@ -152,16 +171,25 @@ class Engine:
     def run_group(self, group, key: tuple, order: int | None = None) -> bool:
         """Search every depth of one group; True when some split fits. ``order`` is the group's place
         in the sequential order (ties between equal proxies go to the earlier group); by default the
-        groups are taken to arrive in that order."""
+        groups are taken to arrive in that order, and only then is the return value exact: given an
+        order (the best-first search, which does not read it), depths of blocks of several kinds that
+        cannot enter the K best are not split (``_hopeless``)."""
+        given = order is not None
         order = self.stats.groups if order is None else order
         self.stats.groups += 1
         tab = self.model.tables(group)
-        taus, found = self._splits(group, tab)
+        hopeless = None
+        if given and not tab.homogeneous and getattr(tab, "split_key", None) is None:
+            hopeless = self._hopeless(group, tab, order)
+        taus, found = self._splits(group, tab, hopeless)
         pipe = self._pipeline_times(group, tab, taus)
         depths = len(pipe)
         self.stats.depths += depths
         feasible = np.isfinite(pipe)
-        self.stats.pruned_memory += int(depths - feasible.sum())
+        fitting = self.model.feasible_depths(group) if hasattr(self.model, "feasible_depths") else True
+        skipped = 0 if hopeless is None else int((hopeless & fitting).sum())   # those that fit: pruned by the bound
+        self.stats.pruned_bound += skipped
+        self.stats.pruned_memory += int(depths - feasible.sum()) - skipped
         by_time = np.argsort(pipe, kind="stable")
         for rank, p_idx in enumerate(by_time):
             if not feasible[p_idx]:
