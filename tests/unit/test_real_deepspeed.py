@@ -144,7 +144,8 @@ from nestplan.job import Job  # noqa: E402
 from nestplan.plan import Plan  # noqa: E402
 from nestplan.strategy.dims import ParallelDims  # noqa: E402
 
-OVERRIDDEN = ("cp", "tp", "zero_stage", "layers_per_stage")   # the fields DeepSpeed's refusals name
+# the fields DeepSpeed's refusals name (etp: experts folded over tp, which its MoE layer cannot run)
+OVERRIDDEN = ("cp", "tp", "zero_stage", "layers_per_stage", "etp", "moe_comm_overlap", "moe_dispatcher")
 
 
 # ---------------------------------------------------------------- the parent: export, run, compare

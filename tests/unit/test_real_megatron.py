@@ -163,9 +163,9 @@ def stand_in_transformer_engine(monkeypatch) -> None:
 def check_degrees_and_batch(args, plan: Plan) -> None:
     d, job = plan.dims, plan.job
     assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size,
-            args.expert_model_parallel_size) == (d.tp, d.pp, d.cp, d.ep)
+            args.expert_model_parallel_size) == (d.tp, d.pp, d.cp, d.expert_parallel)
     assert args.data_parallel_size == d.dp * d.ep   # Megatron's data parallelism holds the expert axis
-    assert args.expert_tensor_parallel_size == d.tp
+    assert args.expert_tensor_parallel_size == d.expert_tp   # folded: etp below tp, the rest in expert parallelism
     assert args.sequence_parallel == d.sp_active
     assert (args.micro_batch_size, args.global_batch_size) == (d.micro_batch_size, job.global_batch_size)
     assert (args.virtual_pipeline_model_parallel_size or 1) == d.virtual_stages
@@ -194,8 +194,8 @@ def check_model_and_training(args, config, plan: Plan) -> None:
             config.context_parallel_size, config.sequence_parallel) == (d.tp, d.pp, d.cp, d.sp_active)
     assert (config.num_moe_experts or 0) == (m.num_experts if m.is_moe else 0)
     if m.is_moe:
-        assert (config.moe_router_topk, config.expert_model_parallel_size) == (m.experts_per_token, d.ep)
-        assert config.moe_token_dispatcher_type == "alltoall"
+        assert (config.moe_router_topk, config.expert_model_parallel_size) == (m.experts_per_token, d.expert_parallel)
+        assert config.moe_token_dispatcher_type == ("flex" if plan.job.moe_dispatcher.value == "deepep" else "alltoall")
     expected_recompute = {Recompute.NONE: None, Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
     assert config.recompute_granularity == expected_recompute[d.recompute]
     assert (config.bf16, config.fp16) == (job.dtype == "bf16", job.dtype == "fp16")
@@ -280,8 +280,17 @@ def megatron_groups(args, world: int) -> dict[str, set[frozenset[int]]]:
 def costed_groups(plan: Plan) -> dict[str, set[frozenset[int]]]:
     """The groups nestplan costed: ranks laid on the devices in the plan's axis order (device = rank)."""
     grid = rank_grid(plan.dims, plan.axis_order)
-    keys = {"tp": ("tp",), "cp": ("cp",), "dp": ("ep", "dp"), "pp": ("pp",), "ep": ("ep",)}
-    return {key: _along(grid, axes) for key, axes in keys.items()}
+    keys = {"tp": ("tp",), "cp": ("cp",), "dp": ("ep", "dp"), "pp": ("pp",)}
+    groups = {key: _along(grid, axes) for key, axes in keys.items()}
+    # the experts' group: the ep ranks, each with the tp / etp ranks of its tp group that fold into it
+    # (etp consecutive tp ranks share one expert: the tp coordinate split as (tp / etp, etp), etp fastest)
+    tp, etp = plan.dims.tp, plan.dims.expert_tp
+    split = grid.reshape((tp // etp, etp) + grid.shape[1:])
+    along = [0, 1 + AXES.index("ep")]
+    rest = [i for i in range(split.ndim) if i not in along]
+    size = (tp // etp) * plan.dims.ep
+    groups["ep"] = {frozenset(int(r) for r in row) for row in np.transpose(split, rest + along).reshape(-1, size)}
+    return groups
 
 
 def _along(grid: np.ndarray, axes: tuple[str, ...]) -> set[frozenset[int]]:

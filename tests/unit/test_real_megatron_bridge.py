@@ -228,10 +228,10 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
     degrees = (model.tensor_model_parallel_size, model.pipeline_model_parallel_size,
                model.virtual_pipeline_model_parallel_size or 1, model.context_parallel_size,
                model.expert_model_parallel_size, model.sequence_parallel, cfg.data_parallel_size)
-    assert degrees == (d.tp, d.pp, d.virtual_stages, d.cp, d.ep, d.sp_active, d.dp * d.ep)
+    assert degrees == (d.tp, d.pp, d.virtual_stages, d.cp, d.expert_parallel, d.sp_active, d.dp * d.ep)
     assert d.stage_layers(m.num_layers) == plan.dims.stage_layers(m.num_layers)   # each stage's costed layers
-    if d.ep > 1:
-        assert model.expert_tensor_parallel_size == d.tp
+    if m.is_moe:
+        assert model.expert_tensor_parallel_size == d.expert_tp
     assert (cfg.train.micro_batch_size, cfg.train.global_batch_size) == (d.micro_batch_size, job.global_batch_size)
     assert job.global_batch_size % (d.micro_batch_size * cfg.data_parallel_size) == 0
     assert (model.seq_length, cfg.dataset.seq_length) == (job.seq_len, job.seq_len)

@@ -128,7 +128,7 @@ def expected_meaning(plan: Plan) -> dict:
     d, job = plan.dims, plan.job
     replicate, shard = (d.dp, d.ep) if d.zero == 0 else (1, d.dp * d.ep)
     return {"tp": d.tp, "cp": d.cp, "pp": d.pp, "dp_replicate": replicate, "dp_shard": shard,
-            "ep": d.ep * d.tp if d.ep > 1 else 1,
+            "ep": d.ep * d.tp if d.ep > 1 or d.etp is not None else 1,   # its experts whole over ep x tp
             "sp": d.sp_active and d.tp > 1, "global_batch": job.global_batch_size,
             "microbatch": d.micro_batch_size, "microbatches": job.global_batch_size // d.batch_replicas
             // d.micro_batch_size, "schedule": SCHEDULES[d.schedule] if d.pp > 1 else None,
