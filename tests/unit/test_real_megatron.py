@@ -52,7 +52,7 @@ from nestplan.job import Job
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
-from nestplan.strategy.placement import AXES, rank_grid
+from nestplan.strategy.placement import AXES, expert_rank_groups, rank_grid
 
 if not hasattr(typing, "override"):   # stand-in: Python 3.12's typing.override (see the docstring)
     typing.override = typing_extensions.override
@@ -283,13 +283,8 @@ def costed_groups(plan: Plan) -> dict[str, set[frozenset[int]]]:
     keys = {"tp": ("tp",), "cp": ("cp",), "dp": ("ep", "dp"), "pp": ("pp",)}
     groups = {key: _along(grid, axes) for key, axes in keys.items()}
     # the experts' group: the ep ranks, each with the tp / etp ranks of its tp group that fold into it
-    # (etp consecutive tp ranks share one expert: the tp coordinate split as (tp / etp, etp), etp fastest)
-    tp, etp = plan.dims.tp, plan.dims.expert_tp
-    split = grid.reshape((tp // etp, etp) + grid.shape[1:])
-    along = [0, 1 + AXES.index("ep")]
-    rest = [i for i in range(split.ndim) if i not in along]
-    size = (tp // etp) * plan.dims.ep
-    groups["ep"] = {frozenset(int(r) for r in row) for row in np.transpose(split, rest + along).reshape(-1, size)}
+    experts = expert_rank_groups(grid, plan.dims.expert_tp)["expert"]
+    groups["ep"] = {frozenset(int(r) for r in row) for row in experts}
     return groups
 
 

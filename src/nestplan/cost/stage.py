@@ -319,28 +319,26 @@ def position_memory(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray
     """The bytes ``position_tables`` and ``block_memory`` give each position, in the same arithmetic
     (so that a check on them agrees with the splits to the last bit); ``inflight``:
     :func:`first_stage_in_flight`, ``kind_index``: each block's kind as an index into ``terms.blocks``."""
-    base = ctx.reserved_bytes + 0.0
+    base = ctx.reserved_bytes
     emb = ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight
     head = ctx.state_bytes(terms.head.params)
     blocks = block_arrays(ctx, terms, kind_index)
-    states, acts = blocks.states, blocks.activations
     return PositionMemory(
         middle=base, first=base + emb,
         last=base + (head + ctx.state_bytes(terms.tied_head_copy) + terms.head.activations * inflight[0]),
-        single=base + emb[0] + (head + 0.0 + terms.head.activations * inflight[0]),
-        blocks=states[None, :] + acts[None, :] * inflight[:, None], transient=range_transients(blocks.transients))
+        single=base + emb[0] + (head + terms.head.activations * inflight[0]),
+        blocks=blocks.states[None, :] + blocks.activations[None, :] * inflight[:, None],
+        transient=range_transients(blocks.transients))
 
 
-def block_memory(ctx: StageContext, terms: GraphTerms, kinds: Sequence[Hashable], pp: int, microbatches: int
+def block_memory(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray, pp: int, microbatches: int
                  ) -> np.ndarray:
-    """(pp, L) bytes of each block held by each stage of a 1F1B pipeline."""
+    """(pp, L) bytes of each block held by each stage of a 1F1B pipeline; ``kind_index`` as
+    :func:`block_arrays`'."""
     inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, microbatches, 1,
                                       moe_a2a_early(ctx.job))
-    order = {kind: n for n, kind in enumerate(terms.blocks)}
-    index = np.array([order[kind] for kind in kinds])
-    states = np.array([ctx.node_state_bytes(node) for node in terms.blocks.values()])[index]
-    acts = np.array([node.activations for node in terms.blocks.values()])[index]
-    return states[None, :] + acts[None, :] * inflight[:, None]
+    blocks = block_arrays(ctx, terms, kind_index)
+    return blocks.states[None, :] + blocks.activations[None, :] * inflight[:, None]
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,14 @@ class Recomputation(str, Enum):
     FULL = "full"
 
 
+def expert_degrees(tp: int, ep: int, etp: int | None) -> tuple[int, int]:
+    """(ranks that split one expert's FFN, ranks that hold different experts) under Megatron-Core's
+    parallel folding: etp (tp where None, unfolded) and ep x tp / etp, the ep ranks with the tp / etp
+    ranks of each tensor-parallel group that fold into expert parallelism."""
+    split = tp if etp is None else etp
+    return split, ep * tp // split
+
+
 @dataclass(frozen=True)
 class Shard:
     """How a layer runs on one device for one microbatch."""
@@ -43,13 +51,11 @@ class Shard:
 
     @property
     def expert_tp(self) -> int:
-        """Ranks that split one expert's FFN: etp, tp unless folded."""
-        return self.tp if self.etp is None else self.etp
+        return expert_degrees(self.tp, self.ep, self.etp)[0]
 
     @property
     def expert_parallel(self) -> int:
-        """Ranks that hold different experts: ep x tp / etp (Megatron-Core's parallel folding)."""
-        return self.ep * self.tp // self.expert_tp
+        return expert_degrees(self.tp, self.ep, self.etp)[1]
 
     @property
     def tokens(self) -> int:

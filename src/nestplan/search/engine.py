@@ -125,11 +125,7 @@ class Engine:
         the mean cycle, constant / p (every cycle together is ``tab.constant``), so the proxy is at
         least weight x constant / p + constant (the extras are >= 0); judged at rank 0, the best a
         depth can take in its group's order."""
-        depths = np.arange(1, len(tab.constant) + 1)
-        weight = getattr(tab, "weight", None)
-        weight = group.microbatches - 1 if weight is None else weight
-        with np.errstate(invalid="ignore"):
-            least = np.where(np.isfinite(weight), weight * tab.constant / depths + tab.constant, INFEASIBLE)
+        least = self._pipeline_times(group, tab, tab.constant / np.arange(1, len(tab.constant) + 1))
         return np.array([self.dominated(float(x) * (1 - 1e-9), order, 0) for x in least])
 
     def _dp_splits(self, group, tab, hopeless: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, Split]]:
@@ -186,8 +182,10 @@ class Engine:
         depths = len(pipe)
         self.stats.depths += depths
         feasible = np.isfinite(pipe)
-        fitting = self.model.feasible_depths(group) if hasattr(self.model, "feasible_depths") else True
-        skipped = 0 if hopeless is None else int((hopeless & fitting).sum())   # those that fit: pruned by the bound
+        skipped = 0   # depths not split as hopeless that fit: pruned by the bound, not by memory
+        if hopeless is not None:
+            fitting = self.model.feasible_depths(group) if hasattr(self.model, "feasible_depths") else True
+            skipped = int((hopeless & fitting).sum())
         self.stats.pruned_bound += skipped
         self.stats.pruned_memory += int(depths - feasible.sum()) - skipped
         by_time = np.argsort(pipe, kind="stable")

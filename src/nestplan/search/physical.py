@@ -20,6 +20,7 @@ from nestplan.cost.memory import ShardGroups, moe_a2a_early
 from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import TERM_GROUPS, GraphTerms, TermCache, shard_of, terms_zero
 from nestplan.job import Job
+from nestplan.model.layers import expert_degrees
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.placement import EXPERT_GROUP_KEYS, TopologyPlacements
 from nestplan.search.partition import fitting_depths
@@ -89,7 +90,8 @@ class PhysicalSearchModel:
 
     # ------------------------------------------------------------------ terms
     def _groups(self, g: Group, pp: int) -> dict:
-        c, etp = g.cfg, g.dims().expert_tp
+        c = g.cfg
+        etp = expert_degrees(c.tp, c.ep, c.etp)[0]
         return {k: (self.placement.expert_group(c.order, k, c.tp, etp, c.cp, c.ep, g.replicas, pp)
                     if k in EXPERT_GROUP_KEYS else self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp))
                 for k in TERM_GROUPS}
@@ -237,7 +239,7 @@ class PhysicalSearchModel:
 
     def block_memory(self, g: Group, pp: int) -> np.ndarray:
         """(pp, L) bytes of each block held by each stage (for the general DP)."""
-        return stage.block_memory(self._stage_context(g), self.terms(g), self._block_kinds, pp, g.microbatches)
+        return stage.block_memory(self._stage_context(g), self.terms(g), self._kinds, pp, g.microbatches)
 
     # ------------------------------------------------------------------ objective
     def end_matrices(self, g: Group, pp: int) -> tuple[np.ndarray, float]:

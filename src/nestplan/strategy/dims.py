@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from nestplan.errors import ConfigError
+from nestplan.model.layers import expert_degrees
 from nestplan.model.ssm import Mamba1Shape, Mamba2Shape
 from nestplan.strategy.axes import AXES
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
@@ -117,12 +118,12 @@ class ParallelDims:
     @property
     def expert_tp(self) -> int:
         """Ranks that split one expert (expert tensor parallelism): etp, tp unless folded."""
-        return self.tp if self.etp is None else self.etp
+        return expert_degrees(self.tp, self.ep, self.etp)[0]
 
     @property
     def expert_parallel(self) -> int:
         """Ranks that hold different experts: ep x tp / etp (ep unless folded)."""
-        return self.ep * self.tp // self.expert_tp
+        return expert_degrees(self.tp, self.ep, self.etp)[1]
 
     @property
     def batch_replicas(self) -> int:

@@ -113,7 +113,7 @@ def grid_placement(dims: ParallelDims, topo: Topology, axis_order: Sequence[str]
     _check_fits(dims, topo)
     grid = rank_grid(dims, axis_order)
     groups = {key: worst_span(topo, _groups_along(grid, key.split("+"))) for key in GROUP_KEYS}
-    groups.update({key: worst_span(topo, ranks) for key, ranks in _expert_groups(grid, dims.expert_tp).items()})
+    groups.update({key: worst_span(topo, ranks) for key, ranks in expert_rank_groups(grid, dims.expert_tp).items()})
     pp_axis = AXES.index(Axis.PP)
 
     def stage(s: int) -> np.ndarray:
@@ -125,7 +125,7 @@ def grid_placement(dims: ParallelDims, topo: Topology, axis_order: Sequence[str]
                      pp_ends=worst_span(topo, ends))
 
 
-def _expert_groups(grid: np.ndarray, etp: int) -> dict[str, np.ndarray]:
+def expert_rank_groups(grid: np.ndarray, etp: int) -> dict[str, np.ndarray]:
     """The "expert" and "etp" rank groups of a rank grid: its tp coordinate split as (tp / etp, etp),
     etp fastest."""
     tp = grid.shape[0]
