@@ -91,3 +91,21 @@ def test_per_device_params_split_over_tp_and_ep() -> None:
     assert dev.expert == pytest.approx(full.expert / 8)
     # the two RMSNorms and the 8 x h router (Megatron-core's TopKRouter weight is not split) held whole
     assert dev.dense == pytest.approx((full.dense - 10 * m.hidden_size) / 2 + 10 * m.hidden_size)
+
+
+def test_fp8_gemms_keep_fp8_copies_of_their_inputs() -> None:
+    """Under FP8 Transformer Engine's linear layers keep the FP8 cast of their input for the weight
+    gradient (TE v1.11 linear.py ``saved_inputmat``, layernorm_linear.py ``ln_out``): the QKV and the
+    first MLP inputs (the fused norms' FP8 outputs) and the down-projection's input take 1 byte instead
+    of 2; the output projection keeps an FP8 copy beside the fused attention's own bf16 output."""
+    m = load_model("llama3-70b")
+    t, T = 4, 8192
+    bf16 = L.Shard(tp=t, sp=True, seq_len=T)
+    fp8 = L.Shard(tp=t, sp=True, seq_len=T, fp8_gemms=True)
+    h, f, out_in = m.hidden_size, m.ffn_hidden_size, m.num_heads * m.head_dim / t
+    saved = 2 * (T * h / t) + T * f / t - T * out_in   # 1 byte fewer each, 1 byte more for the copy
+    for rc in (L.Recomputation.NONE, L.Recomputation.SELECTIVE):
+        assert (L.block_activation_bytes(m, 0, bf16, rc) - L.block_activation_bytes(m, 0, fp8, rc)
+                == pytest.approx(saved))
+    assert L.block_activation_bytes(m, 0, fp8, L.Recomputation.FULL) == L.block_activation_bytes(
+        m, 0, bf16, L.Recomputation.FULL)

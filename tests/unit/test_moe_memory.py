@@ -286,3 +286,13 @@ def test_moe_block_saved_bytes_match_the_trace(name, trace_extra) -> None:
     for block in moe:
         formula = L.block_activation_bytes(spec, block.index, Shard(seq_len=seq), Recomputation.NONE)
         assert block.saved_bytes == pytest.approx(formula, rel=0.05), name
+
+
+def test_fp8_experts_keep_fp8_inputs() -> None:
+    """Under FP8 the grouped GEMMs keep FP8 copies of their inputs (TE v1.11 grouped_linear.py
+    ``saved_inputmats``): each copy's input (h) and the second GEMM's input (f) take 1 byte, the gate
+    and up outputs (2 f) stay in bf16 for the activation's backward."""
+    spec = _spec("mixtral-8x22b")
+    T, k, h, f = 1024, 2, 6144, 16384
+    fp8 = Shard(seq_len=T, fp8_gemms=True)
+    assert L.routed_expert_activation_bytes(spec, fp8) == T * k * (h + f) + 2 * T * k * 2 * f

@@ -62,7 +62,7 @@ def terms_zero(zero: ZeroStage) -> ZeroStage:
 def shard_of(dims: ParallelDims, job: Job) -> L.Shard:
     return L.Shard(tp=dims.tp, sp=dims.sp_active, cp=dims.cp, ep=dims.ep, micro_batch=dims.micro_batch_size,
                    seq_len=job.seq_len, dtype_bytes=job.dtype_bytes, flash=job.flash_attention, etp=dims.etp,
-                   capacity=job.moe_capacity_factor or 1.0)
+                   capacity=job.moe_capacity_factor or 1.0, fp8_gemms=job.fp8)
 
 
 def _components(**values: float) -> Mapping[str, float]:

@@ -16,6 +16,7 @@ from nestplan.model import ssm
 from nestplan.model.spec import ModelSpec
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, section 4.1)
+FP8_INPUT_BYTES = 1   # an FP8 element: what an FP8 GEMM keeps of its input (Shard.gemm_input_bytes)
 
 
 class Recomputation(str, Enum):
@@ -48,6 +49,22 @@ class Shard:
     flash: bool = True
     etp: int | None = None   # expert tensor parallelism when folded (strategy.ParallelDims.etp); None: tp
     capacity: float = 1.0    # each expert's token copies over its balanced share (Job.moe_capacity_factor)
+    fp8_gemms: bool = False  # the GEMMs run in FP8 (Job.fp8_recipe): they keep FP8 copies of their inputs
+
+    @property
+    def gemm_input_bytes(self) -> int:
+        """Bytes per element of a GEMM input the GEMM itself keeps for its weight gradient: under FP8,
+        Transformer Engine's linear layers keep the FP8 cast of their input, not the input
+        (transformer_engine/pytorch/module/linear.py, layernorm_linear.py, grouped_linear.py, v1.11:
+        ``saved_inputmat`` / ``ln_out`` / ``saved_inputmats`` are the FP8 tensors), 1 byte."""
+        return FP8_INPUT_BYTES if self.fp8_gemms else self.dtype_bytes
+
+    @property
+    def fp8_input_copy_bytes(self) -> int:
+        """Bytes per element of the FP8 copy a linear layer keeps of an input that another op
+        also keeps in the activations' dtype (the output projection's input, which the fused
+        attention keeps as its output; a shared expert's input, which the router keeps); 0 without FP8."""
+        return FP8_INPUT_BYTES if self.fp8_gemms else 0
 
     @property
     def expert_tp(self) -> int:
@@ -428,9 +445,13 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     dropped by selective recomputation, and 2sbh (the layer input) with full
     recomputation. Generalised term by term to GQA, gated MLPs, top-k experts, no-dropout
     models and flash attention (no s x s tensors stored, so a sliding window changes nothing
-    stored: see ``score_elements``), and QK-norm and post-norms (each stores its input).
+    stored: see ``score_elements``), and QK-norm and post-norms (each stores its input). Under
+    FP8 a GEMM keeps its input as FP8 (``Shard.gemm_input_bytes``): the QKV and first MLP inputs
+    (Transformer Engine's fused norm + linear keeps the FP8 norm output), the down-projection's
+    input; the output projection keeps an FP8 copy beside the attention's own output.
     """
     B, T, h = shard.dtype_bytes, shard.tokens, spec.hidden_size
+    G = shard.gemm_input_bytes
     rep = T * h / shard.sp_div  # a replicated (or, with sp, sequence-split) hidden-sized tensor, in elements
     if recompute is Recomputation.FULL:
         return B * rep
@@ -438,13 +459,16 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     mask = MASK_BYTES if spec.dropout else 0
     # attention: norm input, QKV input (replicated); Q, K, V, output-projection input (split); mask
     out_in = spec.num_heads * spec.value_head_dim / t
-    attn = 2 * B * rep + B * T * (spec.q_channels / t + 2 * _kv_per_device(spec, t) + out_in)
+    attn = (B + G) * rep + B * T * (spec.q_channels / t + 2 * _kv_per_device(spec, t) + out_in)
+    attn += shard.fp8_input_copy_bytes * T * out_in
     attn += mask * rep + _latent_activation_bytes(spec, shard)
     if spec.has_qk_norm(layer):   # the query and key norms' inputs
         attn += B * T * (spec.q_channels / t + _kv_per_device(spec, t))
-    mlp_norms = 2 * B * rep   # the MLP's norm input and the MLP input
+    # the MLP's norm input and the MLP input, which a dense FFN's first GEMM keeps, an MoE block's router
+    mlp_in = (B if spec.is_moe_layer(layer) else G) * rep
+    mlp_norms = B * rep + mlp_in
     if spec.parallel_block:   # one block input for both; with one norm, one norm output for both too
-        mlp_norms -= (3 - spec.block_norms) * B * rep
+        mlp_norms -= B * rep + (mlp_in if spec.block_norms == 1 else 0.0)
     else:
         attn += max(0, spec.block_norms - 2) * B * rep   # post-norm inputs (Gemma 2/3: attention and MLP outputs)
     if not (shard.flash or recompute is Recomputation.SELECTIVE):
@@ -456,18 +480,20 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     # input, model/ssm.py ``mamba_saved_bytes``) and its FFN's, where it has them
     mixer = spec.mixer_of(layer)
     if mixer != "attention":
-        attn = 2 * B * rep + ssm.mamba_saved_bytes(spec.mamba, T, t, B) if mixer == "mamba" else 0.0
+        attn = (B + G) * rep + ssm.mamba_saved_bytes(spec.mamba, T, t, B) if mixer == "mamba" else 0.0
     return attn + (mlp if spec.has_ffn(layer) else 0.0)
 
 
 def _latent_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
-    """MLA's latents, each stored twice (its norm's input and the up-projection's input): 2 (q_lora_rank
-    + kv_lora_rank) per token, split over tp by sequence parallelism (the up-projections keep their
-    input before the gather); so an MLA block stores per token 2 h + 2 (q_lora + kv_lora) (/ tp with
-    sp) and heads x (2 d_qk + 2 d_v) / tp (Q, K, V and the output projection's input); 0 without MLA."""
+    """MLA's latents, each stored twice (its norm's input and the up-projection's input, in
+    ``Shard.gemm_input_bytes``): 2 (q_lora_rank + kv_lora_rank) per token, split over tp by sequence
+    parallelism (the up-projections keep their input before the gather); so an MLA block stores per
+    token 2 h + 2 (q_lora + kv_lora) (/ tp with sp) and heads x (2 d_qk + 2 d_v) / tp (Q, K, V and
+    the output projection's input); 0 without MLA."""
     if not spec.is_mla:
         return 0.0
-    return shard.dtype_bytes * shard.tokens * 2 * (spec.q_lora_rank + spec.kv_lora_rank) / shard.sp_div
+    kept = shard.dtype_bytes + shard.gemm_input_bytes
+    return kept * shard.tokens * (spec.q_lora_rank + spec.kv_lora_rank) / shard.sp_div
 
 
 def _mlp_activation_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
@@ -475,8 +501,8 @@ def _mlp_activation_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
     block, the routed experts', the router's, the token dispatcher's and the shared experts'."""
     B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
     up = 2 if spec.gated_mlp else 1
-    if not spec.is_moe_layer(layer):
-        return B * T * (up + 1) * spec.ffn_hidden_size / t
+    if not spec.is_moe_layer(layer):   # the up-projection's output(s), the down-projection's input
+        return T * (B * up + shard.gemm_input_bytes) * spec.ffn_hidden_size / t
     return (routed_expert_activation_bytes(spec, shard) + router_activation_bytes(spec, shard)
             + dispatch_activation_bytes(spec, shard) + shared_expert_activation_bytes(spec, shard))
 
@@ -501,15 +527,17 @@ def routed_copies(spec: ModelSpec, shard: Shard) -> float:
 def routed_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     """The grouped experts' inputs (the permuted copies, kept by the first GEMM), the first GEMM's
     output(s) (kept by the weighted activation, weighted_bias_swiglu_impl) and the second GEMM's
-    input, split over etp (TEGroupedMLP.forward). The routing probabilities are applied inside the
+    input, split over etp (TEGroupedMLP.forward); each GEMM keeps its input in
+    ``Shard.gemm_input_bytes``. The routing probabilities are applied inside the
     activation, so nothing hidden-sized is kept to weight the experts' outputs (Megatron-Core 0.13
     on, "Memory efficient token permutation"; before, unpermute weighted the outputs and kept them).
     Where the probabilities scale the experts' input instead (``_probs_on_input``), the copies are
     kept twice: unscaled by that product, scaled by the first GEMM."""
     up = 2 if spec.gated_mlp else 1
+    B, G = shard.dtype_bytes, shard.gemm_input_bytes
     copies = routed_copies(spec, shard)
-    inputs = (2 if _probs_on_input(spec) else 1) * shard.dtype_bytes * copies * spec.hidden_size
-    return inputs + shard.dtype_bytes * copies * (up + 1) * spec.moe_ffn_hidden_size / shard.expert_tp
+    inputs = ((B if _probs_on_input(spec) else 0) + G) * copies * spec.hidden_size
+    return inputs + (B * up + G) * copies * spec.moe_ffn_hidden_size / shard.expert_tp
 
 
 def _probs_on_input(spec: ModelSpec) -> bool:
@@ -564,9 +592,12 @@ def shared_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
         return 0.0
     B, T = shard.dtype_bytes, shard.tokens
     up = 2 if spec.gated_mlp else 1
-    inner = B * T * (up + 1) * spec.shared_expert_ffn_hidden_size * spec.num_shared_experts / shard.tp
+    width = spec.shared_expert_ffn_hidden_size * spec.num_shared_experts / shard.tp
+    inner = T * (B * up + shard.gemm_input_bytes) * width
+    # under FP8 the first linear keeps an FP8 copy of the input the router also keeps
+    copy = shard.fp8_input_copy_bytes * T * spec.hidden_size / shard.sp_div
     gate = B * T * (spec.hidden_size + 1) / shard.sp_div if _has_shared_expert_gate(spec) else 0.0
-    return inner + gate
+    return inner + copy + gate
 
 
 def embedding_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
