@@ -24,7 +24,7 @@ from rich.console import Console
 from nestplan import __version__, api
 from nestplan.errors import ConfigError, PlannerError, brief, printable
 from nestplan.job import (MAX_CP_A2A_SIZE, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, CpCommType, Fp8Recipe, MoeDispatcher,
-                          Optimizer)
+                          Optimizer, OptimizerState)
 from nestplan.network.topology import MAX_DEVICES   # --devices, and each parallel degree
 from nestplan.plan import Plan
 from nestplan.search.space import DEFAULT_MEMORY_MARGIN
@@ -63,6 +63,11 @@ CAPACITY_OPTION = typer.Option(None, "--moe-capacity-factor", min=0.5, max=16.0,
 DISPATCHER_OPTION = typer.Option(MoeDispatcher.ALLTOALL, "--moe-dispatcher",
                                  help="alltoall (every token copy sent to its expert's rank) or deepep (each token "
                                       "once per node holding its experts, bounded by node-limited routing)")
+OPTIMIZER_STATE_OPTION = typer.Option(OptimizerState.FP32, "--optimizer-state",
+                                      help="fp32 (master weights and moments), remainders (the master weights' low 16 "
+                                           "bits beside bf16 parameters: NeMo's distributed Adam, Megatron's "
+                                           "--use-precision-aware-optimizer) or bf16 (bf16 moments, no master copy: "
+                                           "NeMo optim.dtype bf16)")
 GRAD_OVERLAP_OPTION = typer.Option(True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
                                    help="data-parallel gradient reduction under the backward pass")
 PARAM_OVERLAP_OPTION = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
@@ -361,6 +366,7 @@ def evaluate(
                                        help="default: the model's context, at most 8192"),
     dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
+    optimizer_state: OptimizerState = OPTIMIZER_STATE_OPTION,
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
     grad_reduce_dtype: str = GRAD_REDUCE_OPTION,
     tp_comm_overlap: bool = TP_OVERLAP_OPTION,
@@ -393,7 +399,8 @@ def evaluate(
                         layers_per_stage=_layers(layers_per_stage))
     plan, note = _from_megatron_dp(plan, devices)
     full = api.resolve_cluster(cluster)
-    job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
+    job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer,
+                      optimizer_state=optimizer_state, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size,
@@ -432,6 +439,7 @@ def plan_command(
                                        help="default: the model's context, at most 8192"),
     dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
+    optimizer_state: OptimizerState = OPTIMIZER_STATE_OPTION,
     flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
     grad_reduce_dtype: str = GRAD_REDUCE_OPTION,
     tp_comm_overlap: bool = TP_OVERLAP_OPTION,
@@ -485,7 +493,8 @@ def plan_command(
                              memory_margin=memory_margin, expert_tp=_expert_tp_list(expert_tp),
                              moe_comm_overlap=moe_comm_overlap)
     assert space.cp_comm_types
-    job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, flash_attention=flash,
+    job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer,
+                      optimizer_state=optimizer_state, flash_attention=flash,
                       grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
                       fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_param_gather=overlap_param_gather, cp_comm_type=space.cp_comm_types[0],

@@ -24,10 +24,27 @@ def check_count(value: object, field: str, limit: int) -> int:
 
 
 class Optimizer(str, Enum):
-    """Optimizer, by the per-parameter state it keeps in fp32 (beside the fp32 master copy)."""
+    """Optimizer, by the per-parameter state it keeps (``OptimizerState`` says in what dtype)."""
 
-    ADAM = "adam"   # master weights + first and second moments: 12 bytes/param
+    ADAM = "adam"   # master weights + first and second moments: 12 bytes/param in fp32
     SGD = "sgd"     # master weights only: 4 bytes/param
+
+
+class OptimizerState(str, Enum):
+    """How the optimizer keeps its master weights and Adam's moments, per parameter."""
+
+    FP32 = "fp32"   # fp32 master copy and moments (Megatron-LM's default)
+    # the master copy's low 16 bits only, the bf16 parameter holding its high 16 (Apex
+    # DistributedFusedAdam store_param_remainders, NeMo 1.x's choice for bf16 parameters under its
+    # distributed Adam; Megatron-Core's --use-precision-aware-optimizer, store_param_remainders)
+    REMAINDERS = "remainders"
+    # moments in bf16 and no master copy beside bf16 parameters, a bf16 one beside FP8 parameters (Apex
+    # DistributedFusedAdam with dtype bf16, NeMo ``optim.dtype: bf16``: store_params only under fp8_params)
+    BF16 = "bf16"
+
+
+MASTER_BYTES = {OptimizerState.FP32: 4, OptimizerState.REMAINDERS: 2, OptimizerState.BF16: 2}
+MOMENT_BYTES = {OptimizerState.FP32: 4, OptimizerState.REMAINDERS: 4, OptimizerState.BF16: 2}
 
 
 class CpCommType(str, Enum):
@@ -103,6 +120,8 @@ class Job:
         the experts' GEMMs, their kept copies and the all-to-alls grow by C. None: dropless routing,
         costed balanced, which the load-balancing loss aims at (an imbalanced step is slower, by its
         busiest expert's excess, than predicted).
+    optimizer_state: ``OptimizerState``: fp32 master weights and moments, 16-bit remainders of the
+        master weights, or bf16 moments without a master copy (Adam only; beside bf16 parameters).
     """
 
     global_batch_size: int
@@ -121,6 +140,7 @@ class Job:
     moe_comm_overlap: bool = False
     moe_capacity_factor: float | None = None
     moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
+    optimizer_state: OptimizerState = OptimizerState.FP32
 
     def __post_init__(self) -> None:
         check_count(self.global_batch_size, "global_batch_size", MAX_GLOBAL_BATCH_SIZE)
@@ -152,6 +172,7 @@ class Job:
             object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
         self._check_cp_comm()
         self._check_moe_dispatcher()
+        self._check_optimizer_state()
         factor = self.moe_capacity_factor
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
                                    or not MIN_CAPACITY_FACTOR <= factor <= MAX_CAPACITY_FACTOR):
@@ -161,6 +182,27 @@ class Job:
         if self.fp8_params and self.fp8_recipe is None:
             raise ConfigError("fp8_params keeps parameters in FP8 and needs an FP8 recipe (--fp8)",
                               field="fp8_params", value=True, limit="with --fp8")
+
+    def _check_optimizer_state(self) -> None:
+        states = [k.value for k in OptimizerState]
+        if self.optimizer_state not in states:
+            raise ConfigError(f"optimizer state {brief(self.optimizer_state)} is not one of {', '.join(states)}",
+                              field="optimizer_state", value=self.optimizer_state, limit=states)
+        state = OptimizerState(self.optimizer_state)
+        object.__setattr__(self, "optimizer_state", state)
+        if state is OptimizerState.FP32:
+            return
+        if self.optimizer is not Optimizer.ADAM:
+            raise ConfigError(f"optimizer state {state.value} is Adam's (Apex DistributedFusedAdam, Megatron-Core's "
+                              f"precision-aware Adam), not {self.optimizer.value}'s", field="optimizer_state",
+                              value=state.value, limit="fp32 with sgd")
+        if self.dtype != "bf16":
+            raise ConfigError(f"optimizer state {state.value} keeps 16 bits beside bf16 parameters, not {self.dtype} "
+                              f"ones", field="optimizer_state", value=state.value, limit="with dtype bf16")
+        if state is OptimizerState.REMAINDERS and self.fp8_params:
+            raise ConfigError("optimizer state remainders completes bf16 parameters, and fp8_params keeps them in FP8 "
+                              "(NeMo then stores the whole master copy)", field="optimizer_state",
+                              value=state.value, limit="fp32 or bf16 with fp8_params")
 
     def _check_moe_dispatcher(self) -> None:
         kinds = [k.value for k in MoeDispatcher]
@@ -233,9 +275,18 @@ class Job:
         return self.global_batch_size * self.seq_len
 
     @property
+    def master_bytes(self) -> int:
+        """Bytes per parameter of the optimizer's master copy: none where the bf16 parameters are
+        themselves updated (``OptimizerState.BF16`` without fp8_params)."""
+        if self.optimizer_state is OptimizerState.BF16 and not self.fp8_params:
+            return 0
+        return MASTER_BYTES[self.optimizer_state]
+
+    @property
     def optimizer_state_bytes(self) -> int:
-        """fp32 bytes per parameter kept by the optimizer (master copy included)."""
-        return 12 if self.optimizer is Optimizer.ADAM else 4
+        """Bytes per parameter kept by the optimizer: the master copy, and Adam's two moments."""
+        moments = 2 * MOMENT_BYTES[self.optimizer_state] if self.optimizer is Optimizer.ADAM else 0
+        return self.master_bytes + moments
 
 
 class Positions(Protocol):

@@ -31,7 +31,7 @@ from nestplan.cluster import Cluster, cluster_from_dict, cluster_to_dict, load_c
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_name, check_string
-from nestplan.job import CpCommType, Fp8Recipe, Job, MoeDispatcher, Optimizer, check_context
+from nestplan.job import CpCommType, Fp8Recipe, Job, MoeDispatcher, Optimizer, OptimizerState, check_context
 from nestplan.model.config import config_dict, load_model, parse_config
 from nestplan.model.layers import active_params, total_params
 from nestplan.model.spec import ModelSpec
@@ -435,6 +435,8 @@ def _read_job(data: Any, version2: bool) -> Job:
         framework["cp_a2a_size"] = _int(job, "cp_a2a_size", "job.")
     if "moe_dispatcher" in job:
         framework["moe_dispatcher"] = _choice(job, "moe_dispatcher", "job.", [k.value for k in MoeDispatcher])
+    if "optimizer_state" in job:
+        framework["optimizer_state"] = _choice(job, "optimizer_state", "job.", [k.value for k in OptimizerState])
     if job.get("moe_capacity_factor") is not None:
         framework["moe_capacity_factor"] = _float(job, "moe_capacity_factor", "job.")
     return Job(global_batch_size=_int(job, "global_batch_size", "job."), seq_len=_int(job, "seq_len", "job."),

@@ -19,7 +19,7 @@ from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError, PlannerError, brief, printable
 from nestplan.inputs import load_object
-from nestplan.job import Fp8Recipe, Job, make_job
+from nestplan.job import Fp8Recipe, Job, OptimizerState, make_job
 from nestplan.model.config import parse_config
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims
@@ -190,7 +190,9 @@ def _job(row: Mapping[str, Any], label: str, model: ModelSpec, n: Mapping[str, i
                     flash_attention=_flag(row, "flash", label, True),
                     tp_comm_overlap=_flag(row, "tp_comm_overlap", label, False),
                     fp8_recipe=Fp8Recipe(recipe) if precision == "fp8" else None,
-                    fp8_params=_flag(row, "fp8_params", label, False))
+                    fp8_params=_flag(row, "fp8_params", label, False),
+                    optimizer_state=_choice(row, "optimizer_state", label, [k.value for k in OptimizerState],
+                                            OptimizerState.FP32.value))
 
 
 def run_from_row(row: Mapping[str, Any], label: str) -> Run:

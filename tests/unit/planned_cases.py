@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from nestplan import api
-from nestplan.job import Fp8Recipe, Job
+from nestplan.job import Fp8Recipe, Job, OptimizerState
 from nestplan.plan import Plan
 from nestplan.search.space import SearchSpace
 from nestplan.strategy.dims import ParallelDims
@@ -80,6 +80,8 @@ CASES: tuple[Case, ...] = (
     Case("llama3-70b-fp8", "llama3-70b", "dgx-h100", 128, 512, 8192, job={"fp8_recipe": Fp8Recipe.DELAYED}),
     Case("mixtral-8x7b-fp8", "mixtral-8x7b", "dgx-h100", 64, 256, 4096,
          job={"fp8_recipe": Fp8Recipe.DELAYED, "fp8_params": True}),
+    # the optimizer's state in 16-bit remainders and bf16 moments (Megatron-core's precision-aware Adam)
+    Case("llama3-8b-bf16-state", "llama3-8b", "dgx-h100", 16, 128, 8192, job={"optimizer_state": OptimizerState.BF16}),
 )
 
 

@@ -12,7 +12,7 @@ from nestplan.cost import comm
 from nestplan.cost.compute import FP8_COPIES, fp8_cast_bytes
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError
-from nestplan.job import Fp8Recipe, Job, default_fp8_recipe
+from nestplan.job import Fp8Recipe, Job, OptimizerState, default_fp8_recipe
 from nestplan.model.layers import Gemm
 from nestplan.strategy.dims import ParallelDims
 
@@ -244,3 +244,58 @@ def test_fp8_all_gathers_move_one_byte_an_element() -> None:
     both = comm.tp_collectives(H100.topology, tp, shard, 8192, 1)
     fp8 = comm.tp_collectives(H100.topology, tp, shard, 8192, 1, gather_bytes=1)
     assert fp8 < both and both - fp8 == pytest.approx(both / 4, rel=0.2)   # half the gather, a quarter of both
+
+
+# ---------------------------------------------------------------- the optimizer's state
+@pytest.mark.parametrize(("state", "fp8_params", "per_param"), [
+    (OptimizerState.FP32, False, 12),         # fp32 master, m, v
+    (OptimizerState.REMAINDERS, False, 10),   # the master's low 16 bits beside the bf16 parameter
+    (OptimizerState.BF16, False, 4),          # bf16 m, v; the bf16 parameters updated in place
+    (OptimizerState.BF16, True, 6),           # a bf16 master copy beside FP8 parameters (NeMo store_params)
+])
+def test_optimizer_state_bytes_per_parameter(state, fp8_params, per_param) -> None:
+    """Apex DistributedFusedAdam as NeMo 1.x sets it up (megatron_base_model.py setup_optimization:
+    store_param_remainders for fp32 state beside bf16 parameters, no stored params when the state's dtype
+    is the parameters', stored ones under fp8_params)."""
+    recipe = Fp8Recipe.DELAYED if fp8_params else None
+    job = replace(BASE, optimizer_state=state, fp8_recipe=recipe, fp8_params=fp8_params)
+    assert job.optimizer_state_bytes == per_param
+
+
+def test_optimizer_state_shrinks_the_sharded_state_in_memory() -> None:
+    fp32 = _predict(BASE).stages[0].memory_bytes["optimizer"]
+    bf16 = _predict(replace(BASE, optimizer_state=OptimizerState.BF16)).stages[0].memory_bytes["optimizer"]
+    assert bf16 == pytest.approx(fp32 * 4 / 12)
+
+
+@pytest.mark.parametrize(("settings", "named"), [
+    ({"optimizer": "sgd"}, "Adam"), ({"dtype": "fp16"}, "bf16"),
+    ({"fp8_recipe": Fp8Recipe.DELAYED, "fp8_params": True}, "fp8_params"),
+])
+def test_optimizer_state_refusals_name_the_conflict(settings, named) -> None:
+    with pytest.raises(ConfigError, match=named):
+        replace(BASE, optimizer_state=OptimizerState.REMAINDERS, **settings)
+
+
+def test_megatron_runs_the_optimizer_state_through_its_precision_aware_adam() -> None:
+    from nestplan.export import megatron
+
+    values = dict(megatron.all_flags(_framework_plan(optimizer_state=OptimizerState.BF16))[0])
+    assert "--use-precision-aware-optimizer" in values
+    assert values["--exp-avg-dtype"] == values["--exp-avg-sq-dtype"] == "bf16"
+    assert set(values) <= _pinned("megatron_flags.txt")
+    zero0 = api.evaluate_full(MODEL, H100, replace(PLAN, zero=0), replace(BASE, optimizer_state=OptimizerState.BF16),
+                              devices=64).plan
+    from nestplan.export.plan import ExportInput
+
+    flags, notes = megatron.all_flags(ExportInput(zero0, "test"))
+    assert "--use-precision-aware-optimizer" not in dict(flags)
+    assert any("needs the distributed optimizer" in n and "8 bytes per parameter more" in n for n in notes)
+
+
+def test_plan_json_keeps_the_optimizer_state() -> None:
+    from nestplan.plan import Plan
+
+    plan = _framework_plan(optimizer_state=OptimizerState.REMAINDERS).plan
+    again = Plan.from_dict(plan.to_dict())
+    assert again.job.optimizer_state is OptimizerState.REMAINDERS and again == plan

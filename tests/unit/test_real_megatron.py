@@ -48,7 +48,7 @@ from planned_cases import issue_plans as planned_issue_plans
 from nestplan import api
 from nestplan.export import megatron, rank_order
 from nestplan.export.plan import ExportInput
-from nestplan.job import Job
+from nestplan.job import Job, OptimizerState
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
@@ -64,6 +64,8 @@ from megatron.core.models.common.embeddings import rope_utils  # noqa: E402
 from megatron.core.transformer import transformer_config  # noqa: E402
 from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: E402
 from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
+
+import torch  # noqa: E402  (megatron-core's own dependency)
 
 MEGATRON_CORE = "0.19.2"   # the version these tests run and the export's PIN names
 COMPUTE_CAPABILITY = {"h100": (9, 0), "h200": (9, 0), "a100": (8, 0), "b200": (10, 0)}   # NVIDIA's CUDA GPUs table
@@ -208,6 +210,10 @@ def check_model_and_training(args, config, plan: Plan) -> None:
     check_model_shape(args, config, plan)
     assert args.use_distributed_optimizer == (int(d.zero) >= 1)   # Megatron-FSDP runs it too
     assert args.use_megatron_fsdp == (int(d.zero) >= 2)
+    aware = job.optimizer_state is not OptimizerState.FP32 and int(d.zero) >= 1
+    assert args.use_precision_aware_optimizer == aware   # store_param_remainders is its default
+    moments = torch.bfloat16 if aware and job.optimizer_state is OptimizerState.BF16 else torch.float32
+    assert args.exp_avg_dtype == args.exp_avg_sq_dtype == moments
     if int(d.zero) >= 2:
         assert args.data_parallel_sharding_strategy == ("optim_grads" if int(d.zero) == 2 else "optim_grads_params")
     if d.cp > 1:

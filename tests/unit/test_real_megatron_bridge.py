@@ -22,8 +22,10 @@ Stand-ins, for what needs a GPU, a process group, the network or Python 3.12:
   attributes are empty classes stands in for ``transformer_engine`` (two Megatron-Bridge modules, LoRA
   layers and a TE layer spec, import it unconditionally; nothing of it is called here), with version
   2.17.1 (the one Megatron-Bridge 0.6.2's uv.lock pins); it is taken out of ``sys.modules`` afterwards.
-  Where the config checks TE (``is_te_min_version``, ``get_te_version`` in transformer_config.py) it
-  answers as TE 2.17.1, and its fused RoPE kernel (``rope_utils.fused_apply_rotary_pos_emb``, whose
+  For a plan costed with Megatron-core's precision-aware optimizer, whose config check imports TE's
+  FusedAdam and reads its signature, a module holding a FusedAdam of that signature stands in for one test.
+  Where the config checks TE (``is_te_min_version``, ``get_te_version`` in transformer_config.py and
+  optimizer_config.py) it answers as TE 2.17.1, and its fused RoPE kernel (``rope_utils.fused_apply_rotary_pos_emb``, whose
   presence the recipes' ``apply_rope_fusion`` needs) is a function never called here;
 - the recipes' model configs from the Hugging Face hub (``AutoBridge.from_hf_pretrained("meta-llama/...")``,
   no network here) are nestplan's catalog config.json of that model, from a local folder;
@@ -54,7 +56,7 @@ from nestplan.catalog import entry_path
 from nestplan.errors import ConfigError
 from nestplan.export import check_framework, megatron, nemo
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Fp8Recipe, Job
+from nestplan.job import CpCommType, Fp8Recipe, Job, OptimizerState
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
@@ -111,6 +113,7 @@ def _import_bridge() -> types.SimpleNamespace:
         from megatron.bridge.training import config
         from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
         from megatron.core.models.common.embeddings import rope_utils
+        from megatron.core.optimizer import optimizer_config
         from megatron.core.transformer import transformer_config
         from megatron.core.transformer.enums import LayerType
     finally:
@@ -122,6 +125,7 @@ def _import_bridge() -> types.SimpleNamespace:
         core_utils._te_version = None   # cached from the stand-in; asked again below through the monkeypatch
     return types.SimpleNamespace(AutoBridge=AutoBridge, recipe_modules=(llama2, llama3, vanilla_gpt), config=config,
                                  override=process_config_with_overrides, rope_utils=rope_utils,
+                                 optimizer_config=optimizer_config,
                                  transformer_config=transformer_config, decoder=LayerType.decoder)
 
 
@@ -137,6 +141,8 @@ def bridge(monkeypatch, tmp_path_factory) -> types.SimpleNamespace:
                         lambda v, check_equality=True: version >= Version(v) if check_equality else version > Version(v))
     monkeypatch.setattr(BRIDGE.transformer_config, "get_te_version", lambda: version)
     monkeypatch.setattr(BRIDGE.rope_utils, "fused_apply_rotary_pos_emb", _fused_rope_stand_in)
+    monkeypatch.setattr(BRIDGE.optimizer_config, "is_te_min_version",
+                        lambda v, check_equality=True: version >= Version(v) if check_equality else version > Version(v))
     folders = tmp_path_factory.mktemp("hf")
     original = BRIDGE.AutoBridge.from_hf_pretrained.__func__
 
@@ -153,6 +159,23 @@ def bridge(monkeypatch, tmp_path_factory) -> types.SimpleNamespace:
 
 def _fused_rope_stand_in(*args, **kwargs):
     raise AssertionError("Transformer Engine's fused RoPE is a stand-in: nothing here runs a model")
+
+
+def _stand_in_fused_adam(monkeypatch) -> None:
+    """Transformer Engine's optimizers module, holding the FusedAdam stand-in, importable for one test
+    (a plan costed with Megatron-core's precision-aware optimizer, whose config check imports it)."""
+    names = ("transformer_engine", "transformer_engine.pytorch", "transformer_engine.pytorch.optimizers")
+    modules = [types.ModuleType(name) for name in names]
+    modules[0].pytorch, modules[1].optimizers, modules[2].FusedAdam = modules[1], modules[2], _fused_adam_stand_in
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+
+
+def _fused_adam_stand_in(params, master_weight_dtype=None, exp_avg_dtype=None, exp_avg_sq_dtype=None,
+                         use_decoupled_grad=False, store_param_remainders=False):
+    """Transformer Engine's FusedAdam, whose signature the precision-aware optimizer's config check reads
+    (megatron/core/optimizer/optimizer_config.py); nothing here builds an optimizer."""
+    raise AssertionError("Transformer Engine's FusedAdam is a stand-in: nothing here builds an optimizer")
 
 
 # ---------------------------------------------------------------- what run_recipe.py does with the export
@@ -260,6 +283,9 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
     assert cfg.ddp.overlap_grad_reduce == job.overlap_grad_reduce
     assert cfg.ddp.overlap_param_gather == (job.overlap_param_gather and zero > 0)
     assert model.tp_comm_overlap == (job.tp_comm_overlap and d.sp_active)
+    aware = job.optimizer_state is not OptimizerState.FP32 and zero > 0
+    assert cfg.optimizer.use_precision_aware_optimizer == aware
+    assert cfg.optimizer.store_param_remainders or not aware
     if m.is_moe:
         assert (model.num_moe_experts, model.moe_router_topk, model.moe_ffn_hidden_size) == (
             m.num_experts, m.experts_per_token, m.moe_ffn_hidden_size)
@@ -285,6 +311,8 @@ def _assert_recompute(model, recompute: Recompute) -> None:
 def check_export(bridge, plan: Plan, folder: Path, monkeypatch) -> None:
     recipe, overrides = launch_arguments(plan, folder)
     assert recipe == nemo.recipe(plan.model)
+    if plan.job.optimizer_state is not OptimizerState.FP32:
+        _stand_in_fused_adam(monkeypatch)
     cfg = run_recipe(bridge, recipe, overrides, plan.cluster.devices, monkeypatch)
     assert_config_is_the_plan(bridge, cfg, plan)
 

@@ -22,8 +22,14 @@ from nestplan.network.topology import Topology
 from nestplan.strategy.enums import ZeroStage
 from nestplan.strategy.placement import GroupSpan
 
-# bytes an optimizer step moves per parameter (Adam: read master, m, v, grad; write master, m, v, weight)
-OPTIMIZER_TRAFFIC_BYTES = {12: 4 * 4 + 3 * 4 + 2, 4: 2 * 4 + 4 + 2}
+MAIN_GRAD_BYTES = 4   # the fp32 gradient the optimizer reads (Megatron's main_grad, Apex's fp32 shard)
+
+
+def optimizer_traffic_bytes(job: Job) -> float:
+    """HBM bytes an optimizer step moves per parameter: its state read and written, the gradient read,
+    the parameter written, and read too where no master copy stands for it."""
+    weight = job.param_bytes * (2 if job.master_bytes == 0 else 1)
+    return 2 * job.optimizer_state_bytes + MAIN_GRAD_BYTES + weight
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ class SyncContext:
             local = params.total
         else:
             local = params.dense / self.dense_group.size + params.expert / self.expert_group.size
-        return self.accelerator.memory_time(local * OPTIMIZER_TRAFFIC_BYTES[self.job.optimizer_state_bytes])
+        return self.accelerator.memory_time(local * optimizer_traffic_bytes(self.job))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, comment_text, header, rank_order_note, refuse,
                                     sbatch_lines, shell_word)
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Job, MoeDispatcher
+from nestplan.job import CpCommType, Job, MoeDispatcher, OptimizerState
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -245,6 +245,9 @@ def _job_notes(plan: Plan) -> list[str]:
     if job.tp_comm_overlap and plan.dims.tp > 1:
         notes.append("nestplan costed tp collectives overlapped with their GEMMs: your model code's tensor-parallel "
                      "layers decide whether they are")
+    if job.optimizer_state is not OptimizerState.FP32:
+        notes.append(f"nestplan costed the {job.optimizer_state.value} optimizer state: DeepSpeed's bf16 optimizer and "
+                     f"ZeRO keep fp32 master weights and moments")
     return notes
 
 

@@ -21,7 +21,7 @@ from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFi
                                     expert_group_note, flag_pairs, header, rank_order_note, refuse,
                                     sbatch_lines, torchrun_prologue)
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Job, MoeDispatcher
+from nestplan.job import CpCommType, Job, MoeDispatcher, OptimizerState
 from nestplan.model.spec import ModelSpec
 from nestplan.model.ssm import Mamba1Shape
 from nestplan.plan import Plan
@@ -461,6 +461,38 @@ def training_flags(plan: Plan) -> tuple[Flags, list[str]]:
     elif job.grad_dtype != job.dtype:
         notes.append(f"Megatron-LM accumulates gradients in fp32 or in the training dtype ({job.dtype}), "
                      f"not in {job.grad_dtype} as nestplan costed")
+    state, state_notes = optimizer_state_flags(plan)
+    return flags + state, notes + state_notes
+
+
+def run_master_bytes(job: Job) -> int:
+    """Bytes per parameter of the master copy Megatron-Core's precision-aware optimizer keeps: the 16-bit
+    remainders beside bf16 parameters (OptimizerConfig.store_param_remainders, on by default), an fp32
+    copy beside FP8 ones."""
+    return 4 if job.fp8_params else 2
+
+
+def optimizer_state_flags(plan: Plan) -> tuple[Flags, list[str]]:
+    """The optimizer state as costed, through Megatron-Core's precision-aware Adam (Transformer
+    Engine's FusedAdam), which Megatron-Core runs under the distributed optimizer only
+    (megatron/core/optimizer/__init__.py): the master weights' remainders, and bf16 moments for
+    OptimizerState.BF16. Where it cannot, a note says what Megatron keeps instead."""
+    job = plan.job
+    if job.optimizer_state is OptimizerState.FP32:
+        return [], []
+    if plan.dims.zero == 0:
+        more = replace(job, optimizer_state=OptimizerState.FP32).optimizer_state_bytes - job.optimizer_state_bytes
+        return [], [f"Megatron-LM's precision-aware optimizer, which keeps the {job.optimizer_state.value} optimizer "
+                    f"state nestplan costed, needs the distributed optimizer (ZeRO 1 or more): not set, so Megatron "
+                    f"keeps fp32 master weights and moments, {more} bytes per parameter more"]
+    flags: Flags = [("--use-precision-aware-optimizer", None)]
+    notes = []
+    if job.optimizer_state is OptimizerState.BF16:
+        flags += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+    more = run_master_bytes(job) - job.master_bytes
+    if more > 0:
+        notes.append(f"Megatron-Core's precision-aware optimizer keeps {run_master_bytes(job)} bytes of master weight "
+                     f"per parameter, {more} more than the {job.optimizer_state.value} state nestplan costed")
     return flags, notes
 
 

@@ -18,7 +18,7 @@ from nestplan.export import megatron
 from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, refuse, sbatch_lines,
                                     shell_word, torchrun_prologue)
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Fp8Recipe
+from nestplan.job import CpCommType, Fp8Recipe, OptimizerState
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute
@@ -242,7 +242,21 @@ def _job(plan: Plan, notes: list[str]) -> Items:
     if job.grad_dtype != recipe_grads:
         notes.append(f"Megatron-Bridge's mixed-precision recipe for {job.dtype} keeps gradients in {recipe_grads}; "
                      f"nestplan costed {job.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)")
-    return [("optimizer.optimizer", job.optimizer.value)]
+    return [("optimizer.optimizer", job.optimizer.value)] + _optimizer_state(plan, notes)
+
+
+def _optimizer_state(plan: Plan, notes: list[str]) -> Items:
+    """Megatron-core's precision-aware optimizer as Megatron-LM's export sets it
+    (``megatron.optimizer_state_flags``); the moments' dtype is a torch dtype, which an override
+    cannot write, so a note asks for it."""
+    flags, state_notes = megatron.optimizer_state_flags(plan)
+    notes += state_notes
+    if not flags:
+        return []
+    if plan.job.optimizer_state is OptimizerState.BF16:
+        notes.append("nestplan costed bf16 Adam moments: set optimizer.exp_avg_dtype and optimizer.exp_avg_sq_dtype "
+                     "to torch.bfloat16 in your recipe")
+    return [("optimizer.use_precision_aware_optimizer", True), ("optimizer.store_param_remainders", True)]
 
 
 def _zero(plan: Plan, notes: list[str]) -> Items:

@@ -27,7 +27,7 @@ from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, bash_array,
                                     flag_pairs, header, rank_order_note, refuse, sbatch_lines, torchrun_prologue)
 from nestplan.export.megatron import hybrid_stack
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Fp8Recipe, Job, MoeDispatcher
+from nestplan.job import CpCommType, Fp8Recipe, Job, MoeDispatcher, OptimizerState
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -221,6 +221,10 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
     if job.fp8_params:
         changes.append("torchtitan keeps parameters in float32 with bfloat16 compute, not in FP8 as nestplan costed")
         job = replace(job, fp8_params=False)
+    if job.optimizer_state is not OptimizerState.FP32:
+        changes.append(f"torchtitan's Adam keeps float32 moments beside float32 parameters, not the "
+                       f"{job.optimizer_state.value} optimizer state nestplan costed")
+        job = replace(job, optimizer_state=OptimizerState.FP32)
     return model, dims, job, changes
 
 
