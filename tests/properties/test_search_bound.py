@@ -147,4 +147,4 @@ def test_memory_terms_hold_what_the_groups_own_terms_hold(inst) -> None:
         for a, b in [(own.blocks[k], shared.blocks[k]) for k in own.blocks] + [(own.embedding, shared.embedding),
                                                                              (own.head, shared.head)]:
             assert (a.params, a.activations, a.transient) == (b.params, b.activations, b.transient)
-        assert own.tied_head_copy == shared.tied_head_copy
+        assert own.embedding_copy == shared.embedding_copy

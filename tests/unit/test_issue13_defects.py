@@ -106,7 +106,7 @@ def test_plan_json_carries_every_job_setting() -> None:
                            "optimizer": "sgd", "flash_attention": False, "tp_comm_overlap": False,
                            "overlap_grad_reduce": True, "overlap_param_gather": True, "fp8_recipe": None,
                            "fp8_params": False, "cp_comm_type": "p2p", "cp_a2a_size": 1, "moe_comm_overlap": False,
-                           "moe_capacity_factor": None, "moe_dispatcher": "alltoall"}
+                           "moe_capacity_factor": None, "moe_dispatcher": "alltoall", "optimizer_state": "fp32"}
     assert Plan.from_dict(plan).job == SGD_EAGER
 
 

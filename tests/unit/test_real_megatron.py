@@ -471,3 +471,19 @@ def test_v_schedule_runs_interleaved_with_the_costed_stage_layers(tmp_path, monk
     assert "--pipeline-model-parallel-layout" in launch.argv
     assert any("no dualpipev schedule" in n for n in launch.export.notes)
     check_export(plan, tmp_path / "again", monkeypatch)
+
+
+def test_mtp_modules_in_the_layout_pass_megatrons_own_check() -> None:
+    """An uneven interleaved split of a model with an MTP module: Megatron-core's layout parser and its
+    validate_layer_layout accept the exported --pipeline-model-parallel-layout."""
+    import dataclasses
+
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    model = dataclasses.replace(api.resolve_model("deepseek-v2-lite"), mtp_layers=1)
+    dims = ParallelDims(tp=1, ep=8, pp=2, dp=1, zero=1, virtual_stages=2, schedule=Schedule.INTERLEAVED,
+                        layers_per_stage=(7, 7, 7, 6))
+    plan = api.evaluate_full(model, "dgx-h100", dims, Job(global_batch_size=64, seq_len=4096), devices=16).plan
+    layout = PipelineParallelLayerLayout(megatron.layout(plan), dims.pp)
+    layout.validate_layer_layout(model.num_layers, model.mtp_layers)
+    assert megatron.layout(plan).endswith("mL")

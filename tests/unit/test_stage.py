@@ -118,8 +118,8 @@ def test_stage_sums_hold_the_embedding_head_and_tied_copy() -> None:
     block = 3 * t.blocks[dense].params.dense
     assert middle.params.dense == pytest.approx(block)
     assert first.params.dense == pytest.approx(block + t.embedding.params.dense)
-    assert last.params.dense == pytest.approx(block + t.head.params.dense + t.tied_head_copy.dense)
-    assert t.tied_head_copy.dense > 0
+    assert last.params.dense == pytest.approx(block + t.head.params.dense + t.embedding_copy.dense)
+    assert t.embedding_copy.dense > 0
     alone = stage.stage_sums(t, [dense] * model.num_layers, 0, 1)
     assert alone.params.dense == pytest.approx(model.num_layers * t.blocks[dense].params.dense
                                                + t.embedding.params.dense + t.head.params.dense)

@@ -25,6 +25,7 @@ from nestplan.model.layers import (
     attention_core_gemms,
     block_gemms,
     head_gemm,
+    mtp_projection_gemm,
     score_elements,
 )
 from nestplan.model.spec import ModelSpec
@@ -238,6 +239,16 @@ def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, prec
     selective = attn_f if spec.mixer_of(layer) == "attention" else 0.0   # selective recomputation redoes attention only
     return LayerTime(forward=forward, backward=backward, attention_forward=selective, gemms=times,
                      weight_gradient=weight_gradient_time(acc, gemms, precision.gemm_dtype))
+
+
+def mtp_own_time(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str) -> LayerTime:
+    """One MTP module's own work besides its block, embedding lookup and head: the projection M
+    (``model.layers.mtp_projection_gemm``) and the two norms (read and write each, twice that back)."""
+    g = mtp_projection_gemm(spec, shard)
+    norms = 2 * 2 * shard.dtype_bytes * shard.tokens * spec.hidden_size / shard.sp_div
+    return LayerTime(forward=_gemms_forward(acc, [g], dtype) + acc.memory_time(norms),
+                     backward=_gemms_backward(acc, [g], dtype) + ELEMENTWISE_BACKWARD_RATIO * acc.memory_time(norms),
+                     attention_forward=0.0, weight_gradient=weight_gradient_time(acc, [g], dtype))
 
 
 def embedding_time(acc: Accelerator, spec: ModelSpec, shard: Shard) -> LayerTime:

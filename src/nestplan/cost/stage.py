@@ -5,9 +5,10 @@ evaluator (one split: :func:`stage_sums`, :func:`stage_memory_breakdown`) and fo
 (every position of every depth at once, as arrays: :func:`position_tables`,
 :func:`position_capacity`, :func:`block_memory`, :func:`end_matrices`). The rules, stated once:
 
-- a stage holds its blocks; the first also the embedding, the last also the head, and the last
-  of a multi-stage pipeline a copy of the head's weights when they are tied to the embedding
-  (Megatron keeps one: ``GraphTerms.tied_head_copy``);
+- a stage holds its blocks; the first also the embedding, the last also the head (with the MTP
+  modules, where the model has them), and the last of a multi-stage pipeline a copy of the
+  embedding where the head's weights are tied to it or MTP modules read it (Megatron keeps one:
+  ``GraphTerms.embedding_copy``);
 - its cycle per microbatch is the sum of its nodes' components plus its boundary transfers:
   its outputs forward and its input gradients back, once per model chunk (v under interleaving,
   whose chunks also pass from the last stage back to the first); with chunks given per virtual
@@ -82,8 +83,8 @@ def held_nodes(terms: GraphTerms, kinds: Sequence[Hashable], stage: int, pp: int
 
 
 def extra_params(terms: GraphTerms, stage: int, pp: int) -> L.ParamCount:
-    """Parameters a stage holds besides its nodes': the tied head's copy on the last of several stages."""
-    return terms.tied_head_copy if stage == pp - 1 and pp > 1 else L.ParamCount()
+    """Parameters a stage holds besides its nodes': the embedding's copy on the last of several stages."""
+    return terms.embedding_copy if stage == pp - 1 and pp > 1 else L.ParamCount()
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ def position_tables(ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, m
     alpha = np.where(real, alpha, -np.inf)
     early = moe_a2a_early(ctx.job)
     inflight = np.where(real, in_flight_microbatches(Schedule.ONE_F_ONE_B, stage, depth, microbatches, 1, early), 0)
-    copy = np.where(depth > 1, ctx.state_bytes(terms.tied_head_copy), 0.0)
+    copy = np.where(depth > 1, ctx.state_bytes(terms.embedding_copy), 0.0)
     fixed = (ctx.reserved_bytes + (largest_block_transient(terms) if blocks.homogeneous else 0.0)
              + first * (ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight)
              + last * (ctx.state_bytes(terms.head.params) + copy + terms.head.activations * inflight))
@@ -292,7 +293,7 @@ def position_capacity(ctx: StageContext, terms: GraphTerms, block_states: float,
     base = ctx.reserved_bytes + largest_block_transient(terms)
     emb = ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight
     head = ctx.state_bytes(terms.head.params)
-    last = head + ctx.state_bytes(terms.tied_head_copy) + terms.head.activations * inflight[0]
+    last = head + ctx.state_bytes(terms.embedding_copy) + terms.head.activations * inflight[0]
     single = (base + emb[0]) + (head + terms.head.activations * inflight[0])
     return PositionCapacity(held(base, per_block), held(base + emb, per_block), int(held(base + last, per_block[0])),
                             int(held(single, per_block[0])))
@@ -325,7 +326,7 @@ def position_memory(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray
     blocks = block_arrays(ctx, terms, kind_index)
     return PositionMemory(
         middle=base, first=base + emb,
-        last=base + (head + ctx.state_bytes(terms.tied_head_copy) + terms.head.activations * inflight[0]),
+        last=base + (head + ctx.state_bytes(terms.embedding_copy) + terms.head.activations * inflight[0]),
         single=base + emb[0] + (head + terms.head.activations * inflight[0]),
         blocks=blocks.states[None, :] + blocks.activations[None, :] * inflight[:, None],
         transient=range_transients(blocks.transients))

@@ -122,8 +122,10 @@ def step_end(ctx: SyncContext, params: Sequence[L.ParamCount], forward: Sequence
 
 
 def tied_embedding_sync(model: ModelSpec, topo: Topology, tp: int, job: Job, ends: GroupSpan) -> float:
-    """Megatron all-reduces the embedding and output-layer gradients between the first and last stage:
-    ``ends`` is that group (``Placement.pp_ends``: one member, so nothing to reduce, when pp = 1)."""
-    if not model.tied_embeddings:
+    """Megatron all-reduces the gradients of the embedding's two copies between the first and last
+    stage, where the output layer is tied to it or MTP modules read it there (Megatron-Core
+    finalize_model_grads, _allreduce_word_embedding_grads): ``ends`` is that group
+    (``Placement.pp_ends``: one member, so nothing to reduce, when pp = 1)."""
+    if not (model.tied_embeddings or model.mtp_layers):
         return 0.0
     return coll.all_reduce(topo, ends.fanout, model.vocab_size * model.hidden_size / tp * job.grad_bytes)

@@ -8,13 +8,14 @@ search both build stages from these terms, so they cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Hashable, Mapping
 
 from nestplan.cost import comm
 from nestplan.cost.memory import weight_gradient_input_bytes
-from nestplan.cost.compute import FP8_BYTES, FP8_COPIES, LayerTime, Precision, block_time, embedding_time, head_time
+from nestplan.cost.compute import (FP8_BYTES, FP8_COPIES, LayerTime, Precision, block_time, embedding_time, head_time,
+                                   mtp_own_time)
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.job import CpCommType, Job, MoeDispatcher
 from nestplan.model import layers as L
@@ -41,13 +42,22 @@ class NodeTerms:
     def cycle(self) -> float:
         return float(sum(self.components.values()))
 
+    def scaled(self, factor: int) -> NodeTerms:
+        """``factor`` such nodes one after the other (``_sum``)."""
+        return NodeTerms(
+            components=MappingProxyType({k: factor * v for k, v in self.components.items()}),
+            params=self.params.scaled(factor), activations=factor * self.activations, forward=factor * self.forward,
+            transient=self.transient, fp8_weight_bytes=factor * self.fp8_weight_bytes,
+            weight_gradient=factor * self.weight_gradient, weight_gradient_bytes=factor * self.weight_gradient_bytes)
+
 
 @dataclass(frozen=True)
 class GraphTerms:
     blocks: Mapping[Hashable, NodeTerms]   # keyed by ModelSpec.block_kind, in the order kinds first appear
     embedding: NodeTerms
     head: NodeTerms
-    tied_head_copy: L.ParamCount       # extra head parameters when head and embedding sit on different stages
+    # the last of several stages' copy of the embedding: a tied output projection's, or the one MTP modules read
+    embedding_copy: L.ParamCount
 
 
 TERM_GROUPS = ("tp", "cp", "cp+ep+dp", "cp+dp", "expert", "etp")   # the groups whose spans the terms depend on
@@ -147,6 +157,31 @@ def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping
         weight_gradient_bytes=b.weight_gradient_bytes)
 
 
+def _mtp_own(model: ModelSpec, shard: L.Shard, t: LayerTime, tp_comm: float) -> NodeTerms:
+    """One MTP module's own part (DeepSeek-V3, arXiv 2412.19437 section 2.2; Megatron-Core
+    multi_token_prediction.py): the norms and the projection M (``compute.mtp_own_time``) and M's
+    collectives over tp, its input's gather (2h, reduce-scattered back in backward) and its output's
+    gather (h, forward and backward): the bytes of one sync of width 3h (``tp_comm``)."""
+    return NodeTerms(
+        components=_components(forward_compute=t.forward, backward_compute=t.backward, tp_comm=tp_comm),
+        params=L.ParamCount(dense=L.mtp_own_params_per_device(model, shard)),
+        activations=L.mtp_own_activation_bytes(model, shard), forward=t.forward + tp_comm / 2,
+        weight_gradient=t.weight_gradient,
+        weight_gradient_bytes=weight_gradient_input_bytes([L.mtp_projection_gemm(model, shard)], shard.dtype_bytes))
+
+
+def _sum(*nodes: NodeTerms) -> NodeTerms:
+    """Nodes that run one after the other as one node: their times, parameters and kept bytes add up,
+    the transient buffers do not (one is alive at a time)."""
+    return NodeTerms(
+        components=_components(**{k: sum(n.components[k] for n in nodes) for k in BREAKDOWN_TERMS}),
+        params=sum((n.params for n in nodes), L.ParamCount()), activations=sum(n.activations for n in nodes),
+        forward=sum(n.forward for n in nodes), transient=max(n.transient for n in nodes),
+        fp8_weight_bytes=sum(n.fp8_weight_bytes for n in nodes),
+        weight_gradient=sum(n.weight_gradient for n in nodes),
+        weight_gradient_bytes=sum(n.weight_gradient_bytes for n in nodes))
+
+
 def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:
     """Terms of every node kind under ``dims`` (pp and dp only matter through ``groups``)."""
     return TermCache(model, cluster, job).graph_terms(dims, groups)
@@ -185,7 +220,9 @@ class TermCache:
             model, acc, job = self.model, self.cluster.accelerator, self.job
             precision = Precision.of(job)
             blocks = {kind: _block_compute(model, acc, shard, precision, i) for kind, i in self._kinds.items()}
-            found = self._compute[shard] = (blocks, embedding_time(acc, model, shard), head_time(acc, model, shard, job.dtype))
+            found = self._compute[shard] = (blocks, embedding_time(acc, model, shard),
+                                            head_time(acc, model, shard, job.dtype),
+                                            mtp_own_time(acc, model, shard, job.dtype))
         return found
 
     def _comm_parts(self, shard: L.Shard, groups: Mapping[str, GroupSpan], blocks: Mapping[Hashable, _BlockCompute]
@@ -211,7 +248,7 @@ class TermCache:
 
     def _assemble(self, dims: ParallelDims, shard: L.Shard, groups: Mapping[str, GroupSpan]) -> GraphTerms:
         model, job = self.model, self.job
-        computed, e, h = self._compute_parts(shard)
+        computed, e, h, mtp = self._compute_parts(shard)
         comms, tp_sync = self._comm_parts(shard, groups, computed)
         topo = self.cluster.topology
         blocks = {kind: _block(model, topo, dims, job, groups, computed[kind], comms[kind]) for kind in self._kinds}
@@ -222,11 +259,20 @@ class TermCache:
             params=L.ParamCount(dense=vocab_rows * model.hidden_size),
             activations=L.embedding_activation_bytes(model, shard), forward=e.forward + tp_sync)
         head_own = L.head_params(model, separate_copy=False) / dims.tp
-        head_copy = L.head_params(model, separate_copy=True) / dims.tp - head_own
+        # a tied output projection's copy, or the embedding the MTP modules read, on the last of several stages
+        copy = L.head_params(model, separate_copy=True) / dims.tp - head_own
+        if model.mtp_layers:
+            copy = max(copy, embedding.params.dense)
         head = NodeTerms(
             components=_components(forward_compute=h.forward, backward_compute=h.backward, tp_comm=tp_sync),
             params=L.ParamCount(dense=head_own), activations=L.head_activation_bytes(model, shard),
             forward=h.forward + tp_sync / 2, weight_gradient=h.weight_gradient,
             weight_gradient_bytes=weight_gradient_input_bytes([L.head_gemm(model, shard)], shard.dtype_bytes))   # vocab-parallel loss: reductions forward, input gradient backward
+        if model.mtp_layers:
+            last = blocks[model.block_kind(model.num_layers - 1)]
+            own = _mtp_own(model, shard, mtp, comm.tp_collectives(topo, groups["tp"], shard, 3 * model.hidden_size, 1))
+            # its embedding lookup and head reuse the main model's weights (their copy is ``copy``)
+            shared = [replace(node, params=L.ParamCount()) for node in (embedding, head)]
+            head = _sum(head, _sum(last, *shared, own).scaled(model.mtp_layers))
         return GraphTerms(blocks=MappingProxyType(blocks), embedding=embedding, head=head,
-                          tied_head_copy=L.ParamCount(dense=head_copy))
+                          embedding_copy=L.ParamCount(dense=copy))

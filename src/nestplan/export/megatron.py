@@ -98,14 +98,14 @@ def _pipeline_split(plan: Plan) -> Flags:
 def layout(plan: Plan) -> str:
     """Megatron's --pipeline-model-parallel-layout: pp x v segments in model order (segment v*pp + k is
     virtual chunk v of pipeline rank k, as Megatron's interleaved schedule places them), E = embedding
-    on the first, L = loss (head) on the last, t*n = n transformer layers (none: the segment is E or
-    L alone); three or more equal segments in a row as Megatron's (segment|)*k
+    on the first, L = loss (head) on the last with the model's MTP modules (m) before it, t*n = n
+    transformer layers (none: the segment is E or L alone); three or more equal segments in a row as Megatron's (segment|)*k
     (megatron/core/transformer/pipeline_parallel_layer_layout.py, parse_str_to_list). The split is
     the one Megatron-core runs (``run_dims``)."""
     counts = run_dims(plan).virtual_stage_layers(plan.model.num_layers)
     segments = [f"t*{n}" if n else "" for n in counts]
     segments[0] = "E" + segments[0]
-    segments[-1] = segments[-1] + "L"
+    segments[-1] = segments[-1] + "m" * plan.model.mtp_layers + "L"
     runs: list[list] = []
     for segment in segments:
         if runs and runs[-1][0] == segment:

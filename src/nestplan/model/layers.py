@@ -241,6 +241,26 @@ def mtp_params(spec: ModelSpec, own_embedding_and_head: bool) -> float:
     return spec.mtp_layers * module
 
 
+def mtp_projection_gemm(spec: ModelSpec, shard: Shard) -> Gemm:
+    """One MTP module's projection M of the concatenated normed embedding and hidden state (2h) onto
+    h, column-parallel over tp (Megatron-Core multi_token_prediction.py ``eh_proj``; under sp its input
+    is all-gathered, and its output all-gathered over tp before the block)."""
+    return Gemm(shard.tokens, spec.hidden_size / shard.tp, 2 * spec.hidden_size, gathered=COLUMN)
+
+
+def mtp_own_params_per_device(spec: ModelSpec, shard: Shard) -> float:
+    """What one MTP module adds on a device besides its block and the shared embedding and head: the
+    projection M (split over tp) and the two norms (``mtp_params``)."""
+    return 2 * spec.hidden_size * spec.hidden_size / shard.tp + 2 * _norm_params(spec)
+
+
+def mtp_own_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
+    """What one MTP module keeps besides its block's and its head's: the two norms' inputs (the hidden
+    state and the next token's embedding) and the projection's concatenated input (2h), each on this
+    device's (sequence-split) tokens."""
+    return shard.dtype_bytes * shard.tokens * 4 * spec.hidden_size / shard.sp_div
+
+
 def block_params_per_device(spec: ModelSpec, layer: int, shard: Shard) -> ParamCount:
     """Parameters a device holds: projections split over tp, the replicated ones
     (``_tp_replicated_params``) whole, experts over etp x expert_parallel (= tp x ep, folded or not)."""
@@ -427,6 +447,15 @@ def head_gemm(spec: ModelSpec, shard: Shard) -> Gemm:
 
 def head_model_flops(spec: ModelSpec, tokens: float) -> float:
     return 2.0 * tokens * spec.hidden_size * spec.vocab_size
+
+
+def mtp_model_flops(spec: ModelSpec, seq_len: int) -> float:
+    """Forward model FLOPs of a sequence's MTP modules: each a block like the last, its projection M
+    (2h x h per token) and the output head again (Megatron-LM counts them in its reported FLOPs,
+    training.py ``num_floating_point_operations``)."""
+    module = (block_model_flops(spec, spec.num_layers - 1, seq_len, seq_len) + head_model_flops(spec, seq_len)
+              + 2.0 * seq_len * 2 * spec.hidden_size * spec.hidden_size)
+    return spec.mtp_layers * module
 
 
 # ---------------------------------------------------------------- activations
