@@ -192,7 +192,8 @@ def _job(row: Mapping[str, Any], label: str, model: ModelSpec, n: Mapping[str, i
                     fp8_recipe=Fp8Recipe(recipe) if precision == "fp8" else None,
                     fp8_params=_flag(row, "fp8_params", label, False),
                     optimizer_state=_choice(row, "optimizer_state", label, [k.value for k in OptimizerState],
-                                            OptimizerState.FP32.value))
+                                            OptimizerState.FP32.value),
+                    moe_capacity_factor=row.get("moe_capacity_factor"))
 
 
 def run_from_row(row: Mapping[str, Any], label: str) -> Run:

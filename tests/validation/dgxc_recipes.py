@@ -8,7 +8,8 @@ megatron_base_model.py ``setup_optimization``, the NeMo 24.09 container's):
   (``model.fp8_params=${FP8_ENABLED^}``), nemo_megatron/gpt3_175b_hydra.yaml (``fp8_params: true``,
   which launch.sh leaves as it is);
 - Grok-1's userbuffer tp overlap: grok1/configure.sh sets ``model.ub_tp_comm_overlap=true`` (its yaml's
-  ``false`` is overridden; the runs file says false);
+  ``false`` is overridden; the runs file says false); its experts padded to capacity factor 1.0
+  (grok1_314b.yaml ``moe_pad_expert_input_to_capacity: true``, ``moe_expert_capacity_factor: 1.0``);
 - the optimizer's state: Llama 3.1, GPT-3 and Nemotron-4 run ``distributed_fused_adam`` (Apex) with
   ``megatron_amp_O2: true``, for which NeMo keeps only the fp32 master weights' low 16 bits beside the
   bf16 parameters (``store_param_remainders``) unless the parameters are FP8 (``store_params``: a whole
@@ -49,7 +50,7 @@ def as_run(row: Mapping[str, Any]) -> dict[str, Any]:
     settings = {"fp8_params": fp8,
                 "optimizer_state": (FP8_OPTIMIZER_STATE if fp8 else BF16_OPTIMIZER_STATE)[model]}
     if model == "Grok-1":
-        settings["tp_comm_overlap"] = True
+        settings.update(tp_comm_overlap=True, moe_capacity_factor=1.0)
     return {**row, **settings}
 
 
