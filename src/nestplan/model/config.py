@@ -452,7 +452,7 @@ def _nemotron_h_experts(f: _Fields, pattern: str) -> dict[str, Any]:
             "moe_ffn_hidden_size": f.integer("moe_intermediate_size", MAX_FFN), "num_shared_experts": 1,
             "shared_expert_ffn_hidden_size": f.integer("moe_shared_expert_intermediate_size", MAX_FFN),
             "moe_layers": tuple(i for i, char in enumerate(pattern) if char == "E"), "router_bias": True,
-            **_routing_groups(f, experts, top_k, grouped=True)}
+            "router_scores_all_experts": True, **_routing_groups(f, experts, top_k, grouped=True)}
 
 
 def _read_nemotron_h(f: _Fields, name: str) -> ModelSpec:
@@ -645,6 +645,8 @@ def _read_qwen_moe(f: _Fields, name: str) -> ModelSpec:
     if f.family == "qwen2_moe":
         shared_ffn = f.integer("shared_expert_intermediate_size", MAX_FFN, minimum=0)
         fields["qkv_bias"] = True   # HF modeling_qwen2_moe, Qwen2MoeAttention: q, k, v biased
+        # HF Qwen2MoeSparseMoeBlock: a softmax over every expert before the top-k; shared_expert_gate
+        fields |= {"router_scores_all_experts": True, "shared_expert_gate": shared_ffn > 0}
     else:   # Qwen3-MoE: QK-norm as dense Qwen3 (HF modeling_qwen3_moe, Qwen3MoeAttention q_norm/k_norm)
         fields |= {"linear_bias": f.flag("attention_bias", False), "qk_norm": "head"}
     return ModelSpec(
@@ -782,6 +784,7 @@ def _read_deepseek(f: _Fields, name: str) -> ModelSpec:
         "qk_rope_head_dim": rope,
         "v_head_dim": f.integer("v_head_dim", MAX_HEAD_DIM),
         "router_bias": f.family == "deepseek_v3",
+        "router_scores_all_experts": True,   # DeepSeek-V2's softmax, DeepSeek-V3's sigmoid, over every expert
         "mtp_layers": f.integer("num_nextn_predict_layers", MAX_LAYERS, default=0, minimum=0),
         **_routing_groups(f, experts, top_k, grouped),
     }
@@ -864,6 +867,9 @@ def _read_llama4(f: _Fields, name: str) -> ModelSpec:
         chunked_attention_layers=chunked,
         nope_layers=tuple(i for i in range(num_layers) if i not in rope_layers),
         qk_norm="l2" if f.flag("use_qk_norm", True) else "none",
+        # HF Llama4TextMoe: sigmoid scores of every expert; the top-1's probability scales ``routed_in``
+        router_scores_all_experts=True,
+        moe_probs_on_input=True,
         **fields,
     )
 

@@ -560,39 +560,23 @@ def routed_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     ``Shard.gemm_input_bytes``. The routing probabilities are applied inside the
     activation, so nothing hidden-sized is kept to weight the experts' outputs (Megatron-Core 0.13
     on, "Memory efficient token permutation"; before, unpermute weighted the outputs and kept them).
-    Where the probabilities scale the experts' input instead (``_probs_on_input``), the copies are
+    Where the probabilities scale the experts' input instead (``ModelSpec.moe_probs_on_input``), the copies are
     kept twice: unscaled by that product, scaled by the first GEMM."""
     up = 2 if spec.gated_mlp else 1
     B, G = shard.dtype_bytes, shard.gemm_input_bytes
     copies = routed_copies(spec, shard)
-    inputs = ((B if _probs_on_input(spec) else 0) + G) * copies * spec.hidden_size
+    inputs = ((B if spec.moe_probs_on_input else 0) + G) * copies * spec.hidden_size
     return inputs + (B * up + G) * copies * spec.moe_ffn_hidden_size / shard.expert_tp
-
-
-def _probs_on_input(spec: ModelSpec) -> bool:
-    """Whether the routing probabilities scale the experts' input rather than their activation
-    (Megatron-Core moe_apply_probs_on_input, top-1 routing only: Llama 4, whose HF Llama4TextMoe
-    scales ``routed_in``)."""
-    return spec.family in ("llama4", "llama4_text")
-
-
-def _scores_before_top_k(spec: ModelSpec) -> bool:
-    """Whether the router takes its top-k of scores over all experts, kept un-renormalised
-    (Megatron-Core moe_router_pre_softmax: HF Qwen2-MoE, norm_topk_prob false; DeepSeek-V2's
-    softmax), or of sigmoid scores, which Megatron-Core takes over all experts (score_function
-    sigmoid: DeepSeek-V3, Llama 4, Nemotron-H), rather than scoring the top-k logits alone (Mixtral,
-    Qwen3-MoE, gpt-oss: a softmax over the top-k, the same as renormalising the top-k of a softmax)."""
-    return spec.family in ("qwen2_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "nemotron_h")
 
 
 def router_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     """The router's keeps on this device's (sequence-split) tokens: the fp32 softmax over all
     experts of the load-balancing loss (moe_utils.compute_routing_scores_for_aux_loss), the fp32
-    routing scores (over all experts, ``_scores_before_top_k``, or over the top-k), and the top-k's
+    routing scores (over all experts, ``ModelSpec.router_scores_all_experts``, or over the top-k), and the top-k's
     int64 indices (torch.topk; moe_utils.topk_routing_with_score_function)."""
     tokens, k = shard.tokens / shard.sp_div, spec.experts_per_token
     load_balancing = FP32_BYTES * tokens * spec.num_experts
-    scores = FP32_BYTES * tokens * (spec.num_experts if _scores_before_top_k(spec) else k)
+    scores = FP32_BYTES * tokens * (spec.num_experts if spec.router_scores_all_experts else k)
     return load_balancing + scores + INDEX_BYTES * tokens * k
 
 
@@ -601,16 +585,10 @@ def dispatch_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     probabilities' expert-major positions, and the copies' token rows, which unpermute's scatter-add
     reads again), and the permuted routing probabilities in the activations' dtype, all-gathered
     over etp with the copies, which the weighted activation keeps (TEGroupedMLP.forward); with
-    ``_probs_on_input`` the input's product keeps them and the activation keeps ones in their place."""
+    ``ModelSpec.moe_probs_on_input`` the input's product keeps them and the activation keeps ones in their place."""
     local = shard.tokens / shard.sp_div * spec.experts_per_token
-    probs = (2 if _probs_on_input(spec) else 1) * shard.dtype_bytes * routed_copies(spec, shard)
+    probs = (2 if spec.moe_probs_on_input else 1) * shard.dtype_bytes * routed_copies(spec, shard)
     return 2 * INDEX_BYTES * local + probs
-
-
-def _has_shared_expert_gate(spec: ModelSpec) -> bool:
-    """Whether a sigmoid gate scales the shared experts' output (HF Qwen2MoeSparseMoeBlock
-    ``shared_expert_gate``; Megatron-Core moe_shared_expert_gate)."""
-    return spec.family == "qwen2_moe" and spec.num_shared_experts > 0
 
 
 def shared_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
@@ -625,7 +603,7 @@ def shared_expert_activation_bytes(spec: ModelSpec, shard: Shard) -> float:
     inner = T * (B * up + shard.gemm_input_bytes) * width
     # under FP8 the first linear keeps an FP8 copy of the input the router also keeps
     copy = shard.fp8_input_copy_bytes * T * spec.hidden_size / shard.sp_div
-    gate = B * T * (spec.hidden_size + 1) / shard.sp_div if _has_shared_expert_gate(spec) else 0.0
+    gate = B * T * (spec.hidden_size + 1) / shard.sp_div if spec.shared_expert_gate else 0.0
     return inner + copy + gate
 
 

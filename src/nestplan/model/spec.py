@@ -73,6 +73,13 @@ class ModelSpec:
     routing_groups: int = 1
     routing_groups_per_token: int = 1
     router_bias: bool = False          # a bias per expert on the router (gpt-oss; DeepSeek-V3's correction bias)
+    # the router scores every expert and takes its top-k of those (a softmax over all experts, kept
+    # un-renormalised: Qwen2-MoE, DeepSeek-V2; or sigmoid scores: DeepSeek-V3, Llama 4, Nemotron-H;
+    # Megatron-Core moe_router_pre_softmax / score_function sigmoid), rather than scoring the top-k logits
+    # alone (Mixtral, Qwen3-MoE, gpt-oss: a softmax over the top-k)
+    router_scores_all_experts: bool = False
+    moe_probs_on_input: bool = False   # the routing probabilities scale the experts' input (top-1: Llama 4)
+    shared_expert_gate: bool = False   # a sigmoid gate scales the shared experts' output (Qwen2-MoE)
     mtp_layers: int = 0                # multi-token-prediction modules (DeepSeek-V3 section 2.2): not in num_layers
     # chunked local attention (Llama 4): a query attends to the keys of its own chunk of
     # attention_chunk_size tokens, in the layers listed; None (and no layers): no chunking
