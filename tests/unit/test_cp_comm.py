@@ -4,17 +4,20 @@ and the hierarchical a2a+p2p; their costs, legality, memory, plan JSON and expor
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from nestplan import api
 from nestplan.cost import comm
+from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError
 from nestplan.job import CpCommType, Job
 from nestplan.model.layers import Shard
 from nestplan.network import collectives as coll
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Recompute
 from nestplan.strategy.placement import GroupSpan
 
 CLUSTER = api.resolve_cluster("dgx-h100", 32)
@@ -122,3 +125,30 @@ def test_cli_takes_the_exchange_and_refuses_an_illegal_one(capsys) -> None:
     assert code == 0 and json.loads(out)["job"]["cp_comm_type"] == "a2a+p2p"
     code, _, err = run_cli(capsys, base + ["--cp-comm-type", "a2a"])
     assert code == 2 and "8 key/value heads over 32 ranks" in err
+
+
+def test_the_ring_merges_its_partial_results_at_every_step() -> None:
+    """Transformer Engine's p2p ring merges each step's partial output into the output (forward: the first
+    copied, the others read and added, the output read and written) and adds each step's dQ, dK, dV into
+    the accumulated ones (backward): memory-bound, in the activations' dtype; nothing without a ring."""
+    from nestplan.cost.compute import ring_merge_time
+
+    spec, acc = api.resolve_model("llama3-8b"), api.resolve_cluster("dgx-h100", 8).accelerator
+    shard = Shard(cp=8, seq_len=65536)
+    T, B = 65536 // 8, 2
+    out, kv = T * 4096, 2 * T * 1024   # 32 query heads of 128; 8 key/value heads of 128, K and V
+    forward, backward = ring_merge_time(acc, spec, 0, shard, 8)
+    assert forward == pytest.approx(acc.memory_time(B * out * (2 + 3 * 7)))
+    assert backward == pytest.approx(acc.memory_time(3 * B * (out + kv) * 7))
+    assert ring_merge_time(acc, spec, 0, shard, 1) == (0.0, 0.0)
+
+
+def test_ulysses_beats_the_ring_at_cp_8_inside_a_node() -> None:
+    """The published direction (issue 16: on one 8-GPU node at 64k tokens Ulysses stays near cp = 1 where
+    the ring is slower): with the ring's merges costed, the all-to-alls over NVLink cost less."""
+    job = Job(global_batch_size=8, seq_len=65536)
+    dims = ParallelDims(tp=1, cp=8, dp=1, recompute=Recompute.FULL)
+    cluster = api.resolve_cluster("dgx-h100", 8)
+    ring = evaluate_plan(api.resolve_model("llama3-8b"), cluster, dims, job)
+    ulysses = evaluate_plan(api.resolve_model("llama3-8b"), cluster, dims, replace(job, cp_comm_type=CpCommType.A2A))
+    assert ulysses.step_time_s < ring.step_time_s

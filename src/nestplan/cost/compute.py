@@ -20,6 +20,7 @@ from nestplan.model.layers import (
     MASK_BYTES,
     ROW,
     Gemm,
+    _kv_per_device,
     Shard,
     attention_core_flops,
     attention_core_gemms,
@@ -239,6 +240,27 @@ def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, prec
     selective = attn_f if spec.mixer_of(layer) == "attention" else 0.0   # selective recomputation redoes attention only
     return LayerTime(forward=forward, backward=backward, attention_forward=selective, gemms=times,
                      weight_gradient=weight_gradient_time(acc, gemms, precision.gemm_dtype))
+
+
+def ring_merge_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, ring: int) -> tuple[float, float]:
+    """(forward, backward) seconds of merging a context-parallel ring's partial results (Transformer
+    Engine's p2p exchange, attention/dot_product_attention/context_parallel.py AttnFuncWithCPAndKVP2P):
+    forward, the first step's partial output copied into the output, then each later step's read,
+    scaled by its softmax-statistics correction and added in (flash_attn_fwd_out_correction: the part
+    read, the output read and written); backward, each later step's dQ added into dQ and its dK, dV into
+    the dK, dV that travel on (both read, one written). Memory-bound kernels in the activations' dtype
+    between the ring's attention steps, not overlapped; the rank that merges whole tensors at every step
+    (the last, under load-balanced causal sharding) sets the pace. ``ring``: the ring's length (cp, or
+    cp over the all-to-all group of a2a+p2p, whose ranks hold the same bytes); none but attention layers."""
+    if ring <= 1 or spec.mixer_of(layer) != "attention":
+        return 0.0, 0.0
+    B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
+    output = T * spec.num_heads * spec.value_head_dim / t
+    query, keys_values = T * spec.q_channels / t, 2 * T * _kv_per_device(spec, t)
+    steps = ring - 1
+    forward = B * output * (2 + 3 * steps)
+    backward = 3 * B * (query + keys_values) * steps
+    return acc.memory_time(forward), acc.memory_time(backward)
 
 
 def mtp_own_time(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str) -> LayerTime:

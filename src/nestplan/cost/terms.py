@@ -15,7 +15,7 @@ from typing import Hashable, Mapping
 from nestplan.cost import comm
 from nestplan.cost.memory import weight_gradient_input_bytes
 from nestplan.cost.compute import (FP8_BYTES, FP8_COPIES, LayerTime, Precision, block_time, embedding_time, head_time,
-                                   mtp_own_time)
+                                   mtp_own_time, ring_merge_time)
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.job import CpCommType, Job, MoeDispatcher
 from nestplan.model import layers as L
@@ -86,20 +86,32 @@ class _BlockCompute:
     """What one block kind costs under one shard, whatever the placement: its time before
     communication, its parameters and its stored activations per recomputation mode."""
 
-    time: LayerTime
+    time: LayerTime                # forward and backward include the ring's merges; attention_forward does not
     params: L.ParamCount
     activations: Mapping[Recompute, float]
     weight_gradient_bytes: float   # GEMM inputs kept from B until W
+    ring_merge_forward: float = 0.0   # seconds of the forward merges of a context-parallel ring
 
 
-def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, layer: int) -> _BlockCompute:
+def ring_length(job: Job, cp: int) -> int:
+    """Ranks of the ring whose partial attention results a device merges: cp under the p2p exchange, the
+    ring across the all-to-all groups of a2a+p2p, none under a2a or allgather."""
+    if job.cp_comm_type is CpCommType.P2P:
+        return cp
+    return cp // job.cp_a2a_size if job.cp_comm_type is CpCommType.A2A_P2P else 1
+
+
+def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, layer: int, ring: int) -> _BlockCompute:
     acts = model.traced_activation_scale   # 1 unless a trace calibrated it
     stored = {rc: acts * L.block_activation_bytes(model, layer, shard, L.Recomputation(rc.value)) for rc in Recompute}
     # W reads the inputs' FP8 column-wise copies under an FP8 recipe (cost/compute.py FP8_COPIES)
     kept_bytes = FP8_BYTES if precision.fp8_recipe is not None else shard.dtype_bytes
     kept = weight_gradient_input_bytes(L.block_gemms(model, layer, shard), kept_bytes, shard.sp_div)
-    return _BlockCompute(block_time(acc, model, layer, shard, precision),
-                         L.block_params_per_device(model, layer, shard), MappingProxyType(stored), acts * kept)
+    time = block_time(acc, model, layer, shard, precision)
+    merge_f, merge_b = ring_merge_time(acc, model, layer, shard, ring)
+    time = replace(time, forward=time.forward + merge_f, backward=time.backward + merge_b)
+    return _BlockCompute(time, L.block_params_per_device(model, layer, shard), MappingProxyType(stored), acts * kept,
+                         merge_f)
 
 
 def fp8_weight_copies(job: Job) -> float:
@@ -124,7 +136,7 @@ def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping
     if dims.recompute is Recompute.FULL:
         redo = t.forward + c.tp_forward + c.cp_forward + c.ep_forward
     elif dims.recompute is Recompute.SELECTIVE:
-        redo = t.attention_forward
+        redo = t.attention_forward + b.ring_merge_forward   # the attention core as context parallelism runs it
     else:
         redo = 0.0
     zero_f = zero_b = 0.0
@@ -219,7 +231,8 @@ class TermCache:
         if found is None:
             model, acc, job = self.model, self.cluster.accelerator, self.job
             precision = Precision.of(job)
-            blocks = {kind: _block_compute(model, acc, shard, precision, i) for kind, i in self._kinds.items()}
+            ring = ring_length(job, shard.cp)
+            blocks = {kind: _block_compute(model, acc, shard, precision, i, ring) for kind, i in self._kinds.items()}
             found = self._compute[shard] = (blocks, embedding_time(acc, model, shard),
                                             head_time(acc, model, shard, job.dtype),
                                             mtp_own_time(acc, model, shard, job.dtype))
