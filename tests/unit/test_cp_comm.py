@@ -86,6 +86,22 @@ def test_each_exchange_moves_what_its_algorithm_moves() -> None:
     assert hybrid == pytest.approx((inner, inner))
 
 
+def test_ulysses_layout_copies_overlap_the_next_all_to_all() -> None:
+    """Each traded tensor is copied three times (read and written) around its all-to-all; Transformer
+    Engine runs a tensor's copies while the next one's all-to-all is in flight: each tensor costs the
+    longer of the two, plus one tensor's copies to fill and drain the pipeline."""
+    shard = Shard(tp=1, cp=8, seq_len=SEQ)
+    cp = _cp_group((8, 1, 1))
+    sizes = [2 * shard.tokens * c for c in (4096, 1024, 1024, 4096)]   # Q, K, V, output (bf16)
+    slow = 1e-9   # a copy far slower than NVLink's all-to-all
+    exposed, _ = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(CpCommType.A2A, 1, slow), 0.0)
+    copies = [2 * comm.A2A_LAYOUT_COPIES * n * slow for n in sizes]
+    assert exposed == pytest.approx(sum(copies) + max(copies))
+    fast = 1e-15
+    exposed, _ = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(CpCommType.A2A, 1, fast), 0.0)
+    assert exposed == pytest.approx(sum(coll.all_to_all(TOPO, cp.fanout, n) for n in sizes), rel=1e-3)
+
+
 def test_every_exchange_evaluates_and_all_gather_holds_the_whole_sequence() -> None:
     preds = {kind: api.evaluate(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=4, cp=8), _job(kind, a2a))
              for kind, a2a in (("p2p", 1), ("a2a", 1), ("allgather", 1), ("a2a+p2p", 2))}

@@ -39,6 +39,13 @@ class CpComm:
 
     kind: CpCommType = CpCommType.P2P
     a2a_size: int = 1
+    copy_s_per_byte: float = 0.0   # seconds a memory-bound copy takes per byte moved (Accelerator.memory_time)
+
+
+# Transformer Engine's Ulysses exchange (context_parallel.py flash_attn_a2a_communicate) copies each tensor it
+# trades three times: into the all-to-all's head-major layout (movedim, contiguous), then out of it
+# (movedim, contiguous) and into the load-balanced chunk order (index_select); each copy reads and writes it
+A2A_LAYOUT_COPIES = 3
 
 
 def tp_collectives(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, count: int,
@@ -306,14 +313,20 @@ def _ring(topo: Topology, fanout: Sequence[int], kv_bytes: float, attention_forw
     return max(0.0, ring - attention_forward_s), max(0.0, 2 * ring - 2 * attention_forward_s)
 
 
-def _head_all_to_alls(topo: Topology, fanout: Sequence[int], spec: ModelSpec, shard: Shard) -> float:
-    """One direction's all-to-alls of Ulysses sequence parallelism (Jacobs et al. 2023, section
-    3.1): Q, K and V trade their sequence shard for a head shard before attention, the output
-    trades back after it; not overlapped with compute."""
+def _head_all_to_alls(topo: Topology, fanout: Sequence[int], spec: ModelSpec, shard: Shard,
+                      copy_s_per_byte: float) -> float:
+    """One direction's exchange of Ulysses sequence parallelism (Jacobs et al. 2023, section 3.1): Q, K
+    and V trade their sequence shard for a head shard before attention, the output trades back after
+    it (backward: their gradients); not overlapped with compute. Each tensor's layout copies
+    (``A2A_LAYOUT_COPIES``) run while the next tensor's all-to-all is in flight, as Transformer Engine
+    pipelines them: a tensor costs the longer of the two, and the pipeline's fill and drain one more
+    tensor's copies."""
     q = spec.q_channels / shard.tp
     kv = _kv_per_device(spec, shard.tp)
-    tensors = (q, kv, kv, q)   # Q, K, V in; the attention output back
-    return sum(coll.all_to_all(topo, fanout, shard.dtype_bytes * shard.tokens * c) for c in tensors)
+    sizes = [shard.dtype_bytes * shard.tokens * c for c in (q, kv, kv, q)]   # Q, K, V in; the output back
+    copies = [2 * A2A_LAYOUT_COPIES * n * copy_s_per_byte for n in sizes]
+    steps = [max(coll.all_to_all(topo, fanout, n), c) for n, c in zip(sizes, copies)]
+    return sum(steps) + max(copies)
 
 
 def context_exchange(topo: Topology, spec: ModelSpec, shard: Shard, cp: GroupSpan, how: CpComm,
@@ -336,10 +349,10 @@ def context_exchange(topo: Topology, spec: ModelSpec, shard: Shard, cp: GroupSpa
         gather = coll.all_gather(topo, cp.fanout, cp.size * kv_bytes)
         return gather, gather + coll.reduce_scatter(topo, cp.fanout, cp.size * kv_bytes)
     if how.kind is CpCommType.A2A:
-        a2a = _head_all_to_alls(topo, cp.fanout, spec, shard)
+        a2a = _head_all_to_alls(topo, cp.fanout, spec, shard, how.copy_s_per_byte)
         return a2a, a2a
     inside, across = split_fanout(cp.fanout, how.a2a_size)
-    a2a = _head_all_to_alls(topo, inside, spec, shard)
+    a2a = _head_all_to_alls(topo, inside, spec, shard, how.copy_s_per_byte)
     # after the all-to-all a rank holds a2a_size times the tokens of 1/a2a_size of the heads: the same K/V bytes
     ring_f, ring_b = _ring(topo, across, kv_bytes, attention_forward_s)
     return a2a + ring_f, a2a + ring_b

@@ -245,7 +245,8 @@ class TermCache:
         if found is None:
             topo, model = self.cluster.topology, self.model
             gather = FP8_BYTES if self.job.fp8 else None   # FP8 operands are cast, then gathered
-            cp_comm = comm.CpComm(self.job.cp_comm_type, self.job.cp_a2a_size)
+            cp_comm = comm.CpComm(self.job.cp_comm_type, self.job.cp_a2a_size,
+                                  self.cluster.accelerator.memory_time(1.0))
             comms = {kind: comm.block_comm(topo, model, i, shard, groups, blocks[kind].time.attention_forward,
                                            blocks[kind].time.gemms, self.job.tp_comm_overlap, gather, cp_comm,
                                            self._a2a_hidden_under(blocks[kind].time),
