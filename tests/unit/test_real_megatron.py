@@ -487,3 +487,119 @@ def test_mtp_modules_in_the_layout_pass_megatrons_own_check() -> None:
     layout = PipelineParallelLayerLayout(megatron.layout(plan), dims.pp)
     layout.validate_layer_layout(model.num_layers, model.mtp_layers)
     assert megatron.layout(plan).endswith("mL")
+
+
+# ---------------------------------------------------------------- Mamba-2 hybrids (Nemotron-H)
+def _nemotron_h(dims: ParallelDims, devices: int = 16, model: str = "nemotron-h-8b") -> Plan:
+    return _evaluated(model, "dgx-h100", devices, dims, 256, 8192)
+
+
+class _StageGroup:
+    """Stand-in for a pipeline process group: the rank and size torch.distributed would report."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+
+
+def hybrid_segments(args, plan: Plan, monkeypatch) -> list[str]:
+    """The layer symbols Megatron-core's HybridModel builds on each (virtual) stage, in model order:
+    its own select_pipeline_segment on the validated pattern, for each pipeline rank and chunk, with
+    stand-ins for the pipeline group's rank and size (torch.distributed.get_rank / get_world_size)
+    and for its per-stage logging, which asks the process groups too."""
+    from megatron.core.models.hybrid import hybrid_layer_allocation as allocation
+
+    monkeypatch.setattr(allocation.torch.distributed, "get_rank", lambda group: group.rank)
+    monkeypatch.setattr(allocation.torch.distributed, "get_world_size", lambda group: group.size)
+    monkeypatch.setattr(allocation, "log_on_each_pipeline_stage", lambda *a, **k: None)
+    monkeypatch.setattr(allocation, "log_single_rank", lambda *a, **k: None)
+    main = allocation.parse_hybrid_pattern(args.hybrid_layer_pattern).main_pattern
+    chunks = args.virtual_pipeline_model_parallel_size
+    segments = []
+    for chunk in range(chunks or 1):
+        for rank in range(plan.dims.pp):
+            layers, offset = allocation.select_pipeline_segment(
+                main, _StageGroup(rank, plan.dims.pp), chunk if chunks else None,
+                first_stage_layers=args.decoder_first_pipeline_num_layers,
+                last_stage_layers=args.decoder_last_pipeline_num_layers)
+            assert offset == sum(len(s) for s in segments)
+            segments.append("".join(layers))
+    return segments
+
+
+def check_hybrid_export(plan: Plan, tmp_path: Path, monkeypatch) -> list[str]:
+    """Megatron-LM's own parsing of a hybrid export: degrees, batch and groups as for a GPT, the
+    HybridModel's TransformerConfig (Mamba-2 sizes, attention, squared-ReLU MLP, no positions), and
+    the stages select_pipeline_segment builds: the costed layers per (virtual) stage, each block the
+    costed kind. Returns the segments."""
+    launch = Launch(plan, tmp_path)
+    assert launch.argv[0].endswith("/pretrain_hybrid.py")
+    args = megatron_args(launch, monkeypatch)
+    check_degrees_and_batch(args, plan)
+    check_groups(args, launch)
+    config = core_transformer_config_from_args(args)
+    m, d, shape = plan.model, plan.dims, plan.model.mamba
+    assert config.is_hybrid_model and args.spec == list(megatron.HYBRID_SPEC)
+    assert (config.num_layers, config.hidden_size, config.ffn_hidden_size) == (m.num_layers, m.hidden_size,
+                                                                              m.ffn_hidden_size)
+    assert (config.num_attention_heads, config.num_query_groups, config.kv_channels) == (
+        m.num_heads, m.num_kv_heads, m.head_dim)
+    assert (config.mamba_num_heads, config.mamba_head_dim, config.mamba_state_dim, config.mamba_num_groups) == (
+        shape.num_heads, shape.head_dim, shape.state_size, shape.groups)
+    assert config.activation_func.__name__ == "squared_relu" and not config.gated_linear_unit
+    assert args.position_embedding_type == "none" and config.normalization == "RMSNorm"
+    assert not config.add_bias_linear and args.untie_embeddings_and_output_weights
+    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size, config.sequence_parallel) == (
+        d.tp, d.pp, d.sp_active)
+    assert config.recompute_granularity == {Recompute.NONE: None, Recompute.SELECTIVE: "selective",
+                                            Recompute.FULL: "full"}[d.recompute]
+    segments = hybrid_segments(args, plan, monkeypatch)
+    assert [len(s) for s in segments] == list(megatron.run_dims(plan).virtual_stage_layers(m.num_layers))
+    built = "".join(segments)
+    assert [c == "M" for c in built] == [m.mixer_of(i) == "mamba" for i in range(m.num_layers)]
+    assert [c == "*" for c in built] == [m.mixer_of(i) == "attention" for i in range(m.num_layers)]
+    assert [c in "-E" for c in built] == [m.has_ffn(i) for i in range(m.num_layers)]
+    assert [c == "E" for c in built] == [m.is_moe_layer(i) for i in range(m.num_layers)]
+    assert (config.num_moe_experts or 0) == m.num_experts
+    if m.is_moe:
+        assert (config.moe_router_topk, config.moe_ffn_hidden_size, config.moe_shared_expert_intermediate_size) == (
+            m.experts_per_token, m.moe_ffn_hidden_size, m.shared_expert_ffn_hidden_size)
+    return segments
+
+
+@pytest.mark.slow
+def test_megatron_builds_nemotron_h_on_uneven_stages_as_costed(tmp_path, monkeypatch) -> None:
+    """Nemotron-H 8B at tp 2 (sequence parallel) x pp 2 x dp 4 on the uneven split 28 + 24: the pattern's
+    pipe gives each stage its costed blocks, which a pipe-free pattern split evenly would not."""
+    plan = _nemotron_h(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, layers_per_stage=(28, 24)))
+    segments = check_hybrid_export(plan, tmp_path, monkeypatch)
+    assert [len(s) for s in segments] == [28, 24]
+
+
+@pytest.mark.slow
+def test_megatron_builds_nemotron_h_interleaved_as_costed(tmp_path, monkeypatch) -> None:
+    """Interleaved 1F1B with two chunks per stage at tp 4 x pp 2, selective recomputation, cp 2 beside
+    it: four pipe segments, from which validate_args derives the virtual pipeline size 2."""
+    plan = _nemotron_h(ParallelDims(tp=4, sp=True, cp=2, pp=2, dp=1, zero=1, recompute="selective",
+                                    schedule="interleaved", virtual_stages=2, layers_per_stage=(12, 14, 14, 12)))
+    segments = check_hybrid_export(plan, tmp_path, monkeypatch)
+    assert [len(s) for s in segments] == [12, 14, 14, 12]
+
+
+@pytest.mark.slow
+def test_megatron_builds_the_planned_nemotron_h(tmp_path, monkeypatch) -> None:
+    """The planner's own plan for Nemotron-H 8B on 16 H100s under --export megatron."""
+    space = api.search_space(export="megatron")
+    plan = api.plan("nemotron-h-8b", "dgx-h100", Job(global_batch_size=256, seq_len=8192), devices=16, top=0,
+                    space=space).plan
+    assert plan.dims.pp > 1
+    check_hybrid_export(plan, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_megatron_builds_a_hybrid_moe_as_costed(tmp_path, monkeypatch) -> None:
+    """Nemotron 3 Nano (MoE blocks E between Mamba and attention ones) at tp 2 x ep 8 x pp 2: the experts'
+    sizes, router and shared expert as costed, the E blocks where the plan has them."""
+    plan = _nemotron_h(ParallelDims(tp=2, sp=True, ep=8, pp=2, dp=1, zero=1, layers_per_stage=(27, 25)), 32,
+                       "nemotron-3-nano-30b-a3b")
+    segments = check_hybrid_export(plan, tmp_path, monkeypatch)
+    assert [len(s) for s in segments] == [27, 25] and "E" in segments[0]

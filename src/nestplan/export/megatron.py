@@ -9,6 +9,8 @@ Megatron-LM lays ranks out tp-cp-ep-dp-pp (fastest first) or, with
 Expert parallelism is carved out of data parallelism in both, as in nestplan. Where neither
 flag gives the costed order, the script starts each node with the torchrun node rank that
 puts Megatron's ranks on the costed devices (``node_ranks.txt``, export.rank_order), where one exists.
+A Mamba-2 hybrid stack (Nemotron-H) runs Megatron-LM's pretrain_hybrid.py, its blocks and the costed
+pipeline split given by the layer pattern (``hybrid_pattern``); everything else is as for a GPT.
 """
 
 from __future__ import annotations
@@ -84,7 +86,11 @@ def schedule_note(plan: Plan) -> str | None:
 
 
 def _pipeline_split(plan: Plan) -> Flags:
-    """Virtual stages and uneven splits: first/last counts when the middle is even, else a layout."""
+    """Virtual stages and uneven splits: first/last counts when the middle is even, else a layout; none
+    for a hybrid stack, whose layer pattern carries its split (``hybrid_pattern``: Megatron-core's
+    validate_args refuses the layout, virtual stages and, with pipes, first/last counts beside it)."""
+    if plan.model.is_hybrid:
+        return []
     run = run_dims(plan)
     n, v = run.layers_per_stage or (), run.virtual_stages
     if len(set(n)) == 1:
@@ -275,7 +281,8 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
         flags += _cp_flags(inp.plan.job, d.cp)
     if d.expert_parallel > 1 or d.etp is not None:   # Megatron's expert grid: etp x expert_parallel x edp x pp
         flags += [("--expert-model-parallel-size", d.expert_parallel), ("--expert-tensor-parallel-size", d.expert_tp)]
-    if inp.plan.job.moe_comm_overlap:   # Megatron-Core's 1F1B A2A overlap, as costed (cost/comm.py expert_all_to_alls)
+    if inp.plan.job.moe_comm_overlap and not inp.model.is_hybrid:   # Megatron-Core's 1F1B A2A overlap, as costed
+    # (cost/comm.py expert_all_to_alls); a HybridModel has none: hybrid_notes
         flags.append(("--overlap-moe-expert-parallel-comm", None))
     if inp.plan.job.moe_capacity_factor is not None:   # each expert padded to its capacity, as costed
         flags += [("--moe-expert-capacity-factor", inp.plan.job.moe_capacity_factor),
@@ -302,18 +309,24 @@ def hybrid_stack(m: ModelSpec) -> str | None:
         parts.append(f"no mixer in layers {','.join(map(str, m.mixerless_layers))}")
     if m.ffn_free_layers:
         parts.append(f"no FFN in layers {','.join(map(str, m.ffn_free_layers))}")
-    return ("a hybrid stack in a GPT (" + "; ".join(parts) + "; Megatron-LM trains hybrids with pretrain_hybrid.py, "
-            "which nestplan does not export yet)")
+    return "a hybrid stack (" + "; ".join(parts) + ")"
 
 
 def unbuildable(m: ModelSpec) -> str | None:
     """The first architecture feature of ``m`` that Megatron-core's GPT layers cannot build (it has
     neither a parallel attention + MLP block nor chunked attention: megatron/core/transformer; a hybrid
-    stack is no GPT: Megatron-LM trains Mamba hybrids with pretrain_mamba.py, which nestplan does not
-    export yet, and no Mamba-1), or None."""
+    stack is no GPT: Megatron-core builds Mamba-2 hybrids as a HybridModel, which this export runs with
+    Megatron-LM's pretrain_hybrid.py, and has no Mamba-1 mixer), or None."""
     hybrid = hybrid_stack(m)
     if hybrid:
-        return hybrid
+        if isinstance(m.mamba, Mamba1Shape):
+            return f"{hybrid}, and Megatron-core has no Mamba-1 mixer"
+        return f"{hybrid} in a GPT (Megatron-core builds it as a HybridModel: nestplan --export megatron)"
+    return _block_unbuildable(m)
+
+
+def _block_unbuildable(m: ModelSpec) -> str | None:
+    """A block form no Megatron-core layer has: attention and MLP in parallel, chunked attention."""
     if m.parallel_block:
         return "attention and MLP in parallel on the block input (Falcon's parallel_attn)"
     if m.chunked_attention_layers:
@@ -321,11 +334,119 @@ def unbuildable(m: ModelSpec) -> str | None:
     return None
 
 
+# Megatron-core's hybrid layer symbols (megatron/core/models/hybrid/hybrid_layer_allocation.py, Symbols):
+# one layer each, a pre-norm and its one module; '|' ends a pipeline segment
+MAMBA, ATTENTION, MLP, MOE, PIPE = "M", "*", "-", "E", "|"
+# what Megatron-LM's hybrid entry point builds its layers from (its examples/mamba/train.sh passes it;
+# hybrid_builders.py raises without --spec)
+HYBRID_SPEC = ("megatron.core.models.hybrid.hybrid_layer_specs", "hybrid_stack_spec")
+HYBRID_SCRIPT = "pretrain_hybrid.py"
+# Megatron-core's MambaMixer fixes its conv width and SSD chunk length and asserts a conv bias: no argument
+# sets them (megatron/core/ssm/mamba_mixer.py, MambaMixer.__init__: d_conv=4, chunk_size=128, conv_bias)
+MIXER_CONV_KERNEL = 4
+MIXER_CHUNK_SIZE = 128
+FP8_IN_PROJ_MULTIPLE = 16   # MambaMixer.__init__ asserts 2 d + 2 G N + H a multiple of 16 under FP8
+HYBRID_NOTE = ("pretrain_hybrid.py and pipe-separated --hybrid-layer-pattern are Megatron-LM's since 2026-04 "
+               "(commit 60408d5f, megatron-core 0.19); older Megatron-LM, such as the flag table's pin, trains "
+               "hybrids with pretrain_mamba.py and --hybrid-override-pattern, on even pipeline stages only")
+
+
+def hybrid_symbol(m: ModelSpec, index: int) -> str | None:
+    """The Megatron-core layer symbol of block ``index``: a Mamba or attention mixer alone, or an FFN
+    alone (MoE in ``moe_layers``, else an MLP); None for a block Megatron-core builds as no single layer."""
+    mixer, ffn = m.mixer_of(index), m.has_ffn(index)
+    if not ffn:
+        return {"mamba": MAMBA, "attention": ATTENTION}.get(mixer)
+    if mixer == "none":
+        return MOE if m.is_moe_layer(index) else MLP
+    return None
+
+
+def hybrid_unbuildable(m: ModelSpec) -> str | None:
+    """The first feature of the hybrid stack ``m`` that Megatron-core's HybridModel cannot build as
+    nestplan costed it, or None: a Mamba-1 mixer (none in Megatron-core), a block of a mixer and an FFN
+    or of neither (no layer symbol), MTP modules (nestplan costs each as a block like the last;
+    Megatron's hybrid MTP is a pattern of its own), latent attention, a conv width or conv bias its MambaMixer does not
+    have, and the block forms no Megatron-core layer has."""
+    if isinstance(m.mamba, Mamba1Shape):
+        return unbuildable(m)
+    odd = [i for i in range(m.num_layers) if hybrid_symbol(m, i) is None]
+    shape = m.mamba
+    problems = [
+        (bool(odd), f"blocks that are not one Megatron-core hybrid layer (a mixer and an FFN, or neither) "
+                    f"in layers {','.join(map(str, odd))}"),
+        (m.mtp_layers > 0, f"{m.mtp_layers} MTP modules in a hybrid stack"),
+        (m.is_mla, "multi-head latent attention in a hybrid stack (Megatron-core's '+' layers, not exported)"),
+        (shape is not None and shape.conv_kernel != MIXER_CONV_KERNEL,
+         f"a Mamba conv1d of width {shape and shape.conv_kernel} (Megatron-core's MambaMixer: {MIXER_CONV_KERNEL})"),
+        (shape is not None and not shape.conv_bias, "a Mamba conv1d without bias (Megatron-core's MambaMixer "
+                                                    "asserts one)"),
+    ]
+    return next((what for bad, what in problems if bad), None) or _block_unbuildable(m)
+
+
 def check_model(m: ModelSpec) -> None:
-    """A model Megatron-core's GPT layers cannot build (``unbuildable``): refused."""
-    missing = unbuildable(m)
+    """A model Megatron-core cannot build (``unbuildable`` for a GPT, ``hybrid_unbuildable`` for a
+    hybrid stack): refused."""
+    missing = hybrid_unbuildable(m) if m.is_hybrid else unbuildable(m)
     if missing:
         raise refuse(TITLE, f"Megatron-core cannot build {missing} of {m.name}", "model", m.name)
+
+
+def hybrid_layers(m: ModelSpec) -> str:
+    """The hybrid stack's blocks as Megatron-core's layer symbols, in model order (``hybrid_symbol``)."""
+    return "".join(str(hybrid_symbol(m, i)) for i in range(m.num_layers))
+
+
+def hybrid_pattern(plan: Plan) -> str:
+    """Megatron-core's --hybrid-layer-pattern for the plan: one symbol per block (``hybrid_symbol``),
+    and with pp > 1 the costed split as pipe-separated segments, one per virtual stage in model order
+    (segment v pp + k is chunk v of pipeline rank k, as Megatron-core's select_pipeline_segment reads
+    it; validate_args then derives the virtual pipeline size from their number). The split is the
+    one Megatron-core runs (``run_dims``)."""
+    m = plan.model
+    symbols = hybrid_layers(m)
+    if plan.dims.pp == 1:
+        return symbols
+    segments, start = [], 0
+    for count in run_dims(plan).virtual_stage_layers(m.num_layers):
+        segments.append(symbols[start:start + count])
+        start += count
+    return PIPE.join(segments)
+
+
+def hybrid_flags(plan: Plan) -> Flags:
+    """The hybrid stack: its layer pattern with the pipeline split, the layer specs, the Mamba-2 sizes
+    (megatron/training/arguments.py in megatron-core 0.19.2; --mamba-num-heads given, so d = H P)."""
+    flags: Flags = [("--hybrid-layer-pattern", hybrid_pattern(plan)), ("--spec", HYBRID_SPEC)]
+    shape = plan.model.mamba
+    if shape is not None and plan.job.fp8_recipe is not None and shape.in_proj_width % FP8_IN_PROJ_MULTIPLE:
+        raise refuse(TITLE, f"Megatron-core's MambaMixer runs FP8 only where in_proj's output width is a multiple "
+                     f"of {FP8_IN_PROJ_MULTIPLE}; {plan.model.name}'s is {shape.in_proj_width}", "fp8",
+                     plan.job.fp8_recipe.value)
+    if shape is not None:
+        flags += [("--mamba-num-heads", shape.num_heads), ("--mamba-head-dim", shape.head_dim),
+                  ("--mamba-state-dim", shape.state_size), ("--mamba-num-groups", shape.groups)]
+    return flags
+
+
+def hybrid_notes(plan: Plan) -> list[str]:
+    """What the hybrid export needs of Megatron-LM, the SSD chunk length where it differs from the costed,
+    and the MoE all-to-all overlap a HybridModel cannot run (it has no build_schedule_plan, which
+    Megatron-core's combined 1F1B schedule asks of the model: megatron/core/models/gpt/gpt_model.py
+    only), with nestplan's prediction without it."""
+    shape, job = plan.model.mamba, plan.job
+    notes = [HYBRID_NOTE]
+    if shape is not None and shape.chunk_size != MIXER_CHUNK_SIZE:
+        notes.append(f"Megatron-core's MambaMixer scans in chunks of {MIXER_CHUNK_SIZE} tokens; nestplan costed "
+                     f"{plan.model.name}'s {shape.chunk_size}")
+    if job.moe_comm_overlap:
+        other = evaluate_plan(plan.model, plan.cluster, plan.dims, replace(job, moe_comm_overlap=False),
+                              plan.axis_order)
+        notes.append(f"Megatron-core overlaps MoE all-to-alls (--overlap-moe-expert-parallel-comm) in GPT models only: "
+                     f"the hybrid runs them exposed, for which nestplan predicts step {other.step_time_s:.3f} s "
+                     f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s")
+    return notes
 
 
 def model_flags(m: ModelSpec, plan: Plan) -> Flags:
@@ -341,14 +462,16 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
         flags.append(("--kv-channels", m.head_dim))
     flags += [("--seq-length", job.seq_len),
               ("--max-position-embeddings", max(m.max_position_embeddings, job.seq_len)),
-              ("--position-embedding-type", "learned_absolute" if m.learned_position_embeddings else "rope"),
+              ("--position-embedding-type", position_embedding_type(m)),
               ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
               ("--attention-backend", "flash" if job.flash_attention else "unfused")]
     if m.gated_mlp:
         flags.append(("--swiglu", None))
-    if m.family == "nemotron":   # squared-ReLU MLP and LayerNorm with a zero-centred gamma (HF NemotronConfig)
-        flags += [("--squared-relu", None), ("--apply-layernorm-1p", None)]
-    if not m.learned_position_embeddings and m.rotary_fraction < 1 and not m.is_mla:
+    if m.family in ("nemotron", "nemotron_h"):   # squared-ReLU MLPs (HF NemotronConfig; NemotronH's relu2)
+        flags.append(("--squared-relu", None))
+    if m.family == "nemotron":   # LayerNorm with a zero-centred gamma (HF NemotronConfig)
+        flags.append(("--apply-layernorm-1p", None))
+    if position_embedding_type(m) == "rope" and m.rotary_fraction < 1 and not m.is_mla:
         flags.append(("--rotary-percent", m.rotary_fraction))
     if not m.linear_bias:
         flags.append(("--disable-bias-linear", None))
@@ -359,7 +482,17 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
         flags += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
     if m.is_moe:
         flags += _moe_flags(m, plan)
+    if m.is_hybrid:
+        flags += hybrid_flags(plan)
     return flags
+
+
+def position_embedding_type(m: ModelSpec) -> str:
+    """Megatron's --position-embedding-type: learned, none where no head has rotary positions
+    (Nemotron-H's attention), else RoPE (on --rotary-percent of each head)."""
+    if m.learned_position_embeddings:
+        return "learned_absolute"
+    return "none" if m.rotary_fraction == 0 else "rope"
 
 
 @dataclass(frozen=True)
@@ -427,7 +560,7 @@ def _moe_flags(m: ModelSpec, plan: Plan) -> Flags:
     flags: Flags = [("--num-experts", m.num_experts), ("--moe-router-topk", m.experts_per_token),
                     ("--moe-ffn-hidden-size", m.moe_ffn_hidden_size),
                     ("--moe-token-dispatcher-type", dispatcher(plan.job))]   # as costed
-    if len(m.moe_layers) != m.num_layers:
+    if len(m.moe_layers) != m.num_layers and not m.is_hybrid:   # a hybrid's pattern places them (E)
         pattern = ",".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
         flags.append(("--moe-layer-freq", f"[{pattern}]"))
     if m.num_shared_experts:
@@ -511,12 +644,21 @@ def check(inp: ExportInput) -> None:
 def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     """Every Megatron-LM flag of the export (checked against the pinned table by the tests)."""
     check(inp)
+    check_model(inp.model)
     par, notes = parallel_flags(inp)
     train, train_notes = training_flags(inp.plan)
     framework, framework_notes = framework_flags(inp.plan)
-    model_notes = list(attention_options(inp.model).notes)
+    model_notes = list(attention_options(inp.model).notes) + (hybrid_notes(inp.plan) if inp.model.is_hybrid else [])
     return (par + model_flags(inp.model, inp.plan) + train + framework,
             notes + train_notes + framework_notes + model_notes)
+
+
+def entry_point(m: ModelSpec) -> str:
+    """Megatron-LM's training script for ``m``, from its repository root: the hybrid one for a hybrid stack
+    (``HYBRID_SCRIPT``; pretrain_mamba.py is its deprecated wrapper), BERT's (moved to examples/bert/), GPT's."""
+    if m.is_hybrid:
+        return HYBRID_SCRIPT
+    return "pretrain_gpt.py" if m.causal else "examples/bert/pretrain_bert.py"
 
 
 def _environment(plan: Plan) -> str:
@@ -531,6 +673,7 @@ def _environment(plan: Plan) -> str:
 def export(inp: ExportInput) -> Export:
     p, m = inp.plan, inp.model
     check(inp)
+    check_model(m)
     par, notes = parallel_flags(inp)
     train, train_notes = training_flags(p)
     framework, framework_notes = framework_flags(p)
@@ -539,7 +682,8 @@ def export(inp: ExportInput) -> Export:
     placement = [(rank_order.FILE_NAME, nodes), (rank_order.RANK_FILE_NAME, ranks)]
     notes += [_placement_note(p, name) for name, text in placement if text is not None]
     notes += train_notes + framework_notes + list(attention_options(m).notes)
-    script = "pretrain_gpt.py" if m.causal else "examples/bert/pretrain_bert.py"   # moved there in Megatron-LM
+    notes += hybrid_notes(p) if m.is_hybrid else []
+    script = entry_point(m)
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
     text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
             + "set -euo pipefail\n" + _environment(p) + (_node_order_lines() if nodes else "")
