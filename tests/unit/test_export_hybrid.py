@@ -85,6 +85,13 @@ def test_interleaving_is_segments_in_model_order() -> None:
     assert _segments(plan) == [12, 14, 14, 12]
 
 
+def test_a_chunk_without_blocks_is_an_empty_segment() -> None:
+    plan = _plan(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2,
+                              layers_per_stage=(0, 26, 26, 0)))
+    pattern = megatron.hybrid_pattern(plan)
+    assert pattern.startswith("|M-") and pattern.endswith("-|") and _segments(plan) == [0, 26, 26, 0]
+
+
 def test_a_v_schedule_runs_interleaved_with_the_stages_keeping_their_blocks() -> None:
     plan = _plan(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="dualpipev", virtual_stages=2,
                               layers_per_stage=(26, 26)))

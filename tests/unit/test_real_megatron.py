@@ -603,3 +603,13 @@ def test_megatron_builds_a_hybrid_moe_as_costed(tmp_path, monkeypatch) -> None:
                        "nemotron-3-nano-30b-a3b")
     segments = check_hybrid_export(plan, tmp_path, monkeypatch)
     assert [len(s) for s in segments] == [27, 25] and "E" in segments[0]
+
+
+@pytest.mark.slow
+def test_megatron_takes_a_chunk_of_the_embedding_alone_as_an_empty_segment(tmp_path, monkeypatch) -> None:
+    """Interleaved with the first chunk holding only the embedding and the last only the head (0 blocks):
+    empty pipe segments, which validate_args and select_pipeline_segment take as stages without layers."""
+    plan = _nemotron_h(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2,
+                                    layers_per_stage=(0, 26, 26, 0)))
+    segments = check_hybrid_export(plan, tmp_path, monkeypatch)
+    assert [len(s) for s in segments] == [0, 26, 26, 0]
