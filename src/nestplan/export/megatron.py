@@ -281,8 +281,8 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
         flags += _cp_flags(inp.plan.job, d.cp)
     if d.expert_parallel > 1 or d.etp is not None:   # Megatron's expert grid: etp x expert_parallel x edp x pp
         flags += [("--expert-model-parallel-size", d.expert_parallel), ("--expert-tensor-parallel-size", d.expert_tp)]
-    if inp.plan.job.moe_comm_overlap and not inp.model.is_hybrid:   # Megatron-Core's 1F1B A2A overlap, as costed
-    # (cost/comm.py expert_all_to_alls); a HybridModel has none: hybrid_notes
+    # Megatron-Core's 1F1B A2A overlap, as costed (cost/comm.py expert_all_to_alls); none in a HybridModel (hybrid_notes)
+    if inp.plan.job.moe_comm_overlap and not inp.model.is_hybrid:
         flags.append(("--overlap-moe-expert-parallel-comm", None))
     if inp.plan.job.moe_capacity_factor is not None:   # each expert padded to its capacity, as costed
         flags += [("--moe-expert-capacity-factor", inp.plan.job.moe_capacity_factor),
@@ -366,8 +366,8 @@ def hybrid_unbuildable(m: ModelSpec) -> str | None:
     """The first feature of the hybrid stack ``m`` that Megatron-core's HybridModel cannot build as
     nestplan costed it, or None: a Mamba-1 mixer (none in Megatron-core), a block of a mixer and an FFN
     or of neither (no layer symbol), MTP modules (nestplan costs each as a block like the last;
-    Megatron's hybrid MTP is a pattern of its own), latent attention, a conv width or conv bias its MambaMixer does not
-    have, and the block forms no Megatron-core layer has."""
+    Megatron's hybrid MTP is a pattern of its own), latent attention, a conv width or conv bias its
+    MambaMixer does not have, and the block forms no Megatron-core layer has."""
     if isinstance(m.mamba, Mamba1Shape):
         return unbuildable(m)
     odd = [i for i in range(m.num_layers) if hybrid_symbol(m, i) is None]
