@@ -320,7 +320,7 @@ def unbuildable(m: ModelSpec) -> str | None:
     hybrid = hybrid_stack(m)
     if hybrid:
         if isinstance(m.mamba, Mamba1Shape):
-            return f"{hybrid}, and Megatron-core has no Mamba-1 mixer"
+            return f"Mamba-1 mixers (none in Megatron-core) in {hybrid}"
         return f"{hybrid} in a GPT (Megatron-core builds it as a HybridModel: nestplan --export megatron)"
     return _block_unbuildable(m)
 
