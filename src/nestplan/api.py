@@ -342,11 +342,13 @@ def check_exportable(model: str | ModelSpec, framework: str) -> None:
 
 def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: Sequence[CpCommType] | None = None,
                  export: str | None = None, memory_margin: float | None = None,
-                 expert_tp: Sequence[int | None] | None = None, moe_comm_overlap: bool = True) -> SearchSpace:
+                 expert_tp: Sequence[int | None] | None = None, moe_comm_overlap: bool = True,
+                 model: ModelSpec | None = None) -> SearchSpace:
     """The full search space, its pipeline schedules narrowed to ``schedules``, its context-parallel
     exchanges to ``cp_comm_types`` and its expert tensor parallelism to ``expert_tp`` (None: all; an
     entry None is etp = tp), each also to those the ``export`` framework runs as costed, and the MoE
-    all-to-all overlap tried where ``moe_comm_overlap`` and the framework allow. 1F1B, the schedule
+    all-to-all overlap tried where ``moe_comm_overlap`` and the framework allow (for ``model``, which an
+    ``export`` needs). 1F1B, the schedule
     the search ranks splits under, is always in. ``memory_margin``: the fraction of device
     memory plans leave free (None: search/space.py DEFAULT_MEMORY_MARGIN)."""
     from nestplan.export import (check_framework, framework_cp_comm, framework_expert_tp, framework_moe_overlap,
@@ -363,7 +365,8 @@ def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: 
         runs = framework_expert_tp(key)
         if runs is not None:
             etps = tuple(e for e in etps if e in runs) or runs
-        moe_comm_overlap = moe_comm_overlap and framework_moe_overlap(key)
+        assert model is not None, "an export's search space depends on the model"
+        moe_comm_overlap = moe_comm_overlap and framework_moe_overlap(key, model)
     return SearchSpace(schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B),
                        cp_comm_types=kinds, etp=etps, moe_comm_overlap=moe_comm_overlap,
                        memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin)

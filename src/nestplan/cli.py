@@ -491,7 +491,7 @@ def plan_command(
     space = api.search_space(schedules=_schedule_list(schedules), export=export,
                              cp_comm_types=None if cp_comm_type is None else (cp_comm_type,),
                              memory_margin=memory_margin, expert_tp=_expert_tp_list(expert_tp),
-                             moe_comm_overlap=moe_comm_overlap)
+                             moe_comm_overlap=moe_comm_overlap, model=spec)
     assert space.cp_comm_types
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer,
                       optimizer_state=optimizer_state, flash_attention=flash,

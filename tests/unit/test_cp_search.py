@@ -45,8 +45,10 @@ def test_planner_chooses_among_the_exchanges_it_may_use() -> None:
 @pytest.mark.parametrize("framework,kinds", [("megatron", tuple(CpCommType)), ("deepspeed", (CpCommType.A2A,)),
                                              ("torchtitan", (CpCommType.ALLGATHER,))])
 def test_search_space_keeps_the_exchanges_the_framework_runs(framework, kinds) -> None:
-    assert api.search_space(export=framework).cp_comm_types == kinds
-    assert api.search_space(cp_comm_types=(CpCommType.P2P,), export="deepspeed").cp_comm_types == (CpCommType.A2A,)
+    model = api.resolve_model("llama3-8b")
+    assert api.search_space(export=framework, model=model).cp_comm_types == kinds
+    assert api.search_space(cp_comm_types=(CpCommType.P2P,), export="deepspeed",
+                            model=model).cp_comm_types == (CpCommType.A2A,)
 
 
 def test_cli_plan_shows_the_chosen_exchange(capsys) -> None:

@@ -264,11 +264,15 @@ def test_mla_latent_norms_traffic() -> None:
 
 
 # ---------------------------------------------------------------- exports
-@pytest.mark.parametrize("name, kind", [("nemotron-h-8b", "Mamba-2"), ("jamba-1.5-mini", "Mamba-1")])
-@pytest.mark.parametrize("framework", ["megatron", "megatron-bridge", "torchtitan"])
+@pytest.mark.parametrize("name, kind, framework", [
+    ("nemotron-h-8b", "Mamba-2", "megatron-bridge"), ("nemotron-h-8b", "Mamba-2", "torchtitan"),
+    ("jamba-1.5-mini", "Mamba-1", "megatron"), ("jamba-1.5-mini", "Mamba-1", "megatron-bridge"),
+    ("jamba-1.5-mini", "Mamba-1", "torchtitan")])
 def test_hybrid_stacks_are_not_exported_as_gpts(capsys, tmp_path, name: str, kind: str, framework: str) -> None:
-    """A Mamba hybrid would export as a GPT of its attention layers: refused, one line, exit 2,
-    naming its Mamba layers."""
+    """A Mamba hybrid would export as a GPT of its attention layers where the framework has no hybrid
+    entry point (Megatron-Bridge's recipes, torchtitan; Megatron-LM for Mamba-1, which Megatron-core lacks):
+    refused, one line, exit 2, naming its Mamba layers. Megatron-LM runs Mamba-2 hybrids
+    (tests/unit/test_export_hybrid.py)."""
     plan = tmp_path / "plan.json"
     code, out, err = run_cli(capsys, ["evaluate", "--model", name, "--cluster", "dgx-h100", "--devices", "8",
                                       "--tp", "2", "--dp", "4", "--global-batch-size", "32", "--seq-len", "2048",
@@ -323,9 +327,9 @@ def test_mlas_latent_gather_hides_under_the_key_value_up_projection_too() -> Non
 
 
 def test_plan_with_export_refuses_a_model_the_framework_cannot_build_before_searching(capsys, tmp_path) -> None:
-    """`plan --export megatron` of a Nemotron-H hybrid: the export's one-line refusal, before any search
+    """`plan --export megatron` of a Mamba-1 hybrid (Jamba): the export's one-line refusal, before any search
     (no search line, no plan written)."""
-    code, out, err = run_cli(capsys, ["plan", "--model", "nemotron-h-8b", "--cluster", "dgx-h100", "--devices", "64",
+    code, out, err = run_cli(capsys, ["plan", "--model", "jamba-1.5-mini", "--cluster", "dgx-h100", "--devices", "64",
                                       "--global-batch-size", "512", "--export", "megatron", "--out",
                                       str(tmp_path / "x")])
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "hybrid stack" in err

@@ -270,12 +270,14 @@ PLAN_ARGS = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--device
 
 
 def test_search_space_keeps_what_the_export_framework_runs() -> None:
+    m = api.resolve_model("llama3-70b")
     assert set(api.search_space().schedules) == set(Schedule)
-    assert api.search_space(export="megatron").schedules == (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
-    assert api.search_space(export="deepspeed").schedules == (Schedule.ONE_F_ONE_B,)
-    assert api.search_space(schedules=(Schedule.ZBV,), export="torchtitan").schedules == (
+    assert api.search_space(export="megatron", model=m).schedules == (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+    assert api.search_space(export="deepspeed", model=m).schedules == (Schedule.ONE_F_ONE_B,)
+    assert api.search_space(schedules=(Schedule.ZBV,), export="torchtitan", model=m).schedules == (
         Schedule.ONE_F_ONE_B, Schedule.ZBV)
-    assert api.search_space(schedules=(Schedule.ZBV,), export="megatron").schedules == (Schedule.ONE_F_ONE_B,)
+    assert api.search_space(schedules=(Schedule.ZBV,), export="megatron", model=m).schedules == (
+        Schedule.ONE_F_ONE_B,)
 
 
 def test_cli_schedules_option(capsys) -> None:

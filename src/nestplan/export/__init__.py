@@ -47,9 +47,10 @@ def framework_expert_tp(framework: str) -> tuple[int | None, ...] | None:
     return EXPORTERS[framework].EXPERT_TP
 
 
-def framework_moe_overlap(framework: str) -> bool:
-    """Whether ``framework`` runs MoE all-to-alls under another microbatch's compute (Job.moe_comm_overlap)."""
-    return EXPORTERS[framework].MOE_COMM_OVERLAP
+def framework_moe_overlap(framework: str, model: ModelSpec) -> bool:
+    """Whether ``framework`` runs ``model``'s MoE all-to-alls under another microbatch's compute
+    (Job.moe_comm_overlap)."""
+    return EXPORTERS[framework].moe_comm_overlap(model)
 
 
 def check_model(framework: str, model: ModelSpec) -> None:

@@ -47,11 +47,15 @@ TITLE = "DeepSpeed"
 PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deepspeed 0.19.8"
 COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B,)   # its pipeline engine's (deepspeed/runtime/pipe/schedule.py)
 CP_EXCHANGES = (CpCommType.A2A,)             # its sequence parallelism is Ulysses (all-to-alls)
-MOE_COMM_OVERLAP = False   # deepspeed.moe has no cross-microbatch all-to-all overlap
 EXPERT_TP = (None,)   # its MoE layer (deepspeed.moe.layer.MoE) takes ep_size from the data-parallel ranks only
 OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}   # DeepSpeed's FusedAdam; torch.optim.SGD
 ZERO_TESTED = ("adam",)                       # ZeRO refuses other optimizers unless allowed
 
+
+
+def moe_comm_overlap(m: ModelSpec) -> bool:
+    """Whether it runs ``m``'s expert all-to-alls under another microbatch's compute: never (deepspeed.moe has no cross-microbatch all-to-all overlap)."""
+    return False
 
 def config(plan: Plan) -> dict:
     """The DeepSpeed config. DeepSpeed checks train_batch_size = micro batch x accumulation x its

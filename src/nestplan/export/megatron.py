@@ -58,8 +58,14 @@ RUNS_AS = {Schedule.GPIPE: Schedule.ONE_F_ONE_B, Schedule.ZB_H1: Schedule.ONE_F_
            Schedule.ZBV: Schedule.INTERLEAVED, Schedule.DUALPIPEV: Schedule.INTERLEAVED}
 COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
 CP_EXCHANGES = tuple(CpCommType)   # --cp-comm-type takes every exchange
-MOE_COMM_OVERLAP = True   # --overlap-moe-expert-parallel-comm (Megatron-Core's 1F1B A2A overlap)
 EXPERT_TP = None   # --expert-tensor-parallel-size takes any divisor of tp (parallel folding): no restriction
+
+
+def moe_comm_overlap(m: ModelSpec) -> bool:
+    """Whether Megatron-LM runs ``m``'s expert all-to-alls under another microbatch's compute
+    (--overlap-moe-expert-parallel-comm, Megatron-Core's combined 1F1B schedule): a GPTModel's, not a
+    HybridModel's (it has no build_schedule_plan, which that schedule asks of the model)."""
+    return not m.is_hybrid
 
 
 def run_dims(plan: Plan) -> ParallelDims:

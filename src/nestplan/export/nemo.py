@@ -30,7 +30,7 @@ PIN = "Megatron-Bridge 0.6.2 (megatron-core 0.19.2) recipes and ConfigContainer 
 COSTED_SCHEDULES = megatron.COSTED_SCHEDULES   # Megatron-core runs the schedules and the exchanges
 CP_EXCHANGES = megatron.CP_EXCHANGES
 EXPERT_TP = megatron.EXPERT_TP
-MOE_COMM_OVERLAP = megatron.MOE_COMM_OVERLAP
+moe_comm_overlap = megatron.moe_comm_overlap   # Megatron-core runs it
 # Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
 # catalog models they were written for; any other decoder runs the generic GPT recipe
 # (megatron/bridge/recipes/gpt/vanilla_gpt.py), every model field being overridden either way.

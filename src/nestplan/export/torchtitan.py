@@ -43,7 +43,6 @@ SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.GPIPE: "GPipe", Schedule.INT
 RUNS_AS = {Schedule.ZB_H1: Schedule.ONE_F_ONE_B}
 COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
 CP_EXCHANGES = (CpCommType.ALLGATHER,)   # 0.3.0's context parallelism all-gathers K/V (FlexAttention)
-MOE_COMM_OVERLAP = False   # 0.3.0 has no cross-microbatch all-to-all overlap
 EXPERT_TP = (1,)   # 0.3.0's experts have no tensor parallelism: expert parallelism borrows the tp ranks
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}   # TrainingConfig.mixed_precision_param's choices
 # catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
@@ -57,6 +56,11 @@ CONFIG_MODULE = "nestplan_torchtitan"   # the config module the export writes ne
 CONFIG_FUNCTION = "nestplan_plan"
 Flags = list[tuple[str, object]]
 
+
+
+def moe_comm_overlap(m: ModelSpec) -> bool:
+    """Whether it runs ``m``'s expert all-to-alls under another microbatch's compute: never (0.3.0 has no cross-microbatch all-to-all overlap)."""
+    return False
 
 def _data_parallel(plan: Plan) -> tuple[Flags, list[str]]:
     d = plan.dims
