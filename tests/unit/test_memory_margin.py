@@ -23,8 +23,10 @@ def test_plans_leave_the_margin_free() -> None:
         report = api.plan("llama3-70b", "dgx-h100", JOB, devices=64, top=3, space=SearchSpace(memory_margin=margin))
         for pred in (report.best, *report.runners_up):
             assert pred.peak_memory_bytes_per_device <= hbm * (1 - margin)
-    tight = api.plan("llama3-70b", "dgx-h100", JOB, devices=64, top=0, space=SearchSpace(memory_margin=0.0))
-    loose = api.plan("llama3-70b", "dgx-h100", JOB, devices=64, top=0, space=SearchSpace(memory_margin=0.2))
+    # a job whose fastest plan needs more than 80% of the device, so that a 20% margin binds
+    large = Job(global_batch_size=256, seq_len=8192)
+    tight = api.plan("llama3-70b", "dgx-h100", large, devices=64, top=0, space=SearchSpace(memory_margin=0.0))
+    loose = api.plan("llama3-70b", "dgx-h100", large, devices=64, top=0, space=SearchSpace(memory_margin=0.2))
     assert loose.best.step_time_s >= tight.best.step_time_s
     assert _peak(loose) <= 0.8 * hbm < _peak(tight)
 
