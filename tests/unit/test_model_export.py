@@ -22,6 +22,11 @@ def _input(model: str) -> ExportInput:
     ("qwen3-8b", {"--qk-layernorm"}, {"--window-size", "--add-qkv-bias"}),
     ("phi3-mini", {"--window-size"}, {"--qk-layernorm"}),
     ("gemma2-9b", set(), {"--window-size"}),
+    # the router as costed: a softmax over every expert before the top-k (DeepSeek-V2), sigmoid scores with a
+    # per-expert bias (DeepSeek-V3), a softmax over the top-k logits (Mixtral, Megatron-core's default)
+    ("deepseek-v2-lite", {"--moe-router-pre-softmax"}, {"--moe-router-score-function"}),
+    ("deepseek-v3", {"--moe-router-score-function", "--moe-router-enable-expert-bias"}, {"--moe-router-pre-softmax"}),
+    ("mixtral-8x7b", set(), {"--moe-router-pre-softmax", "--moe-router-score-function"}),
 ])
 def test_megatron_flags_follow_the_model(model, flags, absent) -> None:
     emitted, notes = megatron.all_flags(_input(model))

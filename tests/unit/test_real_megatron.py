@@ -197,6 +197,9 @@ def check_model_and_training(args, config, plan: Plan) -> None:
     assert (config.num_moe_experts or 0) == (m.num_experts if m.is_moe else 0)
     if m.is_moe:
         assert (config.moe_router_topk, config.expert_model_parallel_size) == (m.experts_per_token, d.expert_parallel)
+        sigmoid = m.router_bias and not m.linear_bias
+        assert config.moe_router_score_function == ("sigmoid" if sigmoid else "softmax")
+        assert config.moe_router_pre_softmax == (m.router_scores_all_experts and not sigmoid)
         assert config.moe_token_dispatcher_type == ("flex" if plan.job.moe_dispatcher.value == "deepep" else "alltoall")
     expected_recompute = {Recompute.NONE: None, Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
     assert config.recompute_granularity == expected_recompute[d.recompute]
@@ -614,3 +617,14 @@ def test_megatron_takes_a_chunk_of_the_embedding_alone_as_an_empty_segment(tmp_p
                                     layers_per_stage=(0, 26, 26, 0)))
     segments = check_hybrid_export(plan, tmp_path, monkeypatch)
     assert [len(s) for s in segments] == [0, 26, 26, 0]
+
+
+def test_deepseek_v2_routes_with_a_softmax_over_every_expert(tmp_path, monkeypatch) -> None:
+    """DeepSeek-V2 scores every expert before its top-k (HF DeepseekV2MoEGate): Megatron-core's
+    moe_router_pre_softmax, whose kept scores over all experts nestplan costs."""
+    dims = ParallelDims(tp=2, sp=True, ep=4, pp=1, dp=2, zero=1)
+    plan = _evaluated("deepseek-v2-lite", "dgx-h100", 16, dims, 64, 4096)
+    assert plan.model.router_scores_all_experts
+    config = core_transformer_config_from_args(megatron_args(Launch(plan, tmp_path), monkeypatch))
+    assert config.moe_router_pre_softmax and config.moe_router_score_function == "softmax"
+    assert config.num_moe_experts == plan.model.num_experts

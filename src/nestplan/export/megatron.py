@@ -576,6 +576,8 @@ def _moe_flags(m: ModelSpec, plan: Plan) -> Flags:
         flags += [("--moe-router-num-groups", m.routing_groups), ("--moe-router-group-topk", m.routing_groups_per_token)]
     if m.router_bias and not m.linear_bias:   # DeepSeek-V3's per-expert correction bias, on sigmoid scores
         flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+    elif m.router_scores_all_experts:   # a softmax over every expert before the top-k (DeepSeek-V2, Qwen2-MoE)
+        flags.append(("--moe-router-pre-softmax", None))
     if m.mtp_layers:
         flags.append(("--mtp-num-layers", m.mtp_layers))
     if plan.job.dtype == "bf16":
