@@ -191,7 +191,12 @@ def check_model_and_training(args, config, plan: Plan) -> None:
         m.num_layers, m.hidden_size, m.num_heads)
     assert config.ffn_hidden_size == m.ffn_hidden_size
     assert (config.num_query_groups or m.num_heads) == m.num_kv_heads
-    assert config.kv_channels == m.head_dim
+    if m.is_mla:   # MLATransformerConfig: the latents' ranks, the query/key head's nope and rope parts, the value head
+        assert (config.q_lora_rank or 0, config.kv_lora_rank, config.qk_head_dim + config.qk_pos_emb_head_dim,
+                config.qk_pos_emb_head_dim, config.v_head_dim) == (
+            m.q_lora_rank, m.kv_lora_rank, m.head_dim, m.qk_rope_head_dim, m.value_head_dim)
+    else:
+        assert config.kv_channels == m.head_dim
     assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
             config.context_parallel_size, config.sequence_parallel) == (d.tp, d.pp, d.cp, d.sp_active)
     assert (config.num_moe_experts or 0) == (m.num_experts if m.is_moe else 0)
@@ -621,10 +626,22 @@ def test_megatron_takes_a_chunk_of_the_embedding_alone_as_an_empty_segment(tmp_p
 
 def test_deepseek_v2_routes_with_a_softmax_over_every_expert(tmp_path, monkeypatch) -> None:
     """DeepSeek-V2 scores every expert before its top-k (HF DeepseekV2MoEGate): Megatron-core's
-    moe_router_pre_softmax, whose kept scores over all experts nestplan costs."""
+    moe_router_pre_softmax, whose kept scores over all experts nestplan costs; the whole MLA plan runs as
+    costed."""
     dims = ParallelDims(tp=2, sp=True, ep=4, pp=1, dp=2, zero=1)
     plan = _evaluated("deepseek-v2-lite", "dgx-h100", 16, dims, 64, 4096)
     assert plan.model.router_scores_all_experts
-    config = core_transformer_config_from_args(megatron_args(Launch(plan, tmp_path), monkeypatch))
-    assert config.moe_router_pre_softmax and config.moe_router_score_function == "softmax"
-    assert config.num_moe_experts == plan.model.num_experts
+    check_export(plan, tmp_path, monkeypatch)   # its latents, heads, router, degrees, split and groups as costed
+    assert ("--moe-router-pre-softmax", None) in megatron.all_flags(ExportInput(plan, "test"))[0]
+
+
+def test_deepseek_v3_runs_its_routing_groups_and_mtp_as_costed(tmp_path, monkeypatch) -> None:
+    """DeepSeek-V3 on an uneven pipeline: sigmoid scores with the correction bias, node-limited routing,
+    the dense first layers, MLA and its MTP module (``m`` before the loss in the layout) all parse and
+    validate in Megatron-LM as costed."""
+    dims = ParallelDims(tp=2, sp=True, ep=8, pp=4, dp=1, zero=1, layers_per_stage=(16, 15, 15, 15))
+    plan = _evaluated("deepseek-v3", "dgx-h100", 64, dims, 64, 4096)
+    assert plan.model.mtp_layers == 1 and plan.model.routing_groups > 1
+    check_export(plan, tmp_path, monkeypatch)
+    flags = dict(megatron.all_flags(ExportInput(plan, "test"))[0])
+    assert flags["--mtp-num-layers"] == 1 and flags["--moe-router-score-function"] == "sigmoid"
