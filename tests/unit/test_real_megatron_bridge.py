@@ -137,12 +137,13 @@ def bridge(monkeypatch, tmp_path_factory) -> types.SimpleNamespace:
     """Megatron-Bridge with the stand-ins of the docstring in place for one test."""
     from packaging.version import Version
     version = Version(TE_VERSION)
-    monkeypatch.setattr(BRIDGE.transformer_config, "is_te_min_version",
-                        lambda v, check_equality=True: version >= Version(v) if check_equality else version > Version(v))
+    def at_least(v: str, check_equality: bool = True) -> bool:
+        return version >= Version(v) if check_equality else version > Version(v)
+
+    monkeypatch.setattr(BRIDGE.transformer_config, "is_te_min_version", at_least)
     monkeypatch.setattr(BRIDGE.transformer_config, "get_te_version", lambda: version)
     monkeypatch.setattr(BRIDGE.rope_utils, "fused_apply_rotary_pos_emb", _fused_rope_stand_in)
-    monkeypatch.setattr(BRIDGE.optimizer_config, "is_te_min_version",
-                        lambda v, check_equality=True: version >= Version(v) if check_equality else version > Version(v))
+    monkeypatch.setattr(BRIDGE.optimizer_config, "is_te_min_version", at_least)
     folders = tmp_path_factory.mktemp("hf")
     original = BRIDGE.AutoBridge.from_hf_pretrained.__func__
 

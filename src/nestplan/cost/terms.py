@@ -42,14 +42,6 @@ class NodeTerms:
     def cycle(self) -> float:
         return float(sum(self.components.values()))
 
-    def scaled(self, factor: int) -> NodeTerms:
-        """``factor`` such nodes one after the other (``_sum``)."""
-        return NodeTerms(
-            components=MappingProxyType({k: factor * v for k, v in self.components.items()}),
-            params=self.params.scaled(factor), activations=factor * self.activations, forward=factor * self.forward,
-            transient=self.transient, fp8_weight_bytes=factor * self.fp8_weight_bytes,
-            weight_gradient=factor * self.weight_gradient, weight_gradient_bytes=factor * self.weight_gradient_bytes)
-
 
 @dataclass(frozen=True)
 class GraphTerms:
@@ -287,6 +279,6 @@ class TermCache:
             own = _mtp_own(model, shard, mtp, comm.tp_collectives(topo, groups["tp"], shard, 3 * model.hidden_size, 1))
             # its embedding lookup and head reuse the main model's weights (their copy is ``copy``)
             shared = [replace(node, params=L.ParamCount()) for node in (embedding, head)]
-            head = _sum(head, _sum(last, *shared, own).scaled(model.mtp_layers))
+            head = _sum(head, *[_sum(last, *shared, own)] * model.mtp_layers)
         return GraphTerms(blocks=MappingProxyType(blocks), embedding=embedding, head=head,
                           embedding_copy=L.ParamCount(dense=copy))

@@ -52,10 +52,11 @@ OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}   # DeepSpeed's FusedAdam; torch.opt
 ZERO_TESTED = ("adam",)                       # ZeRO refuses other optimizers unless allowed
 
 
-
 def moe_comm_overlap(m: ModelSpec) -> bool:
-    """Whether it runs ``m``'s expert all-to-alls under another microbatch's compute: never (deepspeed.moe has no cross-microbatch all-to-all overlap)."""
+    """Whether it runs ``m``'s expert all-to-alls under another microbatch's compute: never
+    (deepspeed.moe has no cross-microbatch all-to-all overlap)."""
     return False
+
 
 def config(plan: Plan) -> dict:
     """The DeepSpeed config. DeepSpeed checks train_batch_size = micro batch x accumulation x its

@@ -57,10 +57,11 @@ CONFIG_FUNCTION = "nestplan_plan"
 Flags = list[tuple[str, object]]
 
 
-
 def moe_comm_overlap(m: ModelSpec) -> bool:
-    """Whether it runs ``m``'s expert all-to-alls under another microbatch's compute: never (0.3.0 has no cross-microbatch all-to-all overlap)."""
+    """Whether it runs ``m``'s expert all-to-alls under another microbatch's compute: never
+    (0.3.0 has no cross-microbatch all-to-all overlap)."""
     return False
+
 
 def _data_parallel(plan: Plan) -> tuple[Flags, list[str]]:
     d = plan.dims

@@ -235,9 +235,8 @@ def mtp_params(spec: ModelSpec, own_embedding_and_head: bool) -> float:
     one block (like the last one) and, with ``own_embedding_and_head``, the copies of the embedding
     and output head the Hugging Face checkpoint stores with it (``embed_tokens``, ``shared_head``;
     the paper shares them with the main model). Not part of ``total_params``."""
-    h = spec.hidden_size
     copies = embedding_params(spec) + head_params(spec, separate_copy=True) if own_embedding_and_head else 0
-    module = 2 * _norm_params(spec) + 2 * h * h + block_params(spec, spec.num_layers - 1).total + copies
+    module = mtp_own_params_per_device(spec, Shard()) + block_params(spec, spec.num_layers - 1).total + copies
     return spec.mtp_layers * module
 
 
