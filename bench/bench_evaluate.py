@@ -18,8 +18,14 @@ CASES = [
     ("llama3-70b", "h100-spine-leaf", 256, ParallelDims(tp=8, pp=4, dp=8, sp=True, recompute="selective"), 4096, 4096),
     ("mixtral-8x7b", "h100-spine-leaf", 128, ParallelDims(tp=1, pp=8, dp=4, ep=4, recompute="full"), 4096, 4096),
     ("korthikanti-1t", "dgx-a100", 512, ParallelDims(tp=8, pp=64, sp=True, recompute="selective"), 512, 2048),
-    ("llama3.1-405b", "llama3-h100", 16384, ParallelDims(tp=8, pp=16, dp=128, sp=True, recompute="selective",
-                                                         layers_per_stage=(7,) + (8,) * 14 + (7,)), 2048, 8192),
+    (
+        "llama3.1-405b",
+        "llama3-h100",
+        16384,
+        ParallelDims(tp=8, pp=16, dp=128, sp=True, recompute="selective", layers_per_stage=(7,) + (8,) * 14 + (7,)),
+        2048,
+        8192,
+    ),
 ]
 
 
@@ -34,8 +40,10 @@ def main(repeats: int = 30) -> None:
             start = time.perf_counter()
             api.evaluate(model, cluster, dims, job)
             times.append(time.perf_counter() - start)
-        print(f"{model_name:16s} {cluster_name:16s} {devices:7d} {statistics.median(times) * 1e3:10.2f} "
-              f"{min(times) * 1e3:8.2f}")
+        print(
+            f"{model_name:16s} {cluster_name:16s} {devices:7d} {statistics.median(times) * 1e3:10.2f} "
+            f"{min(times) * 1e3:8.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -50,9 +50,11 @@ def main() -> None:
     raw = json.loads((CASES / "tpuv4_fatTree_gpt3_256_mbs1_seq" / "dp_input.json").read_text())
     raw["devices_per_level"], raw["maxDevices"] = [8, 4, 32], 1024
     wall, out = timed(raw, args.repeat)
-    print(f"{'gpt3 at 1024 devices ([8, 4, 32])':36s} {wall:10.3f} {'3 h 42 min (paper)':>24s} "
-          f"finalTimePerBatch {out['finalTimePerBatch']:.6g}, t {out['tensorParallelDegree']}, "
-          f"d {out['dataParallelDegree']}, p {len(out['stages'])}")
+    print(
+        f"{'gpt3 at 1024 devices ([8, 4, 32])':36s} {wall:10.3f} {'3 h 42 min (paper)':>24s} "
+        f"finalTimePerBatch {out['finalTimePerBatch']:.6g}, t {out['tensorParallelDegree']}, "
+        f"d {out['dataParallelDegree']}, p {len(out['stages'])}"
+    )
 
 
 if __name__ == "__main__":

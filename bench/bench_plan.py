@@ -16,9 +16,9 @@ import sys
 MODELS = {"llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}  # NEST Table 2 sequences
 CLUSTERS = ("tpuv4-fattree", "h100-spine-leaf")
 SCALES = (64, 128, 256, 512, 1024)
-LLAMA405 = [("llama3.1-405b", "llama3-h100", n, 2048, 8192) for n in (8192, 16384)]   # 16M tokens per batch
+LLAMA405 = [("llama3.1-405b", "llama3-h100", n, 2048, 8192) for n in (8192, 16384)]  # 16M tokens per batch
 
-CASE = r'''
+CASE = r"""
 import json, resource, sys, time
 from nestplan import api
 from nestplan.cost.evaluator import evaluate_plan
@@ -56,7 +56,7 @@ if "--grid" in sys.argv:
                     if p.fits:
                         grid = max(grid, p.tokens_per_s)
 print(json.dumps({"solve_s": solve, "rss_mib": rss, "tokens_per_s": best, "grid": grid, "plan": desc}))
-'''
+"""
 
 
 def run_case(model: str, cluster: str, n: int, gbs: int, seq: int, grid: bool) -> dict:
@@ -71,15 +71,20 @@ def main() -> None:
     cases += LLAMA405
     if quick:
         cases = cases[::9]
-    print(f"{'model':14s} {'cluster':16s} {'devices':>7s} {'solve s':>8s} {'peak MiB':>8s} {'tokens/s':>10s} "
-          f"{'grid tok/s':>10s} {'ratio':>6s}  plan")
+    print(
+        f"{'model':14s} {'cluster':16s} {'devices':>7s} {'solve s':>8s} {'peak MiB':>8s} {'tokens/s':>10s} "
+        f"{'grid tok/s':>10s} {'ratio':>6s}  plan"
+    )
     worst_time = worst_rss = 0.0
     for model, cluster, n, gbs, seq in cases:
         r = run_case(model, cluster, n, gbs, seq, grid=n <= 1024)
         ratio = r["tokens_per_s"] / r["grid"] if r["grid"] else float("nan")
         worst_time, worst_rss = max(worst_time, r["solve_s"]), max(worst_rss, r["rss_mib"])
-        print(f"{model:14s} {cluster:16s} {n:7d} {r['solve_s']:8.2f} {r['rss_mib']:8.0f} {r['tokens_per_s']:10.0f} "
-              f"{r['grid']:10.0f} {ratio:6.3f}  {r['plan']}", flush=True)
+        print(
+            f"{model:14s} {cluster:16s} {n:7d} {r['solve_s']:8.2f} {r['rss_mib']:8.0f} {r['tokens_per_s']:10.0f} "
+            f"{r['grid']:10.0f} {ratio:6.3f}  {r['plan']}",
+            flush=True,
+        )
     print(f"slowest solve {worst_time:.2f} s, largest peak RSS {worst_rss:.0f} MiB")
 
 

@@ -23,6 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "validati
 from test_korthikanti2022 import CONFIGS, _plan  # noqa: E402
 
 
+def _describe(p) -> str:
+    dims = p.plan
+    layers = dims.layers_per_stage if dims.pp <= 8 else ""
+    return f"tp{dims.tp} pp{dims.pp} dp{dims.dp} ep{dims.ep} {'-'.join(p.placement.axis_order[3:])} {layers}"
+
+
 def network_awareness() -> None:
     print(f"{'model':14s} {'devices':>7s} {'true-plan tok/s':>15s} {'flat-plan tok/s':>15s} {'ratio':>6s}  plans")
     for model_name, seq in (("gpt3-175b", 2048), ("mixtral-8x7b", 4096), ("llama3-70b", 4096)):
@@ -34,10 +40,11 @@ def network_awareness() -> None:
             flat_plan = api.plan(model, flat_cluster(cluster), job).best
             again = evaluate_plan(model, cluster, flat_plan.plan, job, flat_plan.placement.axis_order)
             ratio = true_plan.tokens_per_s / again.tokens_per_s
-            desc = lambda p: f"tp{p.plan.tp} pp{p.plan.pp} dp{p.plan.dp} ep{p.plan.ep} {'-'.join(p.placement.axis_order[3:])} {p.plan.layers_per_stage if p.plan.pp <= 8 else ''}"  # noqa: E731
-            print(f"{model_name:14s} {n:7d} {true_plan.tokens_per_s:15.0f} {again.tokens_per_s:15.0f} {ratio:6.3f}  "
-                  f"true: {desc(true_plan)} | flat: {desc(flat_plan)}{'' if again.fits else ' (does not fit)'}",
-                  flush=True)
+            print(
+                f"{model_name:14s} {n:7d} {true_plan.tokens_per_s:15.0f} {again.tokens_per_s:15.0f} {ratio:6.3f}  "
+                f"true: {_describe(true_plan)} | flat: {_describe(flat_plan)}{'' if again.fits else ' (does not fit)'}",
+                flush=True,
+            )
 
 
 def korthikanti() -> None:
@@ -47,9 +54,12 @@ def korthikanti() -> None:
         published = api.evaluate(model, cluster, dims, job)
         best = api.plan(model, cluster, job).best
         p = best.plan
-        print(f"{name:6s} {published.step_time_s:15.2f} {best.step_time_s:10.2f} "
-              f"{published.step_time_s / best.step_time_s:8.3f}  tp{p.tp}{'sp' if p.sp_active else ''} pp{p.pp} "
-              f"dp{p.dp} mbs{p.micro_batch_size} z{int(p.zero)} {p.recompute.value} v{p.virtual_stages}", flush=True)
+        print(
+            f"{name:6s} {published.step_time_s:15.2f} {best.step_time_s:10.2f} "
+            f"{published.step_time_s / best.step_time_s:8.3f}  tp{p.tp}{'sp' if p.sp_active else ''} pp{p.pp} "
+            f"dp{p.dp} mbs{p.micro_batch_size} z{int(p.zero)} {p.recompute.value} v{p.virtual_stages}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

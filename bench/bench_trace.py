@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CASE = r'''
+CASE = r"""
 import json, resource, sys, time
 from nestplan.catalog import entry_path
 from nestplan.model.trace import trace_config
@@ -21,7 +21,7 @@ b = r.blocks[0]
 print(f"{layers:3d} blocks: {time.perf_counter() - start:6.2f} s, peak "
       f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:6.0f} MiB, block 0: "
       f"{b.flops:.4e} FLOP, {b.saved_bytes / 2**20:.1f} MiB saved")
-'''
+"""
 
 
 def main() -> None:

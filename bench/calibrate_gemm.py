@@ -25,8 +25,9 @@ def mean_error(runs: list[Run], matmul: float, fp8: float | None) -> float:
     errors = []
     for run in runs:
         acc = dataclasses.replace(run.cluster.accelerator, matmul_efficiency=matmul, fp8_matmul_efficiency=fp8)
-        pred = evaluate_plan(run.model, dataclasses.replace(run.cluster, accelerator=acc), run.dims, run.job,
-                             run.axis_order)
+        pred = evaluate_plan(
+            run.model, dataclasses.replace(run.cluster, accelerator=acc), run.dims, run.job, run.axis_order
+        )
         errors.append(run.measured_step_s / pred.step_time_s - 1)
     return statistics.fmean(errors)
 

@@ -15,17 +15,27 @@ import sys
 from pathlib import Path
 
 QWEN3 = str(Path(__file__).with_name("qwen3-235b-a22b.json"))
-BIG = [("gpt3-175b", "tpuv4-fattree", 1024, 4096, 2048), ("mixtral-8x7b", "h100-spine-leaf", 1024, 4096, 4096),
-       (QWEN3, "dgx-h100", 512, 4096, 4096), ("llama3.1-405b", "llama3-h100", 16384, 2048, 8192)]
-SMALL = [(m, c, n, 4096, s) for m, s in (("llama2-7b", 4096), ("llama3-70b", 4096), ("gpt3-175b", 2048),
-                                         ("mixtral-8x7b", 4096))
-         for c in ("tpuv4-fattree", "h100-spine-leaf") for n in (64, 256)]
+BIG = [
+    ("gpt3-175b", "tpuv4-fattree", 1024, 4096, 2048),
+    ("mixtral-8x7b", "h100-spine-leaf", 1024, 4096, 4096),
+    (QWEN3, "dgx-h100", 512, 4096, 4096),
+    ("llama3.1-405b", "llama3-h100", 16384, 2048, 8192),
+]
+SMALL = [
+    (m, c, n, 4096, s)
+    for m, s in (("llama2-7b", 4096), ("llama3-70b", 4096), ("gpt3-175b", 2048), ("mixtral-8x7b", 4096))
+    for c in ("tpuv4-fattree", "h100-spine-leaf")
+    for n in (64, 256)
+]
 # bench/bench_plan.py's 40 cases: every model and cluster at every scale
-BENCH = [(m, c, n, 4096, s) for m, s in (("llama2-7b", 4096), ("llama3-70b", 4096), ("gpt3-175b", 2048),
-                                         ("mixtral-8x7b", 4096))
-         for c in ("tpuv4-fattree", "h100-spine-leaf") for n in (64, 128, 256, 512, 1024)]
+BENCH = [
+    (m, c, n, 4096, s)
+    for m, s in (("llama2-7b", 4096), ("llama3-70b", 4096), ("gpt3-175b", 2048), ("mixtral-8x7b", 4096))
+    for c in ("tpuv4-fattree", "h100-spine-leaf")
+    for n in (64, 128, 256, 512, 1024)
+]
 
-CASE = r'''
+CASE = r"""
 import json, resource, sys, time
 from dataclasses import asdict
 from nestplan import api
@@ -50,7 +60,7 @@ print(json.dumps({"case": sys.argv[1:6], "best": describe(rep.best), "runners_up
                             "pruned_memory": s.pruned_memory, "pruned_bound": s.pruned_bound},
                   "wall_s": wall, "cpu_s": cpu,
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, sort_keys=True))
-'''
+"""
 
 
 def run_case(case: tuple) -> dict:

@@ -30,8 +30,9 @@ def case_rows(devices: int, seq: int) -> list[tuple]:
     for cp in CP:
         job = Job(global_batch_size=devices // cp if devices >= cp else 1, seq_len=seq)
         try:
-            report = api.plan("llama3-8b", "dgx-h100", job, devices=devices, top=0,
-                              space=SearchSpace(cp=(cp,), min_cp_seq_len=1))
+            report = api.plan(
+                "llama3-8b", "dgx-h100", job, devices=devices, top=0, space=SearchSpace(cp=(cp,), min_cp_seq_len=1)
+            )
         except (InfeasibleError, ConfigError) as err:
             rows.append((devices, seq, cp, "-", "no plan fits: " + str(err).split(";")[0]))
             continue
@@ -42,8 +43,14 @@ def case_rows(devices: int, seq: int) -> list[tuple]:
             if kind is CpCommType.A2A_P2P and cp < 4:
                 continue
             try:
-                pred = api.evaluate_full("llama3-8b", "dgx-h100", d, _variant_job(job, kind, cp), devices=devices,
-                                         axis_order=report.best.placement.axis_order).prediction
+                pred = api.evaluate_full(
+                    "llama3-8b",
+                    "dgx-h100",
+                    d,
+                    _variant_job(job, kind, cp),
+                    devices=devices,
+                    axis_order=report.best.placement.axis_order,
+                ).prediction
             except ConfigError as err:
                 times[kind.value] = "not legal: " + str(err)
                 continue

@@ -38,7 +38,7 @@ class _PlanModule(ModuleType):
     ``nestplan.api.plan(model, cluster, ...)``, like ``nestplan.evaluate`` beside it."""
 
     __call__ = staticmethod(api.plan)
-    __signature__ = inspect.signature(api.plan)    # help() and a notebook's completion show the search's
+    __signature__ = inspect.signature(api.plan)  # help() and a notebook's completion show the search's
 
 
 sys.modules["nestplan.plan"].__class__ = _PlanModule

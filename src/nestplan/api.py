@@ -15,7 +15,16 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction, html_table, plan_text, rank_order
 from nestplan.errors import ConfigError, printable
 from nestplan.job import (
-    CpCommType, Fp8Recipe, Job, check_context, check_fp8, default_fp8_recipe, default_seq_len, make_job, preferred_dtype)
+    CpCommType,
+    Fp8Recipe,
+    Job,
+    check_context,
+    check_fp8,
+    default_fp8_recipe,
+    default_seq_len,
+    make_job,
+    preferred_dtype,
+)
 from nestplan.model import ModelSpec, load_model
 from nestplan.plan import Plan, SearchStats
 from nestplan.strategy.dims import ParallelDims, check_against_model
@@ -23,7 +32,7 @@ from nestplan.strategy.enums import Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 from nestplan.units import GiB, MiB
 
-if TYPE_CHECKING:   # imported where used: the CLI starts without the search, the exports and the sweep
+if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the exports and the sweep
     import pandas
 
     from nestplan.compat.schema import NestInput
@@ -36,8 +45,8 @@ if TYPE_CHECKING:   # imported where used: the CLI starts without the search, th
     from nestplan.sweep.run import SweepSummary
     from nestplan.validate import RowResult
 
-MAX_TOP = 100        # runner-up plans a search keeps: each costs finalists kept and simulated
-MAX_WORKERS = 1024   # local worker processes of a sweep
+MAX_TOP = 100  # runner-up plans a search keeps: each costs finalists kept and simulated
+MAX_WORKERS = 1024  # local worker processes of a sweep
 
 
 def resolve_model(model: str | ModelSpec) -> ModelSpec:
@@ -50,8 +59,9 @@ def resolve_cluster(cluster: str | Cluster, devices: int | None = None) -> Clust
     return load_cluster(cluster, devices)
 
 
-def framework_settings(cluster: Cluster, *, fp8: bool = False, fp8_recipe: Fp8Recipe | None = None,
-                       **overlap: bool) -> dict[str, Any]:
+def framework_settings(
+    cluster: Cluster, *, fp8: bool = False, fp8_recipe: Fp8Recipe | None = None, **overlap: bool
+) -> dict[str, Any]:
     """Job settings for what the framework runs: ``overlap`` (tp_comm_overlap, overlap_grad_reduce,
     overlap_param_gather, fp8_params) as given; an FP8 recipe when ``fp8`` or ``fp8_recipe`` asks for
     one, by default the accelerator's (``job.default_fp8_recipe``)."""
@@ -63,9 +73,17 @@ def framework_settings(cluster: Cluster, *, fp8: bool = False, fp8_recipe: Fp8Re
     return {"fp8_recipe": fp8_recipe, **overlap}
 
 
-def job_for(model: ModelSpec, cluster: Cluster, global_batch_size: int, seq_len: int | None, *,
-            dtype: str | None = None, fp8: bool = False, fp8_recipe: Fp8Recipe | None = None,
-            **settings: Any) -> Job:
+def job_for(
+    model: ModelSpec,
+    cluster: Cluster,
+    global_batch_size: int,
+    seq_len: int | None,
+    *,
+    dtype: str | None = None,
+    fp8: bool = False,
+    fp8_recipe: Fp8Recipe | None = None,
+    **settings: Any,
+) -> Job:
     """A Job for ``model`` on ``cluster``: ``dtype`` by default the accelerator's (``default_dtype``),
     the FP8 recipe as ``framework_settings`` resolves it, every other Job field in ``settings``."""
     framework = framework_settings(cluster, fp8=fp8, fp8_recipe=fp8_recipe)
@@ -89,8 +107,13 @@ class Evaluation:
 
     @property
     def plan(self) -> Plan:
-        return Plan.from_prediction(self.prediction, self.model, self.cluster, self.job,
-                                    SearchStats(self.solve_time_s, candidates=1, pruned_memory=0))
+        return Plan.from_prediction(
+            self.prediction,
+            self.model,
+            self.cluster,
+            self.job,
+            SearchStats(self.solve_time_s, candidates=1, pruned_memory=0),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return self.plan.to_dict()
@@ -106,7 +129,7 @@ class Evaluation:
         return _heading(self.model, self.cluster, "evaluated") + self.prediction._repr_html_()
 
 
-NAME_WIDTH = 24   # characters of a model's or a cluster's name in a one-line repr
+NAME_WIDTH = 24  # characters of a model's or a cluster's name in a one-line repr
 
 
 def _short(name: str, width: int = NAME_WIDTH) -> str:
@@ -117,23 +140,41 @@ def _short(name: str, width: int = NAME_WIDTH) -> str:
 
 def _summary(model: ModelSpec, cluster: Cluster, pred: Prediction) -> str:
     """One line: what ran where, the plan and its headline figures."""
-    return (f"{_short(model.name)} on {_short(cluster.name)}: {plan_text(pred.plan)}, step {pred.step_time_s:.4g} s, "
-            f"{pred.tokens_per_s:,.0f} tokens/s, MFU {pred.mfu:.1%}, {'fits' if pred.fits else 'does NOT fit'}")
+    return (
+        f"{_short(model.name)} on {_short(cluster.name)}: {plan_text(pred.plan)}, step {pred.step_time_s:.4g} s, "
+        f"{pred.tokens_per_s:,.0f} tokens/s, MFU {pred.mfu:.1%}, {'fits' if pred.fits else 'does NOT fit'}"
+    )
 
 
 def _heading(model: ModelSpec, cluster: Cluster, what: str) -> str:
-    return (f"<h4>{html.escape(model.name)} on {html.escape(cluster.name)} "
-            f"({cluster.devices:,} devices): {html.escape(what)}</h4>")
+    return (
+        f"<h4>{html.escape(model.name)} on {html.escape(cluster.name)} "
+        f"({cluster.devices:,} devices): {html.escape(what)}</h4>"
+    )
 
 
-def evaluate(model: str | ModelSpec, cluster: str | Cluster, plan: ParallelDims, job: Job,
-             *, devices: int | None = None, axis_order: Sequence[str] = DEFAULT_AXIS_ORDER) -> Prediction:
+def evaluate(
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    plan: ParallelDims,
+    job: Job,
+    *,
+    devices: int | None = None,
+    axis_order: Sequence[str] = DEFAULT_AXIS_ORDER,
+) -> Prediction:
     """Predict step time, its breakdown and memory per device of one plan."""
     return evaluate_full(model, cluster, plan, job, devices=devices, axis_order=axis_order).prediction
 
 
-def evaluate_full(model: str | ModelSpec, cluster: str | Cluster, plan: ParallelDims, job: Job,
-                  *, devices: int | None = None, axis_order: Sequence[str] = DEFAULT_AXIS_ORDER) -> Evaluation:
+def evaluate_full(
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    plan: ParallelDims,
+    job: Job,
+    *,
+    devices: int | None = None,
+    axis_order: Sequence[str] = DEFAULT_AXIS_ORDER,
+) -> Evaluation:
     """Like :func:`evaluate`, keeping the inputs for reporting.
 
     ``devices`` takes the first N devices of the cluster and must equal the plan's
@@ -147,7 +188,10 @@ def evaluate_full(model: str | ModelSpec, cluster: str | Cluster, plan: Parallel
             f"the plan's degrees multiply to tp x cp x ep x pp x dp = {plan.tp} x {plan.cp} x {plan.ep} x "
             f"{plan.pp} x {plan.dp} = {plan.devices}, not the {devices} devices asked for"
             + (_expert_dp_hint(plan, devices) if plan.ep > 1 else ""),
-            field="devices", value=plan.devices, limit=devices)
+            field="devices",
+            value=plan.devices,
+            limit=devices,
+        )
     cl = resolve_cluster(cluster, plan.devices)
     start = time.perf_counter()
     pred = evaluate_plan(spec, cl, plan, job, axis_order)
@@ -158,8 +202,10 @@ def _expert_dp_hint(plan: ParallelDims, devices: int) -> str:
     """Both conventions for dp beside ep, with the numbers: nestplan's dp excludes the expert
     ranks, Megatron-LM's (``--data-parallel-size``) counts them."""
     others = plan.tp * plan.cp * plan.pp
-    text = (f"; nestplan's dp excludes the {plan.ep} expert ranks (devices = tp x cp x ep x pp x dp), "
-            f"Megatron-LM's dp counts them (devices = tp x cp x pp x dp, ep dividing dp)")
+    text = (
+        f"; nestplan's dp excludes the {plan.ep} expert ranks (devices = tp x cp x ep x pp x dp), "
+        f"Megatron-LM's dp counts them (devices = tp x cp x pp x dp, ep dividing dp)"
+    )
     if devices % (others * plan.ep):
         return text + f": neither fills {devices} devices with tp x cp x pp = {others} and ep {plan.ep}"
     dp = devices // (others * plan.ep)
@@ -192,8 +238,12 @@ def catalog_names(kind: str) -> list[str]:
 def _catalog_kind(kind: str) -> str:
     key = kind.strip().lower()
     if key not in CATALOG_KINDS:
-        raise ConfigError(f"cannot list '{printable(kind)}'; choose one of: {', '.join(CATALOG_KINDS)}",
-                          field="kind", value=printable(kind), limit=list(CATALOG_KINDS))
+        raise ConfigError(
+            f"cannot list '{printable(kind)}'; choose one of: {', '.join(CATALOG_KINDS)}",
+            field="kind",
+            value=printable(kind),
+            limit=list(CATALOG_KINDS),
+        )
     return key
 
 
@@ -210,31 +260,45 @@ def _model_entry(name: str) -> dict[str, Any]:
     from nestplan.model.layers import total_params
 
     spec = load_model(name)
-    return {"name": name, "family": spec.family, "layers": spec.num_layers, "hidden_size": spec.hidden_size,
-            "parameters_B": total_params(spec) / 1e9, "experts": spec.num_experts,
-            "max_position_embeddings": spec.max_position_embeddings,
-            "source": str(load_object(entry_path("model", name), "model config").get("_source", ""))}
+    return {
+        "name": name,
+        "family": spec.family,
+        "layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "parameters_B": total_params(spec) / 1e9,
+        "experts": spec.num_experts,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "source": str(load_object(entry_path("model", name), "model config").get("_source", "")),
+    }
 
 
 def _accelerator_entry(name: str) -> dict[str, Any]:
     from nestplan.hardware import load_accelerator
 
     acc = load_accelerator(name)
-    return {"name": name, "peak_TFLOPS": {dtype: flops / 1e12 for dtype, flops in acc.peak_flops.items()},
-            "hbm_GiB": acc.hbm_bytes / GiB, "hbm_bandwidth_TBps": acc.hbm_bandwidth_Bps / 1e12,
-            "source": acc.source}
+    return {
+        "name": name,
+        "peak_TFLOPS": {dtype: flops / 1e12 for dtype, flops in acc.peak_flops.items()},
+        "hbm_GiB": acc.hbm_bytes / GiB,
+        "hbm_bandwidth_TBps": acc.hbm_bandwidth_Bps / 1e12,
+        "source": acc.source,
+    }
 
 
 def _cluster_entry(name: str) -> dict[str, Any]:
     from nestplan.cluster import cluster_data
 
     cl = load_cluster(name)
-    return {"name": name, "accelerator": cl.accelerator.name, "devices": cl.devices,
-            "levels": [{"name": lv.name, "size": lv.size} for lv in cl.topology.levels],
-            "source": str(cluster_data(name).get("source", ""))}
+    return {
+        "name": name,
+        "accelerator": cl.accelerator.name,
+        "devices": cl.devices,
+        "levels": [{"name": lv.name, "size": lv.size} for lv in cl.topology.levels],
+        "source": str(cluster_data(name).get("source", "")),
+    }
 
 
-DEFAULT_GLOBAL_BATCH = 4096   # the NEST paper's evaluation (section 5.1)
+DEFAULT_GLOBAL_BATCH = 4096  # the NEST paper's evaluation (section 5.1)
 
 
 @dataclass(frozen=True)
@@ -274,9 +338,15 @@ class PlanReport:
     def plan(self) -> Plan:
         """The best plan, typed: ``to_dict`` (the plan JSON, ``nestplan plan --json``), exports and plots
         read it."""
-        return Plan.from_prediction(self.best, self.model, self.cluster, self.job,
-                                    SearchStats(self.stats.solve_time_s, candidates=self.stats.candidates,
-                                                pruned_memory=self.stats.pruned_memory))
+        return Plan.from_prediction(
+            self.best,
+            self.model,
+            self.cluster,
+            self.job,
+            SearchStats(
+                self.stats.solve_time_s, candidates=self.stats.candidates, pruned_memory=self.stats.pruned_memory
+            ),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return self.plan.to_dict()
@@ -315,10 +385,21 @@ class PlanReport:
 
     def runners_up_html(self) -> str:
         best = self.best.step_time_s
-        rows = [(rank, plan_text(p.plan), rank_order(p.placement), f"{p.step_time_s:.4g}", f"{p.tokens_per_s:,.0f}",
-                 f"{p.mfu:.1%}", f"{p.step_time_s / best - 1:+.1%}") for rank, p in enumerate(self.runners_up, 2)]
-        return html_table("runner-ups", ("rank", "plan", "rank order", "step s", "tokens/s", "MFU", "step vs best"),
-                          rows)
+        rows = [
+            (
+                rank,
+                plan_text(p.plan),
+                rank_order(p.placement),
+                f"{p.step_time_s:.4g}",
+                f"{p.tokens_per_s:,.0f}",
+                f"{p.mfu:.1%}",
+                f"{p.step_time_s / best - 1:+.1%}",
+            )
+            for rank, p in enumerate(self.runners_up, 2)
+        ]
+        return html_table(
+            "runner-ups", ("rank", "plan", "rank order", "step s", "tokens/s", "MFU", "step vs best"), rows
+        )
 
 
 def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
@@ -328,8 +409,9 @@ def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
     from nestplan.report.plots import write_plan_plots
 
     pred = plan.prediction or evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, plan.axis_order)
-    return write_plan_plots(pred, plan.cluster.topology, Path(out_dir),
-                            title or f"{plan.model.name} on {plan.cluster.name}")
+    return write_plan_plots(
+        pred, plan.cluster.topology, Path(out_dir), title or f"{plan.model.name} on {plan.cluster.name}"
+    )
 
 
 def check_exportable(model: str | ModelSpec, framework: str) -> None:
@@ -340,10 +422,16 @@ def check_exportable(model: str | ModelSpec, framework: str) -> None:
     check_model(check_framework(framework), resolve_model(model))
 
 
-def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: Sequence[CpCommType] | None = None,
-                 export: str | None = None, memory_margin: float | None = None,
-                 expert_tp: Sequence[int | None] | None = None, moe_comm_overlap: bool = True,
-                 model: ModelSpec | None = None) -> SearchSpace:
+def search_space(
+    *,
+    schedules: Sequence[Schedule] | None = None,
+    cp_comm_types: Sequence[CpCommType] | None = None,
+    export: str | None = None,
+    memory_margin: float | None = None,
+    expert_tp: Sequence[int | None] | None = None,
+    moe_comm_overlap: bool = True,
+    model: ModelSpec | None = None,
+) -> SearchSpace:
     """The full search space, its pipeline schedules narrowed to ``schedules``, its context-parallel
     exchanges to ``cp_comm_types`` and its expert tensor parallelism to ``expert_tp`` (None: all; an
     entry None is etp = tp), each also to those the ``export`` framework runs as costed, and the MoE
@@ -351,8 +439,13 @@ def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: 
     ``export`` needs). 1F1B, the schedule
     the search ranks splits under, is always in. ``memory_margin``: the fraction of device
     memory plans leave free (None: search/space.py DEFAULT_MEMORY_MARGIN)."""
-    from nestplan.export import (check_framework, framework_cp_comm, framework_expert_tp, framework_moe_overlap,
-                                 framework_schedules)
+    from nestplan.export import (
+        check_framework,
+        framework_cp_comm,
+        framework_expert_tp,
+        framework_moe_overlap,
+        framework_schedules,
+    )
     from nestplan.search.space import DEFAULT_MEMORY_MARGIN, SearchSpace
 
     chosen = tuple(schedules) if schedules is not None else tuple(Schedule)
@@ -367,14 +460,27 @@ def search_space(*, schedules: Sequence[Schedule] | None = None, cp_comm_types: 
             etps = tuple(e for e in etps if e in runs) or runs
         assert model is not None, "an export's search space depends on the model"
         moe_comm_overlap = moe_comm_overlap and framework_moe_overlap(key, model)
-    return SearchSpace(schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B),
-                       cp_comm_types=kinds, etp=etps, moe_comm_overlap=moe_comm_overlap,
-                       memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin)
+    return SearchSpace(
+        schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B),
+        cp_comm_types=kinds,
+        etp=etps,
+        moe_comm_overlap=moe_comm_overlap,
+        memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin,
+    )
 
 
-def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None, *, devices: int | None = None,
-         global_batch_size: int | None = None, seq_len: int | None = None, top: int = 5,
-         space: SearchSpace | None = None, progress: Callable[[int], None] | None = None) -> PlanReport:
+def plan(
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    job: Job | None = None,
+    *,
+    devices: int | None = None,
+    global_batch_size: int | None = None,
+    seq_len: int | None = None,
+    top: int = 5,
+    space: SearchSpace | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> PlanReport:
     """Find the plan with the highest predicted throughput that fits (NEST's dynamic program).
 
     Raises InfeasibleError (exit code 3) explaining the leanest plan's memory when nothing fits.
@@ -384,8 +490,12 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
     from nestplan.search.space import SearchSpace
 
     if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP:
-        raise ConfigError(f"top must be an integer in 0..{MAX_TOP} (runner-up plans), got {top!r}",
-                          field="top", value=top, limit=f"0..{MAX_TOP}")
+        raise ConfigError(
+            f"top must be an integer in 0..{MAX_TOP} (runner-up plans), got {top!r}",
+            field="top",
+            value=top,
+            limit=f"0..{MAX_TOP}",
+        )
     spec = resolve_model(model)
     cl = resolve_cluster(cluster, devices)
     if job is None:
@@ -402,8 +512,8 @@ def plan(model: str | ModelSpec, cluster: str | Cluster, job: Job | None = None,
 
 PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
 PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
-PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))   # Figure 6
-PAPER_ZERO_ABLATION = (("llama3-70b", 24 * GiB), ("bert-large", 120 * MiB))   # Table 7: device memory, bytes
+PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))  # Figure 6
+PAPER_ZERO_ABLATION = (("llama3-70b", 24 * GiB), ("bert-large", 120 * MiB))  # Table 7: device memory, bytes
 
 
 @dataclass(frozen=True)
@@ -438,8 +548,10 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """The title and the rows, each with its normalised throughput."""
-        return {"title": self.title,
-                "rows": [{**row.to_dict(), "normalised": n} for row, n in zip(self.rows, self.normalised)]}
+        return {
+            "title": self.title,
+            "rows": [{**row.to_dict(), "normalised": n} for row, n in zip(self.rows, self.normalised)],
+        }
 
     def to_dataframe(self) -> pandas.DataFrame:
         """The rows as a pandas DataFrame, a column per CompareRow field and ``normalised`` (needs pandas)."""
@@ -459,13 +571,17 @@ def paper_cases() -> list[CompareCase]:
     cases = [CompareCase(m, c, ns, seq_len=seq) for c, ns in PAPER_GRID for m, seq in PAPER_MODELS.items()]
     models, cluster, devices, sweep_mbs = PAPER_MBS_SWEEP
     cases += [CompareCase(m, cluster, devices, sweep_mbs, PAPER_MODELS[m]) for m in models]
-    cases += [CompareCase(m, "tpuv4-fattree", (1024,), (1,), PAPER_MODELS[m], float(hbm))
-              for m, hbm in PAPER_ZERO_ABLATION]
+    cases += [
+        CompareCase(m, "tpuv4-fattree", (1024,), (1,), PAPER_MODELS[m], float(hbm)) for m, hbm in PAPER_ZERO_ABLATION
+    ]
     return cases
 
 
-def compare(cases: Sequence[CompareCase], baselines: Sequence[str] = ("manual", "phaze", "mcmc", "alpa"),
-            global_batch_size: int = DEFAULT_GLOBAL_BATCH) -> list[Comparison]:
+def compare(
+    cases: Sequence[CompareCase],
+    baselines: Sequence[str] = ("manual", "phaze", "mcmc", "alpa"),
+    global_batch_size: int = DEFAULT_GLOBAL_BATCH,
+) -> list[Comparison]:
     """nestplan against baseline planners on each case, independent cases in parallel processes
     (one per core); each baseline runs once however often it is named."""
     from nestplan.search.compare import check_baselines
@@ -504,8 +620,14 @@ def _compare_case(args: tuple[CompareCase, list[str], int]) -> Comparison:
     return Comparison(title, rows, normalise(rows))
 
 
-def sweep(spec: str | Path, out_dir: str | Path, *, workers: int = 2, ray: str | None = None,
-          progress: Callable[[int, int], None] | None = None) -> SweepSummary:
+def sweep(
+    spec: str | Path,
+    out_dir: str | Path,
+    *,
+    workers: int = 2,
+    ray: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepSummary:
     """Run a sweep spec (TOML) into out_dir/results.sqlite, skipping cases already there.
 
     ``ray``: None for local processes (``workers`` of them), or ``local``, ``auto``,
@@ -515,8 +637,12 @@ def sweep(spec: str | Path, out_dir: str | Path, *, workers: int = 2, ray: str |
     from nestplan.sweep.spec import load_spec
 
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
-        raise ConfigError(f"workers must be an integer in 1..{MAX_WORKERS}, got {workers!r}", field="workers",
-                          value=workers, limit=f"1..{MAX_WORKERS}")
+        raise ConfigError(
+            f"workers must be an integer in 1..{MAX_WORKERS}, got {workers!r}",
+            field="workers",
+            value=workers,
+            limit=f"1..{MAX_WORKERS}",
+        )
     return run_sweep(load_spec(spec), Path(out_dir), workers=workers, ray_address=ray, progress=progress)
 
 
@@ -531,8 +657,7 @@ def sweep_report(out_dir: str | Path) -> tuple[list[dict[str, Any]], list[Path]]
     return rows, [csv_path, *write_plots(rows, out)]
 
 
-def load_plan(path: str | Path, *, model: str | ModelSpec | None = None,
-              cluster: str | Cluster | None = None) -> Plan:
+def load_plan(path: str | Path, *, model: str | ModelSpec | None = None, cluster: str | Cluster | None = None) -> Plan:
     """A saved plan file (``nestplan plan --json``), read through the bounded reader and checked field
     by field (``Plan.from_dict``). ``model`` and ``cluster`` replace the plan's own; they are needed
     only for a plan of schema ``nestplan.plan/1`` whose model or cluster is not in the catalog (a
@@ -561,8 +686,9 @@ def export_plan(plan: Plan, framework: str, out_dir: str | Path) -> tuple[list[P
     return result.write(out_dir), result
 
 
-def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2
-          ) -> tuple[TraceResult, list[dict[str, Any]]]:
+def trace(
+    model: str | ModelSpec, seq_len: int | None = None, layers: int = 2
+) -> tuple[TraceResult, list[dict[str, Any]]]:
     """Trace a model's Hugging Face config (needs the [trace] extra) and compare each traced block
     with the closed-form formulas: (TraceResult, rows of traced and closed-form figures)."""
     from nestplan.catalog import entry_path
@@ -581,8 +707,16 @@ def trace(model: str | ModelSpec, seq_len: int | None = None, layers: int = 2
     for b in result.blocks:
         flops = 3 * block_model_flops(spec, b.index, s, s)
         saved = block_activation_bytes(spec, b.index, Shard(seq_len=s), Recomputation.NONE)
-        rows.append({"block": b.index, "moe": spec.is_moe_layer(b.index), "traced_flops": b.flops,
-                     "closed_flops": flops, "traced_saved_bytes": b.saved_bytes, "closed_saved_bytes": saved})
+        rows.append(
+            {
+                "block": b.index,
+                "moe": spec.is_moe_layer(b.index),
+                "traced_flops": b.flops,
+                "closed_flops": flops,
+                "traced_saved_bytes": b.saved_bytes,
+                "closed_saved_bytes": saved,
+            }
+        )
     return result, rows
 
 
@@ -594,8 +728,9 @@ def calibrate(model: ModelSpec, rows: Sequence[Mapping[str, Any]]) -> ModelSpec:
     return replace(model, traced_flops_scale=flops, traced_activation_scale=saved)
 
 
-def nest_solve(source: str | Path | Mapping[str, Any], *, progress: Callable[[int], None] | None = None
-               ) -> tuple[NestInput, dict[str, Any], NestResult]:
+def nest_solve(
+    source: str | Path | Mapping[str, Any], *, progress: Callable[[int], None] | None = None
+) -> tuple[NestInput, dict[str, Any], NestResult]:
     """The NEST authors' solver, drop-in: read their input (a ``dp_input.json`` path or its
     parsed object), search with their cost semantics on nestplan's engine, re-cost their
     baselines. Returns (the validated input, the output object in their schema, the
@@ -608,8 +743,9 @@ def nest_solve(source: str | Path | Mapping[str, Any], *, progress: Callable[[in
     return inp, to_output(inp, result), result
 
 
-def nest_explain(inp: NestInput, result: NestResult, *, model: str | None = None, cluster: str | None = None
-                 ) -> list[str]:
+def nest_explain(
+    inp: NestInput, result: NestResult, *, model: str | None = None, cluster: str | None = None
+) -> list[str]:
     """What the authors' unit mix hides in a nest_solve result, and nestplan's physical
     prediction of the same plan when a catalog model and cluster are named."""
     from nestplan.compat.explain import explain

@@ -23,9 +23,17 @@ from rich.console import Console
 
 from nestplan import __version__, api
 from nestplan.errors import ConfigError, PlannerError, brief, printable
-from nestplan.job import (MAX_CP_A2A_SIZE, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, CpCommType, Fp8Recipe, MoeDispatcher,
-                          Optimizer, OptimizerState)
-from nestplan.network.topology import MAX_DEVICES   # --devices, and each parallel degree
+from nestplan.job import (
+    MAX_CP_A2A_SIZE,
+    MAX_GLOBAL_BATCH_SIZE,
+    MAX_SEQ_LEN,
+    CpCommType,
+    Fp8Recipe,
+    MoeDispatcher,
+    Optimizer,
+    OptimizerState,
+)
+from nestplan.network.topology import MAX_DEVICES  # --devices, and each parallel degree
 from nestplan.plan import Plan
 from nestplan.search.space import DEFAULT_MEMORY_MARGIN
 from nestplan.strategy.dims import ParallelDims
@@ -33,49 +41,87 @@ from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 
 MAX_MICRO_BATCH = MAX_GLOBAL_BATCH_SIZE
-MAX_VIRTUAL_STAGES = 1024         # model chunks per pipeline stage
-MAX_STAGES = 1024                 # entries of --layers-per-stage (pp, or pp x v), NxK repeats counted
-MAX_LIST_ENTRIES = 64             # entries of compare's --devices and --mbs
-PIPE_WIDTH = 10_000               # columns of rich output that is not on a terminal: rows stay one line
+MAX_VIRTUAL_STAGES = 1024  # model chunks per pipeline stage
+MAX_STAGES = 1024  # entries of --layers-per-stage (pp, or pp x v), NxK repeats counted
+MAX_LIST_ENTRIES = 64  # entries of compare's --devices and --mbs
+PIPE_WIDTH = 10_000  # columns of rich output that is not on a terminal: rows stay one line
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,   # help text is plain: "[trace]" is an extra's name, not markup
-                  help="Network- and memory-aware planner for distributed LLM training.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text is plain: "[trace]" is an extra's name, not markup
+    help="Network- and memory-aware planner for distributed LLM training.",
+)
 
 
 # -- integers: plain decimal digits within bounds --------------------------------------------------
 _DIGITS = re.compile(r"-?[0-9]+")
 
 # What the framework runs (job settings shared by evaluate and plan; Megatron-LM's flag names)
-GRAD_REDUCE_OPTION = typer.Option("fp32", "--grad-reduce-dtype", help="gradient buffer and reduction dtype: fp32 "
-                                  "(Megatron-LM's default) or bf16 (--grad-reduce-in-bf16, NeMo grad_sync_dtype)")
-TP_OVERLAP_OPTION = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
-                                 help="tensor-parallel collectives under the GEMMs (Transformer Engine userbuffers)")
-MOE_OVERLAP_OPTION = typer.Option(False, "--moe-comm-overlap/--no-moe-comm-overlap",
-                                  help="expert all-to-alls of one microbatch under another's compute (Megatron-Core's "
-                                       "1F1B A2A overlap; one more microbatch in flight)")
-PLAN_MOE_OVERLAP_OPTION = typer.Option(True, "--moe-comm-overlap/--no-moe-comm-overlap",
-                                       help="may the plan overlap expert all-to-alls with another microbatch's compute "
-                                            "(Megatron-Core's 1F1B A2A overlap; tried where it runs)")
-CAPACITY_OPTION = typer.Option(None, "--moe-capacity-factor", min=0.5, max=16.0,
-                               help="each expert padded to this many times its balanced share of tokens (Megatron-Core's "
-                                    "--moe-expert-capacity-factor with padding); default: dropless, costed balanced")
-DISPATCHER_OPTION = typer.Option(MoeDispatcher.ALLTOALL, "--moe-dispatcher",
-                                 help="alltoall (every token copy sent to its expert's rank) or deepep (each token "
-                                      "once per node holding its experts, bounded by node-limited routing)")
-OPTIMIZER_STATE_OPTION = typer.Option(OptimizerState.FP32, "--optimizer-state",
-                                      help="fp32 (master weights and moments), remainders (the master weights' low 16 "
-                                           "bits beside bf16 parameters: NeMo's distributed Adam, Megatron's "
-                                           "--use-precision-aware-optimizer) or bf16 (bf16 moments, no master copy: "
-                                           "NeMo optim.dtype bf16)")
-GRAD_OVERLAP_OPTION = typer.Option(True, "--overlap-grad-reduce/--no-overlap-grad-reduce",
-                                   help="data-parallel gradient reduction under the backward pass")
-PARAM_OVERLAP_OPTION = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
-                                    help="distributed optimizer's parameter all-gather under the next forward")
-FP8_OPTION = typer.Option(False, "--fp8", help="FP8 GEMMs in the transformer blocks (Transformer Engine), the rest "
-                          "in --dtype")
-FP8_RECIPE_OPTION = typer.Option(None, "--fp8-recipe", help="delayed, tensorwise, blockwise or mxfp8 (implies "
-                                 "--fp8; default: mxfp8 on Blackwell, tensorwise before)")
+GRAD_REDUCE_OPTION = typer.Option(
+    "fp32",
+    "--grad-reduce-dtype",
+    help="gradient buffer and reduction dtype: fp32 "
+    "(Megatron-LM's default) or bf16 (--grad-reduce-in-bf16, NeMo grad_sync_dtype)",
+)
+TP_OVERLAP_OPTION = typer.Option(
+    False,
+    "--tp-comm-overlap/--no-tp-comm-overlap",
+    help="tensor-parallel collectives under the GEMMs (Transformer Engine userbuffers)",
+)
+MOE_OVERLAP_OPTION = typer.Option(
+    False,
+    "--moe-comm-overlap/--no-moe-comm-overlap",
+    help="expert all-to-alls of one microbatch under another's compute (Megatron-Core's "
+    "1F1B A2A overlap; one more microbatch in flight)",
+)
+PLAN_MOE_OVERLAP_OPTION = typer.Option(
+    True,
+    "--moe-comm-overlap/--no-moe-comm-overlap",
+    help="may the plan overlap expert all-to-alls with another microbatch's compute "
+    "(Megatron-Core's 1F1B A2A overlap; tried where it runs)",
+)
+CAPACITY_OPTION = typer.Option(
+    None,
+    "--moe-capacity-factor",
+    min=0.5,
+    max=16.0,
+    help="each expert padded to this many times its balanced share of tokens (Megatron-Core's "
+    "--moe-expert-capacity-factor with padding); default: dropless, costed balanced",
+)
+DISPATCHER_OPTION = typer.Option(
+    MoeDispatcher.ALLTOALL,
+    "--moe-dispatcher",
+    help="alltoall (every token copy sent to its expert's rank) or deepep (each token "
+    "once per node holding its experts, bounded by node-limited routing)",
+)
+OPTIMIZER_STATE_OPTION = typer.Option(
+    OptimizerState.FP32,
+    "--optimizer-state",
+    help="fp32 (master weights and moments), remainders (the master weights' low 16 "
+    "bits beside bf16 parameters: NeMo's distributed Adam, Megatron's "
+    "--use-precision-aware-optimizer) or bf16 (bf16 moments, no master copy: "
+    "NeMo optim.dtype bf16)",
+)
+GRAD_OVERLAP_OPTION = typer.Option(
+    True,
+    "--overlap-grad-reduce/--no-overlap-grad-reduce",
+    help="data-parallel gradient reduction under the backward pass",
+)
+PARAM_OVERLAP_OPTION = typer.Option(
+    True,
+    "--overlap-param-gather/--no-overlap-param-gather",
+    help="distributed optimizer's parameter all-gather under the next forward",
+)
+FP8_OPTION = typer.Option(
+    False, "--fp8", help="FP8 GEMMs in the transformer blocks (Transformer Engine), the rest in --dtype"
+)
+FP8_RECIPE_OPTION = typer.Option(
+    None,
+    "--fp8-recipe",
+    help="delayed, tensorwise, blockwise or mxfp8 (implies --fp8; default: mxfp8 on Blackwell, tensorwise before)",
+)
 FP8_PARAMS_OPTION = typer.Option(False, "--fp8-params", help="keep parameters in FP8 (fp8_model_init); needs --fp8")
 
 
@@ -88,11 +134,19 @@ def _parse_int(option: str, text: str, low: int, high: int) -> int:
     """``text`` as an integer in low..high: digits 0-9 only (a minus sign reads as out of range);
     no '+', '_', exponent, decimal point or space."""
     if not _DIGITS.fullmatch(text):
-        raise ConfigError(f"{option} '{_shown(text)}' is not a plain decimal integer (digits 0-9 only); "
-                          f"allowed: {low}..{high}", field=option, value=_shown(text), limit=f"{low}..{high}")
+        raise ConfigError(
+            f"{option} '{_shown(text)}' is not a plain decimal integer (digits 0-9 only); allowed: {low}..{high}",
+            field=option,
+            value=_shown(text),
+            limit=f"{low}..{high}",
+        )
     if len(text.lstrip("-0")) > len(str(high)) or not low <= int(text) <= high:
-        raise ConfigError(f"{option} {_shown(text)} is out of range; allowed: {low}..{high}", field=option,
-                          value=_shown(text), limit=f"{low}..{high}")
+        raise ConfigError(
+            f"{option} {_shown(text)} is out of range; allowed: {low}..{high}",
+            field=option,
+            value=_shown(text),
+            limit=f"{low}..{high}",
+        )
     return int(text)
 
 
@@ -104,15 +158,23 @@ def _schedule_list(text: str | None) -> tuple[Schedule, ...] | None:
     known = [s.value for s in Schedule]
     for name in names:
         if name not in known:
-            raise ConfigError(f"--schedules names '{printable(name)}'; choose from: {', '.join(known)}",
-                              field="schedules", value=printable(name), limit=known)
+            raise ConfigError(
+                f"--schedules names '{printable(name)}'; choose from: {', '.join(known)}",
+                field="schedules",
+                value=printable(name),
+                limit=known,
+            )
     if not names:
-        raise ConfigError("--schedules is empty; name at least one of: " + ", ".join(known), field="schedules",
-                          value=text, limit=known)
+        raise ConfigError(
+            "--schedules is empty; name at least one of: " + ", ".join(known),
+            field="schedules",
+            value=text,
+            limit=known,
+        )
     return tuple(Schedule(n) for n in names)
 
 
-MAX_ETP_VALUES = 8   # --etp entries: the divisors of any tp nestplan searches (at most 64) are 7
+MAX_ETP_VALUES = 8  # --etp entries: the divisors of any tp nestplan searches (at most 64) are 7
 
 
 def _expert_tp_list(text: str | None) -> tuple[int | None, ...] | None:
@@ -121,8 +183,12 @@ def _expert_tp_list(text: str | None) -> tuple[int | None, ...] | None:
         return None
     parts = [part.strip().lower() for part in text.split(",") if part.strip()]
     if not parts or len(parts) > MAX_ETP_VALUES:
-        raise ConfigError(f"--etp takes 1 to {MAX_ETP_VALUES} comma-separated values ('tp' or integers), got "
-                          f"{printable(text)!r}", field="etp", value=printable(text), limit=MAX_ETP_VALUES)
+        raise ConfigError(
+            f"--etp takes 1 to {MAX_ETP_VALUES} comma-separated values ('tp' or integers), got {printable(text)!r}",
+            field="etp",
+            value=printable(text),
+            limit=MAX_ETP_VALUES,
+        )
     out: list[int | None] = []
     for part in parts:
         if part == "tp":
@@ -130,58 +196,85 @@ def _expert_tp_list(text: str | None) -> tuple[int | None, ...] | None:
         elif part.isdigit() and 1 <= int(part) <= MAX_DEVICES:
             out.append(int(part))
         else:
-            raise ConfigError(f"--etp value '{printable(part)}' is neither 'tp' nor an integer in 1..{MAX_DEVICES}",
-                              field="etp", value=printable(part), limit=f"tp or 1..{MAX_DEVICES}")
+            raise ConfigError(
+                f"--etp value '{printable(part)}' is neither 'tp' nor an integer in 1..{MAX_DEVICES}",
+                field="etp",
+                value=printable(part),
+                limit=f"tp or 1..{MAX_DEVICES}",
+            )
     return tuple(out)
 
 
-ETP_HELP = ("expert tensor parallelism (MoE parallel folding): each expert split over etp consecutive ranks of a tp "
-            "group, the tp / etp ranks of each tp group joining the ep ranks in expert parallelism (Megatron's "
-            "--expert-model-parallel-size = ep x tp / etp)")
+ETP_HELP = (
+    "expert tensor parallelism (MoE parallel folding): each expert split over etp consecutive ranks of a tp "
+    "group, the tp / etp ranks of each tp group joining the ep ranks in expert parallelism (Megatron's "
+    "--expert-model-parallel-size = ep x tp / etp)"
+)
 
 
 def _fraction(option: str) -> Callable[[object], float]:
     """A typer parser for a fraction option (a number; its range is checked where it is used)."""
+
     def parse(value: object) -> float:
         if isinstance(value, float):
             return value
         try:
             number = float(str(value))
         except ValueError:
-            raise ConfigError(f"{option} must be a number, got {brief(value)}", field=option.lstrip("-"),
-                              value=brief(value)) from None
-        if number != number:   # NaN
+            raise ConfigError(
+                f"{option} must be a number, got {brief(value)}", field=option.lstrip("-"), value=brief(value)
+            ) from None
+        if number != number:  # NaN
             raise ConfigError(f"{option} must be a number, got nan", field=option.lstrip("-"), value="nan")
         return number
+
     return parse
 
 
 def _integer(option: str, low: int, high: int) -> Callable[[object], int]:
     """A typer parser for the integer option ``option`` (its default passes as it is)."""
+
     def parse(value: object) -> int:
         return value if isinstance(value, int) else _parse_int(option, str(value), low, high)
+
     return parse
 
 
 # context parallelism (job settings shared by evaluate and plan; Megatron-LM's names)
-CP_COMM_OPTION = typer.Option(CpCommType.P2P, "--cp-comm-type", help="context parallelism's K/V exchange: p2p "
-                              "(ring), a2a (Ulysses), allgather or a2a+p2p (with --cp-a2a-size)")
-PLAN_CP_COMM_OPTION = typer.Option(None, "--cp-comm-type", help="context parallelism's K/V exchange (default: "
-                                   "the fastest of p2p, a2a, allgather and a2a+p2p; with --export: of those the "
-                                   "framework runs)")
-CP_A2A_OPTION = typer.Option(1, "--cp-a2a-size", parser=_integer("--cp-a2a-size", 1, MAX_CP_A2A_SIZE),
-                             help="a2a+p2p: ranks of each all-to-all group (Megatron's first hierarchical cp size)")
+CP_COMM_OPTION = typer.Option(
+    CpCommType.P2P,
+    "--cp-comm-type",
+    help="context parallelism's K/V exchange: p2p (ring), a2a (Ulysses), allgather or a2a+p2p (with --cp-a2a-size)",
+)
+PLAN_CP_COMM_OPTION = typer.Option(
+    None,
+    "--cp-comm-type",
+    help="context parallelism's K/V exchange (default: "
+    "the fastest of p2p, a2a, allgather and a2a+p2p; with --export: of those the "
+    "framework runs)",
+)
+CP_A2A_OPTION = typer.Option(
+    1,
+    "--cp-a2a-size",
+    parser=_integer("--cp-a2a-size", 1, MAX_CP_A2A_SIZE),
+    help="a2a+p2p: ranks of each all-to-all group (Megatron's first hierarchical cp size)",
+)
 
 
 def _int_list(text: str, option: str, high: int, entries: int) -> tuple[int, ...]:
     """Comma-separated integers in 1..high, at most ``entries`` of them."""
     items = [x.strip() for x in text.split(",")]
     if len(items) > entries:
-        raise ConfigError(f"{option} has {len(items)} entries; at most {entries} allowed", field=option,
-                          value=len(items), limit=entries)
+        raise ConfigError(
+            f"{option} has {len(items)} entries; at most {entries} allowed",
+            field=option,
+            value=len(items),
+            limit=entries,
+        )
     if not any(items):
-        raise ConfigError(f"{option} '{_shown(text)}' needs comma-separated integers, e.g. 64,128", field=option,
-                          value=_shown(text))
+        raise ConfigError(
+            f"{option} '{_shown(text)}' needs comma-separated integers, e.g. 64,128", field=option, value=_shown(text)
+        )
     return tuple(_parse_int(option, x, 1, high) for x in items)
 
 
@@ -224,8 +317,11 @@ def _output(option: str, path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise ConfigError(f"{option} '{printable(str(path))}' cannot be written: {_os_reason(exc, path)}",
-                          field=option, value=printable(str(path))) from None
+        raise ConfigError(
+            f"{option} '{printable(str(path))}' cannot be written: {_os_reason(exc, path)}",
+            field=option,
+            value=printable(str(path)),
+        ) from None
 
 
 @contextmanager
@@ -235,8 +331,11 @@ def _drawing(option: str, path: Path) -> Iterator[None]:
         try:
             yield
         except ImportError as exc:
-            raise ConfigError(f"{option} '{printable(str(path))}' needs matplotlib (pip install matplotlib): "
-                              f"{printable(str(exc))}", field=option, value=printable(str(path))) from None
+            raise ConfigError(
+                f"{option} '{printable(str(path))}' needs matplotlib (pip install matplotlib): {printable(str(exc))}",
+                field=option,
+                value=printable(str(path)),
+            ) from None
 
 
 def _check_output(option: str, path: Path, folder: bool) -> None:
@@ -252,11 +351,13 @@ def _check_output(option: str, path: Path, folder: bool) -> None:
         if probe == path and not folder and path.is_dir():
             raise ConfigError(f"{option} '{shown}' is a folder; a file name is needed", field=option, value=shown)
         if probe != path and not probe.is_dir():
-            raise ConfigError(f"{option} '{shown}': '{printable(str(probe))}' is not a folder",
-                              field=option, value=shown)
+            raise ConfigError(
+                f"{option} '{shown}': '{printable(str(probe))}' is not a folder", field=option, value=shown
+            )
         if not os.access(probe, os.W_OK):
-            raise ConfigError(f"{option} '{shown}': '{printable(str(probe))}' is not writable", field=option,
-                              value=shown)
+            raise ConfigError(
+                f"{option} '{shown}': '{printable(str(probe))}' is not writable", field=option, value=shown
+            )
 
 
 @contextmanager
@@ -296,7 +397,7 @@ def _write_report(path: Path, page: Callable[[], str]) -> None:
 
 
 # -- commands -------------------------------------------------------------------------------------
-_LAYER_ITEM = re.compile(r"([0-9]+)(?:x([0-9]+))?")   # a count, or NxK: the count N repeated K times
+_LAYER_ITEM = re.compile(r"([0-9]+)(?:x([0-9]+))?")  # a count, or NxK: the count N repeated K times
 
 
 def _layers(text: str | None) -> tuple[int, ...] | None:
@@ -308,13 +409,21 @@ def _layers(text: str | None) -> tuple[int, ...] | None:
     for item in (x.strip() for x in text.split(",")):
         match = _LAYER_ITEM.fullmatch(item)
         if match is None:
-            raise ConfigError(f"{option} '{_shown(item)}' is not a plain decimal integer or NxK (N repeated K "
-                              "times, digits 0-9), e.g. 1,2x62,1", field=option, value=_shown(item))
+            raise ConfigError(
+                f"{option} '{_shown(item)}' is not a plain decimal integer or NxK (N repeated K "
+                "times, digits 0-9), e.g. 1,2x62,1",
+                field=option,
+                value=_shown(item),
+            )
         count = _parse_int(option, match[1], 0, MAX_DEVICES)
         repeat = _parse_int(option, match[2], 1, MAX_STAGES) if match[2] else 1
         if len(counts) + repeat > MAX_STAGES:
-            raise ConfigError(f"{option} has more than {MAX_STAGES} entries; at most {MAX_STAGES} allowed",
-                              field=option, value=_shown(text), limit=MAX_STAGES)
+            raise ConfigError(
+                f"{option} has more than {MAX_STAGES} entries; at most {MAX_STAGES} allowed",
+                field=option,
+                value=_shown(text),
+                limit=MAX_STAGES,
+            )
         counts += [count] * repeat
     return tuple(counts)
 
@@ -330,9 +439,11 @@ def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> tuple[Parallel
     converted = api.megatron_dp(plan, devices)
     if converted is None:
         return plan, None
-    return converted, (f"nestplan: note: --dp {plan.dp} read as Megatron-LM's data-parallel size, which counts the "
-                       f"{plan.ep} expert ranks (tp x cp x pp x dp = {devices}); nestplan's dp excludes them: "
-                       f"dp {plan.dp} / ep {plan.ep} = {converted.dp}")
+    return converted, (
+        f"nestplan: note: --dp {plan.dp} read as Megatron-LM's data-parallel size, which counts the "
+        f"{plan.ep} expert ranks (tp x cp x pp x dp = {devices}); nestplan's dp excludes them: "
+        f"dp {plan.dp} / ep {plan.ep} = {converted.dp}"
+    )
 
 
 @app.command()
@@ -342,28 +453,40 @@ def evaluate(
     devices: int | None = typer.Option(None, "--devices", parser=DEVICES, help="use the first N devices"),
     tp: int = typer.Option(1, "--tp", parser=_integer("--tp", 1, MAX_DEVICES)),
     pp: int = typer.Option(1, "--pp", parser=_integer("--pp", 1, MAX_DEVICES)),
-    dp: int = typer.Option(1, "--dp", parser=_integer("--dp", 1, MAX_DEVICES),
-                           help="data-parallel replicas, not counting ep (Megatron-LM's count is converted)"),
+    dp: int = typer.Option(
+        1,
+        "--dp",
+        parser=_integer("--dp", 1, MAX_DEVICES),
+        help="data-parallel replicas, not counting ep (Megatron-LM's count is converted)",
+    ),
     cp: int = typer.Option(1, "--cp", parser=_integer("--cp", 1, MAX_DEVICES)),
-    ep: int = typer.Option(1, "--ep", parser=_integer("--ep", 1, MAX_DEVICES),
-                           help="data-parallel ranks whose experts differ (with --etp below tp, expert parallelism "
-                                "is ep x tp / etp)"),
-    etp: int | None = typer.Option(None, "--etp", parser=_integer("--etp", 1, MAX_DEVICES),
-                                   help=ETP_HELP + "; default tp (Megatron-LM's default)"),
+    ep: int = typer.Option(
+        1,
+        "--ep",
+        parser=_integer("--ep", 1, MAX_DEVICES),
+        help="data-parallel ranks whose experts differ (with --etp below tp, expert parallelism is ep x tp / etp)",
+    ),
+    etp: int | None = typer.Option(
+        None, "--etp", parser=_integer("--etp", 1, MAX_DEVICES), help=ETP_HELP + "; default tp (Megatron-LM's default)"
+    ),
     sp: bool = typer.Option(False, "--sp", help="sequence parallelism (needs tp > 1)"),
     zero: int = typer.Option(0, "--zero", parser=_integer("--zero", 0, 3), help="ZeRO stage 0-3"),
     recompute: Recompute = typer.Option(Recompute.NONE, "--recompute"),
     mbs: int = typer.Option(1, "--mbs", parser=_integer("--mbs", 1, MAX_MICRO_BATCH), help="microbatch size"),
     schedule: Schedule = typer.Option(Schedule.ONE_F_ONE_B, "--schedule"),
-    virtual_stages: int = typer.Option(1, "--virtual-stages",
-                                       parser=_integer("--virtual-stages", 1, MAX_VIRTUAL_STAGES)),
+    virtual_stages: int = typer.Option(
+        1, "--virtual-stages", parser=_integer("--virtual-stages", 1, MAX_VIRTUAL_STAGES)
+    ),
     layers_per_stage: str | None = typer.Option(
-        None, "--layers-per-stage", help="per stage, e.g. 10,11,11,10; with --virtual-stages V > 1 also pp x V "
-        "virtual stages in model order, NxK = N repeated K times, e.g. 1,2x62,1"),
-    global_batch_size: int = typer.Option(..., "--global-batch-size", parser=GLOBAL_BATCH,
-                                          help="sequences per step"),
-    seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN,
-                                       help="default: the model's context, at most 8192"),
+        None,
+        "--layers-per-stage",
+        help="per stage, e.g. 10,11,11,10; with --virtual-stages V > 1 also pp x V "
+        "virtual stages in model order, NxK = N repeated K times, e.g. 1,2x62,1",
+    ),
+    global_batch_size: int = typer.Option(..., "--global-batch-size", parser=GLOBAL_BATCH, help="sequences per step"),
+    seq_len: int | None = typer.Option(
+        None, "--seq-len", parser=SEQ_LEN, help="default: the model's context, at most 8192"
+    ),
     dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
     optimizer_state: OptimizerState = OPTIMIZER_STATE_OPTION,
@@ -394,18 +517,45 @@ def evaluate(
     spec = api.resolve_model(model)
     if schedule is Schedule.ONE_F_ONE_B and virtual_stages > 1:
         schedule = Schedule.INTERLEAVED
-    plan = ParallelDims(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, sp=sp, zero=zero, recompute=recompute,
-                        micro_batch_size=mbs, schedule=schedule, virtual_stages=virtual_stages,
-                        layers_per_stage=_layers(layers_per_stage))
+    plan = ParallelDims(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        sp=sp,
+        zero=zero,
+        recompute=recompute,
+        micro_batch_size=mbs,
+        schedule=schedule,
+        virtual_stages=virtual_stages,
+        layers_per_stage=_layers(layers_per_stage),
+    )
     plan, note = _from_megatron_dp(plan, devices)
     full = api.resolve_cluster(cluster)
-    job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer,
-                      optimizer_state=optimizer_state, flash_attention=flash,
-                      grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
-                      fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
-                      overlap_param_gather=overlap_param_gather, cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size,
-                      moe_comm_overlap=moe_comm_overlap, moe_capacity_factor=moe_capacity_factor,
-                      moe_dispatcher=moe_dispatcher)
+    job = api.job_for(
+        spec,
+        full,
+        global_batch_size,
+        seq_len,
+        dtype=dtype,
+        optimizer=optimizer,
+        optimizer_state=optimizer_state,
+        flash_attention=flash,
+        grad_dtype=grad_reduce_dtype,
+        tp_comm_overlap=tp_comm_overlap,
+        fp8=fp8,
+        fp8_recipe=fp8_recipe,
+        fp8_params=fp8_params,
+        overlap_grad_reduce=overlap_grad_reduce,
+        overlap_param_gather=overlap_param_gather,
+        cp_comm_type=cp_comm_type,
+        cp_a2a_size=cp_a2a_size,
+        moe_comm_overlap=moe_comm_overlap,
+        moe_capacity_factor=moe_capacity_factor,
+        moe_dispatcher=moe_dispatcher,
+    )
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
@@ -433,10 +583,12 @@ def plan_command(
     model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
     cluster: str = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file"),
     devices: int | None = typer.Option(None, "--devices", parser=DEVICES, help="use the first N devices"),
-    global_batch_size: int = typer.Option(api.DEFAULT_GLOBAL_BATCH, "--global-batch-size", parser=GLOBAL_BATCH,
-                                          help="sequences per step"),
-    seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN,
-                                       help="default: the model's context, at most 8192"),
+    global_batch_size: int = typer.Option(
+        api.DEFAULT_GLOBAL_BATCH, "--global-batch-size", parser=GLOBAL_BATCH, help="sequences per step"
+    ),
+    seq_len: int | None = typer.Option(
+        None, "--seq-len", parser=SEQ_LEN, help="default: the model's context, at most 8192"
+    ),
     dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
     optimizer_state: OptimizerState = OPTIMIZER_STATE_OPTION,
@@ -456,17 +608,33 @@ def plan_command(
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
-    export: str | None = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or megatron-bridge (alias nemo)"),
+    export: str | None = typer.Option(
+        None, "--export", help="megatron, torchtitan, deepspeed or megatron-bridge (alias nemo)"
+    ),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files"),
-    schedules: str | None = typer.Option(None, "--schedules", help="comma-separated pipeline schedules the plan "
-                                         "may use (default: all; with --export: those the framework runs)"),
-    expert_tp: str | None = typer.Option(None, "--etp", help=ETP_HELP + "; comma-separated values tried, 'tp' "
-                                         "for etp = tp (default: tp,1; with --export: what the framework runs)"),
-    memory_margin: float = typer.Option(DEFAULT_MEMORY_MARGIN, "--memory-margin", parser=_fraction("--memory-margin"),
-                                        help="fraction of device memory the plan leaves free (fragmentation, NCCL "
-                                             "buffers, CUDA graphs)"),
-    trace: bool = typer.Option(False, "--trace", help="calibrate the model's block FLOPs and activations on its "
-                                                       "traced PyTorch graph first (extra [trace])"),
+    schedules: str | None = typer.Option(
+        None,
+        "--schedules",
+        help="comma-separated pipeline schedules the plan "
+        "may use (default: all; with --export: those the framework runs)",
+    ),
+    expert_tp: str | None = typer.Option(
+        None,
+        "--etp",
+        help=ETP_HELP + "; comma-separated values tried, 'tp' "
+        "for etp = tp (default: tp,1; with --export: what the framework runs)",
+    ),
+    memory_margin: float = typer.Option(
+        DEFAULT_MEMORY_MARGIN,
+        "--memory-margin",
+        parser=_fraction("--memory-margin"),
+        help="fraction of device memory the plan leaves free (fragmentation, NCCL buffers, CUDA graphs)",
+    ),
+    trace: bool = typer.Option(
+        False,
+        "--trace",
+        help="calibrate the model's block FLOPs and activations on its traced PyTorch graph first (extra [trace])",
+    ),
     report_path: Path | None = REPORT_OPTION,
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
@@ -482,23 +650,45 @@ def plan_command(
     rows = _print_trace(model, seq_len, _console(stderr=True)) if trace else None
     spec = api.resolve_model(model)
     if export is not None:
-        api.check_exportable(spec, export)   # before the search: a model the framework cannot build
+        api.check_exportable(spec, export)  # before the search: a model the framework cannot build
     if rows:
         spec = api.calibrate(spec, rows)
-        _say(f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "
-             f"activations x {spec.traced_activation_scale:.4f} of the formulas")
+        _say(
+            f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "
+            f"activations x {spec.traced_activation_scale:.4f} of the formulas"
+        )
     cl = api.resolve_cluster(cluster, devices)
-    space = api.search_space(schedules=_schedule_list(schedules), export=export,
-                             cp_comm_types=None if cp_comm_type is None else (cp_comm_type,),
-                             memory_margin=memory_margin, expert_tp=_expert_tp_list(expert_tp),
-                             moe_comm_overlap=moe_comm_overlap, model=spec)
+    space = api.search_space(
+        schedules=_schedule_list(schedules),
+        export=export,
+        cp_comm_types=None if cp_comm_type is None else (cp_comm_type,),
+        memory_margin=memory_margin,
+        expert_tp=_expert_tp_list(expert_tp),
+        moe_comm_overlap=moe_comm_overlap,
+        model=spec,
+    )
     assert space.cp_comm_types
-    job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer,
-                      optimizer_state=optimizer_state, flash_attention=flash,
-                      grad_dtype=grad_reduce_dtype, tp_comm_overlap=tp_comm_overlap, fp8=fp8, fp8_recipe=fp8_recipe,
-                      fp8_params=fp8_params, overlap_grad_reduce=overlap_grad_reduce,
-                      overlap_param_gather=overlap_param_gather, cp_comm_type=space.cp_comm_types[0],
-                      cp_a2a_size=cp_a2a_size, moe_capacity_factor=moe_capacity_factor, moe_dispatcher=moe_dispatcher)
+    job = api.job_for(
+        spec,
+        cl,
+        global_batch_size,
+        seq_len,
+        dtype=dtype,
+        optimizer=optimizer,
+        optimizer_state=optimizer_state,
+        flash_attention=flash,
+        grad_dtype=grad_reduce_dtype,
+        tp_comm_overlap=tp_comm_overlap,
+        fp8=fp8,
+        fp8_recipe=fp8_recipe,
+        fp8_params=fp8_params,
+        overlap_grad_reduce=overlap_grad_reduce,
+        overlap_param_gather=overlap_param_gather,
+        cp_comm_type=space.cp_comm_types[0],
+        cp_a2a_size=cp_a2a_size,
+        moe_capacity_factor=moe_capacity_factor,
+        moe_dispatcher=moe_dispatcher,
+    )
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance, space=space)
     best = report.plan
@@ -529,11 +719,13 @@ def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None
     render_runners_up(console, report.best, report.runners_up)
     render_schedules(console, report.best, report.schedule_alternatives())
     s = report.stats
-    console.print(f"search: {s.solve_time_s:.2f} s, {s.configurations:,} configurations, {s.enumerated:,} groups "
-                  f"({s.groups:,} solved; {s.skipped_bound:,} skipped by the bound, {s.skipped_memory:,} that fit "
-                  f"nowhere, {s.skipped_zero:,} by ZeRO escalation), {s.depths:,} pipeline depths, "
-                  f"{s.pruned_memory:,} pruned by memory, {s.pruned_bound:,} by the bound, {s.candidates:,} splits "
-                  "costed")
+    console.print(
+        f"search: {s.solve_time_s:.2f} s, {s.configurations:,} configurations, {s.enumerated:,} groups "
+        f"({s.groups:,} solved; {s.skipped_bound:,} skipped by the bound, {s.skipped_memory:,} that fit "
+        f"nowhere, {s.skipped_zero:,} by ZeRO escalation), {s.depths:,} pipeline depths, "
+        f"{s.pruned_memory:,} pruned by memory, {s.pruned_bound:,} by the bound, {s.candidates:,} splits "
+        "costed"
+    )
 
 
 class _progress:
@@ -545,9 +737,15 @@ class _progress:
     def __enter__(self):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._bar = Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed} " + self._unit),
-                             TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-                             disable=not sys.stderr.isatty())
+        self._bar = Progress(
+            TextColumn("planning"),
+            BarColumn(),
+            TextColumn("{task.completed} " + self._unit),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+            disable=not sys.stderr.isatty(),
+        )
         self._bar.__enter__()
         task = self._bar.add_task("plan", total=None)
         return lambda i: self._bar.update(task, completed=i + 1) if i % self._every == 0 else None
@@ -581,8 +779,11 @@ def compare_command(
     elif not model or not cluster:
         raise ConfigError("compare needs --model and --cluster (or --paper)", field="model")
     else:
-        cases = [api.CompareCase(model, cluster, _int_list(devices, "--devices", MAX_DEVICES, MAX_LIST_ENTRIES),
-                                 mbs_list, seq_len)]
+        cases = [
+            api.CompareCase(
+                model, cluster, _int_list(devices, "--devices", MAX_DEVICES, MAX_LIST_ENTRIES), mbs_list, seq_len
+            )
+        ]
     for option, path in (("--plot", plot), ("--csv", csv_path)):
         if path is not None:
             _check_output(option, path, folder=paper)
@@ -609,12 +810,18 @@ def compare_command(
 @app.command("export")
 def export_command(
     plan_file: Path = typer.Argument(..., help="a plan JSON file (nestplan plan --json > plan.json)"),
-    framework: str = typer.Option(..., "--framework", help="megatron, torchtitan, deepspeed or megatron-bridge (alias nemo)"),
+    framework: str = typer.Option(
+        ..., "--framework", help="megatron, torchtitan, deepspeed or megatron-bridge (alias nemo)"
+    ),
     out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for the files"),
-    model: str | None = typer.Option(None, "--model", help="default: the model the plan holds (a plan of schema "
-                                     "nestplan.plan/1: the model it names)"),
-    cluster: str | None = typer.Option(None, "--cluster", help="default: the cluster the plan holds (a plan of "
-                                       "schema nestplan.plan/1: the cluster it names)"),
+    model: str | None = typer.Option(
+        None, "--model", help="default: the model the plan holds (a plan of schema nestplan.plan/1: the model it names)"
+    ),
+    cluster: str | None = typer.Option(
+        None,
+        "--cluster",
+        help="default: the cluster the plan holds (a plan of schema nestplan.plan/1: the cluster it names)",
+    ),
 ) -> None:
     """Write a framework's launch settings for a saved plan (--model and --cluster replace its own)."""
     from nestplan.export import check_framework
@@ -632,8 +839,9 @@ def export_command(
 @app.command("trace")
 def trace_command(
     model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
-    seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN,
-                                       help="default: the model's context, at most 2048"),
+    seq_len: int | None = typer.Option(
+        None, "--seq-len", parser=SEQ_LEN, help="default: the model's context, at most 2048"
+    ),
 ) -> None:
     """Measure per-block FLOPs and saved activations from the PyTorch model (extra [trace])."""
     _print_trace(model, seq_len, _console())
@@ -647,9 +855,13 @@ def _print_trace(model: str, seq_len: int | None, console: Console) -> list:
     for col in ("block", "traced GFLOP", "closed form GFLOP", "traced MiB saved", "closed form MiB saved"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(f"{r['block']}{' (MoE)' if r['moe'] else ''}", f"{r['traced_flops'] / 1e9:,.1f}",
-                      f"{r['closed_flops'] / 1e9:,.1f}", f"{r['traced_saved_bytes'] / 2**20:,.1f}",
-                      f"{r['closed_saved_bytes'] / 2**20:,.1f}")
+        table.add_row(
+            f"{r['block']}{' (MoE)' if r['moe'] else ''}",
+            f"{r['traced_flops'] / 1e9:,.1f}",
+            f"{r['closed_flops'] / 1e9:,.1f}",
+            f"{r['traced_saved_bytes'] / 2**20:,.1f}",
+            f"{r['closed_saved_bytes'] / 2**20:,.1f}",
+        )
     console.print(table)
     return rows
 
@@ -659,8 +871,9 @@ def sweep_command(
     target: str = typer.Argument(..., help="SPEC.toml to run, or the word 'report'"),
     folder: Path | None = typer.Argument(None, help="with 'report': the sweep's output folder"),
     out: Path = typer.Option(Path("sweep-out"), "--out", help="folder of results.sqlite (and the report)"),
-    workers: int = typer.Option(2, "--workers", parser=_integer("--workers", 1, api.MAX_WORKERS),
-                                help="local worker processes"),
+    workers: int = typer.Option(
+        2, "--workers", parser=_integer("--workers", 1, api.MAX_WORKERS), help="local worker processes"
+    ),
     ray: str | None = typer.Option(None, "--ray", help="run on Ray: local, auto or ray://host:port"),
 ) -> None:
     """Run a sweep spec (resuming where a previous run stopped), or `sweep report DIR`."""
@@ -673,21 +886,25 @@ def sweep_command(
         console.print("wrote " + ", ".join(printable(str(p)) for p in written), markup=False)
         return
     if folder is not None:
-        raise ConfigError(f"unexpected argument '{printable(str(folder))}': use --out DIR for a sweep's output folder",
-                          field="folder", value=printable(str(folder)))
+        raise ConfigError(
+            f"unexpected argument '{printable(str(folder))}': use --out DIR for a sweep's output folder",
+            field="folder",
+            value=printable(str(folder)),
+        )
     _check_output("--out", out, folder=True)
     with _progress("cases", every=1) as advance:
         summary = api.sweep(target, out, workers=workers, ray=ray, progress=lambda done, total: advance(done - 1))
-    console.print(f"sweep: {summary.total} cases, {summary.skipped} already done, {summary.finished} solved now "
-                  f"({summary.failed} failed) in {summary.elapsed_s:.1f} s -> {printable(str(summary.store))}",
-                  markup=False)
+    console.print(
+        f"sweep: {summary.total} cases, {summary.skipped} already done, {summary.finished} solved now "
+        f"({summary.failed} failed) in {summary.elapsed_s:.1f} s -> {printable(str(summary.store))}",
+        markup=False,
+    )
 
 
 @app.command("nest-solve")
 def nest_solve_command(
     input_path: str = typer.Argument(..., metavar="INPUT.json", help="the NEST authors' solver input (dp_input.json)"),
-    output_path: Path | None = typer.Argument(None, metavar="[OUTPUT.json]",
-                                              help="where to write their output schema"),
+    output_path: Path | None = typer.Argument(None, metavar="[OUTPUT.json]", help="where to write their output schema"),
     explain: bool = typer.Option(False, "--explain", help="take the time per batch apart; nestplan's own view"),
     model: str | None = typer.Option(None, "--model", help="with --explain: catalog model of the input"),
     cluster: str | None = typer.Option(None, "--cluster", help="with --explain: catalog cluster of the input"),
@@ -711,7 +928,7 @@ def nest_solve_command(
 
 @app.command()
 def validate(
-    runs: Path = typer.Argument(..., help="runs file: measured runs as JSON (docs/formats.md, \"Runs file\")"),
+    runs: Path = typer.Argument(..., help='runs file: measured runs as JSON (docs/formats.md, "Runs file")'),
     as_json: bool = typer.Option(False, "--json", help="print the rows and summaries as JSON"),
 ) -> None:
     """Predict every measured run of a runs file as it ran and print the error of each, with the
@@ -753,8 +970,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
-                                 help="print nestplan's version and exit"),
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="print nestplan's version and exit"
+    ),
 ) -> None:
     """Network- and memory-aware planner for distributed LLM training."""
 
@@ -785,7 +1003,7 @@ def main(argv: list[str] | None = None) -> None:
     except PlannerError as exc:
         _say(f"nestplan: error: {exc}")
         sys.exit(exc.exit_code)
-    except help_requests as exc:   # no command: the help on stdout, the error on stderr
+    except help_requests as exc:  # no command: the help on stdout, the error on stderr
         sys.stdout.write(exc.format_message().rstrip("\n") + "\n")
         _say("nestplan: error: no command given; choose one of the commands listed above")
         sys.exit(2)
@@ -796,7 +1014,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except aborts:
         sys.exit(130)
-    except OSError as exc:   # a file the commands did not foresee failing (their outputs are checked)
+    except OSError as exc:  # a file the commands did not foresee failing (their outputs are checked)
         _say(f"nestplan: error: {_os_reason(exc)}")
         sys.exit(2)
 

@@ -58,8 +58,16 @@ from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Level, Topology
 
 _TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes")
 _NETWORK_KEYS = ("levels", "torus", "graph")
-_LEVEL_KEYS = ("name", "size", "bandwidth_GBps", "latency_us", "oversubscription", "kind", "bus_efficiency",
-               "mesh_link_GBps")
+_LEVEL_KEYS = (
+    "name",
+    "size",
+    "bandwidth_GBps",
+    "latency_us",
+    "oversubscription",
+    "kind",
+    "bus_efficiency",
+    "mesh_link_GBps",
+)
 _LEVEL_REQUIRED = ("name", "size", "bandwidth_GBps", "latency_us")
 _TORUS_KEYS = ("dims", "link_bandwidth_GBps", "hop_latency_us", "kind", "bus_efficiency")
 _TORUS_REQUIRED = ("dims", "link_bandwidth_GBps", "hop_latency_us")
@@ -69,11 +77,11 @@ _SUFFIXES = (".toml", ".json")
 
 # Closed ranges of a cluster file's figures: far beyond any network on both sides, so that every
 # transfer time (bytes / bandwidth) stays a finite number.
-BANDWIDTH_GBps_RANGE = (1e-3, 1e6)    # 1 MB/s to 1 PB/s per device and direction: NVLink 5 gives 900 GB/s
-LATENCY_us_RANGE = (0.0, 1e6)         # up to one second per hop: real links take microseconds
+BANDWIDTH_GBps_RANGE = (1e-3, 1e6)  # 1 MB/s to 1 PB/s per device and direction: NVLink 5 gives 900 GB/s
+LATENCY_us_RANGE = (0.0, 1e6)  # up to one second per hop: real links take microseconds
 OVERSUBSCRIPTION_RANGE = (1.0, 1024.0)  # published fabrics are oversubscribed at most ~8:1 (Llama 3's 1:7)
-BUS_EFFICIENCY_RANGE = (1e-3, 1.0)    # achievable fraction of the line rate (catalog kinds: 0.77 to 1)
-MAX_NAME_CHARS = 200                  # cluster and level names label plans, tables and exported files
+BUS_EFFICIENCY_RANGE = (1e-3, 1.0)  # achievable fraction of the line rate (catalog kinds: 0.77 to 1)
+MAX_NAME_CHARS = 200  # cluster and level names label plans, tables and exported files
 
 
 @dataclass(frozen=True)
@@ -101,8 +109,12 @@ class Cluster:
                 raise TypeError
             devices = operator.index(devices)
         except TypeError:
-            raise ConfigError(f"--devices must be an integer, got {devices!r}", field="devices", value=devices,
-                              limit=f"1..{self.devices}") from None
+            raise ConfigError(
+                f"--devices must be an integer, got {devices!r}",
+                field="devices",
+                value=devices,
+                limit=f"1..{self.devices}",
+            ) from None
         order = None if self.device_order is None else self.device_order[:devices]
         return replace(self, topology=self.topology.truncate(devices), device_order=order)
 
@@ -126,8 +138,12 @@ def interconnect_bus_efficiency(kind: str) -> float:
     """Achievable busbw / line rate of a link kind; ConfigError naming the known kinds."""
     table = _interconnects()
     if not isinstance(kind, str) or kind.strip().lower() not in table:
-        raise ConfigError(f"unknown interconnect kind {brief(kind)}; allowed: {', '.join(sorted(table))}",
-                          field="kind", value=brief(kind), limit=sorted(table))
+        raise ConfigError(
+            f"unknown interconnect kind {brief(kind)}; allowed: {', '.join(sorted(table))}",
+            field="kind",
+            value=brief(kind),
+            limit=sorted(table),
+        )
     return table[kind.strip().lower()]
 
 
@@ -149,8 +165,9 @@ def _resolve(name_or_path: str) -> Path:
     if not is_file(path):
         raise ConfigError(f"cluster file '{text}' not found", field="cluster", value=text, limit="an existing file")
     if path.suffix.lower() not in _SUFFIXES:
-        raise ConfigError(f"cluster file '{text}' must end in .toml or .json", field="cluster", value=text,
-                          limit=list(_SUFFIXES))
+        raise ConfigError(
+            f"cluster file '{text}' must end in .toml or .json", field="cluster", value=text, limit=list(_SUFFIXES)
+        )
     return path
 
 
@@ -181,12 +198,19 @@ def _check_keys(table: Any, allowed: tuple[str, ...], required: tuple[str, ...],
         raise ConfigError(f"{where} must be a table, got {brief(table)}", field=where, value=brief(table))
     unknown = [key for key in table if key not in allowed]
     if unknown:
-        raise ConfigError(f"{where}: unknown key '{unknown[0]}'; allowed: {', '.join(allowed)}",
-                          field=str(unknown[0]), value=brief(table[unknown[0]]), limit=list(allowed))
+        raise ConfigError(
+            f"{where}: unknown key '{unknown[0]}'; allowed: {', '.join(allowed)}",
+            field=str(unknown[0]),
+            value=brief(table[unknown[0]]),
+            limit=list(allowed),
+        )
     missing = [key for key in required if key not in table]
     if missing:
-        raise ConfigError(f"{where}: missing field '{missing[0]}'; required: {', '.join(required)}",
-                          field=missing[0], limit=list(required))
+        raise ConfigError(
+            f"{where}: missing field '{missing[0]}'; required: {', '.join(required)}",
+            field=missing[0],
+            limit=list(required),
+        )
     return table
 
 
@@ -195,27 +219,44 @@ def _number(value: Any, field: str, where: str, bounds: tuple[float, float]) -> 
     low, high = bounds
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:  # NaN fails too
         allowed = f"[{low:g}, {high:g}]"
-        raise ConfigError(f"{where}: {field} must be a number in {allowed}, got {brief(value)}",
-                          field=field, value=brief(value), limit=allowed)
+        raise ConfigError(
+            f"{where}: {field} must be a number in {allowed}, got {brief(value)}",
+            field=field,
+            value=brief(value),
+            limit=allowed,
+        )
     return float(value)
 
 
 def _integer(value: Any, field: str, where: str, *, maximum: int, minimum: int = 1) -> int:
     """An integer of the file (not a bool, not ``2.0``) in minimum..maximum."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ConfigError(f"{where}: {field} must be an integer in {minimum}..{maximum}, got {brief(value)}",
-                          field=field, value=brief(value), limit=f"{minimum}..{maximum}")
+        raise ConfigError(
+            f"{where}: {field} must be an integer in {minimum}..{maximum}, got {brief(value)}",
+            field=field,
+            value=brief(value),
+            limit=f"{minimum}..{maximum}",
+        )
     return value
 
 
 def _name(value: Any, field: str, where: str) -> str:
     """A name: a non-empty string of at most ``MAX_NAME_CHARS`` characters, no control character."""
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where}: {field} must be a non-empty string, got {brief(value)}", field=field,
-                          value=brief(value), limit="non-empty string")
+        raise ConfigError(
+            f"{where}: {field} must be a non-empty string, got {brief(value)}",
+            field=field,
+            value=brief(value),
+            limit="non-empty string",
+        )
     if len(value) > MAX_NAME_CHARS:
-        raise ConfigError(f"{where}: {field} is {len(value)} characters long; at most {MAX_NAME_CHARS} allowed",
-                          field=field, value=len(value), limit=MAX_NAME_CHARS, unit="characters")
+        raise ConfigError(
+            f"{where}: {field} is {len(value)} characters long; at most {MAX_NAME_CHARS} allowed",
+            field=field,
+            value=len(value),
+            limit=MAX_NAME_CHARS,
+            unit="characters",
+        )
     return check_string(value, field, where)
 
 
@@ -223,15 +264,23 @@ def _list(value: Any, field: str, where: str, maximum: int, described: str) -> l
     """A non-empty list of at most ``maximum`` entries."""
     if not isinstance(value, list) or not 1 <= len(value) <= maximum:
         shown = f"{len(value)} entries" if isinstance(value, list) else brief(value)
-        raise ConfigError(f"{where}: {field} must be a list of 1 to {maximum} {described}, got {shown}",
-                          field=field, value=shown, limit=f"1..{maximum} entries")
+        raise ConfigError(
+            f"{where}: {field} must be a list of 1 to {maximum} {described}, got {shown}",
+            field=field,
+            value=shown,
+            limit=f"1..{maximum} entries",
+        )
     return value
 
 
 def _efficiency(table: Mapping[str, Any], where: str) -> float:
     if "kind" in table and "bus_efficiency" in table:
-        raise ConfigError(f"{where}: give either kind or bus_efficiency, not both (kind = {brief(table['kind'])})",
-                          field="bus_efficiency", value=brief(table["bus_efficiency"]), limit="kind or bus_efficiency")
+        raise ConfigError(
+            f"{where}: give either kind or bus_efficiency, not both (kind = {brief(table['kind'])})",
+            field="bus_efficiency",
+            value=brief(table["bus_efficiency"]),
+            limit="kind or bus_efficiency",
+        )
     if "kind" in table:
         try:
             return interconnect_bus_efficiency(table["kind"])
@@ -255,9 +304,13 @@ def _accelerator(value: Any, cluster: str) -> Accelerator:
         return load_accelerator(value)
     if isinstance(value, Mapping):
         suffix = "-accelerator"  # the default name, within the accelerator's name bound
-        return accelerator_from_dict(value.get("name", cluster[:MAX_NAME_CHARS - len(suffix)] + suffix), value)
-    raise ConfigError(f"cluster '{cluster}': accelerator must be a catalog name or an [accelerator] table, "
-                      f"got {brief(value)}", field="accelerator", value=brief(value), limit="catalog name or table")
+        return accelerator_from_dict(value.get("name", cluster[: MAX_NAME_CHARS - len(suffix)] + suffix), value)
+    raise ConfigError(
+        f"cluster '{cluster}': accelerator must be a catalog name or an [accelerator] table, got {brief(value)}",
+        field="accelerator",
+        value=brief(value),
+        limit="catalog name or table",
+    )
 
 
 def _levels_topology(name: str, levels: Any) -> Topology:
@@ -266,17 +319,21 @@ def _levels_topology(name: str, levels: Any) -> Topology:
     for i, table in enumerate(_list(levels, "levels", where, MAX_LEVELS, "[[levels]] tables, innermost first")):
         at = f"{where}: levels[{i}]"
         _check_keys(table, _LEVEL_KEYS, _LEVEL_REQUIRED, at)
-        specs.append(dict(
-            name=_name(table["name"], "name", at),
-            size=_integer(table["size"], "size", at, maximum=MAX_DEVICES),
-            bandwidth_Bps=_bandwidth_Bps(table["bandwidth_GBps"], "bandwidth_GBps", at),
-            latency_s=_latency_s(table["latency_us"], "latency_us", at),
-            oversubscription=_number(table.get("oversubscription", 1.0), "oversubscription", at,
-                                     OVERSUBSCRIPTION_RANGE),
-            bus_efficiency=_efficiency(table, at),
-            mesh_link_Bps=(_bandwidth_Bps(table["mesh_link_GBps"], "mesh_link_GBps", at)
-                           if "mesh_link_GBps" in table else None),
-        ))
+        specs.append(
+            dict(
+                name=_name(table["name"], "name", at),
+                size=_integer(table["size"], "size", at, maximum=MAX_DEVICES),
+                bandwidth_Bps=_bandwidth_Bps(table["bandwidth_GBps"], "bandwidth_GBps", at),
+                latency_s=_latency_s(table["latency_us"], "latency_us", at),
+                oversubscription=_number(
+                    table.get("oversubscription", 1.0), "oversubscription", at, OVERSUBSCRIPTION_RANGE
+                ),
+                bus_efficiency=_efficiency(table, at),
+                mesh_link_Bps=(
+                    _bandwidth_Bps(table["mesh_link_GBps"], "mesh_link_GBps", at) if "mesh_link_GBps" in table else None
+                ),
+            )
+        )
     return hierarchical(name, specs)
 
 
@@ -303,12 +360,17 @@ def _graph_topology(name: str, table: Any) -> tuple[Topology, tuple[int, ...]]:
     for i, edge in enumerate(edges):
         where = f"{at}: edges[{i}]"
         if not isinstance(edge, list) or len(edge) != 4:
-            raise ConfigError(f"{where} must be [u, v, bandwidth_GBps, latency_us], got {brief(edge)}",
-                              field=f"edges[{i}]", value=brief(edge), limit="[u, v, bandwidth_GBps, latency_us]")
+            raise ConfigError(
+                f"{where} must be [u, v, bandwidth_GBps, latency_us], got {brief(edge)}",
+                field=f"edges[{i}]",
+                value=brief(edge),
+                limit="[u, v, bandwidth_GBps, latency_us]",
+            )
         u = _integer(edge[0], "u", where, minimum=0, maximum=MAX_GRAPH_NODES - 1)
         v = _integer(edge[1], "v", where, minimum=0, maximum=MAX_GRAPH_NODES - 1)
-        converted.append((u, v, _bandwidth_Bps(edge[2], "bandwidth_GBps", where),
-                          _latency_s(edge[3], "latency_us", where)))
+        converted.append(
+            (u, v, _bandwidth_Bps(edge[2], "bandwidth_GBps", where), _latency_s(edge[3], "latency_us", where))
+        )
     built = from_graph(name, num_devices, converted, bus_efficiency=_efficiency(table, at))
     return built.topology, built.device_order
 
@@ -319,19 +381,28 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
     ``origin`` (a path or a label) prefixes error messages about the file as a whole.
     """
     if not isinstance(data, Mapping):
-        raise ConfigError(f"cluster {origin}: expected a table of fields, got {type(data).__name__}",
-                          field="cluster", value=origin)
+        raise ConfigError(
+            f"cluster {origin}: expected a table of fields, got {type(data).__name__}", field="cluster", value=origin
+        )
     _check_keys(data, _TOP_KEYS, ("name", "accelerator"), f"cluster {origin}")
     name = _name(data["name"], "name", f"cluster {origin}")
     for key in ("source", "notes"):
         if key in data and not isinstance(data[key], str):
-            raise ConfigError(f"cluster '{name}': {key} must be a string, got {brief(data[key])}", field=key,
-                              value=brief(data[key]), limit="a string")
+            raise ConfigError(
+                f"cluster '{name}': {key} must be a string, got {brief(data[key])}",
+                field=key,
+                value=brief(data[key]),
+                limit="a string",
+            )
     given = [key for key in _NETWORK_KEYS if key in data]
     if len(given) != 1:
         described = "none" if not given else " and ".join(given)
-        raise ConfigError(f"cluster '{name}': give exactly one network description of {', '.join(_NETWORK_KEYS)}; "
-                          f"found {described}", field="levels", value=given, limit=list(_NETWORK_KEYS))
+        raise ConfigError(
+            f"cluster '{name}': give exactly one network description of {', '.join(_NETWORK_KEYS)}; found {described}",
+            field="levels",
+            value=given,
+            limit=list(_NETWORK_KEYS),
+        )
     accelerator = _accelerator(data["accelerator"], name)
     order: tuple[int, ...] | None = None
     if "levels" in data:
@@ -365,19 +436,33 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
     """An [accelerator] table of a cluster file (the fields of catalog/accelerators.toml)."""
     table: dict[str, Any] = {"name": acc.name}
     table |= {f"peak_{dtype}_TFLOPS": _in_unit(flops, units.TERA) for dtype, flops in acc.peak_flops.items()}
-    table |= {"hbm_GiB": acc.hbm_bytes / units.GiB, "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
-              "matmul_efficiency": acc.matmul_efficiency, "matmul_half_dim": acc.matmul_half_dim,
-              "memory_efficiency": acc.memory_efficiency, "reserved_GiB": acc.reserved_bytes / units.GiB,
-              "mx_block_scaling": acc.mx_block_scaling, "source": acc.source}
-    optional = {"fp8_matmul_efficiency": acc.fp8_matmul_efficiency, "attention_efficiency": acc.attention_efficiency,
-                "attention_backward_efficiency": acc.attention_backward_efficiency}
+    table |= {
+        "hbm_GiB": acc.hbm_bytes / units.GiB,
+        "hbm_bandwidth_TBps": _in_unit(acc.hbm_bandwidth_Bps, units.TB),
+        "matmul_efficiency": acc.matmul_efficiency,
+        "matmul_half_dim": acc.matmul_half_dim,
+        "memory_efficiency": acc.memory_efficiency,
+        "reserved_GiB": acc.reserved_bytes / units.GiB,
+        "mx_block_scaling": acc.mx_block_scaling,
+        "source": acc.source,
+    }
+    optional = {
+        "fp8_matmul_efficiency": acc.fp8_matmul_efficiency,
+        "attention_efficiency": acc.attention_efficiency,
+        "attention_backward_efficiency": acc.attention_backward_efficiency,
+    }
     return table | {key: value for key, value in optional.items() if value is not None}
 
 
 def _level_table(level: Level) -> dict[str, Any]:
-    table = {"name": level.name, "size": level.size, "bandwidth_GBps": _in_unit(level.bandwidth_Bps, units.GB),
-             "latency_us": _in_unit(level.latency_s, units.US), "oversubscription": level.oversubscription,
-             "bus_efficiency": level.bus_efficiency}
+    table = {
+        "name": level.name,
+        "size": level.size,
+        "bandwidth_GBps": _in_unit(level.bandwidth_Bps, units.GB),
+        "latency_us": _in_unit(level.latency_s, units.US),
+        "oversubscription": level.oversubscription,
+        "bus_efficiency": level.bus_efficiency,
+    }
     mesh = {} if level.mesh_link_Bps is None else {"mesh_link_GBps": _in_unit(level.mesh_link_Bps, units.GB)}
     return table | mesh
 
@@ -387,5 +472,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     they are after ``--devices``: a torus or a graph as the levels derived from it), so that
     ``cluster_from_dict(cluster_to_dict(c))`` has the topology and the accelerator of ``c``
     (``== c`` where ``c`` was not derived from a graph: ``device_order`` is not written)."""
-    return {"name": cluster.name, "accelerator": _accelerator_table(cluster.accelerator),
-            "levels": [_level_table(level) for level in cluster.topology.levels]}
+    return {
+        "name": cluster.name,
+        "accelerator": _accelerator_table(cluster.accelerator),
+        "levels": [_level_table(level) for level in cluster.topology.levels],
+    }

@@ -116,9 +116,7 @@ def parse_text(text: str, kind: str, origin: str) -> Any:
             f"{origin}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", field="file", value=origin
         ) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(
-            f"{origin}: invalid TOML: {printable(str(exc))}", field="file", value=origin
-        ) from None
+        raise ConfigError(f"{origin}: invalid TOML: {printable(str(exc))}", field="file", value=origin) from None
     except RecursionError:
         raise ConfigError(
             f"{origin}: nested deeper than {MAX_DEPTH} levels", field="file", value=origin, limit=MAX_DEPTH
@@ -148,11 +146,15 @@ def read_text(path: str | Path, what: str) -> str:
         with p.open("rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(f"{origin} cannot be read: {exc.strerror or exc}", field="path", value=printable(str(p))) from None
+        raise ConfigError(
+            f"{origin} cannot be read: {exc.strerror or exc}", field="path", value=printable(str(p))
+        ) from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{origin}: not UTF-8 text (byte {exc.start})", field="path", value=printable(str(p))) from None
+        raise ConfigError(
+            f"{origin}: not UTF-8 text (byte {exc.start})", field="path", value=printable(str(p))
+        ) from None
 
 
 def load_file(path: str | Path, what: str, kind: str | None = None) -> Any:

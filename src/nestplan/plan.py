@@ -42,14 +42,14 @@ from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.units import DTYPE_BYTES
 
 SCHEMA = "nestplan.plan/2"
-SCHEMA_V1 = "nestplan.plan/1"      # still read: no model config, no cluster definition
+SCHEMA_V1 = "nestplan.plan/1"  # still read: no model config, no cluster definition
 SCHEMAS = (SCHEMA, SCHEMA_V1)
 # The job settings /1 plan files did not always carry, and what exports assumed for them before they did.
 UNSAVED_JOB_SETTINGS = {"grad_dtype": "fp32", "optimizer": "adam", "flash_attention": True}
-MAX_COUNT = 2**24        # the largest count a plan may give (devices, batch, tokens, degrees, layers): 16,777,216
-MAX_STATISTIC = 2**53    # search statistics (splits costed, groups pruned)
-MAX_TERMS = 64           # entries of a breakdown (step-time or memory terms)
-CALIBRATION_RANGE = (1e-3, 1e3)   # a traced/closed-form ratio (nestplan plan --trace gives 0.9 to 1.1)
+MAX_COUNT = 2**24  # the largest count a plan may give (devices, batch, tokens, degrees, layers): 16,777,216
+MAX_STATISTIC = 2**53  # search statistics (splits costed, groups pruned)
+MAX_TERMS = 64  # entries of a breakdown (step-time or memory terms)
+CALIBRATION_RANGE = (1e-3, 1e3)  # a traced/closed-form ratio (nestplan plan --trace gives 0.9 to 1.1)
 _PARALLEL_INTS = ("tp", "pp", "dp", "cp", "ep", "micro_batch_size", "num_microbatches", "virtual_stages")
 
 
@@ -70,15 +70,15 @@ class SearchStats:
 class StageSummary:
     """One pipeline stage of one replica, per device and per microbatch."""
 
-    first_layer: int          # transformer blocks [first_layer, last_layer], 0-based
+    first_layer: int  # transformer blocks [first_layer, last_layer], 0-based
     last_layer: int
     has_embedding: bool
     has_head: bool
-    devices: int              # tp x cp x ep
+    devices: int  # tp x cp x ep
     forward_s: float
     backward_s: float
-    cycle_s: float            # forward + backward
-    memory_bytes: float       # peak per device
+    cycle_s: float  # forward + backward
+    memory_bytes: float  # peak per device
     memory_breakdown_bytes: Mapping[str, float]
 
 
@@ -98,20 +98,42 @@ class PredictionSummary:
     fits: bool
     memory_excess_bytes: float
     stages: tuple[StageSummary, ...]
-    levels_spanned: Mapping[str, int]      # axis -> network level its widest group spans
-    pp_boundary_levels: tuple[int, ...]    # level of the link between stage i and i + 1
+    levels_spanned: Mapping[str, int]  # axis -> network level its widest group spans
+    pp_boundary_levels: tuple[int, ...]  # level of the link between stage i and i + 1
 
     @classmethod
     def from_prediction(cls, pred: Prediction) -> PredictionSummary:
-        stages = tuple(StageSummary(
-            s.first_layer, s.last_layer, s.has_embedding, s.has_head, s.devices, s.forward_s, s.backward_s,
-            s.cycle_s, s.peak_memory_bytes, _frozen(s.memory_bytes)) for s in pred.stages)
-        return cls(pred.step_time_s, _frozen(pred.breakdown_s), pred.tokens_per_s, pred.model_tflops_per_device,
-                   pred.hardware_tflops_per_device, pred.mfu, pred.peak_memory_bytes_per_device,
-                   _frozen(pred.memory_breakdown_bytes), pred.memory_capacity_bytes, pred.fits,
-                   pred.memory_excess_bytes, stages,
-                   _frozen({str(axis): level for axis, level in pred.placement.levels_spanned().items()}),
-                   tuple(pred.placement.pp_boundary_levels))
+        stages = tuple(
+            StageSummary(
+                s.first_layer,
+                s.last_layer,
+                s.has_embedding,
+                s.has_head,
+                s.devices,
+                s.forward_s,
+                s.backward_s,
+                s.cycle_s,
+                s.peak_memory_bytes,
+                _frozen(s.memory_bytes),
+            )
+            for s in pred.stages
+        )
+        return cls(
+            pred.step_time_s,
+            _frozen(pred.breakdown_s),
+            pred.tokens_per_s,
+            pred.model_tflops_per_device,
+            pred.hardware_tflops_per_device,
+            pred.mfu,
+            pred.peak_memory_bytes_per_device,
+            _frozen(pred.memory_breakdown_bytes),
+            pred.memory_capacity_bytes,
+            pred.fits,
+            pred.memory_excess_bytes,
+            stages,
+            _frozen({str(axis): level for axis, level in pred.placement.levels_spanned().items()}),
+            tuple(pred.placement.pp_boundary_levels),
+        )
 
 
 @dataclass(frozen=True)
@@ -126,7 +148,7 @@ class Plan:
     cluster: Cluster
     job: Job
     dims: ParallelDims
-    axis_order: tuple[str, ...]           # rank grid, fastest-varying axis first
+    axis_order: tuple[str, ...]  # rank grid, fastest-varying axis first
     predicted: PredictionSummary
     search: SearchStats
     prediction: Prediction | None = field(default=None, compare=False, repr=False)
@@ -138,18 +160,30 @@ class Plan:
         check_against_model(self.dims, self.model, self.job.seq_len)
         self.dims.num_microbatches(self.job.global_batch_size)
         if self.cluster.devices < self.devices_used:
-            raise ConfigError(f"the plan uses {self.devices_used} devices but cluster {printable(self.cluster.name)} "
-                              f"has {self.cluster.devices}", field="cluster", value=printable(self.cluster.name),
-                              limit=self.devices_used)
+            raise ConfigError(
+                f"the plan uses {self.devices_used} devices but cluster {printable(self.cluster.name)} "
+                f"has {self.cluster.devices}",
+                field="cluster",
+                value=printable(self.cluster.name),
+                limit=self.devices_used,
+            )
 
     @classmethod
-    def from_prediction(cls, pred: Prediction, model: ModelSpec, cluster: Cluster, job: Job,
-                        search: SearchStats) -> Plan:
+    def from_prediction(
+        cls, pred: Prediction, model: ModelSpec, cluster: Cluster, job: Job, search: SearchStats
+    ) -> Plan:
         """The plan ``pred`` (the evaluator's prediction of it on ``cluster``) was made for."""
         layers = pred.plan.layers_per_stage or tuple(s.last_layer - s.first_layer + 1 for s in pred.stages)
-        return cls(model, cluster, job, replace(pred.plan, layers_per_stage=layers),
-                   tuple(str(axis) for axis in pred.placement.axis_order), PredictionSummary.from_prediction(pred),
-                   search, pred)
+        return cls(
+            model,
+            cluster,
+            job,
+            replace(pred.plan, layers_per_stage=layers),
+            tuple(str(axis) for axis in pred.placement.axis_order),
+            PredictionSummary.from_prediction(pred),
+            search,
+            pred,
+        )
 
     @property
     def devices_used(self) -> int:
@@ -167,19 +201,27 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The plan JSON object, schema ``nestplan.plan/2``."""
         order = self.cluster.device_order
-        return {"schema": SCHEMA, "model": self.model.name,
-                "model_params": int(total_params(self.model)), "model_active_params": int(active_params(self.model)),
-                "cluster": self.cluster.name, "devices_total": self.cluster.devices,
-                **sections(self.dims, self.axis_order, self.job, self.predicted, self.level_names, self.search),
-                "model_config": config_dict(self.model),
-                "model_calibration": {"traced_flops_scale": self.model.traced_flops_scale,
-                                      "traced_activation_scale": self.model.traced_activation_scale},
-                "cluster_definition": cluster_to_dict(self.cluster),
-                **({} if order is None else {"device_order": list(order)})}
+        return {
+            "schema": SCHEMA,
+            "model": self.model.name,
+            "model_params": int(total_params(self.model)),
+            "model_active_params": int(active_params(self.model)),
+            "cluster": self.cluster.name,
+            "devices_total": self.cluster.devices,
+            **sections(self.dims, self.axis_order, self.job, self.predicted, self.level_names, self.search),
+            "model_config": config_dict(self.model),
+            "model_calibration": {
+                "traced_flops_scale": self.model.traced_flops_scale,
+                "traced_activation_scale": self.model.traced_activation_scale,
+            },
+            "cluster_definition": cluster_to_dict(self.cluster),
+            **({} if order is None else {"device_order": list(order)}),
+        }
 
     @classmethod
-    def from_dict(cls, data: Any, *, model: str | ModelSpec | None = None,
-                  cluster: str | Cluster | None = None) -> Plan:
+    def from_dict(
+        cls, data: Any, *, model: str | ModelSpec | None = None, cluster: str | Cluster | None = None
+    ) -> Plan:
         """The plan of a plan JSON object (schema /2, or /1), every field checked.
 
         ``model`` and ``cluster`` replace the plan's own (needed for a /1 plan whose model or
@@ -191,9 +233,12 @@ class Plan:
         spec = _read_model(data, model, version2)
         devices_total = _int(data, "devices_total", "")
         if devices_total < dims.devices:
-            raise ConfigError(f"plan JSON devices_total = {devices_total} is fewer than the devices_used = "
-                              f"{dims.devices}", field="devices_total", value=devices_total,
-                              limit=f">= {dims.devices}")
+            raise ConfigError(
+                f"plan JSON devices_total = {devices_total} is fewer than the devices_used = {dims.devices}",
+                field="devices_total",
+                value=devices_total,
+                limit=f">= {dims.devices}",
+            )
         cl = _read_cluster(data, cluster, devices_total, version2)
         return cls(spec, cl, job, dims, axis_order, _read_predicted(data, dims), _read_search(data))
 
@@ -206,12 +251,19 @@ def _check_model(dims: ParallelDims, model: ModelSpec) -> None:
     """The plan's stages must hold the model's layers; ep needs experts."""
     layers = sum(dims.layers_per_stage or ())
     if layers != model.num_layers:
-        raise ConfigError(f"the plan's stages hold {layers} layers but model {printable(model.name)} has "
-                          f"{model.num_layers}; pass the model the plan was made for",
-                          field="model", value=printable(model.name), limit=layers)
+        raise ConfigError(
+            f"the plan's stages hold {layers} layers but model {printable(model.name)} has "
+            f"{model.num_layers}; pass the model the plan was made for",
+            field="model",
+            value=printable(model.name),
+            limit=layers,
+        )
     if dims.ep > 1 and not model.is_moe:
-        raise ConfigError(f"the plan has ep {dims.ep} but model {printable(model.name)} is dense", field="model",
-                          value=printable(model.name))
+        raise ConfigError(
+            f"the plan has ep {dims.ep} but model {printable(model.name)} is dense",
+            field="model",
+            value=printable(model.name),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,8 +274,14 @@ def _plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
-def sections(dims: ParallelDims, axis_order: Sequence[str], job: Job, predicted: PredictionSummary,
-             level_names: Sequence[str], search: SearchStats) -> dict[str, Any]:
+def sections(
+    dims: ParallelDims,
+    axis_order: Sequence[str],
+    job: Job,
+    predicted: PredictionSummary,
+    level_names: Sequence[str],
+    search: SearchStats,
+) -> dict[str, Any]:
     """The fields both schemas share after ``devices_total``: devices_used, job, parallel, stages,
     placement, prediction, search."""
     p = predicted
@@ -231,31 +289,61 @@ def sections(dims: ParallelDims, axis_order: Sequence[str], job: Job, predicted:
         "devices_used": dims.devices,
         "job": {f.name: _plain(getattr(job, f.name)) for f in fields(job)},
         "parallel": {
-            "tp": dims.tp, "pp": dims.pp, "dp": dims.dp, "cp": dims.cp, "ep": dims.ep, "sp": dims.sp_active,
-            "etp": dims.expert_tp, "expert_parallel": dims.expert_parallel,
-            "zero_stage": int(dims.zero), "recompute": dims.recompute.value, "micro_batch_size": dims.micro_batch_size,
-            "num_microbatches": dims.num_microbatches(job.global_batch_size), "schedule": dims.schedule.value,
-            "virtual_stages": dims.virtual_stages, "layers_per_stage": list(dims.layers_per_stage or ()),
+            "tp": dims.tp,
+            "pp": dims.pp,
+            "dp": dims.dp,
+            "cp": dims.cp,
+            "ep": dims.ep,
+            "sp": dims.sp_active,
+            "etp": dims.expert_tp,
+            "expert_parallel": dims.expert_parallel,
+            "zero_stage": int(dims.zero),
+            "recompute": dims.recompute.value,
+            "micro_batch_size": dims.micro_batch_size,
+            "num_microbatches": dims.num_microbatches(job.global_batch_size),
+            "schedule": dims.schedule.value,
+            "virtual_stages": dims.virtual_stages,
+            "layers_per_stage": list(dims.layers_per_stage or ()),
         },
-        "stages": [{
-            "layers": [s.first_layer, s.last_layer], "embedding": s.has_embedding, "head": s.has_head,
-            "devices": s.devices, "time_s": s.cycle_s, "forward_s": s.forward_s, "backward_s": s.backward_s,
-            "memory_bytes": s.memory_bytes, "memory_breakdown_bytes": dict(s.memory_breakdown_bytes),
-        } for s in p.stages],
-        "placement": {"axis_order": [str(a) for a in axis_order], "levels_spanned": dict(p.levels_spanned),
-                      "level_names": list(level_names), "pp_boundary_levels": list(p.pp_boundary_levels)},
+        "stages": [
+            {
+                "layers": [s.first_layer, s.last_layer],
+                "embedding": s.has_embedding,
+                "head": s.has_head,
+                "devices": s.devices,
+                "time_s": s.cycle_s,
+                "forward_s": s.forward_s,
+                "backward_s": s.backward_s,
+                "memory_bytes": s.memory_bytes,
+                "memory_breakdown_bytes": dict(s.memory_breakdown_bytes),
+            }
+            for s in p.stages
+        ],
+        "placement": {
+            "axis_order": [str(a) for a in axis_order],
+            "levels_spanned": dict(p.levels_spanned),
+            "level_names": list(level_names),
+            "pp_boundary_levels": list(p.pp_boundary_levels),
+        },
         "prediction": {
-            "step_time_s": p.step_time_s, "breakdown_s": dict(p.breakdown_s), "tokens_per_s": p.tokens_per_s,
+            "step_time_s": p.step_time_s,
+            "breakdown_s": dict(p.breakdown_s),
+            "tokens_per_s": p.tokens_per_s,
             "model_tflops_per_device": p.model_tflops_per_device,
-            "hardware_tflops_per_device": p.hardware_tflops_per_device, "mfu": p.mfu,
+            "hardware_tflops_per_device": p.hardware_tflops_per_device,
+            "mfu": p.mfu,
             "peak_memory_bytes_per_device": p.peak_memory_bytes_per_device,
-            "memory_breakdown_bytes": dict(p.memory_breakdown_bytes), "memory_capacity_bytes": p.memory_capacity_bytes,
-            "fits": p.fits, "memory_excess_bytes": p.memory_excess_bytes,
+            "memory_breakdown_bytes": dict(p.memory_breakdown_bytes),
+            "memory_capacity_bytes": p.memory_capacity_bytes,
+            "fits": p.fits,
+            "memory_excess_bytes": p.memory_excess_bytes,
         },
-        "search": {"solve_time_s": search.solve_time_s, "candidates": search.candidates,
-                   "pruned_memory": search.pruned_memory},
+        "search": {
+            "solve_time_s": search.solve_time_s,
+            "candidates": search.candidates,
+            "pruned_memory": search.pruned_memory,
+        },
     }
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,16 +352,23 @@ def sections(dims: ParallelDims, axis_order: Sequence[str], job: Job, predicted:
 
 def _field(data: Any, key: str, where: str) -> Any:
     if not isinstance(data, Mapping) or key not in data:
-        raise ConfigError(f"the plan JSON has no '{where}{key}' field; it is not a complete plan",
-                          field=f"{where}{key}", limit=" or ".join(SCHEMAS))
+        raise ConfigError(
+            f"the plan JSON has no '{where}{key}' field; it is not a complete plan",
+            field=f"{where}{key}",
+            limit=" or ".join(SCHEMAS),
+        )
     return data[key]
 
 
 def _count(value: Any, field: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
     """An integer (not a bool, not a float) in ``minimum..maximum``."""
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise ConfigError(f"plan JSON field '{field}' must be an integer in {minimum}..{maximum}, got {brief(value)}",
-                          field=field, value=value, limit=f"{minimum}..{maximum}")
+        raise ConfigError(
+            f"plan JSON field '{field}' must be an integer in {minimum}..{maximum}, got {brief(value)}",
+            field=field,
+            value=value,
+            limit=f"{minimum}..{maximum}",
+        )
     return value
 
 
@@ -283,8 +378,12 @@ def _int(data: Any, key: str, where: str, minimum: int = 1, maximum: int = MAX_C
 
 def _number(value: Any, field: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
-        raise ConfigError(f"plan JSON field '{field}' must be a finite number >= 0, got {brief(value)}",
-                          field=field, value=value, limit="a finite number >= 0")
+        raise ConfigError(
+            f"plan JSON field '{field}' must be a finite number >= 0, got {brief(value)}",
+            field=field,
+            value=value,
+            limit="a finite number >= 0",
+        )
     return float(value)
 
 
@@ -295,8 +394,12 @@ def _float(data: Any, key: str, where: str) -> float:
 def _bool(data: Any, key: str, where: str) -> bool:
     value = _field(data, key, where)
     if not isinstance(value, bool):
-        raise ConfigError(f"plan JSON field '{where}{key}' must be true or false, got {brief(value)}",
-                          field=f"{where}{key}", value=value, limit=[True, False])
+        raise ConfigError(
+            f"plan JSON field '{where}{key}' must be true or false, got {brief(value)}",
+            field=f"{where}{key}",
+            value=value,
+            limit=[True, False],
+        )
     return value
 
 
@@ -304,8 +407,12 @@ def _choice(data: Any, key: str, where: str, allowed: Sequence[str]) -> str:
     """A categorical setting: one of ``allowed``."""
     value = _field(data, key, where)
     if not isinstance(value, str) or value not in allowed:
-        raise ConfigError(f"plan JSON field '{where}{key}' is {brief(value)}; allowed: {', '.join(allowed)}",
-                          field=f"{where}{key}", value=value, limit=list(allowed))
+        raise ConfigError(
+            f"plan JSON field '{where}{key}' is {brief(value)}; allowed: {', '.join(allowed)}",
+            field=f"{where}{key}",
+            value=value,
+            limit=list(allowed),
+        )
     return value
 
 
@@ -314,16 +421,24 @@ def _list(data: Any, key: str, where: str, length: int | None = None, maximum: i
     value = _field(data, key, where)
     if not isinstance(value, list) or (len(value) != length if length is not None else len(value) > maximum):
         wanted = f"{length} entries" if length is not None else f"at most {maximum} entries"
-        raise ConfigError(f"plan JSON field '{where}{key}' must be a list of {wanted}, got {brief(value)}",
-                          field=f"{where}{key}", value=value, limit=wanted)
+        raise ConfigError(
+            f"plan JSON field '{where}{key}' must be a list of {wanted}, got {brief(value)}",
+            field=f"{where}{key}",
+            value=value,
+            limit=wanted,
+        )
     return value
 
 
 def _object(data: Any, key: str, where: str) -> Mapping[str, Any]:
     value = _field(data, key, where)
     if not isinstance(value, Mapping):
-        raise ConfigError(f"plan JSON field '{where}{key}' must be an object, got {brief(value)}",
-                          field=f"{where}{key}", value=value, limit="an object")
+        raise ConfigError(
+            f"plan JSON field '{where}{key}' must be an object, got {brief(value)}",
+            field=f"{where}{key}",
+            value=value,
+            limit="an object",
+        )
     return value
 
 
@@ -331,18 +446,30 @@ def _terms(data: Any, key: str, where: str) -> Mapping[str, float]:
     """A breakdown: at most ``MAX_TERMS`` term names (plain names), each a finite number >= 0."""
     terms = _object(data, key, where)
     if len(terms) > MAX_TERMS:
-        raise ConfigError(f"plan JSON field '{where}{key}' has {len(terms)} terms; at most {MAX_TERMS} allowed",
-                          field=f"{where}{key}", value=len(terms), limit=MAX_TERMS)
-    return _frozen({check_name(term, f"{where}{key} term", "plan JSON"): _number(value, f"{where}{key}.{term}")
-                    for term, value in terms.items()})
+        raise ConfigError(
+            f"plan JSON field '{where}{key}' has {len(terms)} terms; at most {MAX_TERMS} allowed",
+            field=f"{where}{key}",
+            value=len(terms),
+            limit=MAX_TERMS,
+        )
+    return _frozen(
+        {
+            check_name(term, f"{where}{key} term", "plan JSON"): _number(value, f"{where}{key}.{term}")
+            for term, value in terms.items()
+        }
+    )
 
 
 def _name(data: Any, key: str) -> str:
     """The model or cluster a plan is for: a non-empty string without control characters."""
     value = _field(data, key, "")
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"plan JSON field '{key}' must be a non-empty string, got {brief(value)}",
-                          field=key, value=value, limit="a name or a path")
+        raise ConfigError(
+            f"plan JSON field '{key}' must be a non-empty string, got {brief(value)}",
+            field=key,
+            value=value,
+            limit="a name or a path",
+        )
     return check_string(value, key, "plan JSON")
 
 
@@ -350,12 +477,17 @@ def check_schema(data: Any) -> None:
     """One clear line for anything that is not a plan object of a schema this nestplan reads, or
     whose model or cluster is not a clean name."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"a plan must be a JSON object of schema {SCHEMA}, got {type(data).__name__}",
-                          field="schema", limit=SCHEMA)
+        raise ConfigError(
+            f"a plan must be a JSON object of schema {SCHEMA}, got {type(data).__name__}", field="schema", limit=SCHEMA
+        )
     schema = data.get("schema")
     if schema not in SCHEMAS:
-        raise ConfigError(f"plan JSON schema is {brief(schema)}; this nestplan reads {' and '.join(SCHEMAS)} plans",
-                          field="schema", value=schema, limit=list(SCHEMAS))
+        raise ConfigError(
+            f"plan JSON schema is {brief(schema)}; this nestplan reads {' and '.join(SCHEMAS)} plans",
+            field="schema",
+            value=schema,
+            limit=list(SCHEMAS),
+        )
     _name(data, "model")
     _name(data, "cluster")
 
@@ -372,34 +504,57 @@ def _read_dims(data: Any) -> ParallelDims:
     product = ints["tp"] * ints["cp"] * ints["ep"] * ints["pp"] * ints["dp"]
     used = _int(data, "devices_used", "")
     if product != used:
-        raise ConfigError(f"plan JSON degrees multiply to tp x cp x ep x pp x dp = {product}, "
-                          f"not devices_used = {used}", field="devices_used", value=used, limit=product)
+        raise ConfigError(
+            f"plan JSON degrees multiply to tp x cp x ep x pp x dp = {product}, not devices_used = {used}",
+            field="devices_used",
+            value=used,
+            limit=product,
+        )
     batch = _int(job, "global_batch_size", "job.")
     per_step = ints["dp"] * ints["ep"] * ints["micro_batch_size"] * ints["num_microbatches"]
     if per_step != batch:
-        raise ConfigError(f"plan JSON batch: dp x ep x micro-batch size x microbatches = {per_step}, "
-                          f"not the global batch size {batch}", field="job.global_batch_size", value=batch,
-                          limit=per_step)
+        raise ConfigError(
+            f"plan JSON batch: dp x ep x micro-batch size x microbatches = {per_step}, "
+            f"not the global batch size {batch}",
+            field="job.global_batch_size",
+            value=batch,
+            limit=per_step,
+        )
     bad = [n for n in layers if n % ints["virtual_stages"]] if len(layers) == ints["pp"] else []
     if bad:
-        raise ConfigError(f"plan JSON stage of {bad[0]} layers does not split into {ints['virtual_stages']} virtual "
-                          "stages", field="parallel.virtual_stages", value=ints["virtual_stages"], limit=bad[0])
+        raise ConfigError(
+            f"plan JSON stage of {bad[0]} layers does not split into {ints['virtual_stages']} virtual stages",
+            field="parallel.virtual_stages",
+            value=ints["virtual_stages"],
+            limit=bad[0],
+        )
     # etp: written since parallel folding; a plan without it splits its experts over tp
     etp = _int(par, "etp", "parallel.", 1, ints["tp"]) if "etp" in par else None
     if etp is not None and "expert_parallel" in par:
         folded = ints["ep"] * ints["tp"] // etp if ints["tp"] % etp == 0 else None
         if _int(par, "expert_parallel", "parallel.") != folded:
-            raise ConfigError(f"plan JSON parallel.expert_parallel must be ep x tp / etp = {ints['ep']} x "
-                              f"{ints['tp']} / {etp}, got {brief(par['expert_parallel'])}",
-                              field="parallel.expert_parallel", value=par["expert_parallel"], limit=folded)
+            raise ConfigError(
+                f"plan JSON parallel.expert_parallel must be ep x tp / etp = {ints['ep']} x "
+                f"{ints['tp']} / {etp}, got {brief(par['expert_parallel'])}",
+                field="parallel.expert_parallel",
+                value=par["expert_parallel"],
+                limit=folded,
+            )
     return ParallelDims(
-        tp=ints["tp"], pp=ints["pp"], dp=ints["dp"], cp=ints["cp"], ep=ints["ep"], etp=etp,
+        tp=ints["tp"],
+        pp=ints["pp"],
+        dp=ints["dp"],
+        cp=ints["cp"],
+        ep=ints["ep"],
+        etp=etp,
         sp=_bool(par, "sp", "parallel."),
         zero=ZeroStage(_int(par, "zero_stage", "parallel.", 0, 3)),
         recompute=Recompute(_choice(par, "recompute", "parallel.", [e.value for e in Recompute])),
         micro_batch_size=ints["micro_batch_size"],
         schedule=Schedule(_choice(par, "schedule", "parallel.", [e.value for e in Schedule])),
-        virtual_stages=ints["virtual_stages"], layers_per_stage=layers)
+        virtual_stages=ints["virtual_stages"],
+        layers_per_stage=layers,
+    )
 
 
 FRAMEWORK_FLAGS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "fp8_params", "moe_comm_overlap")
@@ -413,8 +568,12 @@ def _read_layers(par: Mapping[str, Any], pp: int, virtual_stages: int) -> tuple[
     layers = tuple(_count(n, f"parallel.layers_per_stage[{i}]", 0) for i, n in enumerate(given))
     problem = layout_problem(layers, pp, virtual_stages)
     if problem is not None:
-        raise ConfigError(f"plan JSON field 'parallel.layers_per_stage' {problem}", field="parallel.layers_per_stage",
-                          value=len(layers), limit=problem)
+        raise ConfigError(
+            f"plan JSON field 'parallel.layers_per_stage' {problem}",
+            field="parallel.layers_per_stage",
+            value=len(layers),
+            limit=problem,
+        )
     return layers
 
 
@@ -422,9 +581,11 @@ def _read_job(data: Any, version2: bool) -> Job:
     """Every job setting; a /1 plan written before the job's gradient dtype, optimizer and flash
     setting were recorded reads them as ``UNSAVED_JOB_SETTINGS``."""
     job = _object(data, "job", "")
-    settings = {"grad_dtype": lambda: _choice(job, "grad_dtype", "job.", tuple(DTYPE_BYTES)),
-                "optimizer": lambda: _choice(job, "optimizer", "job.", [o.value for o in Optimizer]),
-                "flash_attention": lambda: _bool(job, "flash_attention", "job.")}
+    settings = {
+        "grad_dtype": lambda: _choice(job, "grad_dtype", "job.", tuple(DTYPE_BYTES)),
+        "optimizer": lambda: _choice(job, "optimizer", "job.", [o.value for o in Optimizer]),
+        "flash_attention": lambda: _bool(job, "flash_attention", "job."),
+    }
     read = {key: value() if version2 or key in job else UNSAVED_JOB_SETTINGS[key] for key, value in settings.items()}
     # what the framework runs (recorded from nestplan 0.2 on; absent: Job's defaults)
     framework = {key: _bool(job, key, "job.") for key in FRAMEWORK_FLAGS if key in job}
@@ -439,16 +600,25 @@ def _read_job(data: Any, version2: bool) -> Job:
         framework["optimizer_state"] = _choice(job, "optimizer_state", "job.", [k.value for k in OptimizerState])
     if job.get("moe_capacity_factor") is not None:
         framework["moe_capacity_factor"] = _float(job, "moe_capacity_factor", "job.")
-    return Job(global_batch_size=_int(job, "global_batch_size", "job."), seq_len=_int(job, "seq_len", "job."),
-               dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)), **read, **framework)
+    return Job(
+        global_batch_size=_int(job, "global_batch_size", "job."),
+        seq_len=_int(job, "seq_len", "job."),
+        dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)),
+        **read,
+        **framework,
+    )
 
 
 def _read_axis_order(data: Any) -> tuple[str, ...]:
     placement = _object(data, "placement", "")
     order = _field(placement, "axis_order", "placement.")
     if not isinstance(order, list) or not all(isinstance(a, str) for a in order) or sorted(order) != sorted(AXES):
-        raise ConfigError(f"plan JSON field 'placement.axis_order' must list each of {', '.join(AXES)} once, "
-                          f"got {brief(order)}", field="placement.axis_order", value=order, limit=list(AXES))
+        raise ConfigError(
+            f"plan JSON field 'placement.axis_order' must list each of {', '.join(AXES)} once, got {brief(order)}",
+            field="placement.axis_order",
+            value=order,
+            limit=list(AXES),
+        )
     return tuple(order)
 
 
@@ -459,9 +629,12 @@ def _calibration(data: Any) -> dict[str, float]:
     for key in ("traced_flops_scale", "traced_activation_scale"):
         value = _float(table, key, "model_calibration.")
         if not low <= value <= high:
-            raise ConfigError(f"plan JSON field 'model_calibration.{key}' must be in [{low:g}, {high:g}], got "
-                              f"{brief(value)}", field=f"model_calibration.{key}", value=value,
-                              limit=f"[{low:g}, {high:g}]")
+            raise ConfigError(
+                f"plan JSON field 'model_calibration.{key}' must be in [{low:g}, {high:g}], got {brief(value)}",
+                field=f"model_calibration.{key}",
+                value=value,
+                limit=f"[{low:g}, {high:g}]",
+            )
         out[key] = value
     return out
 
@@ -483,11 +656,14 @@ def _device_order(data: Any, devices: int) -> tuple[int, ...] | None:
     field), else None."""
     if "device_order" not in data:
         return None
-    order = [_count(d, f"device_order[{i}]", 0, MAX_GRAPH_NODES - 1)
-             for i, d in enumerate(_list(data, "device_order", "", length=devices))]
+    order = [
+        _count(d, f"device_order[{i}]", 0, MAX_GRAPH_NODES - 1)
+        for i, d in enumerate(_list(data, "device_order", "", length=devices))
+    ]
     if len(set(order)) != len(order):
-        raise ConfigError("plan JSON field 'device_order' names a device twice", field="device_order",
-                          limit="distinct device ids")
+        raise ConfigError(
+            "plan JSON field 'device_order' names a device twice", field="device_order", limit="distinct device ids"
+        )
     return tuple(order)
 
 
@@ -500,41 +676,60 @@ def _read_cluster(data: Any, given: str | Cluster | None, devices_total: int, ve
         return load_cluster(given or data["cluster"], devices_total)
     cluster = cluster_from_dict(_object(data, "cluster_definition", ""), origin="in plan JSON cluster_definition")
     if cluster.name != data["cluster"]:
-        raise ConfigError(f"plan JSON field 'cluster' is '{printable(data['cluster'])}' but its cluster_definition "
-                          f"names '{printable(cluster.name)}'", field="cluster", value=printable(data["cluster"]),
-                          limit=printable(cluster.name))
+        raise ConfigError(
+            f"plan JSON field 'cluster' is '{printable(data['cluster'])}' but its cluster_definition "
+            f"names '{printable(cluster.name)}'",
+            field="cluster",
+            value=printable(data["cluster"]),
+            limit=printable(cluster.name),
+        )
     if cluster.devices != devices_total:
-        raise ConfigError(f"plan JSON devices_total = {devices_total} is not the {cluster.devices} devices of its "
-                          "cluster_definition", field="devices_total", value=devices_total, limit=cluster.devices)
+        raise ConfigError(
+            f"plan JSON devices_total = {devices_total} is not the {cluster.devices} devices of its cluster_definition",
+            field="devices_total",
+            value=devices_total,
+            limit=cluster.devices,
+        )
     return replace(cluster, device_order=_device_order(data, cluster.devices))
 
 
 def _read_stage(stage: Any, where: str) -> StageSummary:
     layers = _list(stage, "layers", where, length=2)
     return StageSummary(
-        first_layer=_count(layers[0], f"{where}layers[0]", 0), last_layer=_count(layers[1], f"{where}layers[1]", 0),
-        has_embedding=_bool(stage, "embedding", where), has_head=_bool(stage, "head", where),
-        devices=_int(stage, "devices", where), forward_s=_float(stage, "forward_s", where),
-        backward_s=_float(stage, "backward_s", where), cycle_s=_float(stage, "time_s", where),
+        first_layer=_count(layers[0], f"{where}layers[0]", 0),
+        last_layer=_count(layers[1], f"{where}layers[1]", 0),
+        has_embedding=_bool(stage, "embedding", where),
+        has_head=_bool(stage, "head", where),
+        devices=_int(stage, "devices", where),
+        forward_s=_float(stage, "forward_s", where),
+        backward_s=_float(stage, "backward_s", where),
+        cycle_s=_float(stage, "time_s", where),
         memory_bytes=_float(stage, "memory_bytes", where),
-        memory_breakdown_bytes=_terms(stage, "memory_breakdown_bytes", where))
+        memory_breakdown_bytes=_terms(stage, "memory_breakdown_bytes", where),
+    )
 
 
 def _read_stages(data: Any, dims: ParallelDims) -> tuple[StageSummary, ...]:
     """One entry per stage, holding the blocks ``parallel.layers_per_stage`` gives it on tp x cp x ep devices."""
     stages = tuple(_read_stage(s, f"stages[{i}].") for i, s in enumerate(_list(data, "stages", "", length=dims.pp)))
     first = 0
-    per_stage = dims.stage_layers(sum(dims.layers_per_stage or ()))   # all of a stage's chunks together
+    per_stage = dims.stage_layers(sum(dims.layers_per_stage or ()))  # all of a stage's chunks together
     for i, (stage, count) in enumerate(zip(stages, per_stage)):
         if (stage.first_layer, stage.last_layer) != (first, first + count - 1):
-            raise ConfigError(f"plan JSON field 'stages[{i}].layers' is [{stage.first_layer}, {stage.last_layer}]; "
-                              f"parallel.layers_per_stage gives [{first}, {first + count - 1}]",
-                              field=f"stages[{i}].layers", value=[stage.first_layer, stage.last_layer],
-                              limit=[first, first + count - 1])
+            raise ConfigError(
+                f"plan JSON field 'stages[{i}].layers' is [{stage.first_layer}, {stage.last_layer}]; "
+                f"parallel.layers_per_stage gives [{first}, {first + count - 1}]",
+                field=f"stages[{i}].layers",
+                value=[stage.first_layer, stage.last_layer],
+                limit=[first, first + count - 1],
+            )
         if stage.devices != dims.stage_devices:
-            raise ConfigError(f"plan JSON field 'stages[{i}].devices' is {stage.devices}, not tp x cp x ep = "
-                              f"{dims.stage_devices}", field=f"stages[{i}].devices", value=stage.devices,
-                              limit=dims.stage_devices)
+            raise ConfigError(
+                f"plan JSON field 'stages[{i}].devices' is {stage.devices}, not tp x cp x ep = {dims.stage_devices}",
+                field=f"stages[{i}].devices",
+                value=stage.devices,
+                limit=dims.stage_devices,
+            )
         first += count
     return stages
 
@@ -542,12 +737,20 @@ def _read_stages(data: Any, dims: ParallelDims) -> tuple[StageSummary, ...]:
 def _level_names(placement: Mapping[str, Any]) -> list[str]:
     names = _list(placement, "level_names", "placement.", maximum=MAX_LEVELS)
     if not names:
-        raise ConfigError("plan JSON field 'placement.level_names' lists no level", field="placement.level_names",
-                          value=names, limit=f"1..{MAX_LEVELS} names")
+        raise ConfigError(
+            "plan JSON field 'placement.level_names' lists no level",
+            field="placement.level_names",
+            value=names,
+            limit=f"1..{MAX_LEVELS} names",
+        )
     for i, name in enumerate(names):
         if not isinstance(name, str):
-            raise ConfigError(f"plan JSON field 'placement.level_names[{i}]' must be a string, got {brief(name)}",
-                              field=f"placement.level_names[{i}]", value=name, limit="a level name")
+            raise ConfigError(
+                f"plan JSON field 'placement.level_names[{i}]' must be a string, got {brief(name)}",
+                field=f"placement.level_names[{i}]",
+                value=name,
+                limit="a level name",
+            )
         check_string(name, f"placement.level_names[{i}]", "plan JSON")
     return names
 
@@ -556,17 +759,22 @@ def _read_predicted(data: Any, dims: ParallelDims) -> PredictionSummary:
     pred, placement = _object(data, "prediction", ""), _object(data, "placement", "")
     spans = _object(placement, "levels_spanned", "placement.")
     if sorted(spans) != sorted(AXES):
-        raise ConfigError(f"plan JSON field 'placement.levels_spanned' must give a level for each of "
-                          f"{', '.join(AXES)}, got {brief(sorted(spans))}", field="placement.levels_spanned",
-                          value=sorted(spans), limit=list(AXES))
-    top = len(_level_names(placement)) - 1   # levels are indices into placement.level_names
+        raise ConfigError(
+            f"plan JSON field 'placement.levels_spanned' must give a level for each of "
+            f"{', '.join(AXES)}, got {brief(sorted(spans))}",
+            field="placement.levels_spanned",
+            value=sorted(spans),
+            limit=list(AXES),
+        )
+    top = len(_level_names(placement)) - 1  # levels are indices into placement.level_names
 
     def level(value: Any, field: str) -> int:
         return _count(value, field, 0, top)
 
     boundaries = _list(placement, "pp_boundary_levels", "placement.", length=dims.pp - 1)
     return PredictionSummary(
-        step_time_s=_float(pred, "step_time_s", "prediction."), breakdown_s=_terms(pred, "breakdown_s", "prediction."),
+        step_time_s=_float(pred, "step_time_s", "prediction."),
+        breakdown_s=_terms(pred, "breakdown_s", "prediction."),
         tokens_per_s=_float(pred, "tokens_per_s", "prediction."),
         model_tflops_per_device=_float(pred, "model_tflops_per_device", "prediction."),
         hardware_tflops_per_device=_float(pred, "hardware_tflops_per_device", "prediction."),
@@ -574,14 +782,18 @@ def _read_predicted(data: Any, dims: ParallelDims) -> PredictionSummary:
         peak_memory_bytes_per_device=_float(pred, "peak_memory_bytes_per_device", "prediction."),
         memory_breakdown_bytes=_terms(pred, "memory_breakdown_bytes", "prediction."),
         memory_capacity_bytes=_float(pred, "memory_capacity_bytes", "prediction."),
-        fits=_bool(pred, "fits", "prediction."), memory_excess_bytes=_float(pred, "memory_excess_bytes", "prediction."),
+        fits=_bool(pred, "fits", "prediction."),
+        memory_excess_bytes=_float(pred, "memory_excess_bytes", "prediction."),
         stages=_read_stages(data, dims),
         levels_spanned=_frozen({str(axis): level(spans[axis], f"placement.levels_spanned.{axis}") for axis in AXES}),
-        pp_boundary_levels=tuple(level(v, f"placement.pp_boundary_levels[{i}]") for i, v in enumerate(boundaries)))
+        pp_boundary_levels=tuple(level(v, f"placement.pp_boundary_levels[{i}]") for i, v in enumerate(boundaries)),
+    )
 
 
 def _read_search(data: Any) -> SearchStats:
     search = _object(data, "search", "")
-    return SearchStats(_float(search, "solve_time_s", "search."),
-                       _int(search, "candidates", "search.", 0, MAX_STATISTIC),
-                       _int(search, "pruned_memory", "search.", 0, MAX_STATISTIC))
+    return SearchStats(
+        _float(search, "solve_time_s", "search."),
+        _int(search, "candidates", "search.", 0, MAX_STATISTIC),
+        _int(search, "pruned_memory", "search.", 0, MAX_STATISTIC),
+    )

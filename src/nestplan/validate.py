@@ -25,9 +25,9 @@ from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 
-MAX_RUNS = 100_000            # rows of one runs file
-MAX_DEGREE = 2**20            # any parallel degree, GPU count or batch (the cluster bound)
-DEFAULT_FP8_RECIPE = Fp8Recipe.DELAYED   # Transformer Engine's recipe when none is given (DelayedScaling)
+MAX_RUNS = 100_000  # rows of one runs file
+MAX_DEGREE = 2**20  # any parallel degree, GPU count or batch (the cluster bound)
+DEFAULT_FP8_RECIPE = Fp8Recipe.DELAYED  # Transformer Engine's recipe when none is given (DelayedScaling)
 _DEGREES = ("gpus", "tp", "pp", "vp", "cp", "ep", "dp", "mbs", "global_batch", "seq_len")
 
 
@@ -63,13 +63,29 @@ class RowResult:
         if self.run is None:
             return {"id": self.id, "evaluated": False, "problem": self.problem}
         dims = self.run.dims
-        return {"id": self.id, "evaluated": True, "model": self.run.model.name, "cluster": self.run.cluster.name,
-                "gpus": dims.devices, "tp": dims.tp, "sp": dims.sp_active, "pp": dims.pp, "vp": dims.virtual_stages,
-                "cp": dims.cp, "ep": dims.ep, "dp": dims.dp, "precision": self.run.precision,
-                "measured_step_s": self.run.measured_step_s, "predicted_step_s": self.predicted_step_s,
-                "measured_tokens_per_s_per_gpu": self.measured_tokens_per_s_per_gpu,
-                "predicted_tokens_per_s_per_gpu": self.predicted_tokens_per_s_per_gpu, "error": self.error,
-                "fits": self.fits, "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes}
+        return {
+            "id": self.id,
+            "evaluated": True,
+            "model": self.run.model.name,
+            "cluster": self.run.cluster.name,
+            "gpus": dims.devices,
+            "tp": dims.tp,
+            "sp": dims.sp_active,
+            "pp": dims.pp,
+            "vp": dims.virtual_stages,
+            "cp": dims.cp,
+            "ep": dims.ep,
+            "dp": dims.dp,
+            "precision": self.run.precision,
+            "measured_step_s": self.run.measured_step_s,
+            "predicted_step_s": self.predicted_step_s,
+            "measured_tokens_per_s_per_gpu": self.measured_tokens_per_s_per_gpu,
+            "predicted_tokens_per_s_per_gpu": self.predicted_tokens_per_s_per_gpu,
+            "error": self.error,
+            "fits": self.fits,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "capacity_bytes": self.capacity_bytes,
+        }
 
     @property
     def error(self) -> float | None:
@@ -109,17 +125,31 @@ def read_runs(path: str | Path) -> list[tuple[str, Mapping[str, Any] | ConfigErr
     data = load_object(path, "runs file", "json")
     rows = data.get("rows") if isinstance(data, Mapping) else None
     if not isinstance(rows, list):
-        raise ConfigError(f"runs file '{printable(str(path))}' needs a list 'rows'", field="rows",
-                          value=type(rows).__name__, limit="a list of run objects")
+        raise ConfigError(
+            f"runs file '{printable(str(path))}' needs a list 'rows'",
+            field="rows",
+            value=type(rows).__name__,
+            limit="a list of run objects",
+        )
     if len(rows) > MAX_RUNS:
-        raise ConfigError(f"runs file '{printable(str(path))}' has {len(rows):,} rows; at most {MAX_RUNS:,}",
-                          field="rows", value=len(rows), limit=MAX_RUNS)
+        raise ConfigError(
+            f"runs file '{printable(str(path))}' has {len(rows):,} rows; at most {MAX_RUNS:,}",
+            field="rows",
+            value=len(rows),
+            limit=MAX_RUNS,
+        )
     out: list[tuple[str, Mapping[str, Any] | ConfigError]] = []
     for i, row in enumerate(rows):
         name = row.get("id") if isinstance(row, Mapping) else None
         label = printable(name) if isinstance(name, str) and name else f"row {i + 1}"
-        out.append((label, row if isinstance(row, Mapping) else
-                    ConfigError(f"{label}: a run must be an object, got {type(row).__name__}", field="rows")))
+        out.append(
+            (
+                label,
+                row
+                if isinstance(row, Mapping)
+                else ConfigError(f"{label}: a run must be an object, got {type(row).__name__}", field="rows"),
+            )
+        )
     return out
 
 
@@ -132,68 +162,110 @@ def _field(row: Mapping[str, Any], key: str, label: str) -> Any:
 def _int(row: Mapping[str, Any], key: str, label: str) -> int:
     value = _field(row, key, label)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DEGREE:
-        raise ConfigError(f"{label}: '{key}' must be an integer in 1..{MAX_DEGREE:,}, got {brief(value)}",
-                          field=key, value=brief(value), limit=f"1..{MAX_DEGREE}")
+        raise ConfigError(
+            f"{label}: '{key}' must be an integer in 1..{MAX_DEGREE:,}, got {brief(value)}",
+            field=key,
+            value=brief(value),
+            limit=f"1..{MAX_DEGREE}",
+        )
     return value
 
 
 def _flag(row: Mapping[str, Any], key: str, label: str, default: bool | None = None) -> bool:
     value = row.get(key, default) if default is not None else _field(row, key, label)
     if not isinstance(value, bool):
-        raise ConfigError(f"{label}: '{key}' must be true or false, got {brief(value)}", field=key,
-                          value=brief(value), limit=[True, False])
+        raise ConfigError(
+            f"{label}: '{key}' must be true or false, got {brief(value)}",
+            field=key,
+            value=brief(value),
+            limit=[True, False],
+        )
     return value
 
 
 def _choice(row: Mapping[str, Any], key: str, label: str, allowed: Sequence[str], default: str | None = None) -> str:
     value = row.get(key, default) if default is not None else _field(row, key, label)
     if value not in allowed:
-        raise ConfigError(f"{label}: '{key}' must be one of {', '.join(allowed)}, got {brief(value)}", field=key,
-                          value=brief(value), limit=list(allowed))
+        raise ConfigError(
+            f"{label}: '{key}' must be one of {', '.join(allowed)}, got {brief(value)}",
+            field=key,
+            value=brief(value),
+            limit=list(allowed),
+        )
     return value
 
 
 def _measured_step(row: Mapping[str, Any], label: str) -> float:
     published = _field(row, "published", label)
     if not isinstance(published, Mapping) or published.get("metric") != "step_time_s":
-        raise ConfigError(f"{label}: 'published' must give metric 'step_time_s' and its value", field="published",
-                          limit="{metric: step_time_s, value: seconds}")
+        raise ConfigError(
+            f"{label}: 'published' must give metric 'step_time_s' and its value",
+            field="published",
+            limit="{metric: step_time_s, value: seconds}",
+        )
     value = published.get("value")
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1e7:
-        raise ConfigError(f"{label}: published step time must be a number of seconds in (0, 1e7), got "
-                          f"{brief(value)}", field="published.value", value=brief(value), limit="(0, 1e7)")
+        raise ConfigError(
+            f"{label}: published step time must be a number of seconds in (0, 1e7), got {brief(value)}",
+            field="published.value",
+            value=brief(value),
+            limit="(0, 1e7)",
+        )
     return float(value)
 
 
 def _dims(row: Mapping[str, Any], label: str, n: Mapping[str, int]) -> ParallelDims:
     layers = row.get("layers_per_stage")
-    if layers is not None and (not isinstance(layers, list) or not all(
-            isinstance(x, int) and not isinstance(x, bool) for x in layers)):
-        raise ConfigError(f"{label}: 'layers_per_stage' must be null or a list of integers", field="layers_per_stage",
-                          value=brief(layers))
+    if layers is not None and (
+        not isinstance(layers, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
+    ):
+        raise ConfigError(
+            f"{label}: 'layers_per_stage' must be null or a list of integers",
+            field="layers_per_stage",
+            value=brief(layers),
+        )
     zero = row.get("zero", 0)
     if zero not in (0, 1, 2, 3) or isinstance(zero, bool):
-        raise ConfigError(f"{label}: 'zero' must be 0, 1, 2 or 3, got {brief(zero)}", field="zero", value=brief(zero),
-                          limit=[0, 1, 2, 3])
-    return ParallelDims(tp=n["tp"], pp=n["pp"], dp=n["dp"], cp=n["cp"], ep=n["ep"], sp=_flag(row, "sp", label),
-                        zero=zero, recompute=Recompute(_choice(row, "recompute", label, [r.value for r in Recompute])),
-                        micro_batch_size=n["mbs"], virtual_stages=n["vp"],
-                        schedule=Schedule.INTERLEAVED if n["vp"] > 1 else Schedule.ONE_F_ONE_B,
-                        layers_per_stage=tuple(layers) if layers is not None else None)
+        raise ConfigError(
+            f"{label}: 'zero' must be 0, 1, 2 or 3, got {brief(zero)}",
+            field="zero",
+            value=brief(zero),
+            limit=[0, 1, 2, 3],
+        )
+    return ParallelDims(
+        tp=n["tp"],
+        pp=n["pp"],
+        dp=n["dp"],
+        cp=n["cp"],
+        ep=n["ep"],
+        sp=_flag(row, "sp", label),
+        zero=zero,
+        recompute=Recompute(_choice(row, "recompute", label, [r.value for r in Recompute])),
+        micro_batch_size=n["mbs"],
+        virtual_stages=n["vp"],
+        schedule=Schedule.INTERLEAVED if n["vp"] > 1 else Schedule.ONE_F_ONE_B,
+        layers_per_stage=tuple(layers) if layers is not None else None,
+    )
 
 
 def _job(row: Mapping[str, Any], label: str, model: ModelSpec, n: Mapping[str, int]) -> Job:
     precision = _choice(row, "precision", label, ("bf16", "fp16", "fp8"))
     recipe = _choice(row, "fp8_recipe", label, [r.value for r in Fp8Recipe], DEFAULT_FP8_RECIPE.value)
-    return make_job(model, n["global_batch"], n["seq_len"], dtype="fp16" if precision == "fp16" else "bf16",
-                    grad_dtype=_choice(row, "grad_reduce_dtype", label, ("fp32", "bf16"), "fp32"),
-                    flash_attention=_flag(row, "flash", label, True),
-                    tp_comm_overlap=_flag(row, "tp_comm_overlap", label, False),
-                    fp8_recipe=Fp8Recipe(recipe) if precision == "fp8" else None,
-                    fp8_params=_flag(row, "fp8_params", label, False),
-                    optimizer_state=_choice(row, "optimizer_state", label, [k.value for k in OptimizerState],
-                                            OptimizerState.FP32.value),
-                    moe_capacity_factor=row.get("moe_capacity_factor"))
+    return make_job(
+        model,
+        n["global_batch"],
+        n["seq_len"],
+        dtype="fp16" if precision == "fp16" else "bf16",
+        grad_dtype=_choice(row, "grad_reduce_dtype", label, ("fp32", "bf16"), "fp32"),
+        flash_attention=_flag(row, "flash", label, True),
+        tp_comm_overlap=_flag(row, "tp_comm_overlap", label, False),
+        fp8_recipe=Fp8Recipe(recipe) if precision == "fp8" else None,
+        fp8_params=_flag(row, "fp8_params", label, False),
+        optimizer_state=_choice(
+            row, "optimizer_state", label, [k.value for k in OptimizerState], OptimizerState.FP32.value
+        ),
+        moe_capacity_factor=row.get("moe_capacity_factor"),
+    )
 
 
 def run_from_row(row: Mapping[str, Any], label: str) -> Run:
@@ -206,14 +278,26 @@ def run_from_row(row: Mapping[str, Any], label: str) -> Run:
     n = {key: _int(row, key, label) for key in _DEGREES}
     dims = _dims(row, label, n)
     if dims.devices != n["gpus"]:
-        raise ConfigError(f"{label}: tp x cp x ep x pp x dp = {dims.devices} but 'gpus' is {n['gpus']}", field="gpus",
-                          value=n["gpus"], limit=dims.devices)
+        raise ConfigError(
+            f"{label}: tp x cp x ep x pp x dp = {dims.devices} but 'gpus' is {n['gpus']}",
+            field="gpus",
+            value=n["gpus"],
+            limit=dims.devices,
+        )
     cluster_name = _field(row, "cluster", label)
     if not isinstance(cluster_name, str):
         raise ConfigError(f"{label}: 'cluster' must be a catalog name or a path", field="cluster")
     order = tuple(part.strip() for part in str(row.get("axis_order", "tp,cp,ep,pp,dp")).split(","))
-    return Run(label, model, load_cluster(cluster_name, n["gpus"]), dims, order, _job(row, label, model, n),
-               _choice(row, "precision", label, ("bf16", "fp16", "fp8")), _measured_step(row, label))
+    return Run(
+        label,
+        model,
+        load_cluster(cluster_name, n["gpus"]),
+        dims,
+        order,
+        _job(row, label, model, n),
+        _choice(row, "precision", label, ("bf16", "fp16", "fp8")),
+        _measured_step(row, label),
+    )
 
 
 def evaluate_row(label: str, row: Mapping[str, Any] | ConfigError) -> RowResult:
@@ -223,10 +307,11 @@ def evaluate_row(label: str, row: Mapping[str, Any] | ConfigError) -> RowResult:
             raise row
         run = run_from_row(row, label)
         pred = evaluate_plan(run.model, run.cluster, run.dims, run.job, run.axis_order)
-    except PlannerError as exc:   # a per-row report: this row is skipped, the file goes on
+    except PlannerError as exc:  # a per-row report: this row is skipped, the file goes on
         return RowResult(label, None, problem=str(exc))
-    return RowResult(label, run, pred.step_time_s, pred.fits, pred.peak_memory_bytes_per_device,
-                     pred.memory_capacity_bytes)
+    return RowResult(
+        label, run, pred.step_time_s, pred.fits, pred.peak_memory_bytes_per_device, pred.memory_capacity_bytes
+    )
 
 
 def validate(path: str | Path) -> list[RowResult]:
@@ -240,5 +325,13 @@ def summarise(results: Sequence[RowResult], key, label: str = "{}") -> list[Summ
     for r in results:
         if r.error is not None:
             groups.setdefault(key(r), []).append(r.error)
-    return [Summary(label.format(k), len(errs), statistics.median(abs(e) for e in errs), max(abs(e) for e in errs),
-                    statistics.fmean(errs)) for k, errs in sorted(groups.items(), key=lambda item: str(item[0]))]
+    return [
+        Summary(
+            label.format(k),
+            len(errs),
+            statistics.median(abs(e) for e in errs),
+            max(abs(e) for e in errs),
+            statistics.fmean(errs),
+        )
+        for k, errs in sorted(groups.items(), key=lambda item: str(item[0]))
+    ]

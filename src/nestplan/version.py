@@ -4,5 +4,5 @@ from importlib import metadata
 
 try:
     __version__ = metadata.version("nestplan")
-except metadata.PackageNotFoundError:   # a source tree on sys.path, not installed
+except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
     __version__ = "0+unknown"

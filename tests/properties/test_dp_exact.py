@@ -36,9 +36,16 @@ from nestplan.strategy.enums import Recompute, ZeroStage
 
 # no memory margin: the enumerations below judge fit against the whole device, as the search then does
 # (a margin m is the same search on a device of (1 - m) x its memory: tests/unit/test_memory_margin.py)
-SMALL_SPACE = SearchSpace(tp=(1, 2), sp=(False, True), cp=(1,), ep=(1,), micro_batch_sizes=(1, 2),
-                          recompute=(Recompute.NONE, Recompute.FULL), zero=(ZeroStage.NONE, ZeroStage.OPTIMIZER),
-                          memory_margin=0.0)
+SMALL_SPACE = SearchSpace(
+    tp=(1, 2),
+    sp=(False, True),
+    cp=(1,),
+    ep=(1,),
+    micro_batch_sizes=(1, 2),
+    recompute=(Recompute.NONE, Recompute.FULL),
+    zero=(ZeroStage.NONE, ZeroStage.OPTIMIZER),
+    memory_margin=0.0,
+)
 EVERY_ZERO_SPACE = replace(SMALL_SPACE, zero=tuple(ZeroStage))
 
 
@@ -50,8 +57,9 @@ def _mixed_blocks(draw, model: ModelSpec):
     some = tuple(sorted(draw(st.sets(st.sampled_from(layers), min_size=1, max_size=model.num_layers))))
     kind = draw(st.sampled_from(["dense", "experts", "window"]))
     if kind == "experts":
-        return replace(model, num_experts=4, experts_per_token=2, moe_ffn_hidden_size=2 * model.hidden_size,
-                       moe_layers=some)
+        return replace(
+            model, num_experts=4, experts_per_token=2, moe_ffn_hidden_size=2 * model.hidden_size, moe_layers=some
+        )
     if kind == "window":
         return replace(model, sliding_window=128, sliding_window_layers=some)
     return model
@@ -62,26 +70,55 @@ def instances(draw):
     layers = draw(st.integers(2, 12))
     heads = draw(st.sampled_from([4, 8]))
     hidden = heads * draw(st.sampled_from([32, 64, 128]))
-    model = ModelSpec(name="tiny", family="llama", hidden_size=hidden, num_layers=layers, num_heads=heads,
-                      num_kv_heads=heads, head_dim=hidden // heads, ffn_hidden_size=4 * hidden, gated_mlp=True,
-                      vocab_size=draw(st.sampled_from([1000, 8000, 32000])), tied_embeddings=draw(st.booleans()),
-                      max_position_embeddings=4096, learned_position_embeddings=False, norm="rmsnorm",
-                      linear_bias=False, dropout=False)
+    model = ModelSpec(
+        name="tiny",
+        family="llama",
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads,
+        ffn_hidden_size=4 * hidden,
+        gated_mlp=True,
+        vocab_size=draw(st.sampled_from([1000, 8000, 32000])),
+        tied_embeddings=draw(st.booleans()),
+        max_position_embeddings=4096,
+        learned_position_embeddings=False,
+        norm="rmsnorm",
+        linear_bias=False,
+        dropout=False,
+    )
     model = draw(_mixed_blocks(model))
     n_levels = draw(st.integers(2, 4))
     sizes = [draw(st.integers(2, 4)) for _ in range(n_levels)]
     while np.prod(sizes) > 32:
         sizes[int(np.argmax(sizes))] -= 1
-    levels = tuple(Level(f"l{i}", s, draw(st.floats(1e9, 5e11)), draw(st.floats(1e-6, 2e-5)),
-                         draw(st.sampled_from([1.0, 2.0, 4.0])) if i else 1.0, 1.0) for i, s in enumerate(sizes))
+    levels = tuple(
+        Level(
+            f"l{i}",
+            s,
+            draw(st.floats(1e9, 5e11)),
+            draw(st.floats(1e-6, 2e-5)),
+            draw(st.sampled_from([1.0, 2.0, 4.0])) if i else 1.0,
+            1.0,
+        )
+        for i, s in enumerate(sizes)
+    )
     topo = Topology("random", levels)
     seq = draw(st.sampled_from([256, 512, 1024]))
     gbs = draw(st.sampled_from([8, 16, 32]))
     weights = 18.0 * 12 * layers * hidden * hidden
     hbm = draw(st.floats(0.05, 0.6)) * weights + 4e8
-    acc = Accelerator(name="rnd", peak_flops={"bf16": draw(st.floats(1e13, 1e15))}, hbm_bytes=hbm,
-                      hbm_bandwidth_Bps=draw(st.floats(5e11, 3e12)), matmul_efficiency=0.8, matmul_half_dim=64.0,
-                      memory_efficiency=0.8, reserved_bytes=1e8)
+    acc = Accelerator(
+        name="rnd",
+        peak_flops={"bf16": draw(st.floats(1e13, 1e15))},
+        hbm_bytes=hbm,
+        hbm_bandwidth_Bps=draw(st.floats(5e11, 3e12)),
+        matmul_efficiency=0.8,
+        matmul_half_dim=64.0,
+        memory_efficiency=0.8,
+        reserved_bytes=1e8,
+    )
     return model, Cluster("random", acc, topo), Job(global_batch_size=gbs, seq_len=seq)
 
 
@@ -110,8 +147,11 @@ def _split_solver_equals_enumeration(inst) -> None:
         best_pipe = min((e.pipeline_s for e in enumerate_group(cost, group, cap)), default=None)
         tab = cost.tables(group)
         # identical blocks: the water-filling closed form; blocks of two kinds: the dynamic program
-        taus = (waterfill_bottlenecks(tab.alpha, tab.beta, tab.nmax, cost.num_blocks) if tab.homogeneous
-                else engine._splits(group, tab)[0])
+        taus = (
+            waterfill_bottlenecks(tab.alpha, tab.beta, tab.nmax, cost.num_blocks)
+            if tab.homogeneous
+            else engine._splits(group, tab)[0]
+        )
         finite = np.isfinite(taus)
         if best_pipe is None:
             assert not finite.any()
@@ -134,7 +174,7 @@ def _enumerated_best_exact(model, cluster, job):
     best, best_plan, proxy_best = None, None, (float("inf"), None)
     for lower, proxy, e in scored:
         g = e.group
-        if best is not None and lower >= max(best, proxy_best[0]):   # every later proxy >= its lower
+        if best is not None and lower >= max(best, proxy_best[0]):  # every later proxy >= its lower
             break
         pred = evaluate_plan(model, cluster, g.dims(len(e.parts), e.parts), job, g.cfg.order)
         assert lower * (1 - 1e-9) <= pred.step_time_s <= _upper(pred, g.microbatches) * (1 + 1e-9)
@@ -157,7 +197,7 @@ def _upper(pred, m: int) -> float:
     return (m - 1) * (fwd + bwd) + sum(s.cycle_s for s in pred.stages) + step_end
 
 
-@pytest.mark.slow   # the whole search and an exact evaluation per enumerated split: ~30 s for 10 instances
+@pytest.mark.slow  # the whole search and an exact evaluation per enumerated split: ~30 s for 10 instances
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_planner_within_one_percent_of_enumeration(inst) -> None:
@@ -204,7 +244,7 @@ def test_proxy_bounds_evaluator(inst, data) -> None:
     parts = data.draw(st.sampled_from(list(compositions(model.num_layers, p))))
     tab = cost.tables(group)
     edges = np.concatenate([[0], np.cumsum(parts)])
-    cycles = [tab.alpha[p - 1, s] + tab.block_costs[edges[s]:edges[s + 1]].sum() for s in range(p)]
+    cycles = [tab.alpha[p - 1, s] + tab.block_costs[edges[s] : edges[s + 1]].sum() for s in range(p)]
     proxy = (group.microbatches - 1) * max(cycles) + sum(cycles) + cost.extras(group, parts)
     pred = evaluate_plan(model, cluster, group.dims(p, parts), job, group.cfg.order)
     assert [s.cycle_s for s in pred.stages] == pytest.approx(cycles, rel=1e-9)
@@ -212,8 +252,12 @@ def test_proxy_bounds_evaluator(inst, data) -> None:
     if max(cycles) - min(cycles) <= 1e-12 * max(cycles):
         assert pred.step_time_s == pytest.approx(proxy, rel=1e-9)
     mem = cost.block_memory(group, p)
-    memory = [tab.mem_fixed[p - 1, s] + mem[s, edges[s]:edges[s + 1]].sum()
-              + (0.0 if tab.transient is None else tab.transient[edges[s], edges[s + 1]]) for s in range(p)]
+    memory = [
+        tab.mem_fixed[p - 1, s]
+        + mem[s, edges[s] : edges[s + 1]].sum()
+        + (0.0 if tab.transient is None else tab.transient[edges[s], edges[s + 1]])
+        for s in range(p)
+    ]
     assert [st_.peak_memory_bytes for st_ in pred.stages] == pytest.approx(memory, rel=1e-9)
 
 
@@ -225,8 +269,7 @@ def test_waterfill_equals_dp_equals_brute_force(n_blocks, p, data) -> None:
     beta = data.draw(st.floats(0.1, 10.0))
     alpha = np.array([data.draw(st.floats(0.0, 30.0)) for _ in range(p)])
     nmax = np.array([data.draw(st.integers(0, n_blocks)) for _ in range(p)])
-    brute = [max(alpha + np.array(parts) * beta) for parts in compositions(n_blocks, p)
-             if all(np.array(parts) <= nmax)]
+    brute = [max(alpha + np.array(parts) * beta) for parts in compositions(n_blocks, p) if all(np.array(parts) <= nmax)]
     tau = waterfill_bottlenecks(alpha[None, :], beta, nmax[None, :], n_blocks)[0]
     split = dp_split(np.full(n_blocks, beta), alpha, np.ones((p, n_blocks)), -nmax.astype(float), 0.0)
     if not brute:
@@ -252,9 +295,9 @@ def test_dp_heterogeneous_equals_brute_force(costs, p, data) -> None:
     best = None
     for parts in compositions(n, p):
         e = np.concatenate([[0], np.cumsum(parts)])
-        if any(mem[s, e[s]:e[s + 1]].sum() > cap * (1 + FIT_RELATIVE_TOLERANCE) for s in range(p)):
+        if any(mem[s, e[s] : e[s + 1]].sum() > cap * (1 + FIT_RELATIVE_TOLERANCE) for s in range(p)):
             continue
-        value = max(alpha[s] + c[e[s]:e[s + 1]].sum() for s in range(p))
+        value = max(alpha[s] + c[e[s] : e[s + 1]].sum() for s in range(p))
         best = value if best is None else min(best, value)
     split = dp_split(c, alpha, mem, np.zeros(p), cap)
     if best is None:

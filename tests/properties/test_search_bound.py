@@ -126,8 +126,13 @@ def test_equal_proxies_keep_the_earlier_group_whatever_the_visiting_order() -> N
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([1, 2, 3, 4, 8, 16]), st.sampled_from([1, 2, 4, 8]), st.integers(1, 5000),
-       st.sampled_from([1, 2, 8]), st.integers(1, 20000))
+@given(
+    st.sampled_from([1, 2, 3, 4, 8, 16]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.integers(1, 5000),
+    st.sampled_from([1, 2, 8]),
+    st.integers(1, 20000),
+)
 def test_replica_counts_are_every_d_whose_shards_divide_the_batch(ep, mbs, gbs, tp, devices) -> None:
     cfg = SubConfig(tp, False, 1, ep, mbs, Recompute.NONE, SEARCH_ORDERS[0])
     job = Job(global_batch_size=gbs, seq_len=128)
@@ -144,7 +149,9 @@ def test_memory_terms_hold_what_the_groups_own_terms_hold(inst) -> None:
     cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
     for _, _, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
         own, shared = cost.terms(group), cost.memory_terms(group)
-        for a, b in [(own.blocks[k], shared.blocks[k]) for k in own.blocks] + [(own.embedding, shared.embedding),
-                                                                             (own.head, shared.head)]:
+        for a, b in [(own.blocks[k], shared.blocks[k]) for k in own.blocks] + [
+            (own.embedding, shared.embedding),
+            (own.head, shared.head),
+        ]:
             assert (a.params, a.activations, a.transient) == (b.params, b.activations, b.transient)
         assert own.embedding_copy == shared.embedding_copy

@@ -23,5 +23,5 @@ def with_options(base: list[str], overrides: list[str]) -> list[str]:
         if overrides[i] in args:
             args[args.index(overrides[i]) + 1] = overrides[i + 1]
         else:
-            args += overrides[i:i + 2]
+            args += overrides[i : i + 2]
     return args

@@ -31,8 +31,8 @@ class Case:
     devices: int
     global_batch_size: int
     seq_len: int
-    space: dict = field(default_factory=dict)   # SearchSpace overrides that force the shape wanted
-    job: dict = field(default_factory=dict)     # Job settings beyond batch and sequence (FP8, overlap)
+    space: dict = field(default_factory=dict)  # SearchSpace overrides that force the shape wanted
+    job: dict = field(default_factory=dict)  # Job settings beyond batch and sequence (FP8, overlap)
 
 
 def _z(stage: int) -> tuple[ZeroStage, ...]:
@@ -78,8 +78,15 @@ CASES: tuple[Case, ...] = (
     Case("mixtral-8x7b-a100", "mixtral-8x7b", "dgx-a100", 128, 512, 4096),
     # FP8 GEMMs (Transformer Engine's delayed scaling), parameters kept in FP8
     Case("llama3-70b-fp8", "llama3-70b", "dgx-h100", 128, 512, 8192, job={"fp8_recipe": Fp8Recipe.DELAYED}),
-    Case("mixtral-8x7b-fp8", "mixtral-8x7b", "dgx-h100", 64, 256, 4096,
-         job={"fp8_recipe": Fp8Recipe.DELAYED, "fp8_params": True}),
+    Case(
+        "mixtral-8x7b-fp8",
+        "mixtral-8x7b",
+        "dgx-h100",
+        64,
+        256,
+        4096,
+        job={"fp8_recipe": Fp8Recipe.DELAYED, "fp8_params": True},
+    ),
     # the optimizer's state in 16-bit remainders and bf16 moments (Megatron-core's precision-aware Adam)
     Case("llama3-8b-bf16-state", "llama3-8b", "dgx-h100", 16, 128, 8192, job={"optimizer_state": OptimizerState.BF16}),
 )
@@ -110,9 +117,21 @@ def issue_plans() -> dict[str, Plan]:
     """Issue 18's three plans: test_export.py's two fixed shapes and the planner's 405B plan on 2,048."""
     job405 = Job(global_batch_size=2048, seq_len=8192)
     return {
-        "llama3-70b-256": evaluated("llama3-70b", "h100-spine-leaf", 256, ParallelDims(
-            tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)), 4096, 8192),
-        "mixtral-8x7b-128": evaluated("mixtral-8x7b", "h100-spine-leaf", 128, ParallelDims(
-            tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2), 4096, 8192),
+        "llama3-70b-256": evaluated(
+            "llama3-70b",
+            "h100-spine-leaf",
+            256,
+            ParallelDims(tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)),
+            4096,
+            8192,
+        ),
+        "mixtral-8x7b-128": evaluated(
+            "mixtral-8x7b",
+            "h100-spine-leaf",
+            128,
+            ParallelDims(tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2),
+            4096,
+            8192,
+        ),
         "llama3.1-405b-2048": api.plan("llama3.1-405b", "dgx-h100", job405, devices=2048, top=0).plan,
     }

@@ -20,15 +20,28 @@ from nestplan.model import load_model, model_names, parse_config
 from nestplan.model.config import config_dict
 from nestplan.model.layers import Shard, embedding_params, head_params, total_params
 
-SHARED_DGXC = Path(__file__).resolve().parents[2].parent / "shared/reference/measured/dgxc_benchmarking_h100_v24.11.json"
+SHARED_DGXC = (
+    Path(__file__).resolve().parents[2].parent / "shared/reference/measured/dgxc_benchmarking_h100_v24.11.json"
+)
 
 # The Nemotron-4 15B config.json as HF NemotronConfig spells it (Parmar et al. 2024, arXiv 2402.16819, Table 1;
 # FFN 4 x hidden and partial_rotary_factor 0.5 as the NemotronConfig defaults, which are this model).
 NEMOTRON4_15B = {
-    "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "hidden_size": 6144,
-    "num_hidden_layers": 32, "num_attention_heads": 48, "num_key_value_heads": 8, "intermediate_size": 24576,
-    "hidden_act": "relu2", "vocab_size": 256000, "max_position_embeddings": 4096, "partial_rotary_factor": 0.5,
-    "norm_eps": 1e-05, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+    "architectures": ["NemotronForCausalLM"],
+    "model_type": "nemotron",
+    "hidden_size": 6144,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    "intermediate_size": 24576,
+    "hidden_act": "relu2",
+    "vocab_size": 256000,
+    "max_position_embeddings": 4096,
+    "partial_rotary_factor": 0.5,
+    "norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
 }
 
 
@@ -44,9 +57,9 @@ def test_gb200_datasheet_figures() -> None:
     assert gb200.peak("tf32") == pytest.approx(180e15 / 2 / 72)
     assert gb200.peak("fp8") == pytest.approx(720e15 / 2 / 72)
     assert gb200.peak("fp32") == pytest.approx(5760e12 / 72)
-    assert gb200.hbm_bytes == 186 * units.GiB              # 13.4 TB / 72 = 186 GB (binary, as every NVIDIA entry)
+    assert gb200.hbm_bytes == 186 * units.GiB  # 13.4 TB / 72 = 186 GB (binary, as every NVIDIA entry)
     assert gb200.hbm_bandwidth_Bps == pytest.approx(576e12 / 72)
-    assert gb200.hbm_bytes > 189471 * units.MiB            # nvidia-smi on GB200: 189471 MiB, 1 GiB below
+    assert gb200.hbm_bytes > 189471 * units.MiB  # nvidia-smi on GB200: 189471 MiB, 1 GiB below
 
 
 def test_gb300_datasheet_figures() -> None:
@@ -65,7 +78,9 @@ def test_gb300_datasheet_figures() -> None:
 
 def test_new_accelerators_are_listed_and_have_no_fp4_field() -> None:
     assert {"gb200", "gb300"} <= set(accelerator_names())
-    assert all(set(load_accelerator(n).peak_flops) == {"bf16", "fp16", "tf32", "fp32", "fp8"} for n in ("gb200", "gb300"))
+    assert all(
+        set(load_accelerator(n).peak_flops) == {"bf16", "fp16", "tf32", "fp32", "fp8"} for n in ("gb200", "gb300")
+    )
 
 
 def test_nvlink5_reuses_nvlink4s_ring_efficiency() -> None:
@@ -77,7 +92,7 @@ def test_nvlink5_reuses_nvlink4s_ring_efficiency() -> None:
 
 def test_dgx_h100_is_576_nodes() -> None:
     cluster = load_cluster("dgx-h100")
-    assert cluster.devices == 4608                            # NVIDIA Eos: 576 DGX H100, 4,608 H100
+    assert cluster.devices == 4608  # NVIDIA Eos: 576 DGX H100, 4,608 H100
     assert [lv.size for lv in cluster.topology.levels] == [8, 576]
     assert [lv.size for lv in load_cluster("dgx-h100", 2304).topology.levels] == [8, 288]
 
@@ -87,7 +102,7 @@ def test_gb200_nvl72_is_one_nvlink_domain_per_rack() -> None:
     rack, fabric = cluster.topology.levels
     assert cluster.accelerator.name == "gb200"
     assert (rack.size, fabric.size, cluster.devices) == (72, 128, 9216)  # DGX SuperPOD GB200 RA: 128 racks, 9,216
-    assert rack.bandwidth_Bps == 900e9                        # NVLink 5: 1.8 TB/s per GPU, both directions
+    assert rack.bandwidth_Bps == 900e9  # NVLink 5: 1.8 TB/s per GPU, both directions
     assert rack.bus_efficiency == interconnect_bus_efficiency("nvlink5")
     assert fabric.bandwidth_Bps == 50e9 and fabric.oversubscription == 1.0  # one 400 Gb/s NDR NIC per GPU
     assert [lv.size for lv in load_cluster("gb200-nvl72", 288).topology.levels] == [72, 4]
@@ -102,8 +117,23 @@ def test_dgx_b200() -> None:
 
 
 def test_plan_on_dgx_h100_at_the_published_2304_gpus(capsys) -> None:
-    code, out, _ = run_cli(capsys, ["plan", "--model", "nemotron4-15b", "--cluster", "dgx-h100", "--devices", "2304",
-                                    "--global-batch-size", "1152", "--seq-len", "4096", "--json"])
+    code, out, _ = run_cli(
+        capsys,
+        [
+            "plan",
+            "--model",
+            "nemotron4-15b",
+            "--cluster",
+            "dgx-h100",
+            "--devices",
+            "2304",
+            "--global-batch-size",
+            "1152",
+            "--seq-len",
+            "4096",
+            "--json",
+        ],
+    )
     plan = json.loads(out)
     assert code == 0 and plan["devices_total"] == 2304 and plan["cluster"] == "dgx-h100"
 
@@ -134,8 +164,17 @@ def test_nemotron_configs_of_the_dgxc_benchmarking_rows() -> None:
 
 def test_nemotron_defaults_are_nemotron_configs() -> None:
     """transformers' NemotronConfig: no kv heads -> MHA, partial_rotary_factor 0.5, untied, no biases."""
-    minimal = {k: NEMOTRON4_15B[k] for k in ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                                              "intermediate_size", "vocab_size")}
+    minimal = {
+        k: NEMOTRON4_15B[k]
+        for k in (
+            "model_type",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+        )
+    }
     spec = parse_config(minimal, "x")
     assert spec.num_kv_heads == 48 and spec.rotary_fraction == 0.5 and spec.max_position_embeddings == 4096
     assert not spec.gated_mlp and not spec.tied_embeddings and not spec.linear_bias
@@ -171,8 +210,9 @@ def test_a_partial_rotary_llama_cannot_be_written() -> None:
 # Nemotron-4 15B report (arXiv 2402.16819), section 2: "3.2 billion embedding parameters and 12.5 billion
 # non-embedding parameters"; Nemotron-4 340B report (arXiv 2406.11704), section 2.1: "9.4 billion embedding
 # parameters and 331.6 billion non-embedding parameters".
-@pytest.mark.parametrize(("name", "embedding", "non_embedding"),
-                         [("nemotron4-15b", 3.2e9, 12.5e9), ("nemotron4-340b", 9.4e9, 331.6e9)])
+@pytest.mark.parametrize(
+    ("name", "embedding", "non_embedding"), [("nemotron4-15b", 3.2e9, 12.5e9), ("nemotron4-340b", 9.4e9, 331.6e9)]
+)
 def test_nemotron4_parameter_counts(name, embedding, non_embedding) -> None:
     spec = load_model(name)
     total = total_params(spec)

@@ -19,16 +19,61 @@ from nestplan import api
 from nestplan.errors import ConfigError
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Job
 
-EVALUATE = ["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "64", "--tp", "8", "--pp", "8",
-            "--dp", "1", "--global-batch-size", "64", "--recompute", "full"]
+EVALUATE = [
+    "evaluate",
+    "--model",
+    "gpt3-175b",
+    "--cluster",
+    "dgx-a100",
+    "--devices",
+    "64",
+    "--tp",
+    "8",
+    "--pp",
+    "8",
+    "--dp",
+    "1",
+    "--global-batch-size",
+    "64",
+    "--recompute",
+    "full",
+]
 PLAN = ["plan", "--model", "bert-large", "--cluster", "v100-spine-leaf", "--global-batch-size", "64"]
-COMPARE = ["compare", "--model", "bert-large", "--cluster", "v100-spine-leaf", "--devices", "8",
-           "--global-batch-size", "64", "--baselines", "manual"]
+COMPARE = [
+    "compare",
+    "--model",
+    "bert-large",
+    "--cluster",
+    "v100-spine-leaf",
+    "--devices",
+    "8",
+    "--global-batch-size",
+    "64",
+    "--baselines",
+    "manual",
+]
 # GPT-3 on 64 A100s without recomputation: 215 GiB per device of 80
 NOT_FITTING = with_options(EVALUATE, ["--pp", "2", "--dp", "4", "--recompute", "none"])
 # Mixtral on 512 H100s, tp 4 x pp 4 x ep 8: Megatron-LM's dp 32 is nestplan's dp 4
-MIXTRAL = ["evaluate", "--model", "mixtral-8x7b", "--cluster", "h100-spine-leaf", "--devices", "512", "--tp", "4",
-           "--pp", "4", "--ep", "8", "--global-batch-size", "1024", "--seq-len", "4096"]
+MIXTRAL = [
+    "evaluate",
+    "--model",
+    "mixtral-8x7b",
+    "--cluster",
+    "h100-spine-leaf",
+    "--devices",
+    "512",
+    "--tp",
+    "4",
+    "--pp",
+    "4",
+    "--ep",
+    "8",
+    "--global-batch-size",
+    "1024",
+    "--seq-len",
+    "4096",
+]
 HOSTILE = "bad\x1b[2J\nvalue\u2028"
 
 
@@ -49,24 +94,27 @@ def _fails(capsys, argv: list[str], needle: str, code: int = 2) -> tuple[str, st
 
 
 # -- 1. bounds on every numeric option ------------------------------------------------------------
-@pytest.mark.parametrize("argv, needle", [
-    (with_options(PLAN, ["--top", "101"]), "--top 101 is out of range; allowed: 0..100"),
-    (with_options(PLAN, ["--top", "100000000000000000000"]), "--top 100000000000000000000 is out of range"),
-    (with_options(PLAN, ["--devices", "1048577"]), "--devices 1048577 is out of range"),
-    (with_options(PLAN, ["--global-batch-size", str(MAX_GLOBAL_BATCH_SIZE + 1)]), "--global-batch-size"),
-    (with_options(PLAN, ["--seq-len", str(MAX_SEQ_LEN + 1)]), "--seq-len 2097153 is out of range"),
-    (with_options(EVALUATE, ["--seq-len", "0"]), "--seq-len 0 is out of range; allowed: 1..2097152"),
-    (with_options(EVALUATE, ["--mbs", "0"]), "--mbs 0 is out of range"),
-    (with_options(EVALUATE, ["--tp", "0"]), "--tp 0 is out of range"),
-    (with_options(EVALUATE, ["--dp", "99999999"]), "--dp 99999999 is out of range"),
-    (with_options(EVALUATE, ["--zero", "4"]), "--zero 4 is out of range; allowed: 0..3"),
-    (with_options(EVALUATE, ["--virtual-stages", "1025"]), "--virtual-stages 1025 is out of range"),
-    (with_options(COMPARE, ["--devices", "8,0"]), "--devices 0 is out of range"),
-    (with_options(COMPARE, ["--mbs", ",".join(["1"] * 65)]), "--mbs has 65 entries; at most 64"),
-    (["sweep", "spec.toml", "--workers", "0"], "--workers 0 is out of range; allowed: 1..1024"),
-    (["sweep", "spec.toml", "--workers", "1025"], "--workers 1025 is out of range"),
-    (["trace", "--model", "bert-large", "--seq-len", "0"], "--seq-len 0 is out of range"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (with_options(PLAN, ["--top", "101"]), "--top 101 is out of range; allowed: 0..100"),
+        (with_options(PLAN, ["--top", "100000000000000000000"]), "--top 100000000000000000000 is out of range"),
+        (with_options(PLAN, ["--devices", "1048577"]), "--devices 1048577 is out of range"),
+        (with_options(PLAN, ["--global-batch-size", str(MAX_GLOBAL_BATCH_SIZE + 1)]), "--global-batch-size"),
+        (with_options(PLAN, ["--seq-len", str(MAX_SEQ_LEN + 1)]), "--seq-len 2097153 is out of range"),
+        (with_options(EVALUATE, ["--seq-len", "0"]), "--seq-len 0 is out of range; allowed: 1..2097152"),
+        (with_options(EVALUATE, ["--mbs", "0"]), "--mbs 0 is out of range"),
+        (with_options(EVALUATE, ["--tp", "0"]), "--tp 0 is out of range"),
+        (with_options(EVALUATE, ["--dp", "99999999"]), "--dp 99999999 is out of range"),
+        (with_options(EVALUATE, ["--zero", "4"]), "--zero 4 is out of range; allowed: 0..3"),
+        (with_options(EVALUATE, ["--virtual-stages", "1025"]), "--virtual-stages 1025 is out of range"),
+        (with_options(COMPARE, ["--devices", "8,0"]), "--devices 0 is out of range"),
+        (with_options(COMPARE, ["--mbs", ",".join(["1"] * 65)]), "--mbs has 65 entries; at most 64"),
+        (["sweep", "spec.toml", "--workers", "0"], "--workers 0 is out of range; allowed: 1..1024"),
+        (["sweep", "spec.toml", "--workers", "1025"], "--workers 1025 is out of range"),
+        (["trace", "--model", "bert-large", "--seq-len", "0"], "--seq-len 0 is out of range"),
+    ],
+)
 def test_numeric_options_are_bounded(capsys, argv, needle) -> None:
     out, _ = _fails(capsys, argv, needle)
     assert out == ""
@@ -75,7 +123,7 @@ def test_numeric_options_are_bounded(capsys, argv, needle) -> None:
 def test_api_enforces_the_job_bounds() -> None:
     spec = api.resolve_model("gpt3-175b")
     with pytest.raises(ConfigError, match="seq_len must be a positive integer"):
-        api.make_job(spec, 64, 0)            # 0 is an error, not "the model's default"
+        api.make_job(spec, 64, 0)  # 0 is an error, not "the model's default"
     assert api.make_job(spec, 64).seq_len == 2048
     with pytest.raises(ConfigError, match="global_batch_size must be a positive integer up to 16,777,216"):
         Job(global_batch_size=MAX_GLOBAL_BATCH_SIZE + 1, seq_len=2048)
@@ -92,7 +140,7 @@ def test_sequence_beyond_the_learned_positions(capsys) -> None:
     with pytest.raises(ConfigError, match="seq-len 1024 exceeds the 512 positions bert-large has learned"):
         api.make_job(bert, 64, 1024)
     assert api.make_job(bert, 64, 512).seq_len == 512
-    assert api.make_job(llama, 64, 65536).seq_len == 65536      # rotary positions: no table to run out of
+    assert api.make_job(llama, 64, 65536).seq_len == 65536  # rotary positions: no table to run out of
     _fails(capsys, with_options(PLAN, ["--seq-len", "513"]), "seq-len 513 exceeds the 512 positions")
     _fails(capsys, with_options(EVALUATE, ["--seq-len", "4096"]), "seq-len 4096 exceeds the 2048 positions gpt3-175b")
 
@@ -104,37 +152,45 @@ def test_integers_are_plain_decimal_digits(capsys, value) -> None:
     assert "is not a plain decimal integer" in line
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (with_options(COMPARE, ["--devices", "8,+16"]), "--devices '+16' is not a plain decimal integer"),
-    (with_options(COMPARE, ["--mbs", "1_0"]), "--mbs '1_0' is not a plain decimal integer"),
-    (with_options(EVALUATE, ["--layers-per-stage", "12,12,12,12,12,12,12,1e1"]),
-     "--layers-per-stage '1e1' is not a plain decimal integer"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (with_options(COMPARE, ["--devices", "8,+16"]), "--devices '+16' is not a plain decimal integer"),
+        (with_options(COMPARE, ["--mbs", "1_0"]), "--mbs '1_0' is not a plain decimal integer"),
+        (
+            with_options(EVALUATE, ["--layers-per-stage", "12,12,12,12,12,12,12,1e1"]),
+            "--layers-per-stage '1e1' is not a plain decimal integer",
+        ),
+    ],
+)
 def test_integer_lists_are_plain_decimal_digits(capsys, argv, needle) -> None:
     _fails(capsys, argv, needle)
 
 
 # -- 3. one-line errors, control characters escaped -----------------------------------------------
-@pytest.mark.parametrize("argv", [
-    with_options(EVALUATE, ["--model", HOSTILE]),
-    with_options(EVALUATE, ["--cluster", HOSTILE]),
-    with_options(EVALUATE, ["--dtype", HOSTILE]),
-    with_options(EVALUATE, ["--axis-order", HOSTILE]),
-    with_options(EVALUATE, ["--layers-per-stage", HOSTILE]),
-    with_options(EVALUATE, ["--recompute", HOSTILE]),
-    with_options(EVALUATE, ["--schedule", HOSTILE]),
-    with_options(EVALUATE, ["--optimizer", HOSTILE]),
-    with_options(EVALUATE, ["--tp", HOSTILE]),
-    with_options(PLAN, ["--export", HOSTILE]),
-    with_options(COMPARE, ["--baselines", HOSTILE]),
-    with_options(COMPARE, ["--devices", HOSTILE]),
-    ["export", HOSTILE, "--framework", "megatron"],
-    ["list", HOSTILE],
-    ["nest-solve", HOSTILE],
-    ["sweep", HOSTILE],
-    EVALUATE + [HOSTILE],
-    [f"--{HOSTILE}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        with_options(EVALUATE, ["--model", HOSTILE]),
+        with_options(EVALUATE, ["--cluster", HOSTILE]),
+        with_options(EVALUATE, ["--dtype", HOSTILE]),
+        with_options(EVALUATE, ["--axis-order", HOSTILE]),
+        with_options(EVALUATE, ["--layers-per-stage", HOSTILE]),
+        with_options(EVALUATE, ["--recompute", HOSTILE]),
+        with_options(EVALUATE, ["--schedule", HOSTILE]),
+        with_options(EVALUATE, ["--optimizer", HOSTILE]),
+        with_options(EVALUATE, ["--tp", HOSTILE]),
+        with_options(PLAN, ["--export", HOSTILE]),
+        with_options(COMPARE, ["--baselines", HOSTILE]),
+        with_options(COMPARE, ["--devices", HOSTILE]),
+        ["export", HOSTILE, "--framework", "megatron"],
+        ["list", HOSTILE],
+        ["nest-solve", HOSTILE],
+        ["sweep", HOSTILE],
+        EVALUATE + [HOSTILE],
+        [f"--{HOSTILE}"],
+    ],
+)
 def test_control_characters_are_escaped(capsys, argv) -> None:
     code, out, err = run_cli(capsys, argv)
     assert code == 2 and out == ""
@@ -144,11 +200,15 @@ def test_control_characters_are_escaped(capsys, argv) -> None:
 def test_export_reads_the_plan_through_the_bounded_reader(capsys, tmp_path) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text('{"schema": "nestplan.plan/1", "x": NaN}')
-    _fails(capsys, ["export", str(plan), "--framework", "megatron", "--out", str(tmp_path / "o")],
-           f"plan file '{plan}'")
+    _fails(
+        capsys, ["export", str(plan), "--framework", "megatron", "--out", str(tmp_path / "o")], f"plan file '{plan}'"
+    )
     plan.write_text("[1, 2]")
-    _fails(capsys, ["export", str(plan), "--framework", "megatron", "--out", str(tmp_path / "o")],
-           "the top level must be an object")
+    _fails(
+        capsys,
+        ["export", str(plan), "--framework", "megatron", "--out", str(tmp_path / "o")],
+        "the top level must be an object",
+    )
 
 
 # -- 3. output paths ------------------------------------------------------------------------------
@@ -199,7 +259,7 @@ def test_full_disk_leaves_no_half_written_file(capsys, tmp_path, monkeypatch) ->
     monkeypatch.setattr(Figure, "savefig", half_then_full)
     plots = tmp_path / "plots"
     out, line = _fails(capsys, EVALUATE + ["--plot", str(plots)], "cannot be written: No space left on device")
-    assert "step time" in out                        # the prediction was printed before the plots
+    assert "step time" in out  # the prediction was printed before the plots
     assert list(plots.iterdir()) == []
     table = tmp_path / "c.png"
     _fails(capsys, COMPARE + ["--plot", str(table)], "No space left on device")
@@ -226,7 +286,7 @@ def test_an_unforeseen_os_error_is_one_line(capsys, monkeypatch) -> None:
 # -- 4. the plan before the plots -----------------------------------------------------------------
 @pytest.mark.parametrize("argv, printed", [(EVALUATE, "step time"), (PLAN + ["--json"], '"schema"')])
 def test_plot_failure_after_the_plan_is_printed(capsys, tmp_path, monkeypatch, argv, printed) -> None:
-    monkeypatch.setitem(sys.modules, "matplotlib", None)      # import matplotlib raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     out, line = _fails(capsys, argv + ["--plot", str(tmp_path / "p")], "needs matplotlib")
     assert printed in out
     if "--json" in argv:
@@ -241,8 +301,7 @@ def test_version(capsys) -> None:
 
 
 def test_python_dash_m() -> None:
-    done = subprocess.run([sys.executable, "-m", "nestplan", "--version"], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-m", "nestplan", "--version"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout == f"nestplan {nestplan.__version__}\n"
 
 
@@ -328,8 +387,9 @@ def test_dp_matching_neither_convention_explains_both(capsys) -> None:
 
 # -- 11. compare in the library -------------------------------------------------------------------
 def test_compare_runs_each_baseline_once() -> None:
-    [result] = api.compare([api.CompareCase("bert-large", "v100-spine-leaf", (8,))], ["manual", "manual", "MANUAL"],
-                           global_batch_size=64)
+    [result] = api.compare(
+        [api.CompareCase("bert-large", "v100-spine-leaf", (8,))], ["manual", "manual", "MANUAL"], global_batch_size=64
+    )
     assert [r.planner for r in result.rows] == ["nestplan", "manual"] and result.tag == "bert-large_v100-spine-leaf"
 
 
@@ -350,7 +410,29 @@ def test_job_takes_the_optimizer_by_name_and_refuses_others() -> None:
 def test_megatron_dp_note_waits_for_the_evaluation(capsys) -> None:
     """Found by the fuzzer: a dense model with --ep 2 and Megatron's dp printed the conversion note and
     then the error, two lines; an error is the only line."""
-    _, line = _fails(capsys, ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-a100", "--devices", "16", "--tp", "2",
-                          "--pp", "2", "--dp", "4", "--ep", "2", "--global-batch-size", "64", "--seq-len", "2048"],
-                 "mixture-of-experts")
+    _, line = _fails(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "dgx-a100",
+            "--devices",
+            "16",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--dp",
+            "4",
+            "--ep",
+            "2",
+            "--global-batch-size",
+            "64",
+            "--seq-len",
+            "2048",
+        ],
+        "mixture-of-experts",
+    )
     assert "note" not in line

@@ -49,19 +49,46 @@ def test_alpa_reports_a_dash_when_nothing_fits() -> None:
 
 def test_compare_cli_writes_csv_and_plot(capsys, tmp_path) -> None:
     png, table = tmp_path / "c.png", tmp_path / "c.csv"
-    code, out, err = run_cli(capsys, ["compare", "--model", "bert-large", "--cluster", "v100-spine-leaf",
-                                      "--devices", "8,16", "--global-batch-size", "64", "--baselines", "manual,alpa",
-                                      "--plot", str(png), "--csv", str(table)])
+    code, out, err = run_cli(
+        capsys,
+        [
+            "compare",
+            "--model",
+            "bert-large",
+            "--cluster",
+            "v100-spine-leaf",
+            "--devices",
+            "8,16",
+            "--global-batch-size",
+            "64",
+            "--baselines",
+            "manual,alpa",
+            "--plot",
+            str(png),
+            "--csv",
+            str(table),
+        ],
+    )
     assert code == 0, err
     assert png.stat().st_size > 1000
     rows = list(csv.DictReader(open(table)))
     assert [r["planner"] for r in rows] == ["nestplan", "manual", "alpa"] * 2
-    assert set(rows[0]) == {"model", "cluster", "devices", "micro_batch_size", "planner", "feasible", "tokens_per_s",
-                            "normalized", "solve_time_s"}
+    assert set(rows[0]) == {
+        "model",
+        "cluster",
+        "devices",
+        "micro_batch_size",
+        "planner",
+        "feasible",
+        "tokens_per_s",
+        "normalized",
+        "solve_time_s",
+    }
     assert "normalised" in out
 
 
 def test_compare_bad_baseline(capsys) -> None:
-    code, _, err = run_cli(capsys, ["compare", "--model", "bert-large", "--cluster", "v100-spine-leaf",
-                                    "--baselines", "manual,oracle"])
+    code, _, err = run_cli(
+        capsys, ["compare", "--model", "bert-large", "--cluster", "v100-spine-leaf", "--baselines", "manual,oracle"]
+    )
     assert code == 2 and "unknown baseline 'oracle'" in err

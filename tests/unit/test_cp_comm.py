@@ -53,8 +53,8 @@ def test_all_to_alls_need_heads_divisible_by_their_group() -> None:
     assert "8 key/value heads over 16" in str(a2a.cp_comm_conflict(16, 32, 8))
     hybrid = Job(8, SEQ, cp_comm_type="a2a+p2p", cp_a2a_size=8)
     assert hybrid.cp_comm_conflict(32, 32, 8) is None
-    assert hybrid.cp_comm_conflict(12, 32, 8) is not None   # 8 does not divide 12
-    assert hybrid.cp_comm_conflict(8, 32, 8) is not None    # the ring needs 2 groups or more
+    assert hybrid.cp_comm_conflict(12, 32, 8) is not None  # 8 does not divide 12
+    assert hybrid.cp_comm_conflict(8, 32, 8) is not None  # the ring needs 2 groups or more
     assert Job(8, SEQ, cp_comm_type="allgather").cp_comm_conflict(64, 32, 8) is None
     with pytest.raises(ConfigError, match="key/value heads"):
         api.evaluate(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=1, cp=16), _job("a2a"))
@@ -69,7 +69,7 @@ def test_split_fanout_takes_the_lowest_levels_first() -> None:
 def test_each_exchange_moves_what_its_algorithm_moves() -> None:
     shard = Shard(tp=1, cp=32, seq_len=SEQ)
     cp = _cp_group((8, 4, 1))
-    kv = 2 * shard.tokens * 2 * 1024          # bf16 K and V of this rank's tokens (8 kv heads x 128)
+    kv = 2 * shard.tokens * 2 * 1024  # bf16 K and V of this rank's tokens (8 kv heads x 128)
     q = 2 * shard.tokens * 4096
     ulysses = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(CpCommType.A2A), 0.0)
     expected = sum(coll.all_to_all(TOPO, cp.fanout, b) for b in (q, kv / 2, kv / 2, q))
@@ -80,7 +80,7 @@ def test_each_exchange_moves_what_its_algorithm_moves() -> None:
     ring_f, ring_b = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(), 0.0)
     assert ring_f == pytest.approx(31 * coll.send_recv(TOPO, 1, kv)) and ring_b == pytest.approx(2 * ring_f)
     hidden = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(), attention_forward_s=1.0)
-    assert hidden == (0.0, 0.0)   # the ring hides under a long enough attention; the all-to-alls never do
+    assert hidden == (0.0, 0.0)  # the ring hides under a long enough attention; the all-to-alls never do
     hybrid = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(CpCommType.A2A_P2P, 8), 1.0)
     inner = sum(coll.all_to_all(TOPO, (8, 1, 1), b) for b in (q, kv / 2, kv / 2, q))
     assert hybrid == pytest.approx((inner, inner))
@@ -92,8 +92,8 @@ def test_ulysses_layout_copies_overlap_the_next_all_to_all() -> None:
     longer of the two, plus one tensor's copies to fill and drain the pipeline."""
     shard = Shard(tp=1, cp=8, seq_len=SEQ)
     cp = _cp_group((8, 1, 1))
-    sizes = [2 * shard.tokens * c for c in (4096, 1024, 1024, 4096)]   # Q, K, V, output (bf16)
-    slow = 1e-9   # a copy far slower than NVLink's all-to-all
+    sizes = [2 * shard.tokens * c for c in (4096, 1024, 1024, 4096)]  # Q, K, V, output (bf16)
+    slow = 1e-9  # a copy far slower than NVLink's all-to-all
     exposed, _ = comm.context_exchange(TOPO, LLAMA, shard, cp, comm.CpComm(CpCommType.A2A, 1, slow), 0.0)
     copies = [2 * comm.A2A_LAYOUT_COPIES * n * slow for n in sizes]
     assert exposed == pytest.approx(sum(copies) + max(copies))
@@ -103,8 +103,10 @@ def test_ulysses_layout_copies_overlap_the_next_all_to_all() -> None:
 
 
 def test_every_exchange_evaluates_and_all_gather_holds_the_whole_sequence() -> None:
-    preds = {kind: api.evaluate(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=4, cp=8), _job(kind, a2a))
-             for kind, a2a in (("p2p", 1), ("a2a", 1), ("allgather", 1), ("a2a+p2p", 2))}
+    preds = {
+        kind: api.evaluate(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=4, cp=8), _job(kind, a2a))
+        for kind, a2a in (("p2p", 1), ("a2a", 1), ("allgather", 1), ("a2a+p2p", 2))
+    }
     assert len({p.step_time_s for p in preds.values()}) == 4
     transient = {k: p.stages[0].memory_bytes["transient"] for k, p in preds.items()}
     assert transient["allgather"] - transient["p2p"] == pytest.approx(8 * 2 * (SEQ // 8) * 2 * 1024)
@@ -134,9 +136,32 @@ def test_plan_json_and_exports_carry_the_exchange(tmp_path) -> None:
 def test_cli_takes_the_exchange_and_refuses_an_illegal_one(capsys) -> None:
     from tests.unit.cli_helpers import run_cli
 
-    base = ["evaluate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "32", "--tp", "1", "--pp", "1",
-            "--cp", "32", "--dp", "1", "--zero", "1", "--recompute", "full", "--global-batch-size", "4",
-            "--seq-len", "131072", "--json"]
+    base = [
+        "evaluate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-h100",
+        "--devices",
+        "32",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--cp",
+        "32",
+        "--dp",
+        "1",
+        "--zero",
+        "1",
+        "--recompute",
+        "full",
+        "--global-batch-size",
+        "4",
+        "--seq-len",
+        "131072",
+        "--json",
+    ]
     code, out, _ = run_cli(capsys, base + ["--cp-comm-type", "a2a+p2p", "--cp-a2a-size", "8"])
     assert code == 0 and json.loads(out)["job"]["cp_comm_type"] == "a2a+p2p"
     code, _, err = run_cli(capsys, base + ["--cp-comm-type", "a2a"])
@@ -152,7 +177,7 @@ def test_the_ring_merges_its_partial_results_at_every_step() -> None:
     spec, acc = api.resolve_model("llama3-8b"), api.resolve_cluster("dgx-h100", 8).accelerator
     shard = Shard(cp=8, seq_len=65536)
     T, B = 65536 // 8, 2
-    out, kv = T * 4096, 2 * T * 1024   # 32 query heads of 128; 8 key/value heads of 128, K and V
+    out, kv = T * 4096, 2 * T * 1024  # 32 query heads of 128; 8 key/value heads of 128, K and V
     forward, backward = ring_merge_time(acc, spec, 0, shard, 8)
     assert forward == pytest.approx(acc.memory_time(B * out * (2 + 3 * 7)))
     assert backward == pytest.approx(acc.memory_time(3 * B * (out + kv) * 7))

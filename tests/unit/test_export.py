@@ -34,10 +34,18 @@ def _plan(model: str, devices: int, dims: ParallelDims, seq: int, order=("tp", "
 def plans() -> dict[str, Plan]:
     """The issue's two cases, with plans of the shapes nestplan chooses for them."""
     return {
-        "llama3-70b": _plan("llama3-70b", 256, ParallelDims(tp=2, sp=True, cp=4, pp=4, dp=8, zero=1,
-                                                            layers_per_stage=(19, 21, 21, 19)), 8192),
-        "mixtral-8x7b": _plan("mixtral-8x7b", 128, ParallelDims(tp=1, cp=2, ep=4, pp=4, dp=4, zero=1,
-                                                                schedule="interleaved", virtual_stages=2), 8192),
+        "llama3-70b": _plan(
+            "llama3-70b",
+            256,
+            ParallelDims(tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)),
+            8192,
+        ),
+        "mixtral-8x7b": _plan(
+            "mixtral-8x7b",
+            128,
+            ParallelDims(tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2),
+            8192,
+        ),
     }
 
 
@@ -52,8 +60,14 @@ def test_megatron_flags_exist_in_the_pinned_release(plans, name) -> None:
     emitted = {f for f, _ in flags} | {"--tokenizer-type", "--vocab-size", "--mock-data", "--train-iters", "--lr"}
     assert emitted <= known, emitted - known
     text = megatron.export(_input(plans[name])).files[0].text
-    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
-                 "--global-batch-size 4096", "--use-distributed-optimizer", "CUDA_DEVICE_MAX_CONNECTIONS=1"):
+    for flag in (
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--micro-batch-size",
+        "--global-batch-size 4096",
+        "--use-distributed-optimizer",
+        "CUDA_DEVICE_MAX_CONNECTIONS=1",
+    ):
         assert flag in text
     assert "#SBATCH --nodes=" in text and "predicted by nestplan: step" in text
 
@@ -94,8 +108,9 @@ def test_deepspeed_refuses_ulysses_inside_a_pipeline(plans, name, tmp_path) -> N
 def test_deepspeed_accepts_the_job_settings(tmp_path, deepspeed_config) -> None:
     """SGD (torch.optim.SGD, outside ZeRO's tested optimizers) with bf16 gradient accumulation, ZeRO 1."""
     job = Job(global_batch_size=4096, seq_len=4096, optimizer=Optimizer.SGD, grad_dtype="bf16")
-    plan = api.evaluate_full("llama2-7b", "h100-spine-leaf", ParallelDims(tp=2, sp=True, dp=32, zero=1), job,
-                             devices=64).plan
+    plan = api.evaluate_full(
+        "llama2-7b", "h100-spine-leaf", ParallelDims(tp=2, sp=True, dp=32, zero=1), job, devices=64
+    ).plan
     paths, _ = api.export_plan(plan, "deepspeed", tmp_path)
 
     class Mpu:
@@ -122,27 +137,30 @@ def test_rank_order_the_framework_cannot_express_is_noted(tmp_path) -> None:
     _, result = api.export_plan(plan, "torchtitan", tmp_path)
     note = next(n for n in result.notes if n.startswith("RANK LAYOUT DIFFERS"))
     assert "tp-cp-ep-dp-pp" in note and "nestplan predicts step" in note
-    _, result = api.export_plan(plan, "megatron", tmp_path / "m")   # --use-tp-pp-dp-mapping expresses it
+    _, result = api.export_plan(plan, "megatron", tmp_path / "m")  # --use-tp-pp-dp-mapping expresses it
     assert not any(n.startswith("RANK LAYOUT") for n in result.notes)
     assert "--use-tp-pp-dp-mapping" in (tmp_path / "m" / "launch_megatron.sh").read_text()
 
 
-@pytest.mark.parametrize("change,named", [
-    (lambda d: d.update(schema="nestplan.plan/0"), "schema"),
-    (lambda d: d["parallel"].update(zero_stage=2), "ZeRO"),
-    (lambda d: d["parallel"].update(zero_stage=4), "parallel.zero_stage"),
-    (lambda d: d.update(model=7), "'model'"),
-    (lambda d: d.update(cluster="h100\nrm -rf ~"), "cluster"),
-    (lambda d: d["job"].update(dtype="int4"), "job.dtype"),
-    (lambda d: d["parallel"].update(tp=True), "parallel.tp"),
-    (lambda d: d["parallel"].update(tp=2.0), "parallel.tp"),
-    (lambda d: d["job"].update(seq_len=10**30), "job.seq_len"),
-    (lambda d: d["parallel"].update(sp="yes"), "parallel.sp"),
-    (lambda d: d["parallel"].update(recompute=["full"]), "parallel.recompute"),
-    (lambda d: d["parallel"]["layers_per_stage"].__setitem__(0, 8.0), "parallel.layers_per_stage[0]"),
-    (lambda d: d["placement"]["axis_order"].__setitem__(0, ["tp"]), "placement.axis_order"),
-    (lambda d: d["placement"].update(axis_order="tpcpepdppp"), "placement.axis_order"),
-])
+@pytest.mark.parametrize(
+    "change,named",
+    [
+        (lambda d: d.update(schema="nestplan.plan/0"), "schema"),
+        (lambda d: d["parallel"].update(zero_stage=2), "ZeRO"),
+        (lambda d: d["parallel"].update(zero_stage=4), "parallel.zero_stage"),
+        (lambda d: d.update(model=7), "'model'"),
+        (lambda d: d.update(cluster="h100\nrm -rf ~"), "cluster"),
+        (lambda d: d["job"].update(dtype="int4"), "job.dtype"),
+        (lambda d: d["parallel"].update(tp=True), "parallel.tp"),
+        (lambda d: d["parallel"].update(tp=2.0), "parallel.tp"),
+        (lambda d: d["job"].update(seq_len=10**30), "job.seq_len"),
+        (lambda d: d["parallel"].update(sp="yes"), "parallel.sp"),
+        (lambda d: d["parallel"].update(recompute=["full"]), "parallel.recompute"),
+        (lambda d: d["parallel"]["layers_per_stage"].__setitem__(0, 8.0), "parallel.layers_per_stage[0]"),
+        (lambda d: d["placement"]["axis_order"].__setitem__(0, ["tp"]), "placement.axis_order"),
+        (lambda d: d["placement"].update(axis_order="tpcpepdppp"), "placement.axis_order"),
+    ],
+)
 def test_bad_plans_one_line_exit_2(capsys, tmp_path, change, named) -> None:
     plan = _plan("llama2-7b", 64, ParallelDims(tp=2, pp=4, dp=8), 4096).to_dict()
     change(plan)
@@ -163,6 +181,20 @@ def test_plan_object_prediction_must_be_finite(value) -> None:
 
 
 def test_unknown_framework(capsys, tmp_path) -> None:
-    code, _, err = run_cli(capsys, ["plan", "--model", "bert-large", "--cluster", "v100-spine-leaf",
-                                    "--global-batch-size", "64", "--export", "jax", "--out", str(tmp_path)])
+    code, _, err = run_cli(
+        capsys,
+        [
+            "plan",
+            "--model",
+            "bert-large",
+            "--cluster",
+            "v100-spine-leaf",
+            "--global-batch-size",
+            "64",
+            "--export",
+            "jax",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert code == 2 and "unknown framework 'jax'" in err

@@ -25,13 +25,18 @@ from nestplan.strategy.dims import ParallelDims
 CATALOG = Path(nestplan.__file__).parent / "catalog" / "models"
 TABLE = Path(megatron.__file__).parent / "megatron_flags.txt"
 NEMOTRON_H = api.resolve_model("nemotron-h-8b")
-SPLIT_FLAGS = ("--pipeline-model-parallel-layout", "--num-virtual-stages-per-pipeline-rank",
-               "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+SPLIT_FLAGS = (
+    "--pipeline-model-parallel-layout",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+)
 
 
 def _plan(dims: ParallelDims, model: str | ModelSpec = "nemotron-h-8b", devices: int = 16, **job) -> Plan:
-    return api.evaluate_full(model, "dgx-h100", dims, Job(global_batch_size=256, seq_len=8192, **job),
-                             devices=devices).plan
+    return api.evaluate_full(
+        model, "dgx-h100", dims, Job(global_batch_size=256, seq_len=8192, **job), devices=devices
+    ).plan
 
 
 def _flags(plan: Plan) -> dict[str, object]:
@@ -54,9 +59,12 @@ def test_the_pattern_from_the_spec_is_the_published_one(name: str) -> None:
 
 def test_the_pattern_follows_the_spec_not_a_stored_string() -> None:
     """Blocks 0 and 1 swapped in the spec (an MLP first, then a Mamba mixer): the pattern swaps too."""
-    spec = replace(NEMOTRON_H, mamba_layers=(1,) + NEMOTRON_H.mamba_layers[1:],
-                   mixerless_layers=(0,) + NEMOTRON_H.mixerless_layers[1:],
-                   ffn_free_layers=(1,) + NEMOTRON_H.ffn_free_layers[1:])
+    spec = replace(
+        NEMOTRON_H,
+        mamba_layers=(1,) + NEMOTRON_H.mamba_layers[1:],
+        mixerless_layers=(0,) + NEMOTRON_H.mixerless_layers[1:],
+        ffn_free_layers=(1,) + NEMOTRON_H.ffn_free_layers[1:],
+    )
     assert megatron.hybrid_layers(spec)[:4] == "-MM-"
 
 
@@ -80,31 +88,50 @@ def test_an_even_split_has_pipes_too() -> None:
 
 def test_interleaving_is_segments_in_model_order() -> None:
     """Segment v pp + k is chunk v of pipeline rank k: pp 2 x v 2 gives four segments, the costed chunks."""
-    plan = _plan(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2,
-                              layers_per_stage=(12, 14, 14, 12)))
+    plan = _plan(
+        ParallelDims(
+            tp=2,
+            sp=True,
+            pp=2,
+            dp=4,
+            zero=1,
+            schedule="interleaved",
+            virtual_stages=2,
+            layers_per_stage=(12, 14, 14, 12),
+        )
+    )
     assert _segments(plan) == [12, 14, 14, 12]
 
 
 def test_a_chunk_without_blocks_is_an_empty_segment() -> None:
-    plan = _plan(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2,
-                              layers_per_stage=(0, 26, 26, 0)))
+    plan = _plan(
+        ParallelDims(
+            tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2, layers_per_stage=(0, 26, 26, 0)
+        )
+    )
     pattern = megatron.hybrid_pattern(plan)
     assert pattern.startswith("|M-") and pattern.endswith("-|") and _segments(plan) == [0, 26, 26, 0]
 
 
 def test_a_v_schedule_runs_interleaved_with_the_stages_keeping_their_blocks() -> None:
-    plan = _plan(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="dualpipev", virtual_stages=2,
-                              layers_per_stage=(26, 26)))
+    plan = _plan(
+        ParallelDims(
+            tp=2, sp=True, pp=2, dp=4, zero=1, schedule="dualpipev", virtual_stages=2, layers_per_stage=(26, 26)
+        )
+    )
     export = megatron.export(ExportInput(plan, "test"))
     assert _segments(plan) == [13, 13, 13, 13]
     assert any("no dualpipev schedule" in n for n in export.notes)
 
 
-@pytest.mark.parametrize("dims", [
-    ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, layers_per_stage=(28, 24)),
-    ParallelDims(tp=1, pp=4, dp=4, zero=1, layers_per_stage=(10, 14, 14, 14)),
-    ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2),
-])
+@pytest.mark.parametrize(
+    "dims",
+    [
+        ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, layers_per_stage=(28, 24)),
+        ParallelDims(tp=1, pp=4, dp=4, zero=1, layers_per_stage=(10, 14, 14, 14)),
+        ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2),
+    ],
+)
 def test_the_split_is_only_in_the_pattern(dims: ParallelDims) -> None:
     """Megatron-core's validate_args refuses a layout, virtual stages and (with pipes) first/last counts
     beside a hybrid pattern: none is emitted, and the pattern's segments are the costed virtual stages."""
@@ -119,8 +146,12 @@ def test_nemotron_h_flags() -> None:
     """The Mamba-2 sizes from spec.mamba, the layer specs, GQA without positions, the squared-ReLU MLP."""
     plan = _plan(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, layers_per_stage=(28, 24)))
     flags = _flags(plan)
-    assert (flags["--mamba-num-heads"], flags["--mamba-head-dim"], flags["--mamba-state-dim"],
-            flags["--mamba-num-groups"]) == (128, 64, 128, 8)
+    assert (
+        flags["--mamba-num-heads"],
+        flags["--mamba-head-dim"],
+        flags["--mamba-state-dim"],
+        flags["--mamba-num-groups"],
+    ) == (128, 64, 128, 8)
     assert flags["--spec"] == ("megatron.core.models.hybrid.hybrid_layer_specs", "hybrid_stack_spec")
     assert (flags["--num-layers"], flags["--hidden-size"], flags["--ffn-hidden-size"]) == (52, 4096, 21504)
     assert (flags["--num-attention-heads"], flags["--num-query-groups"]) == (32, 8)
@@ -130,8 +161,9 @@ def test_nemotron_h_flags() -> None:
 
 
 def test_every_flag_is_in_the_table() -> None:
-    plan = _plan(ParallelDims(tp=2, sp=True, ep=4, pp=2, dp=1, zero=1, layers_per_stage=(27, 25)),
-                 "nemotron-3-nano-30b-a3b")
+    plan = _plan(
+        ParallelDims(tp=2, sp=True, ep=4, pp=2, dp=1, zero=1, layers_per_stage=(27, 25)), "nemotron-3-nano-30b-a3b"
+    )
     lines = TABLE.read_text().splitlines()
     known = {line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()}
     assert set(_flags(plan)) <= known
@@ -143,13 +175,18 @@ def test_the_script_runs_megatron_lms_hybrid_entry_point() -> None:
     text = export.files[0].text
     assert '"$MEGATRON_LM/pretrain_hybrid.py"' in text and "pretrain_gpt.py" not in text
     pattern = megatron.hybrid_pattern(plan)
-    assert f"--hybrid-layer-pattern '{pattern}'" in text   # '*' and '|' quoted: one literal word
+    assert f"--hybrid-layer-pattern '{pattern}'" in text  # '*' and '|' quoted: one literal word
     assert any("pretrain_hybrid.py" in n and "megatron-core 0.19" in n for n in export.notes)
 
 
 def test_gpt_exports_keep_their_entry_point_and_positions() -> None:
-    plan = api.evaluate_full("nemotron4-15b", "dgx-h100", ParallelDims(tp=4, sp=True, dp=4, zero=1),
-                             Job(global_batch_size=256, seq_len=4096), devices=16).plan
+    plan = api.evaluate_full(
+        "nemotron4-15b",
+        "dgx-h100",
+        ParallelDims(tp=4, sp=True, dp=4, zero=1),
+        Job(global_batch_size=256, seq_len=4096),
+        devices=16,
+    ).plan
     flags = _flags(plan)
     assert flags["--position-embedding-type"] == "rope" and "--rotary-percent" in flags
     assert "--squared-relu" in flags and "--apply-layernorm-1p" in flags and "--hybrid-layer-pattern" not in flags
@@ -158,8 +195,9 @@ def test_gpt_exports_keep_their_entry_point_and_positions() -> None:
 
 def test_a_hybrid_moe_places_its_experts_by_pattern() -> None:
     """Nemotron 3 Nano: E blocks in the pattern, no --moe-layer-freq (a GPT's placement), the experts' sizes."""
-    plan = _plan(ParallelDims(tp=2, sp=True, ep=4, pp=2, dp=1, zero=1, layers_per_stage=(27, 25)),
-                 "nemotron-3-nano-30b-a3b")
+    plan = _plan(
+        ParallelDims(tp=2, sp=True, ep=4, pp=2, dp=1, zero=1, layers_per_stage=(27, 25)), "nemotron-3-nano-30b-a3b"
+    )
     flags = _flags(plan)
     assert "--moe-layer-freq" not in flags and "E" in flags["--hybrid-layer-pattern"]
     assert (flags["--num-experts"], flags["--moe-router-topk"], flags["--moe-ffn-hidden-size"]) == (128, 6, 1856)
@@ -168,8 +206,11 @@ def test_a_hybrid_moe_places_its_experts_by_pattern() -> None:
 def test_the_moe_overlap_a_hybrid_cannot_run_is_noted_with_its_prediction() -> None:
     """Megatron-core's combined 1F1B (the MoE all-to-all overlap) asks the model for build_schedule_plan,
     which only GPTModel has: the flag is left out and the note quotes the step without the overlap."""
-    plan = _plan(ParallelDims(tp=2, sp=True, ep=4, pp=2, dp=1, zero=1, schedule="interleaved", virtual_stages=2),
-                 "nemotron-3-nano-30b-a3b", moe_comm_overlap=True)
+    plan = _plan(
+        ParallelDims(tp=2, sp=True, ep=4, pp=2, dp=1, zero=1, schedule="interleaved", virtual_stages=2),
+        "nemotron-3-nano-30b-a3b",
+        moe_comm_overlap=True,
+    )
     export = megatron.export(ExportInput(plan, "test"))
     assert "--overlap-moe-expert-parallel-comm" not in _flags(plan)
     assert any("GPT models only" in n and "nestplan predicts step" in n for n in export.notes)
@@ -183,27 +224,47 @@ def test_a_chunk_length_megatron_core_fixes_otherwise_is_noted() -> None:
 
 def test_the_planner_exports_nemotron_h_for_megatron(capsys, tmp_path) -> None:
     """plan --export megatron no longer refuses before the search."""
-    code, out, err = run_cli(capsys, ["plan", "--model", "nemotron-h-8b", "--cluster", "dgx-h100", "--devices", "16",
-                                      "--export", "megatron", "--out", str(tmp_path)])
+    code, out, err = run_cli(
+        capsys,
+        [
+            "plan",
+            "--model",
+            "nemotron-h-8b",
+            "--cluster",
+            "dgx-h100",
+            "--devices",
+            "16",
+            "--export",
+            "megatron",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert code == 0, err
     assert "pretrain_hybrid.py" in (tmp_path / "launch_megatron.sh").read_text()
 
 
 # ---------------------------------------------------------------- refusals
 def test_mamba_1_is_refused_before_the_search(capsys) -> None:
-    code, _, err = run_cli(capsys, ["plan", "--model", "jamba-1.5-mini", "--cluster", "dgx-h100", "--devices", "16",
-                                    "--export", "megatron"])
+    code, _, err = run_cli(
+        capsys,
+        ["plan", "--model", "jamba-1.5-mini", "--cluster", "dgx-h100", "--devices", "16", "--export", "megatron"],
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "Mamba-1 mixers in layers" in err and "none in Megatron-core" in err
 
 
-@pytest.mark.parametrize("spec, what", [
-    (replace(NEMOTRON_H, ffn_free_layers=()), "a mixer and an FFN, or neither) in layers 0,2,4"),
-    (replace(NEMOTRON_H, mixerless_layers=NEMOTRON_H.mixerless_layers + (7,)), "or neither) in layers 7"),
-    (replace(NEMOTRON_H, mtp_layers=1), "1 MTP modules"),
-    (replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, conv_kernel=3)), "conv1d of width 3"),
-    (replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, conv_bias=False)), "conv1d without bias"),
-], ids=["mixer-and-ffn", "neither", "mtp", "conv-width", "conv-bias"])
+@pytest.mark.parametrize(
+    "spec, what",
+    [
+        (replace(NEMOTRON_H, ffn_free_layers=()), "a mixer and an FFN, or neither) in layers 0,2,4"),
+        (replace(NEMOTRON_H, mixerless_layers=NEMOTRON_H.mixerless_layers + (7,)), "or neither) in layers 7"),
+        (replace(NEMOTRON_H, mtp_layers=1), "1 MTP modules"),
+        (replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, conv_kernel=3)), "conv1d of width 3"),
+        (replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, conv_bias=False)), "conv1d without bias"),
+    ],
+    ids=["mixer-and-ffn", "neither", "mtp", "conv-width", "conv-bias"],
+)
 def test_what_no_hybrid_layer_builds_is_refused(spec: ModelSpec, what: str) -> None:
     with pytest.raises(ConfigError) as err:
         api.check_exportable(spec, "megatron")

@@ -32,12 +32,22 @@ from nestplan.network.topology import Level, Topology
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 
-HOSTILE = ["x\ntouch $CANARY\n#", "$(touch $CANARY)", "`touch $CANARY`", "'; touch $CANARY; '",
-           "a\r\ntouch $CANARY #\u2028"]
+HOSTILE = [
+    "x\ntouch $CANARY\n#",
+    "$(touch $CANARY)",
+    "`touch $CANARY`",
+    "'; touch $CANARY; '",
+    "a\r\ntouch $CANARY #\u2028",
+]
 STUBS = ("torchrun", "srun", "python", "python3", "deepspeed", "sbatch", "scontrol", "hostname")
-LAUNCHERS = {"megatron": "torchrun", "torchtitan": "torchrun", "nemo": "torchrun", "megatron-bridge": "torchrun",
-             "deepspeed": "deepspeed"}
-DIMS = ParallelDims(tp=2, pp=4, dp=2, layers_per_stage=(7, 9, 8, 8))   # uneven middle: Megatron's layout
+LAUNCHERS = {
+    "megatron": "torchrun",
+    "torchtitan": "torchrun",
+    "nemo": "torchrun",
+    "megatron-bridge": "torchrun",
+    "deepspeed": "deepspeed",
+}
+DIMS = ParallelDims(tp=2, pp=4, dp=2, layers_per_stage=(7, 9, 8, 8))  # uneven middle: Megatron's layout
 DEVICES = 16
 JOB = Job(global_batch_size=64, seq_len=2048)
 
@@ -56,10 +66,16 @@ def _sandbox_run(script: Path, tmp: Path, extra_env: dict[str, str] | None = Non
         stub.write_text(f'#!/bin/sh\necho {name} >> "$STUB_LOG"\nexit 0\n')
         stub.chmod(0o755)
     canary = box / "canary"
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "CANARY": str(canary), "STUB_LOG": str(log),
-           **(extra_env or {})}
-    done = subprocess.run(["bash", str(script)], cwd=home, env=env, capture_output=True, text=True, timeout=30,
-                          check=False)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(home),
+        "CANARY": str(canary),
+        "STUB_LOG": str(log),
+        **(extra_env or {}),
+    }
+    done = subprocess.run(
+        ["bash", str(script)], cwd=home, env=env, capture_output=True, text=True, timeout=30, check=False
+    )
     assert done.returncode == 0, f"{script.name} failed: {done.stderr}"
     return canary, log.read_text().split() if log.exists() else []
 
@@ -129,8 +145,13 @@ def test_helpers_keep_text_inert(text, tmp_path) -> None:
     assert "\n" not in comment_text(text) and "\r" not in comment_text(text)
     script = tmp_path / "echo.sh"
     script.write_text(f"# {comment_text(text)}\nprintf %s {shell_word(text)}\n")
-    done = subprocess.run(["bash", str(script)], env={"PATH": "/usr/bin:/bin", "CANARY": str(tmp_path / "c")},
-                          capture_output=True, timeout=30, check=True)
+    done = subprocess.run(
+        ["bash", str(script)],
+        env={"PATH": "/usr/bin:/bin", "CANARY": str(tmp_path / "c")},
+        capture_output=True,
+        timeout=30,
+        check=True,
+    )
     assert done.stdout.decode() == text and not (tmp_path / "c").exists()
 
 
@@ -142,7 +163,7 @@ def test_hostile_model_config(key, text, tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
 
-    def build() -> Plan:   # the plan itself, then the plan read back from its JSON (the model config embedded)
+    def build() -> Plan:  # the plan itself, then the plan read back from its JSON (the model config embedded)
         spec = api.resolve_model(str(path))
         fresh = api.evaluate_full(spec, "h100-spine-leaf", DIMS, JOB, devices=DEVICES).plan
         read = Plan.from_dict(_saved(fresh))
@@ -154,9 +175,11 @@ def test_hostile_model_config(key, text, tmp_path) -> None:
 
 def _cluster_file(tmp: Path, name: str, leaf: str) -> Path:
     """16 H100s: nodes of 4, two nodes to a leaf (so the header names the leaf), two leaves."""
-    levels = [{"name": "node", "size": 4, "bandwidth_GBps": 450, "latency_us": 1},
-              {"name": leaf, "size": 2, "bandwidth_GBps": 50, "latency_us": 3},
-              {"name": "spine", "size": 2, "bandwidth_GBps": 25, "latency_us": 5}]
+    levels = [
+        {"name": "node", "size": 4, "bandwidth_GBps": 450, "latency_us": 1},
+        {"name": leaf, "size": 2, "bandwidth_GBps": 50, "latency_us": 3},
+        {"name": "spine", "size": 2, "bandwidth_GBps": 25, "latency_us": 5},
+    ]
     path = tmp / "cluster.json"
     path.write_text(json.dumps({"name": name, "accelerator": "h100-sxm-80gb", "levels": levels}))
     return path
@@ -167,7 +190,7 @@ def _cluster_file(tmp: Path, name: str, leaf: str) -> Path:
 def test_hostile_cluster_file(where, text, tmp_path) -> None:
     path = _cluster_file(tmp_path, text if where == "name" else "c", text if where == "level" else "leaf")
 
-    def build() -> Plan:   # the plan itself, then the plan read back from its JSON (the cluster definition embedded)
+    def build() -> Plan:  # the plan itself, then the plan read back from its JSON (the cluster definition embedded)
         fresh = _clean_plan(cluster=api.resolve_cluster(str(path), DEVICES))
         read = Plan.from_dict(_saved(fresh))
         assert read == fresh
@@ -187,7 +210,7 @@ def _set(plan: Plan, field: str, value) -> dict:
     return changed
 
 
-CHOICES = ("job.dtype", "job.grad_dtype", "job.optimizer", "placement.axis_order")   # fields with allowed values
+CHOICES = ("job.dtype", "job.grad_dtype", "job.optimizer", "placement.axis_order")  # fields with allowed values
 
 
 @pytest.mark.parametrize("field", ["model", "cluster", *CHOICES])
@@ -201,8 +224,21 @@ def test_hostile_plan_file(field, text, plan, capsys, tmp_path) -> None:
     refused = field in CHOICES or has_control(text)
     for framework in FRAMEWORKS:
         out = tmp_path / framework
-        code, _, err = run_cli(capsys, ["export", str(saved), "--framework", framework, "--out", str(out),
-                                        "--model", "llama2-7b", "--cluster", "h100-spine-leaf"])
+        code, _, err = run_cli(
+            capsys,
+            [
+                "export",
+                str(saved),
+                "--framework",
+                framework,
+                "--out",
+                str(out),
+                "--model",
+                "llama2-7b",
+                "--cluster",
+                "h100-spine-leaf",
+            ],
+        )
         if refused:
             assert code == 2 and len(err.strip().splitlines()) == 1 and field in err, err
             assert not out.exists()
@@ -214,6 +250,7 @@ def test_hostile_plan_file(field, text, plan, capsys, tmp_path) -> None:
 def _embed(field: str, text: str) -> Callable[[dict], None]:
     """A change of a saved plan's embedded model config or cluster definition (the ``model`` label
     is the name its model config is read under; the cluster's name is also the ``cluster`` label)."""
+
     def change(data: dict) -> None:
         definition = data["cluster_definition"]
         if field == "model":
@@ -226,12 +263,19 @@ def _embed(field: str, text: str) -> Callable[[dict], None]:
             definition["levels"][1]["name"] = text
         else:
             definition["accelerator"][field.removeprefix("cluster_definition.accelerator.")] = text
+
     return change
 
 
-EMBEDDED = ("model", "model_config._name_or_path", "model_config.model_type", "cluster_definition.name",
-            "cluster_definition.levels[1].name", "cluster_definition.accelerator.name",
-            "cluster_definition.accelerator.source")
+EMBEDDED = (
+    "model",
+    "model_config._name_or_path",
+    "model_config.model_type",
+    "cluster_definition.name",
+    "cluster_definition.levels[1].name",
+    "cluster_definition.accelerator.name",
+    "cluster_definition.accelerator.source",
+)
 
 
 @pytest.fixture(scope="module")
@@ -276,8 +320,9 @@ def _hostile_network(plan: Plan, text: str) -> Cluster:
 def test_exporters_quote_on_their_own(text, plan, tmp_path) -> None:
     """Defence in depth: hostile names in objects no reader checked (the plan's model and cluster,
     the network's level names, the nestplan version) are exported, shown escaped, and inert."""
-    hostile = dataclasses.replace(plan, model=dataclasses.replace(plan.model, name=text),
-                                  cluster=_hostile_network(plan, text))
+    hostile = dataclasses.replace(
+        plan, model=dataclasses.replace(plan.model, name=text), cluster=_hostile_network(plan, text)
+    )
     inp = ExportInput(hostile, text)
     for framework in FRAMEWORKS:
         result = export(framework, inp)
@@ -305,11 +350,18 @@ def test_hostile_job_setting_in_settings_is_refused_or_inert(field, text, plan, 
         _check_scripts(paths, framework, tmp_path / framework)
 
 
-@pytest.mark.parametrize("dims, layout", [
-    (DIMS, "Et*7|t*9|t*8|t*8L"),
-    (dataclasses.replace(DIMS, schedule="interleaved", virtual_stages=2, layers_per_stage=(0, 5, 4, 3, 4, 4, 4, 8)),
-     "E|t*5|t*4|t*3|(t*4|)*3t*8L"),
-])
+@pytest.mark.parametrize(
+    "dims, layout",
+    [
+        (DIMS, "Et*7|t*9|t*8|t*8L"),
+        (
+            dataclasses.replace(
+                DIMS, schedule="interleaved", virtual_stages=2, layers_per_stage=(0, 5, 4, 3, 4, 4, 4, 8)
+            ),
+            "E|t*5|t*4|t*3|(t*4|)*3t*8L",
+        ),
+    ],
+)
 def test_megatron_layout_survives_the_shell(dims, layout, tmp_path) -> None:
     """The pipeline layout ('Et*7|t*9|t*8|t*8L'; per virtual stage with Megatron's (...)*n
     repetition) reaches Megatron-LM and NeMo as one argument."""
@@ -324,5 +376,6 @@ def test_megatron_layout_survives_the_shell(dims, layout, tmp_path) -> None:
         _sandbox_run(script, tmp_path / framework)
         home = tmp_path / framework / f"box-{framework}-{script.stem}" / "home"
         args = (home / "args").read_text().splitlines()
-        assert (layout in args if framework == "megatron"
-                else f'model.pipeline_model_parallel_layout="{layout}"' in args), args
+        assert (
+            layout in args if framework == "megatron" else f'model.pipeline_model_parallel_layout="{layout}"' in args
+        ), args

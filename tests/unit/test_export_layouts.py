@@ -18,8 +18,7 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.placement import REPLICA_MAJOR, STAGE_MAJOR
 
 
-def _plan(model: str, devices: int, dims: ParallelDims, seq: int = 4096, batch: int = 1024,
-          order=STAGE_MAJOR) -> Plan:
+def _plan(model: str, devices: int, dims: ParallelDims, seq: int = 4096, batch: int = 1024, order=STAGE_MAJOR) -> Plan:
     job = Job(global_batch_size=batch, seq_len=seq)
     return api.evaluate_full(model, "h100-spine-leaf", dims, job, devices=devices, axis_order=order).plan
 
@@ -39,7 +38,7 @@ def test_titan_split_follows_torchtitan() -> None:
     assert titan_split(80, 4, 1, 1) == [20, 21, 20, 19]
     assert titan_split(80, 4, 0, 0) == [20, 20, 20, 20]
     assert titan_split(80, 4, 2, 2) == [19, 21, 21, 19]
-    assert titan_split(8, 4, 3, 0) is None   # the first stage would give up more than it has
+    assert titan_split(8, 4, 3, 0) is None  # the first stage would give up more than it has
 
 
 @pytest.mark.parametrize("split", [(20, 20, 20, 20), (19, 21, 21, 19), (21, 20, 20, 19)])
@@ -53,19 +52,26 @@ def test_torchtitan_runs_the_costed_split(split) -> None:
 
 def test_torchtitan_interleaved_stage_count() -> None:
     """Interleaved: ceil((layers + first + last) / layers-per-stage) must be pp x v stages."""
-    plan = _plan("mixtral-8x7b", 128, ParallelDims(cp=2, ep=4, pp=4, dp=4, schedule="interleaved",
-                                                   virtual_stages=2), seq=8192, batch=4096)
+    plan = _plan(
+        "mixtral-8x7b",
+        128,
+        ParallelDims(cp=2, ep=4, pp=4, dp=4, schedule="interleaved", virtual_stages=2),
+        seq=8192,
+        batch=4096,
+    )
     flags, _ = _titan(plan)
     lps = flags["--parallelism.pipeline-parallel-layers-per-stage"]
-    weights = (flags["--parallelism.pipeline-parallel-first-stage-less-layers"]
-               + flags["--parallelism.pipeline-parallel-last-stage-less-layers"])
+    weights = (
+        flags["--parallelism.pipeline-parallel-first-stage-less-layers"]
+        + flags["--parallelism.pipeline-parallel-last-stage-less-layers"]
+    )
     assert -(-(32 + weights) // lps) == 8
     assert flags["--parallelism.pipeline-parallel-schedule"] == "Interleaved1F1B"
 
 
 def test_torchtitan_accumulates_microbatches_without_pipeline() -> None:
     flags, _ = _titan(_plan("llama2-7b", 64, ParallelDims(tp=8, dp=8, micro_batch_size=2), batch=256))
-    assert flags["--training.local-batch-size"] == 2   # 16 accumulation steps of 2 x 8 replicas
+    assert flags["--training.local-batch-size"] == 2  # 16 accumulation steps of 2 x 8 replicas
     assert flags["--training.global-batch-size"] == 256
 
 

@@ -25,11 +25,11 @@ from nestplan.strategy.placement import GroupSpan
 CLUSTER = api.resolve_cluster("dgx-h100", 64)
 TOPO = CLUSTER.topology
 LEVELS = TOPO.num_levels
-NEMOTRON_H = api.resolve_model("nemotron-h-8b")             # M, -, *: one sub-block per layer
-NANO = api.resolve_model("nemotron-3-nano-30b-a3b")          # M, E, *
-JAMBA = api.resolve_model("jamba-1.5-mini")                  # Mamba-1 or attention, then MLP or MoE
-FALCON = api.resolve_model("falcon-40b")                     # parallel attention and MLP
-DEEPSEEK = api.resolve_model("deepseek-v3")                  # MLA with a query latent
+NEMOTRON_H = api.resolve_model("nemotron-h-8b")  # M, -, *: one sub-block per layer
+NANO = api.resolve_model("nemotron-3-nano-30b-a3b")  # M, E, *
+JAMBA = api.resolve_model("jamba-1.5-mini")  # Mamba-1 or attention, then MLP or MoE
+FALCON = api.resolve_model("falcon-40b")  # parallel attention and MLP
+DEEPSEEK = api.resolve_model("deepseek-v3")  # MLA with a query latent
 LLAMA = api.resolve_model("llama3-8b")
 
 
@@ -42,8 +42,11 @@ def _groups(tp: int = 1, cp: int = 1) -> dict[str, GroupSpan]:
 
 
 def _first(spec, mixer: str, ffn: bool, moe: bool = False) -> int:
-    return next(i for i in range(spec.num_layers)
-                if spec.mixer_of(i) == mixer and spec.has_ffn(i) == ffn and spec.is_moe_layer(i) == moe)
+    return next(
+        i
+        for i in range(spec.num_layers)
+        if spec.mixer_of(i) == mixer and spec.has_ffn(i) == ffn and spec.is_moe_layer(i) == moe
+    )
 
 
 def _comm(spec, layer: int, shard: Shard, tp: int, cp: int = 1, overlap: bool = False, gemm_s: float = 0.0):
@@ -150,8 +153,14 @@ def test_context_exchange_only_where_the_mixer_needs_it() -> None:
     assert (mlp.cp_forward, mlp.cp_backward, moe.cp_forward, moe.cp_backward) == (0.0, 0.0, 0.0, 0.0)
     m = NEMOTRON_H.mamba
     t = 2
-    widths = [m.inner / t, m.inner / t, m.groups / t * m.state_size, m.groups / t * m.state_size,
-              m.num_heads / t, m.inner / t]
+    widths = [
+        m.inner / t,
+        m.inner / t,
+        m.groups / t * m.state_size,
+        m.groups / t * m.state_size,
+        m.num_heads / t,
+        m.inner / t,
+    ]
     fanout = (2,) + (1,) * (LEVELS - 1)
     expected = sum(coll.all_to_all(TOPO, fanout, 2 * shard.tokens * w) for w in widths)
     mamba = _comm(NEMOTRON_H, _first(NEMOTRON_H, "mamba", False), shard, 2, cp=2)
@@ -168,29 +177,30 @@ def test_mamba_groups_are_repeated_over_cp_beyond_a_ranks_groups() -> None:
     layer = _first(NEMOTRON_H, "mamba", False)
     repeated = _comm(few, layer, shard, 2, cp=4).cp_forward
     split = _comm(replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, groups=8)), layer, shard, 2, cp=4).cp_forward
-    assert repeated == pytest.approx(split)   # 2 / 2 groups repeated 4 times = 8 / 2 groups: 4 per rank
+    assert repeated == pytest.approx(split)  # 2 / 2 groups repeated 4 times = 8 / 2 groups: 4 per rank
 
 
 # ---------------------------------------------------------------- divisibility
 def test_tp_must_split_the_mamba_heads_and_groups() -> None:
     """Megatron-core's MambaMixer asserts nheads % tp == 0 and ngroups % tp == 0."""
-    assert tp_conflict(NEMOTRON_H, 8) is None                   # 128 heads, 8 groups
+    assert tp_conflict(NEMOTRON_H, 8) is None  # 128 heads, 8 groups
     error = tp_conflict(NEMOTRON_H, 16)
     assert error is not None and "16" in str(error) and "8 Mamba groups" in str(error)
     odd = replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, num_heads=96))
     error = tp_conflict(odd, 64)
-    assert error is not None   # the attention's 32 heads already refuse 64
+    assert error is not None  # the attention's 32 heads already refuse 64
     heads = replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, num_heads=36, groups=4))
     error = tp_conflict(heads, 8)
     assert error is not None and "36 Mamba heads" in str(error)
-    assert tp_conflict(JAMBA, 8) is None and "8190 Mamba channels" in str(tp_conflict(replace(
-        JAMBA, mamba=replace(JAMBA.mamba, inner=8190)), 4))
+    assert tp_conflict(JAMBA, 8) is None and "8190 Mamba channels" in str(
+        tp_conflict(replace(JAMBA, mamba=replace(JAMBA.mamba, inner=8190)), 4)
+    )
 
 
 def test_cp_must_split_the_mamba_heads_and_match_the_groups() -> None:
     """MambaContextParallel: heads / tp divisible by cp; groups / tp and cp divide one another."""
-    assert model_conflict(ParallelDims(tp=2, cp=4), NEMOTRON_H, 8192) is None        # 4 groups per rank
-    assert model_conflict(ParallelDims(tp=2, cp=8), NEMOTRON_H, 8192) is None        # repeated twice
+    assert model_conflict(ParallelDims(tp=2, cp=4), NEMOTRON_H, 8192) is None  # 4 groups per rank
+    assert model_conflict(ParallelDims(tp=2, cp=8), NEMOTRON_H, 8192) is None  # repeated twice
     six = replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, groups=16, num_heads=80))
     error = model_conflict(ParallelDims(tp=2, cp=16), six, 8192)
     assert error is not None and "80 Mamba heads" in str(error)
@@ -219,7 +229,7 @@ def test_selective_recomputation_reruns_attention_cores_only() -> None:
     assert DEEPSEEK.mtp_layers == 1
     assert hardware - model == pytest.approx((DEEPSEEK.num_layers + 1) * 2 * seq * seq * 128 * (192 + 128))
     model, hardware = _model_flops(NEMOTRON_H, seq, 1, Recompute.SELECTIVE)
-    assert hardware - model == pytest.approx(4 * 4 * seq * seq * NEMOTRON_H.q_channels)   # 4 attention layers
+    assert hardware - model == pytest.approx(4 * 4 * seq * seq * NEMOTRON_H.q_channels)  # 4 attention layers
 
 
 # ---------------------------------------------------------------- parameters per device
@@ -231,7 +241,7 @@ def test_mla_down_projections_latent_norms_and_router_are_replicated_over_tp() -
     latent = h * (1536 + 512 + 64) + 1536 + 512
     dense, moe = _first(DEEPSEEK, "attention", True), _first(DEEPSEEK, "attention", True, moe=True)
     for layer, router in ((dense, 0), (moe, (h + 1) * 256)):
-        replicated = 2 * h + latent + router          # the block's two RMSNorms, latents, router
+        replicated = 2 * h + latent + router  # the block's two RMSNorms, latents, router
         full = L.block_params(DEEPSEEK, layer).dense
         got = L.block_params_per_device(DEEPSEEK, layer, shard).dense
         assert got == pytest.approx((full - replicated) / 8 + replicated)
@@ -246,8 +256,11 @@ def test_llama4_no_rope_layers_neither_rotate_nor_normalise() -> None:
     scout = api.resolve_model("llama4-scout")
     shard = Shard(tp=2, seq_len=8192)
     nope = scout.nope_layers[0]
-    rope = next(i for i in range(scout.num_layers) if i not in scout.nope_layers
-                and scout.is_moe_layer(i) == scout.is_moe_layer(nope))
+    rope = next(
+        i
+        for i in range(scout.num_layers)
+        if i not in scout.nope_layers and scout.is_moe_layer(i) == scout.is_moe_layer(nope)
+    )
     qk = 2 * 2 * shard.tokens * (scout.q_channels + scout.kv_channels) / 2
 
     assert _elementwise_bytes(scout, rope, shard) - _elementwise_bytes(scout, nope, shard) == pytest.approx(2 * qk)
@@ -264,19 +277,43 @@ def test_mla_latent_norms_traffic() -> None:
 
 
 # ---------------------------------------------------------------- exports
-@pytest.mark.parametrize("name, kind, framework", [
-    ("nemotron-h-8b", "Mamba-2", "megatron-bridge"), ("nemotron-h-8b", "Mamba-2", "torchtitan"),
-    ("jamba-1.5-mini", "Mamba-1", "megatron"), ("jamba-1.5-mini", "Mamba-1", "megatron-bridge"),
-    ("jamba-1.5-mini", "Mamba-1", "torchtitan")])
+@pytest.mark.parametrize(
+    "name, kind, framework",
+    [
+        ("nemotron-h-8b", "Mamba-2", "megatron-bridge"),
+        ("nemotron-h-8b", "Mamba-2", "torchtitan"),
+        ("jamba-1.5-mini", "Mamba-1", "megatron"),
+        ("jamba-1.5-mini", "Mamba-1", "megatron-bridge"),
+        ("jamba-1.5-mini", "Mamba-1", "torchtitan"),
+    ],
+)
 def test_hybrid_stacks_are_not_exported_as_gpts(capsys, tmp_path, name: str, kind: str, framework: str) -> None:
     """A Mamba hybrid would export as a GPT of its attention layers where the framework has no hybrid
     entry point (Megatron-Bridge's recipes, torchtitan; Megatron-LM for Mamba-1, which Megatron-core lacks):
     refused, one line, exit 2, naming its Mamba layers. Megatron-LM runs Mamba-2 hybrids
     (tests/unit/test_export_hybrid.py)."""
     plan = tmp_path / "plan.json"
-    code, out, err = run_cli(capsys, ["evaluate", "--model", name, "--cluster", "dgx-h100", "--devices", "8",
-                                      "--tp", "2", "--dp", "4", "--global-batch-size", "32", "--seq-len", "2048",
-                                      "--json"])
+    code, out, err = run_cli(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            name,
+            "--cluster",
+            "dgx-h100",
+            "--devices",
+            "8",
+            "--tp",
+            "2",
+            "--dp",
+            "4",
+            "--global-batch-size",
+            "32",
+            "--seq-len",
+            "2048",
+            "--json",
+        ],
+    )
     assert code == 0, err
     plan.write_text(out)
     code, out, err = run_cli(capsys, ["export", str(plan), "--framework", framework, "--out", str(tmp_path / "x")])
@@ -289,12 +326,14 @@ def test_the_planner_offers_no_context_parallelism_mamba_cannot_run() -> None:
     """The search space asks cost/evaluator.py ``cp_comm_conflict`` which cp it may try: Jamba none
     (its Mamba-1 mixers have no cp, the plan crashed costing them), Nemotron-H what its groups allow."""
     from nestplan.cost.evaluator import cp_comm_conflict
+
     job = api.job_for(JAMBA, CLUSTER, 32, 16384)
     assert "Mamba-1" in str(cp_comm_conflict(job, 2, 1, JAMBA))
     assert cp_comm_conflict(job, 1, 2, JAMBA) is None
     assert cp_comm_conflict(job, 8, 8, NEMOTRON_H) is None
-    assert "Mamba heads" in str(cp_comm_conflict(job, 8, 4, replace(NEMOTRON_H, mamba=replace(
-        NEMOTRON_H.mamba, num_heads=48, groups=4))))
+    assert "Mamba heads" in str(
+        cp_comm_conflict(job, 8, 4, replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, num_heads=48, groups=4)))
+    )
 
 
 def test_jambas_ffn_sync_hides_under_the_ffns_gemms_not_the_mixers_local_ones() -> None:
@@ -329,8 +368,23 @@ def test_mlas_latent_gather_hides_under_the_key_value_up_projection_too() -> Non
 def test_plan_with_export_refuses_a_model_the_framework_cannot_build_before_searching(capsys, tmp_path) -> None:
     """`plan --export megatron` of a Mamba-1 hybrid (Jamba): the export's one-line refusal, before any search
     (no search line, no plan written)."""
-    code, out, err = run_cli(capsys, ["plan", "--model", "jamba-1.5-mini", "--cluster", "dgx-h100", "--devices", "64",
-                                      "--global-batch-size", "512", "--export", "megatron", "--out",
-                                      str(tmp_path / "x")])
+    code, out, err = run_cli(
+        capsys,
+        [
+            "plan",
+            "--model",
+            "jamba-1.5-mini",
+            "--cluster",
+            "dgx-h100",
+            "--devices",
+            "64",
+            "--global-batch-size",
+            "512",
+            "--export",
+            "megatron",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+    )
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "hybrid stack" in err
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())

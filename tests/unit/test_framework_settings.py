@@ -27,9 +27,9 @@ def _predict(job: Job, dims: ParallelDims = PLAN, cluster=H100):
 
 
 def test_overlapped_collective_exposes_its_first_chunk_and_what_outlasts_the_gemm() -> None:
-    assert comm.overlapped(8.0, 100.0, 8) == pytest.approx(1.0)          # hides all but one chunk
-    assert comm.overlapped(8.0, 3.0, 8) == pytest.approx(1.0 + 4.0)      # 7 chunks, 3 hidden
-    assert comm.overlapped(8.0, 0.0, 1) == pytest.approx(8.0)            # one chunk: nothing hides
+    assert comm.overlapped(8.0, 100.0, 8) == pytest.approx(1.0)  # hides all but one chunk
+    assert comm.overlapped(8.0, 3.0, 8) == pytest.approx(1.0 + 4.0)  # 7 chunks, 3 hidden
+    assert comm.overlapped(8.0, 0.0, 1) == pytest.approx(8.0)  # one chunk: nothing hides
 
 
 def test_tp_comm_overlap_hides_tensor_parallel_traffic() -> None:
@@ -40,8 +40,9 @@ def test_tp_comm_overlap_hides_tensor_parallel_traffic() -> None:
 
 def test_tp_comm_overlap_needs_sequence_parallelism() -> None:
     no_sp = replace(PLAN, sp=False)
-    assert (_predict(replace(BASE, tp_comm_overlap=True), no_sp).breakdown_s["tp_comm"]
-            == pytest.approx(_predict(BASE, no_sp).breakdown_s["tp_comm"]))
+    assert _predict(replace(BASE, tp_comm_overlap=True), no_sp).breakdown_s["tp_comm"] == pytest.approx(
+        _predict(BASE, no_sp).breakdown_s["tp_comm"]
+    )
 
 
 def test_bf16_gradient_reduction_halves_the_gradient_buffer() -> None:
@@ -111,9 +112,32 @@ def test_cli_records_the_settings_in_the_plan(capsys) -> None:
     from cli_helpers import run_cli
     import json
 
-    code, out, err = run_cli(capsys, ["evaluate", "--model", "llama2-7b", "--cluster", "dgx-h100", "--devices", "16",
-                                      "--tp", "2", "--sp", "--dp", "8", "--global-batch-size", "64", "--seq-len",
-                                      "2048", "--fp8", "--tp-comm-overlap", "--grad-reduce-dtype", "bf16", "--json"])
+    code, out, err = run_cli(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "llama2-7b",
+            "--cluster",
+            "dgx-h100",
+            "--devices",
+            "16",
+            "--tp",
+            "2",
+            "--sp",
+            "--dp",
+            "8",
+            "--global-batch-size",
+            "64",
+            "--seq-len",
+            "2048",
+            "--fp8",
+            "--tp-comm-overlap",
+            "--grad-reduce-dtype",
+            "bf16",
+            "--json",
+        ],
+    )
     assert code == 0, err
     job = json.loads(out)["job"]
     assert (job["fp8_recipe"], job["tp_comm_overlap"], job["grad_dtype"]) == ("tensorwise", True, "bf16")
@@ -145,8 +169,13 @@ def test_megatron_sets_fp8_overlap_and_bf16_reduction(recipe) -> None:
     flags, notes = megatron.all_flags(inp)
     values = dict(flags)
     assert values["--fp8-format"] == "hybrid" and values["--fp8-recipe"] == recipe.value
-    assert {"--fp8-param-gather", "--tp-comm-overlap", "--grad-reduce-in-bf16", "--overlap-grad-reduce",
-            "--overlap-param-gather"} <= set(values)
+    assert {
+        "--fp8-param-gather",
+        "--tp-comm-overlap",
+        "--grad-reduce-in-bf16",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+    } <= set(values)
     assert set(values) <= _pinned("megatron_flags.txt")
     assert "--fp8-recipe" in megatron.export(inp).files[0].text
 
@@ -159,10 +188,15 @@ def test_megatron_leaves_out_the_overlaps_not_costed() -> None:
     assert "--fp8-format" not in values and "--tp-comm-overlap" not in values
 
 
-@pytest.mark.parametrize("recipe,name", [(Fp8Recipe.DELAYED, "bf16_with_fp8_delayed_scaling_mixed"),
-                                         (Fp8Recipe.TENSORWISE, "bf16_with_fp8_current_scaling_mixed"),
-                                         (Fp8Recipe.BLOCKWISE, "bf16_with_fp8_subchannel_scaling_mixed"),
-                                         (Fp8Recipe.MXFP8, "bf16_with_mxfp8_mixed")])
+@pytest.mark.parametrize(
+    "recipe,name",
+    [
+        (Fp8Recipe.DELAYED, "bf16_with_fp8_delayed_scaling_mixed"),
+        (Fp8Recipe.TENSORWISE, "bf16_with_fp8_current_scaling_mixed"),
+        (Fp8Recipe.BLOCKWISE, "bf16_with_fp8_subchannel_scaling_mixed"),
+        (Fp8Recipe.MXFP8, "bf16_with_mxfp8_mixed"),
+    ],
+)
 def test_megatron_bridge_recipe_and_overlap(recipe, name) -> None:
     from nestplan.export import nemo
 
@@ -179,8 +213,8 @@ def test_fp8_weight_copies_are_held_unless_the_parameters_are_fp8() -> None:
     bf16 = _predict(BASE).stages[0]
     fp8 = _predict(replace(BASE, fp8_recipe=Fp8Recipe.DELAYED)).stages[0]
     fp8_params = _predict(replace(BASE, fp8_recipe=Fp8Recipe.DELAYED, fp8_params=True)).stages[0]
-    embedding = MODEL.vocab_size / PLAN.tp * MODEL.hidden_size     # parameters of the first stage's embedding
-    block_params = bf16.memory_bytes["weights"] / 2 - embedding    # bf16 weights: 2 bytes each (ZeRO 1 keeps them)
+    embedding = MODEL.vocab_size / PLAN.tp * MODEL.hidden_size  # parameters of the first stage's embedding
+    block_params = bf16.memory_bytes["weights"] / 2 - embedding  # bf16 weights: 2 bytes each (ZeRO 1 keeps them)
     assert fp8.memory_bytes["weights"] - bf16.memory_bytes["weights"] == pytest.approx(2 * block_params, rel=1e-9)
     assert fp8_params.memory_bytes["weights"] == pytest.approx(bf16.memory_bytes["weights"])
 
@@ -189,8 +223,13 @@ def test_megatron_runs_nemotron_as_costed() -> None:
     from nestplan.export import megatron
     from nestplan.export.plan import ExportInput
 
-    plan = api.evaluate_full("nemotron4-15b", "dgx-h100", ParallelDims(tp=4, sp=True, dp=2),
-                             Job(global_batch_size=16, seq_len=4096), devices=8).plan
+    plan = api.evaluate_full(
+        "nemotron4-15b",
+        "dgx-h100",
+        ParallelDims(tp=4, sp=True, dp=2),
+        Job(global_batch_size=16, seq_len=4096),
+        devices=8,
+    ).plan
     values = dict(megatron.all_flags(ExportInput(plan, "test"))[0])
     assert {"--squared-relu", "--apply-layernorm-1p"} <= set(values) and values["--rotary-percent"] == 0.5
     assert "--swiglu" not in values
@@ -204,7 +243,7 @@ def test_fused_attention_runs_at_its_measured_efficiency() -> None:
 
     acc = H100.accelerator
     long = Shard(seq_len=65536)
-    flops = 0.5 * sum(g.flops for g in attention_core_gemms(MODEL, long))   # causal: half the scores
+    flops = 0.5 * sum(g.flops for g in attention_core_gemms(MODEL, long))  # causal: half the scores
     forward, backward = _attention_core(acc, MODEL, 0, long, "bf16")
     assert flops / forward / acc.peak("bf16") == pytest.approx(0.63, rel=0.01)
     assert FLASH_BACKWARD_FLOP_RATIO * flops / backward / acc.peak("bf16") == pytest.approx(0.51, rel=0.01)
@@ -217,8 +256,14 @@ def test_fused_attention_runs_at_its_measured_efficiency() -> None:
 def test_attention_efficiencies_come_in_pairs() -> None:
     from nestplan.hardware.accelerator import accelerator_from_dict
 
-    table = {"peak_bf16_TFLOPS": 100.0, "hbm_GiB": 10.0, "hbm_bandwidth_TBps": 1.0, "matmul_efficiency": 0.8,
-             "matmul_half_dim": 64.0, "memory_efficiency": 0.8}
+    table = {
+        "peak_bf16_TFLOPS": 100.0,
+        "hbm_GiB": 10.0,
+        "hbm_bandwidth_TBps": 1.0,
+        "matmul_efficiency": 0.8,
+        "matmul_half_dim": 64.0,
+        "memory_efficiency": 0.8,
+    }
     with pytest.raises(ConfigError, match="both"):
         accelerator_from_dict("x", table | {"attention_efficiency": 0.6})
     acc = accelerator_from_dict("x", table | {"attention_efficiency": 0.6, "attention_backward_efficiency": 0.5})
@@ -243,16 +288,19 @@ def test_fp8_all_gathers_move_one_byte_an_element() -> None:
     shard = Shard(tp=4, sp=True, seq_len=4096)
     both = comm.tp_collectives(H100.topology, tp, shard, 8192, 1)
     fp8 = comm.tp_collectives(H100.topology, tp, shard, 8192, 1, gather_bytes=1)
-    assert fp8 < both and both - fp8 == pytest.approx(both / 4, rel=0.2)   # half the gather, a quarter of both
+    assert fp8 < both and both - fp8 == pytest.approx(both / 4, rel=0.2)  # half the gather, a quarter of both
 
 
 # ---------------------------------------------------------------- the optimizer's state
-@pytest.mark.parametrize(("state", "fp8_params", "per_param"), [
-    (OptimizerState.FP32, False, 12),         # fp32 master, m, v
-    (OptimizerState.REMAINDERS, False, 10),   # the master's low 16 bits beside the bf16 parameter
-    (OptimizerState.BF16, False, 4),          # bf16 m, v; the bf16 parameters updated in place
-    (OptimizerState.BF16, True, 6),           # a bf16 master copy beside FP8 parameters (NeMo store_params)
-])
+@pytest.mark.parametrize(
+    ("state", "fp8_params", "per_param"),
+    [
+        (OptimizerState.FP32, False, 12),  # fp32 master, m, v
+        (OptimizerState.REMAINDERS, False, 10),  # the master's low 16 bits beside the bf16 parameter
+        (OptimizerState.BF16, False, 4),  # bf16 m, v; the bf16 parameters updated in place
+        (OptimizerState.BF16, True, 6),  # a bf16 master copy beside FP8 parameters (NeMo store_params)
+    ],
+)
 def test_optimizer_state_bytes_per_parameter(state, fp8_params, per_param) -> None:
     """Apex DistributedFusedAdam as NeMo 1.x sets it up (megatron_base_model.py setup_optimization:
     store_param_remainders for fp32 state beside bf16 parameters, no stored params when the state's dtype
@@ -268,10 +316,14 @@ def test_optimizer_state_shrinks_the_sharded_state_in_memory() -> None:
     assert bf16 == pytest.approx(fp32 * 4 / 12)
 
 
-@pytest.mark.parametrize(("settings", "named"), [
-    ({"optimizer": "sgd"}, "Adam"), ({"dtype": "fp16"}, "bf16"),
-    ({"fp8_recipe": Fp8Recipe.DELAYED, "fp8_params": True}, "fp8_params"),
-])
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"optimizer": "sgd"}, "Adam"),
+        ({"dtype": "fp16"}, "bf16"),
+        ({"fp8_recipe": Fp8Recipe.DELAYED, "fp8_params": True}, "fp8_params"),
+    ],
+)
 def test_optimizer_state_refusals_name_the_conflict(settings, named) -> None:
     with pytest.raises(ConfigError, match=named):
         replace(BASE, optimizer_state=OptimizerState.REMAINDERS, **settings)
@@ -284,8 +336,9 @@ def test_megatron_runs_the_optimizer_state_through_its_precision_aware_adam() ->
     assert "--use-precision-aware-optimizer" in values
     assert values["--exp-avg-dtype"] == values["--exp-avg-sq-dtype"] == "bf16"
     assert set(values) <= _pinned("megatron_flags.txt")
-    zero0 = api.evaluate_full(MODEL, H100, replace(PLAN, zero=0), replace(BASE, optimizer_state=OptimizerState.BF16),
-                              devices=64).plan
+    zero0 = api.evaluate_full(
+        MODEL, H100, replace(PLAN, zero=0), replace(BASE, optimizer_state=OptimizerState.BF16), devices=64
+    ).plan
     from nestplan.export.plan import ExportInput
 
     flags, notes = megatron.all_flags(ExportInput(zero0, "test"))

@@ -29,14 +29,44 @@ from hypothesis import strategies as st
 from nestplan.catalog import entry_path
 
 HANG_S = 60
-HOSTILE_STRINGS = ["", " ", "x\ny", "\x1b[31mred", "a" * 5000, "$(touch pwned)", "'; rm -rf x; '", "[/bold]",
-                   "../../etc/passwd", "\u2028", "nan", "inf", "-1", "0", "1e999", "\ufffd"]
+HOSTILE_STRINGS = [
+    "",
+    " ",
+    "x\ny",
+    "\x1b[31mred",
+    "a" * 5000,
+    "$(touch pwned)",
+    "'; rm -rf x; '",
+    "[/bold]",
+    "../../etc/passwd",
+    "\u2028",
+    "nan",
+    "inf",
+    "-1",
+    "0",
+    "1e999",
+    "\ufffd",
+]
 HOSTILE_NUMBERS = [0, -1, -(2**63), 2**63, 2**1000, 1e308, -1e308, 0.5, 1.5, 2.0, 1e-320, True, False, None]
 HOSTILE_VALUES = HOSTILE_STRINGS + HOSTILE_NUMBERS + [[], {}, [1, 2], {"a": 1}]
-SMALL = ["--model", "llama3-8b", "--cluster", "dgx-a100", "--devices", "16", "--global-batch-size", "64",
-         "--seq-len", "2048"]
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SMALL = [
+    "--model",
+    "llama3-8b",
+    "--cluster",
+    "dgx-a100",
+    "--devices",
+    "16",
+    "--global-batch-size",
+    "64",
+    "--seq-len",
+    "2048",
+]
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 FUZZ_SLOW = settings(FUZZ, max_examples=2000, derandomize=False)
 
 
@@ -63,7 +93,7 @@ def check_contract(capsys, argv: list[str]) -> tuple[int, str]:
     with _alarm(HANG_S):
         code, out, err = run_cli(capsys, argv)
     assert code in (0, 2, 3), (argv, code, err)
-    event(f"exit {code}")   # --hypothesis-show-statistics shows how often each path ran
+    event(f"exit {code}")  # --hypothesis-show-statistics shows how often each path ran
     assert "Traceback" not in err, (argv, err)
     if code in (2, 3):
         lines = err.strip().splitlines()
@@ -77,14 +107,63 @@ def check_contract(capsys, argv: list[str]) -> tuple[int, str]:
 # ---------------------------------------------------------------------------
 # command lines
 
-OPTION_VALUES = st.one_of(st.sampled_from(["1", "2", "8", "16", "0", "-3", "1_000", "+4", "2.0", "1e20",
-                                           str(2**64), "99999999999999999999", "nan", "x", "", "\n", "\x1b[2J"]),
-                          st.sampled_from(HOSTILE_STRINGS), st.text(max_size=12))
-EVALUATE_OPTIONS = ["--tp", "--pp", "--dp", "--cp", "--ep", "--mbs", "--zero", "--virtual-stages", "--devices",
-                    "--global-batch-size", "--seq-len", "--layers-per-stage", "--dtype", "--recompute", "--schedule",
-                    "--axis-order", "--model", "--cluster", "--optimizer"]
-PLAN_OPTIONS = ["--devices", "--global-batch-size", "--seq-len", "--dtype", "--top", "--model", "--cluster",
-                "--export", "--optimizer"]
+OPTION_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "1",
+            "2",
+            "8",
+            "16",
+            "0",
+            "-3",
+            "1_000",
+            "+4",
+            "2.0",
+            "1e20",
+            str(2**64),
+            "99999999999999999999",
+            "nan",
+            "x",
+            "",
+            "\n",
+            "\x1b[2J",
+        ]
+    ),
+    st.sampled_from(HOSTILE_STRINGS),
+    st.text(max_size=12),
+)
+EVALUATE_OPTIONS = [
+    "--tp",
+    "--pp",
+    "--dp",
+    "--cp",
+    "--ep",
+    "--mbs",
+    "--zero",
+    "--virtual-stages",
+    "--devices",
+    "--global-batch-size",
+    "--seq-len",
+    "--layers-per-stage",
+    "--dtype",
+    "--recompute",
+    "--schedule",
+    "--axis-order",
+    "--model",
+    "--cluster",
+    "--optimizer",
+]
+PLAN_OPTIONS = [
+    "--devices",
+    "--global-batch-size",
+    "--seq-len",
+    "--dtype",
+    "--top",
+    "--model",
+    "--cluster",
+    "--export",
+    "--optimizer",
+]
 
 
 def _mutated(base: list[str], options: list[str], data) -> list[str]:
@@ -108,16 +187,41 @@ def test_plan_options(capsys, tmp_path_factory, data) -> None:
 
 
 @FUZZ
-@given(argv=st.lists(st.one_of(st.sampled_from(["plan", "evaluate", "export", "list", "sweep", "nest-solve",
-                                                "trace", "compare", "--json", "--help", "--version", "models",
-                                                "report", "--model", "--cluster", "--devices", "--framework"]),
-                               st.sampled_from(HOSTILE_STRINGS)), max_size=6))
+@given(
+    argv=st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "plan",
+                    "evaluate",
+                    "export",
+                    "list",
+                    "sweep",
+                    "nest-solve",
+                    "trace",
+                    "compare",
+                    "--json",
+                    "--help",
+                    "--version",
+                    "models",
+                    "report",
+                    "--model",
+                    "--cluster",
+                    "--devices",
+                    "--framework",
+                ]
+            ),
+            st.sampled_from(HOSTILE_STRINGS),
+        ),
+        max_size=6,
+    )
+)
 def test_random_command_lines(capsys, argv) -> None:
-    if "trace" in argv or "compare" in argv:   # those run for minutes by design on valid input
+    if "trace" in argv or "compare" in argv:  # those run for minutes by design on valid input
         argv = [a for a in argv if a not in ("trace", "compare")] or ["list"]
     try:
         check_contract(capsys, argv)
-    except SystemExit:   # --help / --version exit 0 inside click before main's handler
+    except SystemExit:  # --help / --version exit 0 inside click before main's handler
         pass
 
 
@@ -238,8 +342,27 @@ def test_model_config_files(capsys, tmp_path_factory, raw) -> None:
 def test_cluster_files(capsys, tmp_path_factory, raw) -> None:
     path = tmp_path_factory.mktemp("cluster") / "cluster.toml"
     path.write_bytes(raw)
-    check_contract(capsys, ["evaluate", "--model", "llama3-8b", "--cluster", str(path), "--devices", "16",
-                            "--tp", "8", "--dp", "2", "--global-batch-size", "64", "--seq-len", "2048", "--json"])
+    check_contract(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            str(path),
+            "--devices",
+            "16",
+            "--tp",
+            "8",
+            "--dp",
+            "2",
+            "--global-batch-size",
+            "64",
+            "--seq-len",
+            "2048",
+            "--json",
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -288,8 +411,10 @@ def test_campaign(capsys, tmp_path_factory, plan_json, data, seed) -> None:
     """The longer campaign: every kind above, drawn at random."""
     kind = random.Random(seed).choice(["evaluate", "plan", "config", "cluster", "export"])
     if kind == "evaluate":
-        check_contract(capsys, _mutated(["evaluate", *SMALL, "--tp", "2", "--pp", "2", "--dp", "4", "--json"],
-                                        EVALUATE_OPTIONS, data))
+        check_contract(
+            capsys,
+            _mutated(["evaluate", *SMALL, "--tp", "2", "--pp", "2", "--dp", "4", "--json"], EVALUATE_OPTIONS, data),
+        )
     elif kind == "plan":
         check_contract(capsys, _mutated(["plan", *SMALL, "--top", "2", "--json"], PLAN_OPTIONS, data))
     elif kind == "config":
@@ -299,11 +424,28 @@ def test_campaign(capsys, tmp_path_factory, plan_json, data, seed) -> None:
     elif kind == "cluster":
         path = tmp_path_factory.mktemp("cluster") / "c.toml"
         path.write_bytes(data.draw(mutated_toml(CLUSTER_TOML)))
-        check_contract(capsys, ["evaluate", "--model", "llama3-8b", "--cluster", str(path), "--devices", "16",
-                                "--tp", "8", "--dp", "2", "--global-batch-size", "64", "--json"])
+        check_contract(
+            capsys,
+            [
+                "evaluate",
+                "--model",
+                "llama3-8b",
+                "--cluster",
+                str(path),
+                "--devices",
+                "16",
+                "--tp",
+                "8",
+                "--dp",
+                "2",
+                "--global-batch-size",
+                "64",
+                "--json",
+            ],
+        )
     else:
         folder = tmp_path_factory.mktemp("plan")
         (folder / "plan.json").write_bytes(data.draw(mutated_json(plan_json)))
-        check_contract(capsys, ["export", str(folder / "plan.json"), "--framework", "megatron",
-                                "--out", str(folder / "o")])
-
+        check_contract(
+            capsys, ["export", str(folder / "plan.json"), "--framework", "megatron", "--out", str(folder / "o")]
+        )

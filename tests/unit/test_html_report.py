@@ -24,8 +24,23 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 
 HOSTILE = "<script>alert('x')</script>"
-EVALUATE = ["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "64", "--tp", "8", "--pp",
-            "8", "--global-batch-size", "64", "--recompute", "full"]
+EVALUATE = [
+    "evaluate",
+    "--model",
+    "gpt3-175b",
+    "--cluster",
+    "dgx-a100",
+    "--devices",
+    "64",
+    "--tp",
+    "8",
+    "--pp",
+    "8",
+    "--global-batch-size",
+    "64",
+    "--recompute",
+    "full",
+]
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
@@ -69,22 +84,22 @@ def test_plan_page_has_every_section_with_the_plans_figures(evaluated, page):
     assert f"{p.step_time_s:.4f} s" in _section(page, "prediction")
     assert f"{p.mfu:.1%}" in _section(page, "prediction")
     memory = _section(page, "memory")
-    assert memory.count("<tr>") == 1 + evaluated.dims.pp   # the header and a row per stage
+    assert memory.count("<tr>") == 1 + evaluated.dims.pp  # the header and a row per stage
     assert "E+0-" in memory and "+H</td>" in memory
     assert f"rank order {'-'.join(evaluated.axis_order)} (fastest axis first)" in _section(page, "plan")
-    assert 'id="runners-up"' not in page   # an evaluation has none
+    assert 'id="runners-up"' not in page  # an evaluation has none
 
 
 @pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib is not installed")
 def test_pictures_are_inlined_pngs(page):
     pictures = _section(page, "pictures")
     sources = _attribute_values(pictures, "src")
-    assert len(sources) == 3   # timeline, memory, placement
-    assert all(s.startswith("data:image/png;base64,iVBORw0KGgo") for s in sources)   # base64 of the PNG signature
+    assert len(sources) == 3  # timeline, memory, placement
+    assert all(s.startswith("data:image/png;base64,iVBORw0KGgo") for s in sources)  # base64 of the PNG signature
 
 
 def test_without_matplotlib_the_page_says_so_in_one_line(evaluated, monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     pictures = _section(plan_report(evaluated), "pictures")
     assert "<img" not in pictures
     assert pictures == "<h2>Pictures</h2><p>No pictures: matplotlib is not installed (pip install matplotlib).</p>"
@@ -94,7 +109,7 @@ def test_every_framework_export_is_on_the_page_with_its_notes(evaluated, page, t
     exports = _section(page, "exports")
     for framework in FRAMEWORKS:
         assert f"<h3>{framework}</h3>" in exports
-        paths, result = api.export_plan(evaluated, framework, tmp_path / framework)   # what nestplan export writes
+        paths, result = api.export_plan(evaluated, framework, tmp_path / framework)  # what nestplan export writes
         for path in paths:
             assert f"<summary>{path.name}</summary><pre>{html.escape(path.read_text())}</pre>" in exports
         for note in result.notes:
@@ -102,10 +117,10 @@ def test_every_framework_export_is_on_the_page_with_its_notes(evaluated, page, t
 
 
 def test_a_framework_that_cannot_run_the_plan_gives_its_reason_and_the_others_still_export(monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)   # no pictures: this page is read for its exports only
-    plan = _evaluation(ZeroStage.GRADIENTS).plan   # DeepSpeed's pipeline engine takes ZeRO 0 and 1 only
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # no pictures: this page is read for its exports only
+    plan = _evaluation(ZeroStage.GRADIENTS).plan  # DeepSpeed's pipeline engine takes ZeRO 0 and 1 only
     exports = _section(plan_report(plan), "exports")
-    assert "<h3>deepspeed</h3><p class=\"note\">not exported: cannot export to" in exports
+    assert '<h3>deepspeed</h3><p class="note">not exported: cannot export to' in exports
     assert "launch_megatron.sh" in exports
 
 
@@ -116,21 +131,23 @@ def test_runners_up_say_why_each_lost(searched):
     assert all(re.search(r"tie: same predicted time|[a-z_]+ \+[0-9.]+ s", row) for row in rows)
 
 
-def test_validation_names_the_measured_set_of_the_accelerator_and_the_validate_command(evaluated, page,
-                                                                                      monkeypatch):
+def test_validation_names_the_measured_set_of_the_accelerator_and_the_validate_command(evaluated, page, monkeypatch):
     validation = _section(page, "validation")
     assert "Korthikanti et al. 2022" in validation and "a100-80gb" in validation
     assert "nestplan validate RUNS.json" in validation
-    other = replace(evaluated, cluster=replace(evaluated.cluster, accelerator=replace(
-        evaluated.cluster.accelerator, name="my-accelerator")))
-    monkeypatch.setitem(sys.modules, "matplotlib", None)   # no pictures: this page is read for its text only
+    other = replace(
+        evaluated,
+        cluster=replace(evaluated.cluster, accelerator=replace(evaluated.cluster.accelerator, name="my-accelerator")),
+    )
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # no pictures: this page is read for its text only
     assert "No published runs on my-accelerator" in _section(plan_report(other), "validation")
 
 
 def test_names_from_the_input_are_escaped(evaluated):
     """In the text, the tables, the exports' files and notes and the plan JSON alike."""
-    hostile = replace(evaluated, model=replace(evaluated.model, name=HOSTILE),
-                      cluster=replace(evaluated.cluster, name=HOSTILE + "&"))
+    hostile = replace(
+        evaluated, model=replace(evaluated.model, name=HOSTILE), cluster=replace(evaluated.cluster, name=HOSTILE + "&")
+    )
     page = plan_report(hostile)
     assert "<script" not in page.lower()
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
@@ -151,9 +168,11 @@ class _Comparison:
 
 
 def test_compare_page_has_a_table_and_a_figure_per_case_and_escapes_titles():
-    rows = [CompareRow("m", "c", 64, 1, "nestplan", True, 2000.0, 0.1, "tp1 pp1 dp64 z1 none"),
-            CompareRow("m", "c", 64, 1, "manual", True, 1000.0, 0.0, "tp8 pp1 dp8 z0 none"),
-            CompareRow("m", "c", 64, 1, "alpa", False, 0.0, 0.0, "-")]
+    rows = [
+        CompareRow("m", "c", 64, 1, "nestplan", True, 2000.0, 0.1, "tp1 pp1 dp64 z1 none"),
+        CompareRow("m", "c", 64, 1, "manual", True, 1000.0, 0.0, "tp8 pp1 dp8 z0 none"),
+        CompareRow("m", "c", 64, 1, "alpa", False, 0.0, 0.0, "-"),
+    ]
     page = compare_report([_Comparison(HOSTILE, rows, [2.0, 1.0, 0.0])])
     case = _section(page, "case-0")
     assert "<td>2,000</td><td>2.00</td>" in case and '<td class="text">alpa</td><td>-</td><td>-</td>' in case
@@ -170,21 +189,38 @@ def test_evaluate_writes_the_report_and_names_it_on_stderr(capsys, tmp_path):
     assert err == f"nestplan: wrote the report {target}\n"
     page = target.read_text()
     assert page.startswith("<!DOCTYPE html>") and 'id="exports"' in page
-    assert [p.name for p in target.parent.iterdir()] == ["report.html"]   # no partial file left
+    assert [p.name for p in target.parent.iterdir()] == ["report.html"]  # no partial file left
 
 
 def test_report_on_a_folder_is_refused_before_any_work(capsys, tmp_path):
-    code, out, err = run_cli(capsys, ["plan", "--model", "llama2-7b", "--cluster", "h100-spine-leaf", "--devices",
-                                      "16", "--report", str(tmp_path)])
+    code, out, err = run_cli(
+        capsys,
+        ["plan", "--model", "llama2-7b", "--cluster", "h100-spine-leaf", "--devices", "16", "--report", str(tmp_path)],
+    )
     assert code == 2 and out == ""
     assert err.startswith("nestplan: error: --report") and "is a folder" in err
 
 
 def test_compare_writes_one_report(capsys, tmp_path):
     target = tmp_path / "compare.html"
-    code, _, err = run_cli(capsys, ["compare", "--model", "llama2-7b", "--cluster", "h100-spine-leaf", "--devices",
-                                    "16", "--baselines", "manual", "--global-batch-size", "64", "--report",
-                                    str(target)])
+    code, _, err = run_cli(
+        capsys,
+        [
+            "compare",
+            "--model",
+            "llama2-7b",
+            "--cluster",
+            "h100-spine-leaf",
+            "--devices",
+            "16",
+            "--baselines",
+            "manual",
+            "--global-batch-size",
+            "64",
+            "--report",
+            str(target),
+        ],
+    )
     assert code == 0 and "wrote the report" in err
     assert '<section id="case-0"><h2>llama2-7b on h100-spine-leaf</h2>' in target.read_text()
 
@@ -200,8 +236,13 @@ def _browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,2000"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,2000",
+    ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
@@ -220,8 +261,7 @@ def test_chromium_renders_the_report_without_console_errors(searched, tmp_path):
     try:
         driver.get(target.as_uri())
         title = driver.title
-        images = driver.execute_script(
-            "return Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+        images = driver.execute_script("return Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
         png = driver.get_screenshot_as_png()
         (tmp_path / "screenshot.png").write_bytes(png)
         log = driver.get_log("browser")
@@ -230,5 +270,5 @@ def test_chromium_renders_the_report_without_console_errors(searched, tmp_path):
     assert title == "nestplan report: llama2-7b on h100-spine-leaf"
     severe = [entry for entry in log if entry["level"] == "SEVERE"]
     assert not severe, f"console errors: {severe}"
-    assert _distinct_colours(png) > 50   # text, tables and a heading rule: far from a blank page
-    assert images == ([True, True, True] if HAS_MATPLOTLIB else [])   # every inlined figure decoded
+    assert _distinct_colours(png) > 50  # text, tables and a heading rule: far from a blank page
+    assert images == ([True, True, True] if HAS_MATPLOTLIB else [])  # every inlined figure decoded

@@ -39,16 +39,37 @@ from tests.unit.cli_helpers import run_cli
 
 # ---------------------------------------------------------------- valid inputs the attacks start from
 
-LLAMA = {"model_type": "llama", "_name_or_path": "org/tiny", "hidden_size": 256, "num_hidden_layers": 4,
-         "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000,
-         "max_position_embeddings": 2048}
+LLAMA = {
+    "model_type": "llama",
+    "_name_or_path": "org/tiny",
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+    "vocab_size": 1000,
+    "max_position_embeddings": 2048,
+}
 
-ACCELERATOR = {"name": "chip", "peak_bf16_TFLOPS": 100, "hbm_GiB": 16, "hbm_bandwidth_TBps": 1.0,
-               "matmul_efficiency": 0.8, "matmul_half_dim": 64.0, "memory_efficiency": 0.8, "reserved_GiB": 2.0}
+ACCELERATOR = {
+    "name": "chip",
+    "peak_bf16_TFLOPS": 100,
+    "hbm_GiB": 16,
+    "hbm_bandwidth_TBps": 1.0,
+    "matmul_efficiency": 0.8,
+    "matmul_half_dim": 64.0,
+    "memory_efficiency": 0.8,
+    "reserved_GiB": 2.0,
+}
 
-CLUSTER = {"name": "tiny", "accelerator": ACCELERATOR,
-           "levels": [{"name": "node", "size": 4, "bandwidth_GBps": 450, "latency_us": 1, "bus_efficiency": 0.8},
-                      {"name": "leaf", "size": 2, "bandwidth_GBps": 50, "latency_us": 3, "oversubscription": 2}]}
+CLUSTER = {
+    "name": "tiny",
+    "accelerator": ACCELERATOR,
+    "levels": [
+        {"name": "node", "size": 4, "bandwidth_GBps": 450, "latency_us": 1, "bus_efficiency": 0.8},
+        {"name": "leaf", "size": 2, "bandwidth_GBps": 50, "latency_us": 3, "oversubscription": 2},
+    ],
+}
 
 CLUSTER_TOML = """
 name = "tiny"
@@ -69,13 +90,35 @@ latency_us = 3
 
 
 def _nest(layers: int = 4) -> dict:
-    nodes = [{"id": i, "optimalLatencyFw": 1.0, "optimalLatencyBw": 2.0, "parameterSize": 1e6,
-              "activationSize": 1e6, "isTensorParallelized": False} for i in range(-1, layers)]
+    nodes = [
+        {
+            "id": i,
+            "optimalLatencyFw": 1.0,
+            "optimalLatencyBw": 2.0,
+            "parameterSize": 1e6,
+            "activationSize": 1e6,
+            "isTensorParallelized": False,
+        }
+        for i in range(-1, layers)
+    ]
     edges = [{"sourceId": i - 1, "destId": i, "communicationCost": 1e6} for i in range(layers)]
-    return {"nodes": {"1": nodes}, "edges": {"1": edges}, "devices_per_level": [2, 2], "bws": [1e11, 1e10],
-            "latency_per_level": [1e-5, 1e-4], "maxDevices": 4, "maxMemoryPerDevice": 1e12, "mbsInBatch": 8.0,
-            "ep_degree": 1, "cp_degree": 1, "sp_enabled": False, "activationRecomputation": True,
-            "optimizerAlgorithm": "SGD", "frequency": 1.05e6, "baselines": {"Manual": {"p": 2, "d": 2, "t": 1}}}
+    return {
+        "nodes": {"1": nodes},
+        "edges": {"1": edges},
+        "devices_per_level": [2, 2],
+        "bws": [1e11, 1e10],
+        "latency_per_level": [1e-5, 1e-4],
+        "maxDevices": 4,
+        "maxMemoryPerDevice": 1e12,
+        "mbsInBatch": 8.0,
+        "ep_degree": 1,
+        "cp_degree": 1,
+        "sp_enabled": False,
+        "activationRecomputation": True,
+        "optimizerAlgorithm": "SGD",
+        "frequency": 1.05e6,
+        "baselines": {"Manual": {"p": 2, "d": 2, "t": 1}},
+    }
 
 
 def _changed(base: dict, path: str, value) -> dict:
@@ -146,9 +189,11 @@ def test_deep_toml_cluster_file(tmp_path):
 
 
 @pytest.mark.parametrize("load", [load_model, load_cluster], ids=["model", "cluster"])
-@pytest.mark.parametrize("text", ["a" * 5000, "a" * 5000 + ".json", "x/" + "a" * 300, "a\x00b.json", "a\x00b",
-                                  "~no-such-user-here/c.json"],
-                         ids=["long-name", "long-file", "long-component", "nul-file", "nul-name", "unknown-home"])
+@pytest.mark.parametrize(
+    "text",
+    ["a" * 5000, "a" * 5000 + ".json", "x/" + "a" * 300, "a\x00b.json", "a\x00b", "~no-such-user-here/c.json"],
+    ids=["long-name", "long-file", "long-component", "nul-file", "nul-name", "unknown-home"],
+)
 def test_names_that_cannot_be_probed(load, text):
     with pytest.raises(ConfigError) as info:
         load(text)
@@ -158,12 +203,23 @@ def test_names_that_cannot_be_probed(load, text):
 # ---------------------------------------------------------------- model config.json
 
 MODEL_ATTACKS = [
-    ("num_hidden_layers", 2**63), ("num_hidden_layers", 10**12), ("num_hidden_layers", 10**6),
-    ("num_hidden_layers", MAX_LAYERS + 1), ("num_hidden_layers", 2.0), ("num_hidden_layers", True),
-    ("num_hidden_layers", -3), ("hidden_size", MAX_HIDDEN * 2), ("hidden_size", 256.0),
-    ("num_attention_heads", MAX_HEADS * 2), ("num_key_value_heads", False), ("head_dim", MAX_HEAD_DIM * 2),
-    ("intermediate_size", MAX_FFN + 1), ("vocab_size", MAX_VOCAB + 1), ("max_position_embeddings", MAX_POSITIONS + 1),
-    ("max_position_embeddings", 0), ("num_hidden_layers", "32"),
+    ("num_hidden_layers", 2**63),
+    ("num_hidden_layers", 10**12),
+    ("num_hidden_layers", 10**6),
+    ("num_hidden_layers", MAX_LAYERS + 1),
+    ("num_hidden_layers", 2.0),
+    ("num_hidden_layers", True),
+    ("num_hidden_layers", -3),
+    ("hidden_size", MAX_HIDDEN * 2),
+    ("hidden_size", 256.0),
+    ("num_attention_heads", MAX_HEADS * 2),
+    ("num_key_value_heads", False),
+    ("head_dim", MAX_HEAD_DIM * 2),
+    ("intermediate_size", MAX_FFN + 1),
+    ("vocab_size", MAX_VOCAB + 1),
+    ("max_position_embeddings", MAX_POSITIONS + 1),
+    ("max_position_embeddings", 0),
+    ("num_hidden_layers", "32"),
 ]
 
 
@@ -187,12 +243,15 @@ def test_moe_fields_out_of_bounds(tmp_path, field, value):
     _one_line_naming(info.value, f"'{field}'")
 
 
-@pytest.mark.parametrize("key, value, words", [
-    ("_name_or_path", "evil\nname", ["_name_or_path", "control character"]),
-    ("_name_or_path", "a\u2028b", ["_name_or_path", "control character"]),
-    ("name", "x\x1b[31m", ["name", "control character"]),
-    ("_name_or_path", "n" * 201, ["_name_or_path", "201 characters", "200"]),
-])
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("_name_or_path", "evil\nname", ["_name_or_path", "control character"]),
+        ("_name_or_path", "a\u2028b", ["_name_or_path", "control character"]),
+        ("name", "x\x1b[31m", ["name", "control character"]),
+        ("_name_or_path", "n" * 201, ["_name_or_path", "201 characters", "200"]),
+    ],
+)
 def test_model_names(tmp_path, key, value, words):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA | {"_name_or_path": None} | {key: value}))
@@ -211,16 +270,25 @@ def test_model_name_from_a_folder_with_a_control_character(tmp_path):
 
 
 def test_max_seq_len_only_for_learned_positions():
-    assert load_model("bert-large").max_seq_len == 512           # 512 learned positions (Devlin et al. 2019)
+    assert load_model("bert-large").max_seq_len == 512  # 512 learned positions (Devlin et al. 2019)
     assert load_model("gpt3-175b").max_seq_len == load_model("gpt3-175b").max_position_embeddings
-    assert load_model("llama3-8b").max_seq_len is None            # rotary: no hard limit
+    assert load_model("llama3-8b").max_seq_len is None  # rotary: no hard limit
 
 
 def test_a_model_at_every_bound_reads(tmp_path):
-    data = {"model_type": "mixtral", "hidden_size": MAX_HIDDEN, "num_hidden_layers": MAX_LAYERS,
-            "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS, "head_dim": MAX_HEAD_DIM,
-            "intermediate_size": MAX_FFN, "vocab_size": MAX_VOCAB, "max_position_embeddings": MAX_POSITIONS,
-            "num_local_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS}
+    data = {
+        "model_type": "mixtral",
+        "hidden_size": MAX_HIDDEN,
+        "num_hidden_layers": MAX_LAYERS,
+        "num_attention_heads": MAX_HEADS,
+        "num_key_value_heads": MAX_HEADS,
+        "head_dim": MAX_HEAD_DIM,
+        "intermediate_size": MAX_FFN,
+        "vocab_size": MAX_VOCAB,
+        "max_position_embeddings": MAX_POSITIONS,
+        "num_local_experts": MAX_EXPERTS,
+        "num_experts_per_tok": MAX_EXPERTS,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
     spec = load_model(str(path))
@@ -237,31 +305,47 @@ def test_the_deepest_model_evaluates(tmp_path):
 # ---------------------------------------------------------------- cluster files and accelerator tables
 
 CLUSTER_ATTACKS = [
-    ("levels.0.size", 2**63, "size"), ("levels.0.size", 2.0, "size"), ("levels.0.size", True, "size"),
-    ("levels.0.size", 0, "size"), ("levels.1.bandwidth_GBps", 0, "bandwidth_GBps"),
-    ("levels.1.bandwidth_GBps", 1e300, "bandwidth_GBps"), ("levels.1.bandwidth_GBps", 1e-300, "bandwidth_GBps"),
+    ("levels.0.size", 2**63, "size"),
+    ("levels.0.size", 2.0, "size"),
+    ("levels.0.size", True, "size"),
+    ("levels.0.size", 0, "size"),
+    ("levels.1.bandwidth_GBps", 0, "bandwidth_GBps"),
+    ("levels.1.bandwidth_GBps", 1e300, "bandwidth_GBps"),
+    ("levels.1.bandwidth_GBps", 1e-300, "bandwidth_GBps"),
     ("levels.1.latency_us", -1, "latency_us"),
-    ("levels.1.latency_us", 10**400, "latency_us"), ("levels.1.oversubscription", 0.5, "oversubscription"),
-    ("levels.1.oversubscription", 1e9, "oversubscription"), ("levels.0.bus_efficiency", 1.5, "bus_efficiency"),
-    ("levels.0.bus_efficiency", 0, "bus_efficiency"), ("levels.0.name", "", "name"),
-    ("name", "n" * 201, "name"), ("name", ["x"], "name"), ("source", {"a": 1}, "source"),
+    ("levels.1.latency_us", 10**400, "latency_us"),
+    ("levels.1.oversubscription", 0.5, "oversubscription"),
+    ("levels.1.oversubscription", 1e9, "oversubscription"),
+    ("levels.0.bus_efficiency", 1.5, "bus_efficiency"),
+    ("levels.0.bus_efficiency", 0, "bus_efficiency"),
+    ("levels.0.name", "", "name"),
+    ("name", "n" * 201, "name"),
+    ("name", ["x"], "name"),
+    ("source", {"a": 1}, "source"),
     ("levels", [], "levels"),
-    ("accelerator.reserved_GiB", -1.0, "reserved_GiB"), ("accelerator.reserved_GiB", 16, "reserved_GiB"),
+    ("accelerator.reserved_GiB", -1.0, "reserved_GiB"),
+    ("accelerator.reserved_GiB", 16, "reserved_GiB"),
     ("accelerator.matmul_efficiency", 1.5, "matmul_efficiency"),
     ("accelerator.memory_efficiency", 0.0, "memory_efficiency"),
-    ("accelerator.memory_efficiency", 1e-300, "memory_efficiency"), ("levels.0.bus_efficiency", 1e-300, "bus_efficiency"),
-    ("accelerator.peak_bf16_TFLOPS", 0, "peak_bf16_TFLOPS"), ("accelerator.peak_bf16_TFLOPS", 1e300, "peak_bf16_TFLOPS"),
-    ("accelerator.peak_bf16_TFLOPS", True, "peak_bf16_TFLOPS"), ("accelerator.hbm_GiB", -16, "hbm_GiB"),
-    ("accelerator.hbm_GB", 16, "hbm_GB"), ("accelerator.hbm_bandwidth_TBps", 0, "hbm_bandwidth_TBps"),
+    ("accelerator.memory_efficiency", 1e-300, "memory_efficiency"),
+    ("levels.0.bus_efficiency", 1e-300, "bus_efficiency"),
+    ("accelerator.peak_bf16_TFLOPS", 0, "peak_bf16_TFLOPS"),
+    ("accelerator.peak_bf16_TFLOPS", 1e300, "peak_bf16_TFLOPS"),
+    ("accelerator.peak_bf16_TFLOPS", True, "peak_bf16_TFLOPS"),
+    ("accelerator.hbm_GiB", -16, "hbm_GiB"),
+    ("accelerator.hbm_GB", 16, "hbm_GB"),
+    ("accelerator.hbm_bandwidth_TBps", 0, "hbm_bandwidth_TBps"),
     ("accelerator.hbm_bandwidth_TBps", 10**400, "hbm_bandwidth_TBps"),
-    ("accelerator.hbm_bandwidth_TBps", 1e-300, "hbm_bandwidth_TBps"), ("accelerator.peak_bf16_TFLOPS", 5e-324, "peak_bf16_TFLOPS"),
-    ("accelerator.matmul_half_dim", 1e300, "matmul_half_dim"), ("accelerator.source", 3, "source"),
-    ("accelerator.name", "n" * 201, "name"), ("accelerator.name", 7, "name"),
+    ("accelerator.hbm_bandwidth_TBps", 1e-300, "hbm_bandwidth_TBps"),
+    ("accelerator.peak_bf16_TFLOPS", 5e-324, "peak_bf16_TFLOPS"),
+    ("accelerator.matmul_half_dim", 1e300, "matmul_half_dim"),
+    ("accelerator.source", 3, "source"),
+    ("accelerator.name", "n" * 201, "name"),
+    ("accelerator.name", 7, "name"),
 ]
 
 
-@pytest.mark.parametrize("field, value, named", CLUSTER_ATTACKS,
-                         ids=[f"{f}={v!r}"[:40] for f, v, _ in CLUSTER_ATTACKS])
+@pytest.mark.parametrize("field, value, named", CLUSTER_ATTACKS, ids=[f"{f}={v!r}"[:40] for f, v, _ in CLUSTER_ATTACKS])
 def test_cluster_fields_out_of_range(tmp_path, field, value, named):
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps(_changed(CLUSTER, field, value)))
@@ -287,15 +371,18 @@ TORUS = ("torus", "tpuv4-nest")
 GRAPH = ("graph", "a100-80gb")
 
 
-@pytest.mark.parametrize("kind, table, named", [
-    (TORUS, {"dims": [2**40, 2], "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims[0]"),
-    (TORUS, {"dims": [2] * 17, "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims"),
-    (TORUS, {"dims": [2.0, 2], "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims[0]"),
-    (TORUS, {"dims": [4, 4], "link_bandwidth_GBps": 1e300, "hop_latency_us": 1}, "link_bandwidth_GBps"),
-    (GRAPH, {"devices": 2, "edges": [[0, 2**40, 100, 1], [1, 2**40, 100, 1]]}, "v"),
-    (GRAPH, {"devices": 2**63, "edges": [[0, 1, 100, 1]]}, "devices"),
-    (GRAPH, {"devices": 2, "edges": [[0, 1, 100, -1]]}, "latency_us"),
-])
+@pytest.mark.parametrize(
+    "kind, table, named",
+    [
+        (TORUS, {"dims": [2**40, 2], "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims[0]"),
+        (TORUS, {"dims": [2] * 17, "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims"),
+        (TORUS, {"dims": [2.0, 2], "link_bandwidth_GBps": 50, "hop_latency_us": 1}, "dims[0]"),
+        (TORUS, {"dims": [4, 4], "link_bandwidth_GBps": 1e300, "hop_latency_us": 1}, "link_bandwidth_GBps"),
+        (GRAPH, {"devices": 2, "edges": [[0, 2**40, 100, 1], [1, 2**40, 100, 1]]}, "v"),
+        (GRAPH, {"devices": 2**63, "edges": [[0, 1, 100, 1]]}, "devices"),
+        (GRAPH, {"devices": 2, "edges": [[0, 1, 100, -1]]}, "latency_us"),
+    ],
+)
 def test_torus_and_graph_tables(tmp_path, kind, table, named):
     key, accelerator = kind
     path = tmp_path / "cluster.json"
@@ -325,8 +412,10 @@ def test_graph_sweep_stops_at_its_budget(monkeypatch):
         from_graph("line", 8, _line(8))
 
 
-@pytest.mark.parametrize("field, value", [("name", "evil\nname"), ("name", "a\x1b[31mb"),
-                                          ("levels.0.name", "n\x00"), ("accelerator.name", "c\x85")])
+@pytest.mark.parametrize(
+    "field, value",
+    [("name", "evil\nname"), ("name", "a\x1b[31mb"), ("levels.0.name", "n\x00"), ("accelerator.name", "c\x85")],
+)
 def test_cluster_names_without_control_characters(tmp_path, field, value):
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps(_changed(CLUSTER, field, value)))
@@ -350,13 +439,32 @@ def test_cluster_toml_integers_are_integers(tmp_path):
 # ---------------------------------------------------------------- NEST solver input
 
 NEST_ATTACKS = [
-    ("maxDevices", 4.0), ("maxDevices", 2**63), ("maxDevices", True), ("devices_per_level", [2**63, 2]),
-    ("devices_per_level", [1] * 17), ("bws", [1e300, 1e10]), ("bws", [0, 1e10]), ("bws", [1e-300, 1e10]),
-    ("latency_per_level", [-1e-5, 1e-4]), ("mbsInBatch", 1e300), ("mbsInBatch", 2**17), ("mbsInBatch", 2.5),
-    ("maxMemoryPerDevice", -1), ("maxMemoryPerDevice", 1e300), ("ep_degree", 2.0), ("cp_degree", 10**6),
-    ("frequency", 10**400), ("frequency", 0), ("sp_enabled", "yes"), ("nodes.1.2.optimalLatencyFw", 1e300),
-    ("nodes.1.2.parameterSize", -1.0), ("nodes.1.2.id", 2**63), ("nodes.1.2.isTensorParallelized", 1),
-    ("edges.1.1.communicationCost", 1e300), ("edges.1.1.destId", 1.0), ("baselines.Manual.p", 2**63),
+    ("maxDevices", 4.0),
+    ("maxDevices", 2**63),
+    ("maxDevices", True),
+    ("devices_per_level", [2**63, 2]),
+    ("devices_per_level", [1] * 17),
+    ("bws", [1e300, 1e10]),
+    ("bws", [0, 1e10]),
+    ("bws", [1e-300, 1e10]),
+    ("latency_per_level", [-1e-5, 1e-4]),
+    ("mbsInBatch", 1e300),
+    ("mbsInBatch", 2**17),
+    ("mbsInBatch", 2.5),
+    ("maxMemoryPerDevice", -1),
+    ("maxMemoryPerDevice", 1e300),
+    ("ep_degree", 2.0),
+    ("cp_degree", 10**6),
+    ("frequency", 10**400),
+    ("frequency", 0),
+    ("sp_enabled", "yes"),
+    ("nodes.1.2.optimalLatencyFw", 1e300),
+    ("nodes.1.2.parameterSize", -1.0),
+    ("nodes.1.2.id", 2**63),
+    ("nodes.1.2.isTensorParallelized", 1),
+    ("edges.1.1.communicationCost", 1e300),
+    ("edges.1.1.destId", 1.0),
+    ("baselines.Manual.p", 2**63),
     ("baselines.Manual.d", 2.0),
 ]
 
@@ -371,12 +479,15 @@ def test_nest_fields_out_of_range(tmp_path, field, value):
     _one_line_naming(info.value, named)
 
 
-@pytest.mark.parametrize("nodes, named", [
-    ({"9999999999": _nest()["nodes"]["1"]}, "tensor-parallel widths"),
-    ({"\u0663": _nest()["nodes"]["1"]}, "tensor-parallel widths"),   # an Arabic-Indic digit three
-    ({str(w): _nest()["nodes"]["1"] for w in range(1, 10)}, "widths"),
-    ({"1": _nest(MAX_NEST_LAYERS + 1)["nodes"]["1"]}, "nodes[1]"),
-])
+@pytest.mark.parametrize(
+    "nodes, named",
+    [
+        ({"9999999999": _nest()["nodes"]["1"]}, "tensor-parallel widths"),
+        ({"\u0663": _nest()["nodes"]["1"]}, "tensor-parallel widths"),  # an Arabic-Indic digit three
+        ({str(w): _nest()["nodes"]["1"] for w in range(1, 10)}, "widths"),
+        ({"1": _nest(MAX_NEST_LAYERS + 1)["nodes"]["1"]}, "nodes[1]"),
+    ],
+)
 def test_nest_widths_and_layers(tmp_path, nodes, named):
     path = tmp_path / "dp_input.json"
     path.write_text(json.dumps(_nest() | {"nodes": nodes}))
@@ -405,8 +516,26 @@ def _cli_error(capsys, argv: list[str]) -> str:
 def test_cli_refuses_a_trillion_layers(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA | {"num_hidden_layers": 10**12}))
-    line = _cli_error(capsys, ["evaluate", "--model", str(path), "--cluster", "dgx-h100", "--devices", "8",
-                               "--tp", "8", "--pp", "1", "--dp", "1", "--global-batch-size", "8"])
+    line = _cli_error(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            str(path),
+            "--cluster",
+            "dgx-h100",
+            "--devices",
+            "8",
+            "--tp",
+            "8",
+            "--pp",
+            "1",
+            "--dp",
+            "1",
+            "--global-batch-size",
+            "8",
+        ],
+    )
     assert "num_hidden_layers" in line and "1000000000000" in line and str(MAX_LAYERS) in line
 
 

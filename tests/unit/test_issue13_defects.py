@@ -35,8 +35,19 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 
 # the issue's case: the planner leaves 4 of the 16 devices idle (dp 12), which no dgx-a100 truncation allows
-ISSUE_PLAN = ["plan", "--model", "llama3-8b", "--cluster", "dgx-a100", "--devices", "16", "--global-batch-size", "12",
-              "--seq-len", "2048"]
+ISSUE_PLAN = [
+    "plan",
+    "--model",
+    "llama3-8b",
+    "--cluster",
+    "dgx-a100",
+    "--devices",
+    "16",
+    "--global-batch-size",
+    "12",
+    "--seq-len",
+    "2048",
+]
 
 
 # ---------------------------------------------------------------- 1. the cluster an export is given
@@ -69,7 +80,7 @@ def test_export_uses_the_cluster_object_it_is_given(tmp_path) -> None:
     for framework in ("megatron", "torchtitan", "deepspeed", "nemo"):
         paths, _ = api.export_plan(plan, framework, tmp_path / framework)
         assert paths
-    named = Plan.from_dict(plan.to_dict(), cluster="dgx-a100")   # a cluster named: loaded with 16 devices
+    named = Plan.from_dict(plan.to_dict(), cluster="dgx-a100")  # a cluster named: loaded with 16 devices
     assert named.cluster == plan.cluster
     paths, _ = api.export_plan(named, "megatron", tmp_path / "named")
     assert paths[0].read_text() == (tmp_path / "megatron" / "launch_megatron.sh").read_text()
@@ -102,17 +113,32 @@ SGD_EAGER = Job(global_batch_size=12, seq_len=2048, optimizer=Optimizer.SGD, fla
 
 def test_plan_json_carries_every_job_setting() -> None:
     plan = _idle_devices_plan(SGD_EAGER).to_dict()
-    assert plan["job"] == {"global_batch_size": 12, "seq_len": 2048, "dtype": "bf16", "grad_dtype": "bf16",
-                           "optimizer": "sgd", "flash_attention": False, "tp_comm_overlap": False,
-                           "overlap_grad_reduce": True, "overlap_param_gather": True, "fp8_recipe": None,
-                           "fp8_params": False, "cp_comm_type": "p2p", "cp_a2a_size": 1, "moe_comm_overlap": False,
-                           "moe_capacity_factor": None, "moe_dispatcher": "alltoall", "optimizer_state": "fp32"}
+    assert plan["job"] == {
+        "global_batch_size": 12,
+        "seq_len": 2048,
+        "dtype": "bf16",
+        "grad_dtype": "bf16",
+        "optimizer": "sgd",
+        "flash_attention": False,
+        "tp_comm_overlap": False,
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True,
+        "fp8_recipe": None,
+        "fp8_params": False,
+        "cp_comm_type": "p2p",
+        "cp_a2a_size": 1,
+        "moe_comm_overlap": False,
+        "moe_capacity_factor": None,
+        "moe_dispatcher": "alltoall",
+        "optimizer_state": "fp32",
+    }
     assert Plan.from_dict(plan).job == SGD_EAGER
 
 
 def test_cli_plan_exports_the_optimizer_and_attention_it_costed(capsys, tmp_path) -> None:
-    code, _, err = run_cli(capsys, ISSUE_PLAN + ["--optimizer", "sgd", "--no-flash", "--export", "megatron",
-                                                 "--out", str(tmp_path)])
+    code, _, err = run_cli(
+        capsys, ISSUE_PLAN + ["--optimizer", "sgd", "--no-flash", "--export", "megatron", "--out", str(tmp_path)]
+    )
     assert code == 0, err
     text = (tmp_path / "launch_megatron.sh").read_text()
     assert "--optimizer sgd" in text and "--attention-backend unfused" in text
@@ -166,8 +192,16 @@ def test_an_older_plan_without_the_settings_reads_as_adam_with_flash() -> None:
     assert (job.optimizer, job.flash_attention, job.grad_dtype) == (Optimizer.ADAM, True, "fp32")
 
 
-@pytest.mark.parametrize("key,value", [("optimizer", "lamb"), ("optimizer", 1), ("grad_dtype", "int8"),
-                                       ("flash_attention", "yes"), ("flash_attention", 1)])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("optimizer", "lamb"),
+        ("optimizer", 1),
+        ("grad_dtype", "int8"),
+        ("flash_attention", "yes"),
+        ("flash_attention", 1),
+    ],
+)
 def test_job_settings_outside_their_allowed_values_are_refused(key, value) -> None:
     plan = _idle_devices_plan(Job(global_batch_size=12, seq_len=2048)).to_dict()
     plan["job"][key] = value
@@ -189,9 +223,11 @@ def test_exporters_check_the_optimizer_themselves(monkeypatch) -> None:
 
 # ---------------------------------------------------------------- 3. microbatches in flight
 
-CASES = ([(Schedule.ONE_F_ONE_B, p, m, 1) for p in (1, 2, 3, 4, 8) for m in (1, 2, p, p + 3, 3 * p)]
-         + [(Schedule.GPIPE, p, m, 1) for p in (1, 2, 4, 8) for m in (1, 3, p, 2 * p + 1)]
-         + [(Schedule.INTERLEAVED, p, m, v) for p in (2, 3, 4, 8) for m in (p, 2 * p, 3 * p) for v in (2, 3, 4)])
+CASES = (
+    [(Schedule.ONE_F_ONE_B, p, m, 1) for p in (1, 2, 3, 4, 8) for m in (1, 2, p, p + 3, 3 * p)]
+    + [(Schedule.GPIPE, p, m, 1) for p in (1, 2, 4, 8) for m in (1, 3, p, 2 * p + 1)]
+    + [(Schedule.INTERLEAVED, p, m, v) for p in (2, 3, 4, 8) for m in (p, 2 * p, 3 * p) for v in (2, 3, 4)]
+)
 
 
 def _held_from_timeline(timeline, stage: int) -> int:
@@ -217,8 +253,9 @@ def test_in_flight_microbatches_work_on_arrays() -> None:
     for schedule, v in ((Schedule.ONE_F_ONE_B, 1), (Schedule.GPIPE, 1), (Schedule.INTERLEAVED, 2)):
         table = in_flight_microbatches(schedule, stage, depth, 4, v)
         for p in range(1, 9):
-            assert [table[p - 1, s] for s in range(p)] == [in_flight_microbatches(schedule, s, p, 4, v)
-                                                           for s in range(p)]
+            assert [table[p - 1, s] for s in range(p)] == [
+                in_flight_microbatches(schedule, s, p, 4, v) for s in range(p)
+            ]
 
 
 def test_interleaved_with_as_many_microbatches_as_stages_holds_them_all() -> None:
@@ -275,10 +312,17 @@ class _RecordingEngine:
 
 
 def test_escalation_searches_every_replica_count_of_the_first_stage_that_fits() -> None:
-    groups = [("a", ("a", 0, 1), "z0 d1", 0), ("a", ("a", 1, 1), "z1 d1", 1),
-              ("a", ("a", 2, 1), "z2 d1 fits", 2), ("a", ("a", 2, 2), "z2 d2", 2), ("a", ("a", 2, 4), "z2 d4 fits", 2),
-              ("a", ("a", 3, 1), "z3 d1", 3), ("a", ("a", 3, 2), "z3 d2", 3),
-              ("b", ("b", 0, 1), "b z0 fits", 0), ("b", ("b", 2, 1), "b z2", 2)]
+    groups = [
+        ("a", ("a", 0, 1), "z0 d1", 0),
+        ("a", ("a", 1, 1), "z1 d1", 1),
+        ("a", ("a", 2, 1), "z2 d1 fits", 2),
+        ("a", ("a", 2, 2), "z2 d2", 2),
+        ("a", ("a", 2, 4), "z2 d4 fits", 2),
+        ("a", ("a", 3, 1), "z3 d1", 3),
+        ("a", ("a", 3, 2), "z3 d2", 3),
+        ("b", ("b", 0, 1), "b z0 fits", 0),
+        ("b", ("b", 2, 1), "b z2", 2),
+    ]
     engine = _RecordingEngine()
     run(engine, groups)
     assert engine.asked == ["z0 d1", "z1 d1", "z2 d1 fits", "z2 d2", "z2 d4 fits", "b z0 fits"]

@@ -103,9 +103,11 @@ def test_fp8_gemms_keep_fp8_copies_of_their_inputs() -> None:
     bf16 = L.Shard(tp=t, sp=True, seq_len=T)
     fp8 = L.Shard(tp=t, sp=True, seq_len=T, fp8_gemms=True)
     h, f, out_in = m.hidden_size, m.ffn_hidden_size, m.num_heads * m.head_dim / t
-    saved = 2 * (T * h / t) + T * f / t - T * out_in   # 1 byte fewer each, 1 byte more for the copy
+    saved = 2 * (T * h / t) + T * f / t - T * out_in  # 1 byte fewer each, 1 byte more for the copy
     for rc in (L.Recomputation.NONE, L.Recomputation.SELECTIVE):
-        assert (L.block_activation_bytes(m, 0, bf16, rc) - L.block_activation_bytes(m, 0, fp8, rc)
-                == pytest.approx(saved))
+        assert L.block_activation_bytes(m, 0, bf16, rc) - L.block_activation_bytes(m, 0, fp8, rc) == pytest.approx(
+            saved
+        )
     assert L.block_activation_bytes(m, 0, fp8, L.Recomputation.FULL) == L.block_activation_bytes(
-        m, 0, bf16, L.Recomputation.FULL)
+        m, 0, bf16, L.Recomputation.FULL
+    )

@@ -15,13 +15,29 @@ ROOT = Path(nestplan.__file__).parent
 # docs/design.md, section 2, lowest first. A module's layer is that of its first name below the
 # package; the package's own __init__ re-exports api.py and sits with it.
 LAYERS: dict[str, int] = {
-    "units": 0, "errors": 0, "inputs": 0, "job": 0, "catalog": 0, "version": 0,
-    "model": 1, "hardware": 1, "network": 1, "strategy": 1, "cluster": 1,
+    "units": 0,
+    "errors": 0,
+    "inputs": 0,
+    "job": 0,
+    "catalog": 0,
+    "version": 0,
+    "model": 1,
+    "hardware": 1,
+    "network": 1,
+    "strategy": 1,
+    "cluster": 1,
     "cost": 2,
-    "search": 3, "plan": 3,
-    "export": 4, "report": 4, "sweep": 4, "compat": 4, "validate": 4,
-    "api": 5, "": 5,
-    "cli": 6, "__main__": 6,
+    "search": 3,
+    "plan": 3,
+    "export": 4,
+    "report": 4,
+    "sweep": 4,
+    "compat": 4,
+    "validate": 4,
+    "api": 5,
+    "": 5,
+    "cli": 6,
+    "__main__": 6,
 }
 
 
@@ -70,8 +86,10 @@ def _known_prefix(name: str, known: set[str]) -> str:
 def import_graph() -> dict[str, set[str]]:
     modules = all_modules()
     known = set(modules)
-    return {name: imports_of(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known) - {name}
-            for name, path in modules.items()}
+    return {
+        name: imports_of(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known) - {name}
+        for name, path in modules.items()
+    }
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -116,13 +134,28 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_reader_sees_function_level_relative_and_from_imports():
-    known = {"nestplan", "nestplan.api", "nestplan.cost", "nestplan.cost.evaluator", "nestplan.sweep",
-             "nestplan.sweep.run", "nestplan.sweep.spec", "nestplan.units"}
-    source = ("import os\nfrom nestplan import units\nfrom .spec import Case\n"
-              "def solve():\n    from nestplan import api\n    import nestplan.cost.evaluator as ev\n"
-              "    from nestplan import __version__\n")
+    known = {
+        "nestplan",
+        "nestplan.api",
+        "nestplan.cost",
+        "nestplan.cost.evaluator",
+        "nestplan.sweep",
+        "nestplan.sweep.run",
+        "nestplan.sweep.spec",
+        "nestplan.units",
+    }
+    source = (
+        "import os\nfrom nestplan import units\nfrom .spec import Case\n"
+        "def solve():\n    from nestplan import api\n    import nestplan.cost.evaluator as ev\n"
+        "    from nestplan import __version__\n"
+    )
     assert imports_of(source, "nestplan.sweep.run", False, known) == {
-        "nestplan.units", "nestplan.sweep.spec", "nestplan.api", "nestplan.cost.evaluator", "nestplan"}
+        "nestplan.units",
+        "nestplan.sweep.spec",
+        "nestplan.api",
+        "nestplan.cost.evaluator",
+        "nestplan",
+    }
 
 
 def test_cycle_finder_finds_a_cycle_and_only_it():
@@ -136,9 +169,12 @@ def test_every_module_has_a_layer():
 
 
 def test_no_import_points_to_a_higher_layer():
-    upward = [f"{src} (layer {layer(src)}) imports {dst} (layer {layer(dst)})"
-              for src, targets in sorted(import_graph().items()) for dst in sorted(targets)
-              if layer(dst) > layer(src)]
+    upward = [
+        f"{src} (layer {layer(src)}) imports {dst} (layer {layer(dst)})"
+        for src, targets in sorted(import_graph().items())
+        for dst in sorted(targets)
+        if layer(dst) > layer(src)
+    ]
     assert not upward, "imports against the layering of docs/design.md:\n" + "\n".join(upward)
 
 

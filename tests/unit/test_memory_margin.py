@@ -47,8 +47,19 @@ def test_margin_out_of_range_is_refused(bad) -> None:
 def test_cli_memory_margin(capsys) -> None:
     from cli_helpers import run_cli
 
-    args = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--global-batch-size", "128",
-            "--top", "0"]
+    args = [
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--cluster",
+        "dgx-h100",
+        "--devices",
+        "64",
+        "--global-batch-size",
+        "128",
+        "--top",
+        "0",
+    ]
     code, out, _ = run_cli(capsys, args + ["--memory-margin", "0.2"])
     assert code == 0 and "headroom" in out
     headroom = float(out.split("headroom")[0].rsplit(",", 1)[1].strip().rstrip("%"))

@@ -166,7 +166,7 @@ def test_mi300x_cluster() -> None:
     assert cluster.accelerator.name == "mi300x" and cluster.devices == 1024
     assert (node.size, node.mesh_link_Bps, node.bandwidth_Bps) == (8, LINK, 448 * GB)  # 7 links of 64 GB/s
     assert (fabric.size, fabric.mesh_link_Bps, fabric.bandwidth_Bps) == (128, None, 50 * GB)  # 400 Gb/s NIC per GPU
-    assert cluster.device_order is None   # [[levels]]: ranks in device order
+    assert cluster.device_order is None  # [[levels]]: ranks in device order
     # tp 8 on one node: 7 links x 64 GB/s x 317 / 448 = the 317 GB/s busbw RCCL measures
     assert bus_bandwidth(cluster.topology, (8, 1)) == pytest.approx(317 * GB, rel=1e-3)
 

@@ -16,12 +16,44 @@ from nestplan.model import (
 )
 
 CATALOG = [
-    "bert-large", "deepseek-v2-lite", "deepseek-v3", "falcon-180b", "falcon-40b", "gemma2-27b", "gemma2-9b",
-    "gemma3-27b", "gpt-oss-120b", "gpt-oss-20b", "gpt3-175b", "gpt3-35b", "grok-1", "jamba-1.5-mini", "kimi-k2",
-    "korthikanti-175b", "korthikanti-1t", "korthikanti-22b", "korthikanti-530b", "llama2-7b", "llama3-70b",
-    "llama3-8b", "llama3.1-405b", "llama4-maverick", "llama4-scout", "mixtral-8x7b", "mixtral-small",
-    "nemotron-3-nano-30b-a3b", "nemotron-h-56b", "nemotron-h-8b", "nemotron4-15b", "nemotron4-340b", "olmo2-7b",
-    "phi3-medium", "phi3-mini", "qwen3-235b-a22b", "qwen3-32b", "qwen3-8b",
+    "bert-large",
+    "deepseek-v2-lite",
+    "deepseek-v3",
+    "falcon-180b",
+    "falcon-40b",
+    "gemma2-27b",
+    "gemma2-9b",
+    "gemma3-27b",
+    "gpt-oss-120b",
+    "gpt-oss-20b",
+    "gpt3-175b",
+    "gpt3-35b",
+    "grok-1",
+    "jamba-1.5-mini",
+    "kimi-k2",
+    "korthikanti-175b",
+    "korthikanti-1t",
+    "korthikanti-22b",
+    "korthikanti-530b",
+    "llama2-7b",
+    "llama3-70b",
+    "llama3-8b",
+    "llama3.1-405b",
+    "llama4-maverick",
+    "llama4-scout",
+    "mixtral-8x7b",
+    "mixtral-small",
+    "nemotron-3-nano-30b-a3b",
+    "nemotron-h-56b",
+    "nemotron-h-8b",
+    "nemotron4-15b",
+    "nemotron4-340b",
+    "olmo2-7b",
+    "phi3-medium",
+    "phi3-mini",
+    "qwen3-235b-a22b",
+    "qwen3-32b",
+    "qwen3-8b",
 ]
 
 
@@ -76,16 +108,16 @@ def test_catalog_files_cite_a_source(name):
 @pytest.mark.parametrize(
     ("name", "expected", "rel"),
     [
-        ("llama2-7b", 6_738_415_616, 1e-9),       # meta-llama/Llama-2-7b-hf
-        ("llama3-8b", 8_030_261_248, 1e-9),       # meta-llama/Meta-Llama-3-8B
-        ("llama3-70b", 70_553_706_496, 1e-9),     # meta-llama/Meta-Llama-3-70B
-        ("llama3.1-405b", 405.85e9, 1e-3),        # Llama 3 herd paper: 405B
-        ("mixtral-8x7b", 46_702_792_704, 1e-9),   # Jiang et al. 2024: 47B total
-        ("mixtral-small", 790e6, 0.01),           # NEST paper, Appendix C.2.1: 790M
-        ("bert-large", 340e6, 0.02),              # Devlin et al. 2019: 340M
-        ("gpt3-175b", 175e9, 0.01),               # Brown et al. 2020, Table 2.1
-        ("gpt3-35b", 35e9, 0.01),                 # NEST paper, Appendix C.1.1
-        ("korthikanti-22b", 22e9, 0.02),          # Korthikanti et al. 2022, Table 3
+        ("llama2-7b", 6_738_415_616, 1e-9),  # meta-llama/Llama-2-7b-hf
+        ("llama3-8b", 8_030_261_248, 1e-9),  # meta-llama/Meta-Llama-3-8B
+        ("llama3-70b", 70_553_706_496, 1e-9),  # meta-llama/Meta-Llama-3-70B
+        ("llama3.1-405b", 405.85e9, 1e-3),  # Llama 3 herd paper: 405B
+        ("mixtral-8x7b", 46_702_792_704, 1e-9),  # Jiang et al. 2024: 47B total
+        ("mixtral-small", 790e6, 0.01),  # NEST paper, Appendix C.2.1: 790M
+        ("bert-large", 340e6, 0.02),  # Devlin et al. 2019: 340M
+        ("gpt3-175b", 175e9, 0.01),  # Brown et al. 2020, Table 2.1
+        ("gpt3-35b", 35e9, 0.01),  # NEST paper, Appendix C.1.1
+        ("korthikanti-22b", 22e9, 0.02),  # Korthikanti et al. 2022, Table 3
         ("korthikanti-175b", 175e9, 0.01),
         ("korthikanti-530b", 530e9, 0.01),
         ("korthikanti-1t", 1e12, 0.01),
@@ -95,7 +127,9 @@ def test_catalog_parameter_counts(name, expected, rel):
     assert param_count(load_model(name)) == pytest.approx(expected, rel=rel)
 
 
-@pytest.mark.parametrize("name", ["gpt3-175b", "korthikanti-22b", "korthikanti-175b", "korthikanti-530b", "korthikanti-1t"])
+@pytest.mark.parametrize(
+    "name", ["gpt3-175b", "korthikanti-22b", "korthikanti-175b", "korthikanti-530b", "korthikanti-1t"]
+)
 def test_gpt_catalog_models_follow_12_l_h_squared(name):
     spec = load_model(name)
     assert spec.ffn_hidden_size == 4 * spec.hidden_size
@@ -109,7 +143,13 @@ def test_catalog_values():
     assert (llama.ffn_hidden_size, llama.vocab_size, llama.max_position_embeddings) == (28672, 128256, 8192)
     assert llama.gated_mlp and llama.norm == "rmsnorm" and not llama.tied_embeddings and not llama.linear_bias
     big = load_model("llama3.1-405b")
-    assert (big.num_layers, big.hidden_size, big.num_heads, big.num_kv_heads, big.ffn_hidden_size) == (126, 16384, 128, 8, 53248)
+    assert (big.num_layers, big.hidden_size, big.num_heads, big.num_kv_heads, big.ffn_hidden_size) == (
+        126,
+        16384,
+        128,
+        8,
+        53248,
+    )
     assert big.max_position_embeddings == 131072
     assert load_model("llama2-7b").num_kv_heads == 32
     kort = load_model("korthikanti-530b")
@@ -120,7 +160,9 @@ def test_catalog_values():
     assert (small.num_experts, small.experts_per_token, small.moe_ffn_hidden_size) == (8, 2, 3584)
     assert small.moe_layers == tuple(range(8)) and small.is_moe
     bert = load_model("bert-large")
-    assert not bert.causal and bert.type_vocab_size == 2 and bert.tied_embeddings and bert.max_position_embeddings == 512
+    assert (
+        not bert.causal and bert.type_vocab_size == 2 and bert.tied_embeddings and bert.max_position_embeddings == 512
+    )
 
 
 def test_catalog_name_is_case_insensitive():
@@ -140,8 +182,14 @@ def test_unknown_catalog_name_lists_valid_names():
 
 def llama_dict(**overrides):
     data = {
-        "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
-        "num_key_value_heads": 2, "intermediate_size": 688, "vocab_size": 1000, "max_position_embeddings": 512,
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 688,
+        "vocab_size": 1000,
+        "max_position_embeddings": 512,
         "hidden_act": "silu",
     }
     data.update(overrides)
@@ -194,8 +242,15 @@ def test_mixtral():
 
 def qwen2_moe_dict(**overrides):
     data = llama_dict(
-        model_type="qwen2_moe", num_hidden_layers=6, intermediate_size=1024, num_experts=16, num_experts_per_tok=4,
-        moe_intermediate_size=128, shared_expert_intermediate_size=512, decoder_sparse_step=1, mlp_only_layers=[0, 3],
+        model_type="qwen2_moe",
+        num_hidden_layers=6,
+        intermediate_size=1024,
+        num_experts=16,
+        num_experts_per_tok=4,
+        moe_intermediate_size=128,
+        shared_expert_intermediate_size=512,
+        decoder_sparse_step=1,
+        mlp_only_layers=[0, 3],
     )
     data.update(overrides)
     return data
@@ -211,15 +266,22 @@ def test_qwen2_moe_shared_expert_and_mlp_only_layers():
 
 
 def test_qwen2_moe_sparse_step_and_no_shared_expert():
-    spec = parse_config(qwen2_moe_dict(decoder_sparse_step=2, mlp_only_layers=[], shared_expert_intermediate_size=0), "x")
+    spec = parse_config(
+        qwen2_moe_dict(decoder_sparse_step=2, mlp_only_layers=[], shared_expert_intermediate_size=0), "x"
+    )
     assert spec.moe_layers == (1, 3, 5)
     assert (spec.num_shared_experts, spec.shared_expert_ffn_hidden_size) == (0, 0)
 
 
 def test_qwen3_moe():
     data = llama_dict(
-        model_type="qwen3_moe", num_hidden_layers=3, head_dim=64, num_experts=32, num_experts_per_tok=8,
-        moe_intermediate_size=96, attention_bias=False,
+        model_type="qwen3_moe",
+        num_hidden_layers=3,
+        head_dim=64,
+        num_experts=32,
+        num_experts_per_tok=8,
+        moe_intermediate_size=96,
+        attention_bias=False,
     )
     del data["intermediate_size"]  # every layer is MoE: allowed to be absent
     spec = parse_config(data, "q3")
@@ -230,7 +292,13 @@ def test_qwen3_moe():
 
 def test_gpt2_defaults():
     spec = parse_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257}, "g")
-    assert (spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim) == (768, 12, 12, 12, 64)
+    assert (spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim) == (
+        768,
+        12,
+        12,
+        12,
+        64,
+    )
     assert spec.ffn_hidden_size == 3072 and spec.max_position_embeddings == 1024
     assert spec.tied_embeddings and spec.learned_position_embeddings and spec.linear_bias and spec.dropout
     assert not spec.gated_mlp and spec.norm == "layernorm"
@@ -238,17 +306,37 @@ def test_gpt2_defaults():
 
 def test_gpt2_explicit_inner_and_no_dropout():
     spec = parse_config(
-        {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_inner": 100,
-         "n_positions": 128, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}, "g",
+        {
+            "model_type": "gpt2",
+            "n_embd": 64,
+            "n_layer": 2,
+            "n_head": 4,
+            "vocab_size": 100,
+            "n_inner": 100,
+            "n_positions": 128,
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+        },
+        "g",
     )
     assert spec.ffn_hidden_size == 100 and spec.max_position_embeddings == 128 and not spec.dropout
 
 
 def test_gpt_neox():
     spec = parse_config(
-        {"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
-         "intermediate_size": 2048, "vocab_size": 50304, "max_position_embeddings": 2048, "rotary_pct": 0.25,
-         "hidden_act": "gelu"}, "neox",
+        {
+            "model_type": "gpt_neox",
+            "hidden_size": 512,
+            "num_hidden_layers": 6,
+            "num_attention_heads": 8,
+            "intermediate_size": 2048,
+            "vocab_size": 50304,
+            "max_position_embeddings": 2048,
+            "rotary_pct": 0.25,
+            "hidden_act": "gelu",
+        },
+        "neox",
     )
     assert (spec.hidden_size, spec.num_layers, spec.head_dim, spec.ffn_hidden_size) == (512, 6, 64, 2048)
     assert not spec.tied_embeddings and not spec.learned_position_embeddings and not spec.dropout
@@ -257,8 +345,17 @@ def test_gpt_neox():
 
 def test_bert():
     spec = parse_config(
-        {"model_type": "bert", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-         "intermediate_size": 512, "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2}, "b",
+        {
+            "model_type": "bert",
+            "hidden_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 512,
+            "vocab_size": 30522,
+            "max_position_embeddings": 512,
+            "type_vocab_size": 2,
+        },
+        "b",
     )
     assert not spec.causal and spec.tied_embeddings and spec.learned_position_embeddings and spec.dropout
     assert spec.type_vocab_size == 2 and spec.ffn_hidden_size == 512 and spec.norm == "layernorm"
@@ -287,15 +384,33 @@ def test_missing_model_type():
         ({k: v for k, v in llama_dict().items() if k != "num_attention_heads"}, "num_attention_heads"),
         ({k: v for k, v in llama_dict().items() if k != "vocab_size"}, "vocab_size"),
         ({k: v for k, v in llama_dict(model_type="mixtral", num_experts_per_tok=2).items()}, "num_local_experts"),
-        ({k: v for k, v in qwen2_moe_dict().items() if k != "shared_expert_intermediate_size"},
-         "shared_expert_intermediate_size"),
+        (
+            {k: v for k, v in qwen2_moe_dict().items() if k != "shared_expert_intermediate_size"},
+            "shared_expert_intermediate_size",
+        ),
         ({k: v for k, v in qwen2_moe_dict().items() if k != "intermediate_size"}, "intermediate_size"),
         ({k: v for k, v in qwen2_moe_dict().items() if k != "moe_intermediate_size"}, "moe_intermediate_size"),
         ({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 10}, "n_layer"),
-        ({"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-          "vocab_size": 10}, "intermediate_size"),
-        ({"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 256,
-          "vocab_size": 10}, "num_attention_heads"),
+        (
+            {
+                "model_type": "gpt_neox",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "vocab_size": 10,
+            },
+            "intermediate_size",
+        ),
+        (
+            {
+                "model_type": "bert",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "intermediate_size": 256,
+                "vocab_size": 10,
+            },
+            "num_attention_heads",
+        ),
     ],
 )
 def test_missing_field_names_field_and_family(data, field):
@@ -318,8 +433,9 @@ def test_bad_flag_and_probability():
     with pytest.raises(ConfigError, match="tie_word_embeddings.*'yes'"):
         parse_config(llama_dict(tie_word_embeddings="yes"), "x")
     with pytest.raises(ConfigError, match="resid_pdrop.*1.5"):
-        parse_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 10,
-                      "resid_pdrop": 1.5}, "x")
+        parse_config(
+            {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 10, "resid_pdrop": 1.5}, "x"
+        )
 
 
 def test_heads_not_dividing_hidden():

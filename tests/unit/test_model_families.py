@@ -12,14 +12,20 @@ from nestplan.model import load_model, parse_config
 from nestplan.model import layers as L
 from nestplan.model.config import config_dict
 
-NEW_CATALOG = ["qwen3-8b", "qwen3-32b", "phi3-mini", "phi3-medium", "olmo2-7b", "gemma2-9b", "gemma2-27b",
-               "gemma3-27b"]
+NEW_CATALOG = ["qwen3-8b", "qwen3-32b", "phi3-mini", "phi3-medium", "olmo2-7b", "gemma2-9b", "gemma2-27b", "gemma3-27b"]
 
 
 def llama_like(**overrides) -> dict:
     """A small Llama-style config of ``model_type`` llama, with ``overrides`` on top."""
-    base = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
-            "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000}
+    base = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    }
     return base | overrides
 
 
@@ -30,19 +36,22 @@ def llama_like(**overrides) -> dict:
 @pytest.mark.parametrize(
     ("name", "published"),
     [
-        ("qwen3-8b", 8.2e9),      # Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B"
-        ("qwen3-32b", 32.8e9),    # Qwen/Qwen3-32B model card: "Number of Parameters: 32.8B"
-        ("phi3-medium", 14e9),    # Abdin et al. 2024: "phi-3-medium (14B)"
-        ("olmo2-7b", 7.3e9),      # allenai/OLMo-2-1124-7B model card: 7B model, "Parameters 7.3B"
-        ("gemma2-9b", 9.24e9),    # Gemma Team 2024 (arXiv 2408.00118) Table 2: 8,324M non-embedding + 918M embedding
-        ("gemma2-27b", 27.2e9),   # Gemma Team 2024 Table 2: 26,047M non-embedding + 1,180M embedding
-        ("gemma3-27b", 27.016e9),  # Gemma Team 2025 (arXiv 2503.19786) Table 1: 25,600M non-embedding + 1,416M embedding
+        ("qwen3-8b", 8.2e9),  # Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B"
+        ("qwen3-32b", 32.8e9),  # Qwen/Qwen3-32B model card: "Number of Parameters: 32.8B"
+        ("phi3-medium", 14e9),  # Abdin et al. 2024: "phi-3-medium (14B)"
+        ("olmo2-7b", 7.3e9),  # allenai/OLMo-2-1124-7B model card: 7B model, "Parameters 7.3B"
+        ("gemma2-9b", 9.24e9),  # Gemma Team 2024 (arXiv 2408.00118) Table 2: 8,324M non-embedding + 918M embedding
+        ("gemma2-27b", 27.2e9),  # Gemma Team 2024 Table 2: 26,047M non-embedding + 1,180M embedding
+        (
+            "gemma3-27b",
+            27.016e9,
+        ),  # Gemma Team 2025 (arXiv 2503.19786) Table 1: 25,600M non-embedding + 1,416M embedding
     ],
 )
 def test_parameter_count_matches_the_published_total(name, published):
     spec = load_model(name)
     assert L.total_params(spec) == pytest.approx(published, rel=0.005)
-    assert L.active_params(spec) == L.total_params(spec)   # dense
+    assert L.active_params(spec) == L.total_params(spec)  # dense
 
 
 def test_phi3_mini_rounds_to_its_published_size():
@@ -73,7 +82,7 @@ def test_qkv_bias_is_counted_for_qwen2():
     qwen2 = parse_config(llama_like(model_type="qwen2"), "q")
     llama = parse_config(llama_like(), "l")
     assert qwen2.qkv_bias and not qwen2.linear_bias and not llama.qkv_bias
-    per_layer = qwen2.q_channels + 2 * qwen2.kv_channels   # q_proj, k_proj, v_proj biases; o_proj has none
+    per_layer = qwen2.q_channels + 2 * qwen2.kv_channels  # q_proj, k_proj, v_proj biases; o_proj has none
     assert L.total_params(qwen2) - L.total_params(llama) == 4 * per_layer
     # column-parallel biases are split over tp like their weights
     shard = L.Shard(tp=2)
@@ -81,8 +90,9 @@ def test_qkv_bias_is_counted_for_qwen2():
     assert split == per_layer / 2
 
 
-@pytest.mark.parametrize(("family", "extra"), [("qwen3", 2 * 32), ("qwen3_moe", 2 * 32), ("olmo2", 256 + 2 * 32),
-                                               ("gemma3", 2 * 32)])
+@pytest.mark.parametrize(
+    ("family", "extra"), [("qwen3", 2 * 32), ("qwen3_moe", 2 * 32), ("olmo2", 256 + 2 * 32), ("gemma3", 2 * 32)]
+)
 def test_qk_norm_weights(family, extra):
     """Qwen3 (dense and MoE) and Gemma 3 norm each query and key head over head_dim; OLMo 2 over the full
     q and k widths."""
@@ -114,18 +124,19 @@ def test_mistral_window_default_null_and_value():
 
 def test_qwen2_window_only_with_use_sliding_window_from_max_window_layers_on():
     assert parse_config(llama_like(model_type="qwen2", sliding_window=64), "q").sliding_window is None
-    spec = parse_config(llama_like(model_type="qwen2", use_sliding_window=True, sliding_window=64,
-                                   max_window_layers=2), "q")
+    spec = parse_config(
+        llama_like(model_type="qwen2", use_sliding_window=True, sliding_window=64, max_window_layers=2), "q"
+    )
     assert spec.sliding_window == 64 and spec.sliding_window_layers == (2, 3)
     assert [spec.window_of(i) for i in range(4)] == [None, None, 64, 64]
 
 
 def test_gemma_local_global_patterns():
     gemma2 = load_model("gemma2-9b")
-    assert gemma2.sliding_window_layers == tuple(range(0, 42, 2))   # local, global, local, ...
+    assert gemma2.sliding_window_layers == tuple(range(0, 42, 2))  # local, global, local, ...
     gemma3 = load_model("gemma3-27b")
     assert gemma3.sliding_window == 1024
-    assert [i for i in range(62) if gemma3.window_of(i) is None] == list(range(5, 62, 6))   # 5 local : 1 global
+    assert [i for i in range(62) if gemma3.window_of(i) is None] == list(range(5, 62, 6))  # 5 local : 1 global
     types = ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]
     spec = parse_config(llama_like(model_type="gemma2", layer_types=types), "g")
     assert spec.sliding_window_layers == (0, 3)
@@ -134,7 +145,7 @@ def test_gemma_local_global_patterns():
 def test_sliding_window_flops_at_long_sequences():
     """Mistral 7B's 4096-token window at 32k tokens: the kernel computes w s - w^2 / 2 of the s^2 / 2
     causal pairs, 0.234 of full attention; model FLOPs count the s x w rectangle, 1/8 of s x s."""
-    windowed = load_model("phi3-mini")   # every layer windowed (2047 keys)
+    windowed = load_model("phi3-mini")  # every layer windowed (2047 keys)
     w, s = 2047, 32768
     full = dataclasses.replace(windowed, sliding_window=None, sliding_window_layers=())
     shard = L.Shard(seq_len=s)
@@ -143,7 +154,7 @@ def test_sliding_window_flops_at_long_sequences():
     assert ratio < 0.13
     gemms = L.attention_core_gemms(windowed, shard, 0)
     assert gemms[0].n == w and gemms[1].k == w
-    core = (L.block_model_flops(windowed, 0, s, s) - L.block_model_flops(full, 0, s, s))
+    core = L.block_model_flops(windowed, 0, s, s) - L.block_model_flops(full, 0, s, s)
     assert core == pytest.approx(-4.0 * s * (s - w) * windowed.q_channels)
 
 
@@ -152,7 +163,7 @@ def test_window_longer_than_the_sequence_is_full_causal_attention():
     full = dataclasses.replace(spec, sliding_window=None, sliding_window_layers=())
     shard = L.Shard(seq_len=1024)
     assert L.attention_core_flops(spec, shard, 0) == L.attention_core_flops(full, shard, 0)
-    assert L.attended_fraction(full, 0, 1024) == 0.5   # the causal half (cost/compute.py's causal factor)
+    assert L.attended_fraction(full, 0, 1024) == 0.5  # the causal half (cost/compute.py's causal factor)
 
 
 def test_block_kinds_separate_local_and_global_layers():
@@ -166,11 +177,14 @@ def test_gemma2_global_and_local_layers_differ():
     spec = load_model("gemma2-9b")
     shard = L.Shard(seq_len=8192)
     local, global_ = L.attention_core_flops(spec, shard, 0), L.attention_core_flops(spec, shard, 1)
-    assert local / global_ == pytest.approx((4096 * 8192 - 4096**2 / 2) / (8192**2 / 2))   # 0.75
+    assert local / global_ == pytest.approx((4096 * 8192 - 4096**2 / 2) / (8192**2 / 2))  # 0.75
     # flash attention stores no score tensor, and unfused attention stores all s x s scores: windows change nothing
     for recompute in L.Recomputation:
-        stored = [L.block_activation_bytes(spec, i, dataclasses.replace(shard, flash=f), recompute)
-                  for i in (0, 1) for f in (True, False)]
+        stored = [
+            L.block_activation_bytes(spec, i, dataclasses.replace(shard, flash=f), recompute)
+            for i in (0, 1)
+            for f in (True, False)
+        ]
         assert stored[0] == stored[2] and stored[1] == stored[3]
 
 
@@ -180,8 +194,11 @@ def test_gemma2_global_and_local_layers_differ():
 def test_text_config_is_unwrapped():
     spec = load_model("gemma3-27b")
     assert spec.family == "gemma3_text" and spec.hidden_size == 5376 and spec.qk_norm == "head"
-    wrapped = {"model_type": "llava", "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24},
-               "text_config": llama_like()}
+    wrapped = {
+        "model_type": "llava",
+        "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24},
+        "text_config": llama_like(),
+    }
     assert parse_config(wrapped, "x") == parse_config(llama_like(), "x")
 
 
@@ -220,8 +237,9 @@ def test_round_trip_new_catalog_models(name):
 
 def test_round_trip_qwen_windows_and_bias():
     for family in ("qwen2", "qwen3"):
-        spec = parse_config(llama_like(model_type=family, use_sliding_window=True, sliding_window=64,
-                                       max_window_layers=1), "q")
+        spec = parse_config(
+            llama_like(model_type=family, use_sliding_window=True, sliding_window=64, max_window_layers=1), "q"
+        )
         assert parse_config(config_dict(spec), "q") == spec
 
 

@@ -21,17 +21,42 @@ from nestplan.model.config import config_dict
 from nestplan.strategy.dims import ParallelDims
 from tests.unit.cli_helpers import run_cli
 
-NEW_CATALOG = ["deepseek-v2-lite", "deepseek-v3", "kimi-k2", "llama4-scout", "llama4-maverick", "gpt-oss-120b",
-               "gpt-oss-20b", "falcon-40b", "falcon-180b"]
+NEW_CATALOG = [
+    "deepseek-v2-lite",
+    "deepseek-v3",
+    "kimi-k2",
+    "llama4-scout",
+    "llama4-maverick",
+    "gpt-oss-120b",
+    "gpt-oss-20b",
+    "falcon-40b",
+    "falcon-180b",
+]
 
 
 def deepseek_like(**overrides) -> dict:
     """A small DeepSeek-V3-style config with ``overrides`` on top."""
-    base = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 64,
-            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000,
-            "n_routed_experts": 16, "num_experts_per_tok": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
-            "q_lora_rank": 96, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
-            "v_head_dim": 24, "n_group": 4, "topk_group": 2}
+    base = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": 1000,
+        "n_routed_experts": 16,
+        "num_experts_per_tok": 4,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": 96,
+        "kv_lora_rank": 32,
+        "qk_rope_head_dim": 16,
+        "qk_nope_head_dim": 32,
+        "v_head_dim": 24,
+        "n_group": 4,
+        "topk_group": 2,
+    }
     return base | overrides
 
 
@@ -47,11 +72,11 @@ def without_input_embedding(spec) -> float:
 @pytest.mark.parametrize(
     ("name", "published"),
     [
-        ("deepseek-v3", 671e9),       # DeepSeek-V3 report (arXiv 2412.19437) abstract: "671B total parameters"
+        ("deepseek-v3", 671e9),  # DeepSeek-V3 report (arXiv 2412.19437) abstract: "671B total parameters"
         ("deepseek-v2-lite", 15.7e9),  # DeepSeek-V2 (arXiv 2405.04434) appendix B: "15.7B total parameters"
-        ("llama4-maverick", 400e9),   # meta-llama/Llama-4-Maverick-17B-128E model card: 400B total
-        ("gpt-oss-120b", 116.83e9),   # OpenAI gpt-oss model card (arXiv 2508.10925) Table 1: 116.83B total
-        ("gpt-oss-20b", 20.91e9),     # same table: 20.91B total
+        ("llama4-maverick", 400e9),  # meta-llama/Llama-4-Maverick-17B-128E model card: 400B total
+        ("gpt-oss-120b", 116.83e9),  # OpenAI gpt-oss model card (arXiv 2508.10925) Table 1: 116.83B total
+        ("gpt-oss-20b", 20.91e9),  # same table: 20.91B total
     ],
 )
 def test_total_parameters_match_the_published_figure(name, published):
@@ -73,18 +98,21 @@ def test_deepseek_v3_mtp_module_makes_the_published_checkpoint_size():
     assert spec.mtp_layers == 1
     with_copies = L.mtp_params(spec, own_embedding_and_head=True)
     assert L.total_params(spec) + with_copies == pytest.approx(685e9, rel=0.005)
-    assert with_copies == pytest.approx(14e9, rel=0.05)   # "14B", two significant figures
+    assert with_copies == pytest.approx(14e9, rel=0.05)  # "14B", two significant figures
     shared = L.mtp_params(spec, own_embedding_and_head=False)
     # embed_tokens, and shared_head: its norm and vocabulary projection
     assert with_copies - shared == L.embedding_params(spec) + (spec.vocab_size + 1) * spec.hidden_size
     assert L.mtp_params(load_model("kimi-k2"), True) == 0
 
 
-@pytest.mark.parametrize(("name", "published", "unit"), [
-    ("deepseek-v3", 37, 1e9),      # DeepSeek-V3 report abstract: "37B activated for each token"
-    ("kimi-k2", 32, 1e9),          # moonshotai/Kimi-K2-Instruct model card: 32B activated parameters
-    ("kimi-k2", None, 1e12),       # same card: 1T total parameters (see below)
-])
+@pytest.mark.parametrize(
+    ("name", "published", "unit"),
+    [
+        ("deepseek-v3", 37, 1e9),  # DeepSeek-V3 report abstract: "37B activated for each token"
+        ("kimi-k2", 32, 1e9),  # moonshotai/Kimi-K2-Instruct model card: 32B activated parameters
+        ("kimi-k2", None, 1e12),  # same card: 1T total parameters (see below)
+    ],
+)
 def test_figures_published_to_two_digits_round_to_ours(name, published, unit):
     """Figures published rounded (37B, 32B, 1T) are met as rounded: 36.6B and 31.7B active without the
     input embedding, 1.026T total."""
@@ -134,15 +162,15 @@ def test_deepseek_v3_reads_latent_attention_and_its_moe_layout():
 def test_mla_parameters_by_hand():
     spec = parse_config(deepseek_like(), "d")
     h, a = 256, 4
-    q = 256 * 96 + 96 + 96 * a * 48                  # q_a_proj, q_a_layernorm, q_b_proj
-    kv = h * (32 + 16) + 32 + 32 * a * (32 + 24)     # kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj
-    attention = q + kv + a * 24 * h + h              # o_proj, input_layernorm
+    q = 256 * 96 + 96 + 96 * a * 48  # q_a_proj, q_a_layernorm, q_b_proj
+    kv = h * (32 + 16) + 32 + 32 * a * (32 + 24)  # kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj
+    attention = q + kv + a * 24 * h + h  # o_proj, input_layernorm
     assert L.attention_params(spec) == attention
     no_latent = parse_config(deepseek_like(q_lora_rank=None), "d")
     assert L.attention_params(no_latent) == h * a * 48 + kv + a * 24 * h + h
     moe = L.block_params(spec, 1)
     assert moe.expert == 16 * 3 * h * 64
-    assert moe.dense == attention + h + (h + 1) * 16 + 3 * h * 64   # post-norm, router + correction bias, shared
+    assert moe.dense == attention + h + (h + 1) * 16 + 3 * h * 64  # post-norm, router + correction bias, shared
 
 
 def test_mla_gemms_per_device_under_tensor_and_sequence_parallelism():
@@ -165,9 +193,9 @@ def test_mla_gemms_per_device_under_tensor_and_sequence_parallelism():
 def test_deepseek_v3_moe_layer_flops_by_hand():
     spec = load_model("deepseek-v3")
     h, s, a = 7168, 4096, 128
-    per_token = 2 * (h * 1536 + 1536 * a * 192 + h * 576 + 512 * a * 256 + a * 128 * h)   # MLA projections
-    per_token += 2 * h * 256 + 9 * 2 * 3 * h * 2048       # router, 8 routed + 1 shared expert
-    per_token += 2 * s * a * (192 + 128)                  # Q K^T and scores x V over the s keys
+    per_token = 2 * (h * 1536 + 1536 * a * 192 + h * 576 + 512 * a * 256 + a * 128 * h)  # MLA projections
+    per_token += 2 * h * 256 + 9 * 2 * 3 * h * 2048  # router, 8 routed + 1 shared expert
+    per_token += 2 * s * a * (192 + 128)  # Q K^T and scores x V over the s keys
     assert L.block_model_flops(spec, 3, s, s) == pytest.approx(s * per_token)
 
 
@@ -196,7 +224,7 @@ def test_deepseek_blocks_keep_dense_and_moe_kinds_apart():
         ({"num_experts_per_tok": 17}, "num_experts_per_tok"),
         ({"topk_group": 5}, "topk_group"),
         ({"n_group": 3}, "n_group"),
-        ({"num_experts_per_tok": 9}, "num_experts_per_tok"),   # 2 of 4 groups hold 8 experts
+        ({"num_experts_per_tok": 9}, "num_experts_per_tok"),  # 2 of 4 groups hold 8 experts
         ({"num_key_value_heads": 2}, "num_key_value_heads"),
         ({"attention_bias": True}, "attention_bias"),
         ({"kv_lora_rank": 0}, "kv_lora_rank"),
@@ -245,7 +273,8 @@ def test_llama4_l2_qk_norm_has_no_weights_and_stores_its_inputs_on_rotary_layers
     normed = L.block_activation_bytes(scout, 0, shard, L.Recomputation.NONE)
     assert normed - L.block_activation_bytes(plain, 0, shard, L.Recomputation.NONE) == 2 * 8192 * (5120 + 1024)
     assert L.block_activation_bytes(scout, 3, shard, L.Recomputation.NONE) == L.block_activation_bytes(
-        plain, 3, shard, L.Recomputation.NONE)
+        plain, 3, shard, L.Recomputation.NONE
+    )
 
 
 def test_chunked_attention_flops():
@@ -268,16 +297,26 @@ def test_chunked_attention_flops():
 def test_llama4_moe_layer_flops_by_hand():
     spec = load_model("llama4-maverick")
     h, s = 5120, 8192
-    per_token = 2 * h * (40 * 128 + 2 * 8 * 128) + 2 * 40 * 128 * h    # QKV, output projection
-    per_token += 2 * h * 128 + 2 * 2 * 3 * h * 8192                  # router, 1 routed + 1 shared expert
-    per_token += 4 * 8192 * 40 * 128                                 # its chunk of 8192 keys
+    per_token = 2 * h * (40 * 128 + 2 * 8 * 128) + 2 * 40 * 128 * h  # QKV, output projection
+    per_token += 2 * h * 128 + 2 * 2 * 3 * h * 8192  # router, 1 routed + 1 shared expert
+    per_token += 4 * 8192 * 40 * 128  # its chunk of 8192 keys
     assert L.block_model_flops(spec, 1, s, s) == pytest.approx(s * per_token)
 
 
 def test_llama4_bad_layer_types_and_chunk_null():
-    base = {"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128, "intermediate_size_mlp": 512,
-            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
-            "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2}
+    base = {
+        "model_type": "llama4_text",
+        "hidden_size": 256,
+        "intermediate_size": 128,
+        "intermediate_size_mlp": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2,
+    }
     spec = parse_config(base | {"attention_chunk_size": None}, "l")
     assert spec.chunked_attention_layers == () and spec.attention_chunk_size is None and spec.nope_layers == (3,)
     assert parse_config(config_dict(spec), "l") == spec
@@ -300,9 +339,9 @@ def test_gpt_oss_sinks_biases_and_windows():
     no_sinks = dataclasses.replace(spec, attention_sinks=False)
     assert L.attention_params(spec) - L.attention_params(no_sinks) == 64
     block = L.block_params(spec, 0)
-    assert block.expert == e * (3 * h * f + 2 * f + h)     # gate_up_proj, down_proj and their biases
+    assert block.expert == e * (3 * h * f + 2 * f + h)  # gate_up_proj, down_proj and their biases
     attention = h * (64 * 64 + 2 * 8 * 64) + (64 * 64 + 2 * 8 * 64) + 64 * 64 * h + h + 64 + h
-    assert block.dense == attention + h + (h + 1) * e    # norms, router with its bias
+    assert block.dense == attention + h + (h + 1) * e  # norms, router with its bias
 
 
 def test_gpt_oss_layer_flops_by_hand():
@@ -340,34 +379,65 @@ def test_falcon_parallel_block_stores_its_shared_input_once():
     sequential = dataclasses.replace(spec, parallel_block=False)
     none = L.Recomputation.NONE
     one_less = L.block_activation_bytes(sequential, 0, shard, none) - L.block_activation_bytes(spec, 0, shard, none)
-    assert one_less == 2 * 2048 * 8192     # the block input, read by both norms
-    old = {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
-           "vocab_size": 1000, "num_kv_heads": 4}   # saved by HF whatever the architecture
-    falcon7b = parse_config(old, "f")   # multi-query, one LayerNorm for both branches (HF FalconConfig defaults)
+    assert one_less == 2 * 2048 * 8192  # the block input, read by both norms
+    old = {
+        "model_type": "falcon",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "num_kv_heads": 4,
+    }  # saved by HF whatever the architecture
+    falcon7b = parse_config(old, "f")  # multi-query, one LayerNorm for both branches (HF FalconConfig defaults)
     assert falcon7b.num_kv_heads == 1 and falcon7b.block_norms == 1 and falcon7b.parallel_block
     two = dataclasses.replace(falcon7b, block_norms=2)
     assert L.block_params(two, 0).total - L.block_params(falcon7b, 0).total == 2 * 256
     shard = L.Shard(seq_len=128)
     stored = L.block_activation_bytes(two, 0, shard, none) - L.block_activation_bytes(falcon7b, 0, shard, none)
-    assert stored == 2 * 128 * 256     # one norm output fewer
+    assert stored == 2 * 128 * 256  # one norm output fewer
     assert parse_config(config_dict(falcon7b), "f") == falcon7b
 
 
 def test_falcon_alibi_is_refused():
     with pytest.raises(ConfigError) as info:
-        parse_config({"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2,
-                      "vocab_size": 1000, "alibi": True}, "f")
+        parse_config(
+            {
+                "model_type": "falcon",
+                "hidden_size": 256,
+                "num_attention_heads": 4,
+                "num_hidden_layers": 2,
+                "vocab_size": 1000,
+                "alibi": True,
+            },
+            "f",
+        )
     assert info.value.field == "alibi"
 
 
 # ---------------------------------------------------------------- keys other families do not read
 
 
-@pytest.mark.parametrize("key, value", [("n_group", 8), ("topk_group", 4), ("use_qk_norm", True),
-                                        ("intermediate_size_mlp", 1024), ("num_kv_heads", 2), ("alibi", True)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("n_group", 8),
+        ("topk_group", 4),
+        ("use_qk_norm", True),
+        ("intermediate_size_mlp", 1024),
+        ("num_kv_heads", 2),
+        ("alibi", True),
+    ],
+)
 def test_new_architecture_keys_are_refused_elsewhere(key, value):
-    data = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
-            "num_attention_heads": 8, "vocab_size": 1000, key: value}
+    data = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "vocab_size": 1000,
+        key: value,
+    }
     with pytest.raises(ConfigError) as info:
         parse_config(data, "x")
     assert info.value.field == key
@@ -383,46 +453,141 @@ def test_round_trip_new_catalog_models(name):
 
 
 def test_round_trip_group_limited_deepseek_v2():
-    spec = parse_config(deepseek_like(model_type="deepseek_v2", topk_method="group_limited_greedy",
-                                      moe_layer_freq=2, first_k_dense_replace=2), "d")
+    spec = parse_config(
+        deepseek_like(
+            model_type="deepseek_v2", topk_method="group_limited_greedy", moe_layer_freq=2, first_k_dense_replace=2
+        ),
+        "d",
+    )
     assert spec.moe_layers == (2,)
     assert parse_config(config_dict(spec), "d") == spec
 
 
 EVALUATE = {
     "deepseek-v2-lite": ["--devices", "16", "--ep", "8", "--dp", "2", "--global-batch-size", "128"],
-    "deepseek-v3": ["--devices", "1024", "--tp", "2", "--sp", "--pp", "16", "--layers-per-stage", "4x13,3x3",
-                    "--ep", "32", "--zero", "1",
-                    "--recompute", "full", "--global-batch-size", "2048"],
-    "kimi-k2": ["--devices", "2048", "--tp", "2", "--sp", "--pp", "16", "--layers-per-stage", "4x13,3x3",
-                "--ep", "64", "--zero", "1",
-                "--recompute", "full", "--global-batch-size", "4096"],
-    "llama4-scout": ["--devices", "128", "--tp", "2", "--sp", "--pp", "4", "--ep", "16", "--zero", "1",
-                     "--global-batch-size", "512"],
-    "llama4-maverick": ["--devices", "512", "--tp", "2", "--sp", "--pp", "8", "--ep", "32", "--zero", "1",
-                        "--recompute", "full", "--global-batch-size", "1024"],
-    "gpt-oss-120b": ["--devices", "64", "--pp", "4", "--ep", "16", "--zero", "1",
-                     "--global-batch-size", "512"],
+    "deepseek-v3": [
+        "--devices",
+        "1024",
+        "--tp",
+        "2",
+        "--sp",
+        "--pp",
+        "16",
+        "--layers-per-stage",
+        "4x13,3x3",
+        "--ep",
+        "32",
+        "--zero",
+        "1",
+        "--recompute",
+        "full",
+        "--global-batch-size",
+        "2048",
+    ],
+    "kimi-k2": [
+        "--devices",
+        "2048",
+        "--tp",
+        "2",
+        "--sp",
+        "--pp",
+        "16",
+        "--layers-per-stage",
+        "4x13,3x3",
+        "--ep",
+        "64",
+        "--zero",
+        "1",
+        "--recompute",
+        "full",
+        "--global-batch-size",
+        "4096",
+    ],
+    "llama4-scout": [
+        "--devices",
+        "128",
+        "--tp",
+        "2",
+        "--sp",
+        "--pp",
+        "4",
+        "--ep",
+        "16",
+        "--zero",
+        "1",
+        "--global-batch-size",
+        "512",
+    ],
+    "llama4-maverick": [
+        "--devices",
+        "512",
+        "--tp",
+        "2",
+        "--sp",
+        "--pp",
+        "8",
+        "--ep",
+        "32",
+        "--zero",
+        "1",
+        "--recompute",
+        "full",
+        "--global-batch-size",
+        "1024",
+    ],
+    "gpt-oss-120b": ["--devices", "64", "--pp", "4", "--ep", "16", "--zero", "1", "--global-batch-size", "512"],
     "gpt-oss-20b": ["--devices", "16", "--ep", "8", "--dp", "2", "--zero", "1", "--global-batch-size", "256"],
     "falcon-40b": ["--devices", "128", "--tp", "4", "--sp", "--pp", "4", "--dp", "8", "--global-batch-size", "1024"],
-    "falcon-180b": ["--devices", "512", "--tp", "8", "--sp", "--pp", "8", "--dp", "8", "--zero", "1",
-                    "--global-batch-size", "2048"],
+    "falcon-180b": [
+        "--devices",
+        "512",
+        "--tp",
+        "8",
+        "--sp",
+        "--pp",
+        "8",
+        "--dp",
+        "8",
+        "--zero",
+        "1",
+        "--global-batch-size",
+        "2048",
+    ],
 }
 
 
 @pytest.mark.parametrize("name", NEW_CATALOG)
 def test_evaluate_each_new_model(capsys, name):
-    code, out, err = run_cli(capsys, ["evaluate", "--model", name, "--cluster", "dgx-h100", "--seq-len", "4096",
-                                      *EVALUATE[name]])
+    code, out, err = run_cli(
+        capsys, ["evaluate", "--model", name, "--cluster", "dgx-h100", "--seq-len", "4096", *EVALUATE[name]]
+    )
     assert code == 0, err
     assert "step time" in out
 
 
-@pytest.mark.parametrize(("name", "devices", "batch"), [("deepseek-v2-lite", "64", "512"), ("gpt-oss-20b", "16", "256"),
-                                                        ("falcon-40b", "128", "1024")])
+@pytest.mark.parametrize(
+    ("name", "devices", "batch"),
+    [("deepseek-v2-lite", "64", "512"), ("gpt-oss-20b", "16", "256"), ("falcon-40b", "128", "1024")],
+)
 def test_plan_small_new_models(capsys, name, devices, batch):
-    code, out, err = run_cli(capsys, ["plan", "--model", name, "--cluster", "dgx-h100", "--devices", devices,
-                                      "--global-batch-size", batch, "--seq-len", "4096", "--top", "1"])
+    code, out, err = run_cli(
+        capsys,
+        [
+            "plan",
+            "--model",
+            name,
+            "--cluster",
+            "dgx-h100",
+            "--devices",
+            devices,
+            "--global-batch-size",
+            batch,
+            "--seq-len",
+            "4096",
+            "--top",
+            "1",
+        ],
+    )
     assert code == 0, err
     assert out.startswith(f"{name} on dgx-h100") and "fits in memory" in out.splitlines()[0]
 
@@ -447,25 +612,47 @@ def test_megatron_builds_latent_attention_and_node_limited_routing():
     assert {f for f, _ in flags} <= _pinned("megatron_flags.txt")
     values = dict(flags)
     assert "--multi-latent-attention" in values and "--kv-channels" not in values and "--rotary-percent" not in values
-    assert (values["--q-lora-rank"], values["--kv-lora-rank"], values["--qk-head-dim"],
-            values["--qk-pos-emb-head-dim"], values["--v-head-dim"]) == (96, 32, 32, 16, 24)
+    assert (
+        values["--q-lora-rank"],
+        values["--kv-lora-rank"],
+        values["--qk-head-dim"],
+        values["--qk-pos-emb-head-dim"],
+        values["--v-head-dim"],
+    ) == (96, 32, 32, 16, 24)
     assert (values["--moe-router-num-groups"], values["--moe-router-group-topk"]) == (4, 2)
     assert values["--moe-router-score-function"] == "sigmoid" and "--moe-router-enable-expert-bias" in values
     assert values["--moe-layer-freq"] == "[0,1,1,1]" and values["--mtp-num-layers"] == 1
     assert values["--moe-shared-expert-intermediate-size"] == 64
-    lite = dict(megatron.all_flags(_export_input(parse_config(deepseek_like(q_lora_rank=None, n_group=1,
-                                                                            topk_group=1), "d")))[0])
+    lite = dict(
+        megatron.all_flags(_export_input(parse_config(deepseek_like(q_lora_rank=None, n_group=1, topk_group=1), "d")))[
+            0
+        ]
+    )
     assert "--q-lora-rank" not in lite and "--moe-router-num-groups" not in lite
 
 
 def test_exports_of_sinks_l2_norm_and_nope_layers():
-    oss = config_dict(load_model("gpt-oss-20b")) | {"num_hidden_layers": 4, "layer_types": None,
-                                                     "num_local_experts": 4, "hidden_size": 512}
+    oss = config_dict(load_model("gpt-oss-20b")) | {
+        "num_hidden_layers": 4,
+        "layer_types": None,
+        "num_local_experts": 4,
+        "hidden_size": 512,
+    }
     values = dict(megatron.all_flags(_export_input(parse_config(oss, "g")))[0])
-    assert values["--softmax-type"] == "learnable" and "--disable-bias-linear" not in values   # biased router
-    llama4 = {"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128, "intermediate_size_mlp": 512,
-              "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
-              "num_local_experts": 4, "num_experts_per_tok": 1, "attention_chunk_size": None}
+    assert values["--softmax-type"] == "learnable" and "--disable-bias-linear" not in values  # biased router
+    llama4 = {
+        "model_type": "llama4_text",
+        "hidden_size": 256,
+        "intermediate_size": 128,
+        "intermediate_size_mlp": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "attention_chunk_size": None,
+    }
     inp = _export_input(parse_config(llama4, "l"))
     values = dict(megatron.all_flags(inp)[0])
     assert "--qk-l2-norm" in values and values["--no-rope-freq"] == "[0,0,0,1]"
@@ -474,25 +661,50 @@ def test_exports_of_sinks_l2_norm_and_nope_layers():
     assert set(fields) <= _pinned("megatron_bridge_keys.txt")
 
 
-@pytest.mark.parametrize(("model", "framework", "feature"), [
-    ("falcon", "megatron", "in parallel"), ("falcon", "nemo", "in parallel"),
-    ("llama4", "megatron", "chunked local attention"), ("llama4", "nemo", "chunked local attention"),
-    ("deepseek", "nemo", "multi-head latent attention"), ("deepseek", "torchtitan", "multi-head latent attention"),
-    ("llama4", "torchtitan", "chunked attention"),
-])
+@pytest.mark.parametrize(
+    ("model", "framework", "feature"),
+    [
+        ("falcon", "megatron", "in parallel"),
+        ("falcon", "nemo", "in parallel"),
+        ("llama4", "megatron", "chunked local attention"),
+        ("llama4", "nemo", "chunked local attention"),
+        ("deepseek", "nemo", "multi-head latent attention"),
+        ("deepseek", "torchtitan", "multi-head latent attention"),
+        ("llama4", "torchtitan", "chunked attention"),
+    ],
+)
 def test_frameworks_refuse_what_they_cannot_build(model, framework, feature):
     small = {
-        "falcon": {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 4,
-                   "vocab_size": 1000, "new_decoder_architecture": True, "num_kv_heads": 2},
-        "llama4": {"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128,
-                   "intermediate_size_mlp": 512, "num_hidden_layers": 4, "num_attention_heads": 4,
-                   "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 4, "num_experts_per_tok": 1},
+        "falcon": {
+            "model_type": "falcon",
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "num_hidden_layers": 4,
+            "vocab_size": 1000,
+            "new_decoder_architecture": True,
+            "num_kv_heads": 2,
+        },
+        "llama4": {
+            "model_type": "llama4_text",
+            "hidden_size": 256,
+            "intermediate_size": 128,
+            "intermediate_size_mlp": 512,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 1000,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 1,
+        },
         "deepseek": deepseek_like(),
     }[model]
     spec = parse_config(small, model)
     inp = _export_input(spec, None if spec.is_moe else ParallelDims(tp=2, sp=True, dp=4))
-    run = {"megatron": megatron.all_flags, "nemo": nemo.overrides,
-           "torchtitan": lambda i: torchtitan.run_model(i.model)}[framework]
+    run = {
+        "megatron": megatron.all_flags,
+        "nemo": nemo.overrides,
+        "torchtitan": lambda i: torchtitan.run_model(i.model),
+    }[framework]
     with pytest.raises(ConfigError) as info:
         run(inp)
     assert feature in str(info.value) and "\n" not in str(info.value)

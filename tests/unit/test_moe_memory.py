@@ -298,14 +298,23 @@ def test_fp8_experts_keep_fp8_inputs() -> None:
     assert L.routed_expert_activation_bytes(spec, fp8) == T * k * (h + f) + 2 * T * k * 2 * f
 
 
-@pytest.mark.parametrize(("name", "all_experts", "on_input", "gate"), [
-    ("mixtral-8x22b", False, False, False), ("qwen3-30b-a3b", False, False, False),
-    ("qwen1.5-moe-a2.7b", True, False, True), ("deepseek-v2-lite", True, False, False),
-    ("gpt-oss-20b", False, False, False), ("llama4-scout", True, True, False),
-])
+@pytest.mark.parametrize(
+    ("name", "all_experts", "on_input", "gate"),
+    [
+        ("mixtral-8x22b", False, False, False),
+        ("qwen3-30b-a3b", False, False, False),
+        ("qwen1.5-moe-a2.7b", True, False, True),
+        ("deepseek-v2-lite", True, False, False),
+        ("gpt-oss-20b", False, False, False),
+        ("llama4-scout", True, True, False),
+    ],
+)
 def test_routing_facts_are_read_with_the_family(name, all_experts, on_input, gate) -> None:
     """How each family's router scores, where its probabilities apply and whether a gate scales its shared
     experts are ModelSpec fields the config reader sets (HF modeling_<family>'s MoE block)."""
     spec = _spec(name)
     assert (spec.router_scores_all_experts, spec.moe_probs_on_input, spec.shared_expert_gate) == (
-        all_experts, on_input, gate)
+        all_experts,
+        on_input,
+        gate,
+    )

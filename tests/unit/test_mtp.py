@@ -39,7 +39,8 @@ def test_an_mtp_module_adds_a_block_a_lookup_a_head_and_its_projection_to_the_he
     assert own.components["forward_compute"] > 0
     # its parameters: the block's and its own (M, two norms); the lookup and the head share the main weights
     assert mtp.head.params.total == pytest.approx(
-        plain.head.params.total + last.params.total + L.mtp_own_params_per_device(with_mtp, shard))
+        plain.head.params.total + last.params.total + L.mtp_own_params_per_device(with_mtp, shard)
+    )
     # its logits and block activations are kept too
     assert mtp.head.activations > plain.head.activations + last.activations
 
@@ -59,8 +60,11 @@ def test_mtp_slows_the_last_stage_and_counts_in_the_model_flops() -> None:
     assert mtp.stages[0].cycle_s == pytest.approx(plain.stages[0].cycle_s)
     assert mtp.stages[-1].peak_memory_bytes > plain.stages[-1].peak_memory_bytes
     seq = JOB.seq_len
-    module = (L.block_model_flops(MODEL, MODEL.num_layers - 1, seq, seq) + L.head_model_flops(MODEL, seq)
-              + 2 * seq * 2 * MODEL.hidden_size ** 2)
+    module = (
+        L.block_model_flops(MODEL, MODEL.num_layers - 1, seq, seq)
+        + L.head_model_flops(MODEL, seq)
+        + 2 * seq * 2 * MODEL.hidden_size**2
+    )
     model_plain, _ = _model_flops(MODEL, seq, 1, Recompute.NONE)
     model_mtp, _ = _model_flops(with_mtp, seq, 1, Recompute.NONE)
     assert model_mtp - model_plain == pytest.approx(3 * module)
@@ -71,8 +75,9 @@ def test_megatron_layout_places_the_mtp_modules_before_the_loss() -> None:
     layer (pipeline_parallel_layer_layout.py validate_layer_layout)."""
     from nestplan.export import megatron
 
-    dims = ParallelDims(tp=1, ep=8, pp=2, dp=1, zero=1, virtual_stages=2, schedule=Schedule.INTERLEAVED,
-                        layers_per_stage=(7, 7, 7, 6))
+    dims = ParallelDims(
+        tp=1, ep=8, pp=2, dp=1, zero=1, virtual_stages=2, schedule=Schedule.INTERLEAVED, layers_per_stage=(7, 7, 7, 6)
+    )
     plan = api.evaluate_full(dataclasses.replace(MODEL, mtp_layers=1), CLUSTER, dims, JOB, devices=16).plan
     text = megatron.layout(plan)
     assert text.endswith("t*6mL") and text.count("m") == 1

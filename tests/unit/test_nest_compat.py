@@ -24,9 +24,11 @@ from nestplan.compat.solve import baseline_parts, evaluate, solve
 from nestplan.errors import ConfigError, InfeasibleError
 
 CASES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "nest-artifact-cases"
-need_cases = pytest.mark.skipif(not (CASES / "index.json").exists(),
-                                 reason=f"the NEST artifact cases are not at {CASES} (../shared next to the checkout)")
-ALLREDUCE_REL = 5e-5      # the all-reduce reading's worst measured share of a time per batch
+need_cases = pytest.mark.skipif(
+    not (CASES / "index.json").exists(),
+    reason=f"the NEST artifact cases are not at {CASES} (../shared next to the checkout)",
+)
+ALLREDUCE_REL = 5e-5  # the all-reduce reading's worst measured share of a time per batch
 EXACT_REL = 1e-12
 
 
@@ -72,7 +74,7 @@ def test_baselines_recosted(row):
 @need_cases
 def test_synthetic_inputs():
     synth = CASES / "synthetic"
-    for name in ("two_level_input.json", "four_level_input.json"):     # the authors' solver crashes on two levels
+    for name in ("two_level_input.json", "four_level_input.json"):  # the authors' solver crashes on two levels
         _, out, _ = api.nest_solve(synth / name)
         assert out["finalTimePerBatch"] > 0 and out["dataParallelDegree"] >= 1
     with pytest.raises(InfeasibleError, match="no plan fits in maxMemoryPerDevice .* node 0 alone needs"):
@@ -81,7 +83,7 @@ def test_synthetic_inputs():
     ref = json.loads((synth / "llama2_64_zero_output.json").read_text())["finalTimePerBatch"]
     assert result.plan.zero and result.plan.replicas > 1
     unsharded = evaluate(NestCostModel(inp), result.plan.width, result.plan.replicas, result.plan.parts)
-    assert result.plan.time_per_batch > unsharded.time_per_batch   # the ZeRO gathers are charged, positive
+    assert result.plan.time_per_batch > unsharded.time_per_batch  # the ZeRO gathers are charged, positive
     assert max(unsharded.memory_bytes) > inp.memory_bytes >= max(result.plan.memory_bytes)
     assert out["finalTimePerBatch"] <= ref
 
@@ -92,19 +94,39 @@ def test_gpt3_at_1024_devices():
     raw["devices_per_level"], raw["maxDevices"] = [8, 4, 32], 1024
     _, out, result = api.nest_solve(raw)
     at_256 = next(r for r in _index() if r["case"] == "tpuv4_fatTree_gpt3_256_mbs1_seq")["finalTimePerBatch"]
-    assert out["finalTimePerBatch"] < at_256 / 3      # 4x the devices
+    assert out["finalTimePerBatch"] < at_256 / 3  # 4x the devices
     assert result.plan.width * result.plan.depth * result.plan.replicas <= 1024
 
 
 def _tiny(layers: int = 6, devices=(2, 2), memory: float = 1e12, recompute: bool = True) -> dict:
-    nodes = [{"id": i, "optimalLatencyFw": 1.0 + (i == 2), "optimalLatencyBw": 2.0, "parameterSize": 1e6,
-              "activationSize": 1e6, "isTensorParallelized": False} for i in range(-1, layers)]
+    nodes = [
+        {
+            "id": i,
+            "optimalLatencyFw": 1.0 + (i == 2),
+            "optimalLatencyBw": 2.0,
+            "parameterSize": 1e6,
+            "activationSize": 1e6,
+            "isTensorParallelized": False,
+        }
+        for i in range(-1, layers)
+    ]
     edges = [{"sourceId": i - 1, "destId": i, "communicationCost": 1e6} for i in range(layers)]
-    return {"nodes": {"1": nodes}, "edges": {"1": edges}, "devices_per_level": list(devices),
-            "bws": [1e11] * len(devices), "latency_per_level": [1e-5] * len(devices), "maxDevices": math.prod(devices),
-            "maxMemoryPerDevice": memory, "mbsInBatch": 8, "ep_degree": 1, "cp_degree": 1, "sp_enabled": False,
-            "activationRecomputation": recompute, "optimizerAlgorithm": "SGD",
-            "baselines": {"Manual": {"p": 2, "d": 2, "t": 1}}}
+    return {
+        "nodes": {"1": nodes},
+        "edges": {"1": edges},
+        "devices_per_level": list(devices),
+        "bws": [1e11] * len(devices),
+        "latency_per_level": [1e-5] * len(devices),
+        "maxDevices": math.prod(devices),
+        "maxMemoryPerDevice": memory,
+        "mbsInBatch": 8,
+        "ep_degree": 1,
+        "cp_degree": 1,
+        "sp_enabled": False,
+        "activationRecomputation": recompute,
+        "optimizerAlgorithm": "SGD",
+        "baselines": {"Manual": {"p": 2, "d": 2, "t": 1}},
+    }
 
 
 def _all_splits(n: int, p: int):
@@ -179,8 +201,14 @@ def test_cli_writes_the_output_schema(tmp_path, capsys):
     src.write_text(json.dumps(_tiny()))
     main(["nest-solve", str(src), str(tmp_path / "out.json"), "--explain"])
     out = json.loads((tmp_path / "out.json").read_text())
-    assert set(out) == {"baselineResults", "dataParallelDegree", "finalTimePerBatch", "networkSkeleton", "stages",
-                        "tensorParallelDegree"}
+    assert set(out) == {
+        "baselineResults",
+        "dataParallelDegree",
+        "finalTimePerBatch",
+        "networkSkeleton",
+        "stages",
+        "tensorParallelDegree",
+    }
     assert "the network is" in capsys.readouterr().out
     src.write_text(json.dumps(_tiny(memory=1e3)))
     with pytest.raises(SystemExit) as done:

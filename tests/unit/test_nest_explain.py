@@ -9,13 +9,33 @@ from nestplan.compat.solve import solve
 
 def _moe_input(layers: int = 32, ep: int = 4) -> dict:
     """The authors' input for a 32-layer chain with expert parallelism 4 on 8 x 4 devices."""
-    nodes = [{"id": i, "optimalLatencyFw": 1.0, "optimalLatencyBw": 2.0, "parameterSize": 1e6,
-              "activationSize": 1e6, "isTensorParallelized": False} for i in range(-1, layers)]
+    nodes = [
+        {
+            "id": i,
+            "optimalLatencyFw": 1.0,
+            "optimalLatencyBw": 2.0,
+            "parameterSize": 1e6,
+            "activationSize": 1e6,
+            "isTensorParallelized": False,
+        }
+        for i in range(-1, layers)
+    ]
     edges = [{"sourceId": i - 1, "destId": i, "communicationCost": 1e6} for i in range(layers)]
-    return {"nodes": {"1": nodes}, "edges": {"1": edges}, "devices_per_level": [8, 4], "bws": [1e11, 1e10],
-            "latency_per_level": [1e-5, 1e-5], "maxDevices": 32, "maxMemoryPerDevice": 1e12, "mbsInBatch": 64,
-            "ep_degree": ep, "cp_degree": 1, "sp_enabled": False, "activationRecomputation": True,
-            "optimizerAlgorithm": "Adam"}
+    return {
+        "nodes": {"1": nodes},
+        "edges": {"1": edges},
+        "devices_per_level": [8, 4],
+        "bws": [1e11, 1e10],
+        "latency_per_level": [1e-5, 1e-5],
+        "maxDevices": 32,
+        "maxMemoryPerDevice": 1e12,
+        "mbsInBatch": 64,
+        "ep_degree": ep,
+        "cp_degree": 1,
+        "sp_enabled": False,
+        "activationRecomputation": True,
+        "optimizerAlgorithm": "Adam",
+    }
 
 
 def test_expert_parallel_plan_runs_on_the_devices_the_authors_plan_takes():

@@ -39,11 +39,14 @@ US = units.US
 
 
 def _three_level(oversub: float = 1.0, latency: float = 0.0, spine_GBps: float = 25.0) -> Topology:
-    return hierarchical("t", [
-        dict(name="node", size=8, bandwidth_Bps=400 * GB, latency_s=latency),
-        dict(name="leaf", size=4, bandwidth_Bps=50 * GB, latency_s=2 * latency),
-        dict(name="spine", size=4, bandwidth_Bps=spine_GBps * GB, latency_s=3 * latency, oversubscription=oversub),
-    ])
+    return hierarchical(
+        "t",
+        [
+            dict(name="node", size=8, bandwidth_Bps=400 * GB, latency_s=latency),
+            dict(name="leaf", size=4, bandwidth_Bps=50 * GB, latency_s=2 * latency),
+            dict(name="spine", size=4, bandwidth_Bps=spine_GBps * GB, latency_s=3 * latency, oversubscription=oversub),
+        ],
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -90,10 +93,13 @@ def test_fanout_and_span_level():
 
 
 def test_hierarchical_from_dicts_and_levels():
-    topo = hierarchical("h", [
-        Level("node", 4, 100 * GB, 1 * US, bus_efficiency=0.5),
-        dict(name="rack", size=3, bandwidth_Bps=10 * GB, latency_s=2 * US, oversubscription=2.0),
-    ])
+    topo = hierarchical(
+        "h",
+        [
+            Level("node", 4, 100 * GB, 1 * US, bus_efficiency=0.5),
+            dict(name="rack", size=3, bandwidth_Bps=10 * GB, latency_s=2 * US, oversubscription=2.0),
+        ],
+    )
     assert topo.devices == 12
     assert topo.levels[0].effective_bandwidth_Bps == pytest.approx(50 * GB)
     assert topo.levels[1].effective_bandwidth_Bps == pytest.approx(5 * GB)
@@ -192,8 +198,13 @@ def test_from_graph_renumbers_non_contiguous_units():
 
 def test_from_graph_widest_path_and_its_latency():
     # direct 10 GB/s link vs. a 50 GB/s path through switch 2 (two 3 us hops) or switch 3 (two 5 us hops)
-    edges = [(0, 1, 10 * GB, 1 * US), (0, 2, 50 * GB, 3 * US), (2, 1, 50 * GB, 3 * US),
-             (0, 3, 50 * GB, 5 * US), (3, 1, 50 * GB, 5 * US)]
+    edges = [
+        (0, 1, 10 * GB, 1 * US),
+        (0, 2, 50 * GB, 3 * US),
+        (2, 1, 50 * GB, 3 * US),
+        (0, 3, 50 * GB, 5 * US),
+        (3, 1, 50 * GB, 5 * US),
+    ]
     topo = from_graph("g", 2, edges).topology
     assert len(topo.levels) == 1
     assert topo.levels[0].bandwidth_Bps == pytest.approx(50 * GB)
@@ -270,8 +281,14 @@ def test_cluster_file_toml(tmp_path):
 def test_cluster_file_json_with_inline_accelerator(tmp_path):
     data = {
         "name": "tiny-json",
-        "accelerator": {"peak_bf16_TFLOPS": 100, "hbm_GiB": 16, "hbm_bandwidth_TBps": 1.0,
-                        "matmul_efficiency": 0.8, "matmul_half_dim": 64.0, "memory_efficiency": 0.8},
+        "accelerator": {
+            "peak_bf16_TFLOPS": 100,
+            "hbm_GiB": 16,
+            "hbm_bandwidth_TBps": 1.0,
+            "matmul_efficiency": 0.8,
+            "matmul_half_dim": 64.0,
+            "memory_efficiency": 0.8,
+        },
         "levels": [{"name": "node", "size": 2, "bandwidth_GBps": 100, "latency_us": 2, "bus_efficiency": 0.5}],
     }
     cluster = load_cluster(_write(tmp_path, json.dumps(data), "c.json"))
@@ -280,15 +297,26 @@ def test_cluster_file_json_with_inline_accelerator(tmp_path):
 
 
 def test_cluster_torus_and_graph_tables():
-    tor = cluster_from_dict({"name": "tor", "accelerator": "tpuv4-nest",
-                             "torus": {"dims": [4, 4, 4], "link_bandwidth_GBps": 50, "hop_latency_us": 1, "kind": "ici"}})
+    tor = cluster_from_dict(
+        {
+            "name": "tor",
+            "accelerator": "tpuv4-nest",
+            "torus": {"dims": [4, 4, 4], "link_bandwidth_GBps": 50, "hop_latency_us": 1, "kind": "ici"},
+        }
+    )
     assert tor.devices == 64 and len(tor.topology.levels) == 3
     assert tor.topology.levels[0].bandwidth_Bps == pytest.approx(100e9)
     assert tor.topology.levels[0].bus_efficiency == interconnect_bus_efficiency("ici")
-    graph = cluster_from_dict({"name": "g", "accelerator": "a100-80gb",
-                               "graph": {"devices": 4,
-                                         "edges": [[0, 2, 100, 1], [1, 3, 100, 1], [0, 4, 10, 2], [1, 4, 10, 2],
-                                                   [2, 4, 10, 2], [3, 4, 10, 2]]}})
+    graph = cluster_from_dict(
+        {
+            "name": "g",
+            "accelerator": "a100-80gb",
+            "graph": {
+                "devices": 4,
+                "edges": [[0, 2, 100, 1], [1, 3, 100, 1], [0, 4, 10, 2], [1, 4, 10, 2], [2, 4, 10, 2], [3, 4, 10, 2]],
+            },
+        }
+    )
     assert graph.device_order == (0, 2, 1, 3)
     assert [lv.size for lv in graph.topology.levels] == [2, 2]
     assert graph.truncate(2).device_order == (0, 2)
@@ -297,22 +325,51 @@ def test_cluster_torus_and_graph_tables():
 @pytest.mark.parametrize(
     "text, pattern",
     [
-        (_GOOD_TOML.replace('name = "tiny"', 'name = "tiny"\ncolour = "red"'), r"unknown key 'colour'; allowed: name, accelerator"),
-        (_GOOD_TOML.replace("latency_us = 3", "latency_us = 3\nlatency_ms = 3"), r"levels\[1\]: unknown key 'latency_ms'; allowed:"),
+        (
+            _GOOD_TOML.replace('name = "tiny"', 'name = "tiny"\ncolour = "red"'),
+            r"unknown key 'colour'; allowed: name, accelerator",
+        ),
+        (
+            _GOOD_TOML.replace("latency_us = 3", "latency_us = 3\nlatency_ms = 3"),
+            r"levels\[1\]: unknown key 'latency_ms'; allowed:",
+        ),
         (_GOOD_TOML.replace("bandwidth_GBps = 50\n", ""), r"levels\[1\]: missing field 'bandwidth_GBps'"),
         (_GOOD_TOML.replace('accelerator = "h100-sxm-80gb"\n', ""), r"missing field 'accelerator'"),
         (_GOOD_TOML.replace("size = 2", "size = 2.5"), r"size must be an integer in 1..1048576, got 2.5"),
-        (_GOOD_TOML.replace("oversubscription = 2", "oversubscription = 0.5"), r"oversubscription must be a number in \[1, 1024\], got 0.5"),
-        (_GOOD_TOML.replace('kind = "nvlink4"', 'kind = "nvlink9"'), r"unknown interconnect kind 'nvlink9'; allowed: .*nvlink4"),
-        (_GOOD_TOML.replace('kind = "nvlink4"', 'kind = "nvlink4"\nbus_efficiency = 0.5'), r"either kind or bus_efficiency"),
-        (_GOOD_TOML.replace('latency_us = 1\n', 'latency_us = 1\nsize = 3\n', 1), r"invalid TOML: .*line \d+"),
+        (
+            _GOOD_TOML.replace("oversubscription = 2", "oversubscription = 0.5"),
+            r"oversubscription must be a number in \[1, 1024\], got 0.5",
+        ),
+        (
+            _GOOD_TOML.replace('kind = "nvlink4"', 'kind = "nvlink9"'),
+            r"unknown interconnect kind 'nvlink9'; allowed: .*nvlink4",
+        ),
+        (
+            _GOOD_TOML.replace('kind = "nvlink4"', 'kind = "nvlink4"\nbus_efficiency = 0.5'),
+            r"either kind or bus_efficiency",
+        ),
+        (_GOOD_TOML.replace("latency_us = 1\n", "latency_us = 1\nsize = 3\n", 1), r"invalid TOML: .*line \d+"),
         (_GOOD_TOML.replace("[[levels]]", "[[levels]", 1), r"invalid TOML: .*line \d+"),
-        (_GOOD_TOML + '\n[torus]\ndims = [2]\nlink_bandwidth_GBps = 1\nhop_latency_us = 1\n', r"exactly one network description"),
+        (
+            _GOOD_TOML + "\n[torus]\ndims = [2]\nlink_bandwidth_GBps = 1\nhop_latency_us = 1\n",
+            r"exactly one network description",
+        ),
         (_GOOD_TOML.replace('"h100-sxm-80gb"', '"h999"'), r"unknown accelerator 'h999'"),
     ],
-    ids=["unknown-top-key", "unknown-level-key", "missing-level-field", "missing-accelerator", "fractional-size",
-         "oversubscription-below-1", "unknown-kind", "kind-and-efficiency", "duplicate-key", "bad-toml-syntax",
-         "two-networks", "unknown-accelerator"],
+    ids=[
+        "unknown-top-key",
+        "unknown-level-key",
+        "missing-level-field",
+        "missing-accelerator",
+        "fractional-size",
+        "oversubscription-below-1",
+        "unknown-kind",
+        "kind-and-efficiency",
+        "duplicate-key",
+        "bad-toml-syntax",
+        "two-networks",
+        "unknown-accelerator",
+    ],
 )
 def test_bad_cluster_files(tmp_path, text, pattern):
     with pytest.raises(ConfigError, match=pattern) as info:
@@ -385,8 +442,17 @@ def test_interconnect_kinds():
 
 
 def test_catalog_accelerators():
-    assert {"v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm-80gb", "h200-141gb", "b200", "gb200", "gb300",
-            "tpuv4-nest"} <= set(accelerator_names())
+    assert {
+        "v100-32gb",
+        "a100-40gb",
+        "a100-80gb",
+        "h100-sxm-80gb",
+        "h200-141gb",
+        "b200",
+        "gb200",
+        "gb300",
+        "tpuv4-nest",
+    } <= set(accelerator_names())
     h100 = load_accelerator("h100-sxm-80gb")
     assert h100.peak("bf16") == pytest.approx(989.5e12)  # H100 SXM datasheet: 1,979 TFLOPS with sparsity
     assert "bf16" not in load_accelerator("v100-32gb").peak_flops
@@ -454,4 +520,4 @@ def test_truncate_splits_partial_outer_units():
     topo = load_cluster("llama3-h100", 16384).topology
     assert [lv.size for lv in topo.levels] == [8, 2, 64, 16]
     assert topo.levels[-1].oversubscription == 7
-    assert load_cluster("llama3-h100", 6144).topology.levels[-1].size == 2   # whole pods stay whole
+    assert load_cluster("llama3-h100", 6144).topology.levels[-1].size == 2  # whole pods stay whole

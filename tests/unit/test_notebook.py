@@ -28,8 +28,12 @@ MARKUP = "<b>bold</b>"
 
 @pytest.fixture(scope="module")
 def evaluation() -> api.Evaluation:
-    return api.evaluate_full("llama2-7b", "dgx-a100", nestplan.ParallelDims(tp=2, pp=2, dp=2, recompute="full"),
-                             nestplan.Job(global_batch_size=16, seq_len=2048))
+    return api.evaluate_full(
+        "llama2-7b",
+        "dgx-a100",
+        nestplan.ParallelDims(tp=2, pp=2, dp=2, recompute="full"),
+        nestplan.Job(global_batch_size=16, seq_len=2048),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +43,11 @@ def report() -> api.PlanReport:
 
 @pytest.fixture(scope="module")
 def comparison() -> api.Comparison:
-    rows = [CompareRow("llama2-7b", "dgx-a100", 8, 1, "nestplan", True, 4000.0, 0.5, "tp1 pp1 dp8 z1 none"),
-            CompareRow("llama2-7b", "dgx-a100", 8, 1, "manual", True, 3200.0, 0.0, "tp8 pp1 dp1 z0 none"),
-            CompareRow("llama2-7b", "dgx-a100", 8, 1, "alpa", False, 0.0, 0.1, "-")]
+    rows = [
+        CompareRow("llama2-7b", "dgx-a100", 8, 1, "nestplan", True, 4000.0, 0.5, "tp1 pp1 dp8 z1 none"),
+        CompareRow("llama2-7b", "dgx-a100", 8, 1, "manual", True, 3200.0, 0.0, "tp8 pp1 dp1 z0 none"),
+        CompareRow("llama2-7b", "dgx-a100", 8, 1, "alpa", False, 0.0, 0.1, "-"),
+    ]
     return api.Comparison("llama2-7b on dgx-a100", rows, normalise(rows))
 
 
@@ -60,8 +66,11 @@ def test_reprs_are_one_short_line(evaluation, report, comparison) -> None:
 
 
 def test_reprs_stay_short_and_printable_with_long_names(report) -> None:
-    named = replace(report, model=replace(report.model, name="\x1b[31m" + "m" * 500),
-                    cluster=replace(report.cluster, name="c" * 500))
+    named = replace(
+        report,
+        model=replace(report.model, name="\x1b[31m" + "m" * 500),
+        cluster=replace(report.cluster, name="c" * 500),
+    )
     text = repr(named)
     assert len(text) < MAX_REPR and "\x1b" not in text and text.startswith("PlanReport(\\x1b[31m")
 
@@ -97,7 +106,7 @@ def test_to_dict_is_plain_json(evaluation, report, comparison) -> None:
     assert data["placement"]["axis_order"] == list(pred.placement.axis_order)
     for result in (evaluation, report, comparison):
         assert _json_round_trip(result.to_dict()) == result.to_dict()
-    assert Plan.from_dict(report.to_dict()) == report.plan        # a PlanReport's dict is the plan file
+    assert Plan.from_dict(report.to_dict()) == report.plan  # a PlanReport's dict is the plan file
     rows = comparison.to_dict()["rows"]
     assert [r["planner"] for r in rows] == ["nestplan", "manual", "alpa"]
     assert [r["normalised"] for r in rows] == [1.25, 1.0, 0.0]
@@ -118,8 +127,8 @@ def test_results_pickle(evaluation, report) -> None:
         assert loaded == result
         assert loaded.to_dict() == result.to_dict()
     loaded = pickle.loads(pickle.dumps(evaluation.prediction))
-    with pytest.raises(TypeError):    # the breakdown is read-only again
-        loaded.breakdown_s["optimizer"] = 0.0   # type: ignore[index]
+    with pytest.raises(TypeError):  # the breakdown is read-only again
+        loaded.breakdown_s["optimizer"] = 0.0  # type: ignore[index]
 
 
 def test_nestplan_plan_is_the_plan_module_and_the_search(report) -> None:
@@ -142,8 +151,10 @@ def test_compare_rows_to_dataframe(comparison) -> None:
 def test_sweep_rows_to_dataframe(tmp_path) -> None:
     pytest.importorskip("pandas", reason="to_dataframe needs pandas, not installed here")
     spec = tmp_path / "spec.toml"
-    spec.write_text('name = "t"\nmodels = ["bert-large"]\ndevices = [8]\nglobal_batch_size = [64]\nseq_len = [512]\n'
-                    '[[clusters]]\nbase = "h100-spine-leaf"\nlabel = "spine-leaf"\n')
+    spec.write_text(
+        'name = "t"\nmodels = ["bert-large"]\ndevices = [8]\nglobal_batch_size = [64]\nseq_len = [512]\n'
+        '[[clusters]]\nbase = "h100-spine-leaf"\nlabel = "spine-leaf"\n'
+    )
     api.sweep(spec, tmp_path / "out", workers=1)
     rows = read_rows(tmp_path / "out")
     frame = sweep_dataframe(rows)
@@ -153,7 +164,7 @@ def test_sweep_rows_to_dataframe(tmp_path) -> None:
 
 
 def test_to_dataframe_without_pandas_names_what_to_install(monkeypatch, comparison) -> None:
-    monkeypatch.setitem(sys.modules, "pandas", None)     # import pandas raises ImportError
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
     for make in (comparison.to_dataframe, lambda: sweep_dataframe([])):
         with pytest.raises(ConfigError, match="pip install pandas"):
             make()

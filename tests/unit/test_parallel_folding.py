@@ -31,7 +31,7 @@ def test_etp_divides_tp_and_needs_sequence_parallelism() -> None:
     with pytest.raises(ConfigError, match="needs sequence parallelism") as err:
         ParallelDims(tp=4, etp=1)
     assert err.value.field == "sp"
-    assert ParallelDims(tp=4, sp=True, etp=4) == ParallelDims(tp=4, sp=True)   # etp = tp is the default, one value
+    assert ParallelDims(tp=4, sp=True, etp=4) == ParallelDims(tp=4, sp=True)  # etp = tp is the default, one value
 
 
 def test_folded_expert_parallelism_must_divide_the_experts() -> None:
@@ -47,9 +47,29 @@ def test_folded_expert_parallelism_must_divide_the_experts() -> None:
 def test_cli_refuses_an_etp_that_does_not_divide_tp_in_one_line(capsys) -> None:
     from cli_helpers import run_cli
 
-    code, out, err = run_cli(capsys, ["evaluate", "--model", "grok-1", "--cluster", "dgx-h100", "--devices", "64",
-                                      "--tp", "4", "--sp", "--etp", "3", "--ep", "2", "--dp", "8",
-                                      "--global-batch-size", "256"])
+    code, out, err = run_cli(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "grok-1",
+            "--cluster",
+            "dgx-h100",
+            "--devices",
+            "64",
+            "--tp",
+            "4",
+            "--sp",
+            "--etp",
+            "3",
+            "--ep",
+            "2",
+            "--dp",
+            "8",
+            "--global-batch-size",
+            "256",
+        ],
+    )
     assert code == 2 and out == "" and err.count("\n") == 1 and "etp 3 must divide tp 4" in err
 
 
@@ -94,8 +114,7 @@ def test_etp_1_moves_no_routed_tokens_over_tp() -> None:
 def test_grok_1_on_512_h100_with_attention_tp_4_and_expert_tp_1() -> None:
     """The issue's case: NVIDIA's Grok-1 recipe on 512 H100 (tp 4, cp 2, pp 8 x v 8, Megatron's ep 8)
     with expert-TP 1: ep 8 = tp 4 x 2 data-parallel ranks."""
-    dims = ParallelDims(tp=4, sp=True, cp=2, pp=8, virtual_stages=8, schedule="interleaved", ep=2, dp=4, etp=1,
-                        zero=1)
+    dims = ParallelDims(tp=4, sp=True, cp=2, pp=8, virtual_stages=8, schedule="interleaved", ep=2, dp=4, etp=1, zero=1)
     job = Job(global_batch_size=1024, seq_len=8192, grad_dtype="bf16")
     pred = api.evaluate_full(GROK, H100, dims, job).prediction
     assert dims.expert_parallel == 8 and pred.fits
@@ -103,8 +122,16 @@ def test_grok_1_on_512_h100_with_attention_tp_4_and_expert_tp_1() -> None:
 
 
 def test_qwen3_235b_with_ep_32_over_tp_2_and_dp_16() -> None:
-    dims = ParallelDims(tp=2, sp=True, ep=16, pp=8, etp=1, zero=1, recompute="selective",
-                        layers_per_stage=(12, 12, 12, 12, 12, 12, 11, 11))
+    dims = ParallelDims(
+        tp=2,
+        sp=True,
+        ep=16,
+        pp=8,
+        etp=1,
+        zero=1,
+        recompute="selective",
+        layers_per_stage=(12, 12, 12, 12, 12, 12, 11, 11),
+    )
     evaluation = api.evaluate_full(QWEN3, H100, dims, Job(global_batch_size=1024, seq_len=4096), devices=256)
     assert dims.expert_parallel == 32 and evaluation.prediction.fits
     assert "ep 16 (etp 1: experts over 32 ranks)" in _plan_line(evaluation)
@@ -129,8 +156,9 @@ def test_the_planner_folds_experts_where_that_is_faster() -> None:
     report = api.plan(QWEN3, "gb200-nvl72", devices=576, global_batch_size=2048, seq_len=4096, top=0)
     best = report.best
     assert best.plan.etp == 1 and best.placement.groups["expert"].level == 0
-    unfolded = api.plan(QWEN3, "gb200-nvl72", devices=576, global_batch_size=2048, seq_len=4096, top=0,
-                        space=SearchSpace(etp=(None,)))
+    unfolded = api.plan(
+        QWEN3, "gb200-nvl72", devices=576, global_batch_size=2048, seq_len=4096, top=0, space=SearchSpace(etp=(None,))
+    )
     assert unfolded.best.plan.etp is None and unfolded.best.step_time_s > best.step_time_s
 
 
@@ -168,11 +196,14 @@ def test_moe_comm_overlap_hides_the_all_to_all_and_holds_one_more_microbatch() -
     assert overlapped.peak_memory_bytes_per_device > plain.peak_memory_bytes_per_device
 
 
-@pytest.mark.parametrize("dims,field", [
-    (ParallelDims(tp=4, sp=True, dp=16), "ep"),                                          # no expert parallelism
-    (ParallelDims(tp=4, sp=True, ep=2, pp=2, dp=4), "schedule"),                          # 1F1B with pp > 1
-    (ParallelDims(tp=4, sp=True, ep=2, dp=8, recompute="full"), "recompute"),
-])
+@pytest.mark.parametrize(
+    "dims,field",
+    [
+        (ParallelDims(tp=4, sp=True, dp=16), "ep"),  # no expert parallelism
+        (ParallelDims(tp=4, sp=True, ep=2, pp=2, dp=4), "schedule"),  # 1F1B with pp > 1
+        (ParallelDims(tp=4, sp=True, ep=2, dp=8, recompute="full"), "recompute"),
+    ],
+)
 def test_moe_comm_overlap_is_refused_where_megatron_cannot_run_it(dims, field) -> None:
     job = Job(global_batch_size=256, seq_len=4096, moe_comm_overlap=True)
     with pytest.raises(ConfigError, match="all-to-all overlap") as err:
@@ -221,7 +252,7 @@ def test_deepep_sends_a_token_once_per_node_node_limited_routing_bounds_them() -
     v3 = api.resolve_model("deepseek-v3")
     assert (v3.routing_groups, v3.routing_groups_per_token, v3.experts_per_token) == (8, 4, 8)
     assert comm.remote_units(v3, (8, 8)) == 4 and comm.remote_units(v3, (8, 1)) == 1
-    assert comm.remote_units(api.resolve_model("mixtral-8x7b"), (8, 4)) == 2   # top-2, no groups
+    assert comm.remote_units(api.resolve_model("mixtral-8x7b"), (8, 4)) == 2  # top-2, no groups
     shard = Shard(tp=1, ep=64, seq_len=4096)
     every = comm.expert_all_to_alls(H100.topology, v3, 10, shard, _span(64))
     per_node = comm.expert_all_to_alls(H100.topology, v3, 10, shard, _span(64), per_node=True)
@@ -239,8 +270,9 @@ def _span(size: int):
 
 def test_deepep_is_exported_as_megatron_s_flex_dispatcher_and_refuses_padding(tmp_path) -> None:
     dims = ParallelDims(tp=4, sp=True, ep=2, dp=8, zero=1)
-    plan = api.evaluate_full(GROK, H100, dims, Job(global_batch_size=256, seq_len=4096, moe_dispatcher="deepep"),
-                             devices=64).plan
+    plan = api.evaluate_full(
+        GROK, H100, dims, Job(global_batch_size=256, seq_len=4096, moe_dispatcher="deepep"), devices=64
+    ).plan
     api.export_plan(plan, "megatron", tmp_path)
     assert "--moe-token-dispatcher-type flex" in (tmp_path / "launch_megatron.sh").read_text()
     assert Plan.from_dict(plan.to_dict()).job.moe_dispatcher.value == "deepep"

@@ -24,14 +24,14 @@ def test_axis_order_moves_dp_inside() -> None:
     p = place(ParallelDims(tp=2, pp=2, dp=4), TOPO, ("dp", "tp", "cp", "ep", "pp"))
     assert p.groups["dp"].fanout == (4, 1, 1)
     assert p.groups["tp"].fanout == (2, 1, 1)
-    assert p.pp_boundary_levels == (1,)   # pp is slowest: stage 1 starts 8 ranks later, in the next node
+    assert p.pp_boundary_levels == (1,)  # pp is slowest: stage 1 starts 8 ranks later, in the next node
 
 
 def test_rank_grid_is_a_permutation() -> None:
     d = ParallelDims(tp=2, cp=2, pp=2, dp=2)
     grid = rank_grid(d, ("pp", "dp", "tp", "cp", "ep"))
     assert sorted(grid.ravel().tolist()) == list(range(16))
-    assert grid[1, 0, 0, 0, 0] == 4   # tp stride = pp * dp = 4
+    assert grid[1, 0, 0, 0, 0] == 4  # tp stride = pp * dp = 4
 
 
 def test_bad_axis_order() -> None:
@@ -60,7 +60,7 @@ def test_placement_is_computed_once_per_degrees_topology_and_order() -> None:
     assert a is b and a is not other
     assert a.levels_spanned() != other.levels_spanned()
     with pytest.raises(TypeError):
-        a.groups["tp"] = None   # shared between plans: read-only
+        a.groups["tp"] = None  # shared between plans: read-only
 
 
 def test_axis_members_are_their_strings() -> None:
@@ -98,9 +98,9 @@ def test_consecutive_span_level() -> None:
     """The level a block of consecutive ranks from an aligned start spans (export/common names it)."""
     from nestplan.strategy.placement import consecutive_span_level
 
-    units = tuple(TOPO.unit_devices(i) for i in range(TOPO.num_levels))   # 8, 32, 128
+    units = tuple(TOPO.unit_devices(i) for i in range(TOPO.num_levels))  # 8, 32, 128
     assert [consecutive_span_level(n, units) for n in (1, 8, 9, 32, 33, 128)] == [0, 0, 1, 1, 2, 2]
-    assert consecutive_span_level(129, units) == 2   # more than the network: the outermost level
+    assert consecutive_span_level(129, units) == 2  # more than the network: the outermost level
 
 
 def test_tied_embedding_sync_reduces_over_the_first_and_last_stage() -> None:
@@ -114,8 +114,8 @@ def test_tied_embedding_sync_reduces_over_the_first_and_last_stage() -> None:
     assert model.tied_embeddings
     dims = ParallelDims(tp=2, pp=4, dp=16)
     single = place(ParallelDims(tp=2, dp=64), TOPO).pp_ends
-    inside = place(dims, TOPO, REPLICA_MAJOR).pp_ends    # each 8-rank pipeline in one node
-    across = place(dims, TOPO, STAGE_MAJOR).pp_ends      # stages 32 ranks apart: ranks 0 and 96 in two leaves
+    inside = place(dims, TOPO, REPLICA_MAJOR).pp_ends  # each 8-rank pipeline in one node
+    across = place(dims, TOPO, STAGE_MAJOR).pp_ends  # stages 32 ranks apart: ranks 0 and 96 in two leaves
     assert (single.size, inside.fanout, across.fanout) == (1, (2, 1, 1), (1, 1, 2))
     seconds = [tied_embedding_sync(model, TOPO, 2, job, group) for group in (single, inside, across)]
     assert seconds[0] == 0 < seconds[1] < seconds[2]

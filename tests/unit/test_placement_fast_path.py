@@ -57,7 +57,7 @@ def test_named_orders_match_the_rank_grid(inst) -> None:
         assert fast.group(order, key, tp, cp, ep, d, p) == ref.groups[key], key
     for key in EXPERT_GROUP_KEYS:
         assert fast.expert_group(order, key, tp, dims.expert_tp, cp, ep, d, p) == ref.groups[key], key
-    if dims.etp is None:   # unfolded: the ep and tp groups
+    if dims.etp is None:  # unfolded: the ep and tp groups
         assert ref.groups["expert"] == ref.groups["ep"] and ref.groups["etp"] == ref.groups["tp"]
     assert ref.groups["expert"].size == dims.expert_parallel and ref.groups["etp"].size == dims.expert_tp
     a = tp * cp * ep
@@ -92,8 +92,8 @@ def test_orders_differ_where_expected() -> None:
     assert fast.boundary_levels(REPLICA_MAJOR, 2, 8, 4) == (0, 0, 0)
     assert fast.pp_ends(REPLICA_MAJOR, 2, 8, 4).fanout == (2, 1, 1)
     # stage-major spreads the stages 16 ranks apart: across nodes, inside a leaf
-    assert fast.boundary_levels(STAGE_MAJOR, 2, 8, 4) == (1, 2, 1)   # ranks 31|32 cross a 32-device leaf
-    assert fast.pp_ends(STAGE_MAJOR, 2, 8, 4).fanout == (1, 1, 2)    # rank 0 and rank 48: two leaves
+    assert fast.boundary_levels(STAGE_MAJOR, 2, 8, 4) == (1, 2, 1)  # ranks 31|32 cross a 32-device leaf
+    assert fast.pp_ends(STAGE_MAJOR, 2, 8, 4).fanout == (1, 1, 2)  # rank 0 and rank 48: two leaves
     assert fast.group(STAGE_MAJOR, "dp", 2, 1, 1, 8, 4).fanout == (4, 2, 1)
 
 

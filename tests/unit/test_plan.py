@@ -54,8 +54,20 @@ def test_plan_readable_shows_runners_up(capsys) -> None:
 
 
 def test_infeasible_exit_3_explains(capsys) -> None:
-    code, out, err = run_cli(capsys, ["plan", "--model", "llama3-70b", "--cluster", "h100-spine-leaf", "--devices", "8",
-                                   "--global-batch-size", "64"])
+    code, out, err = run_cli(
+        capsys,
+        [
+            "plan",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "h100-spine-leaf",
+            "--devices",
+            "8",
+            "--global-batch-size",
+            "64",
+        ],
+    )
     assert code == 3 and out == ""
     assert "no plan fits" in err and "largest term: optimizer" in err and "would fit with" in err and "devices" in err
 
@@ -66,13 +78,16 @@ def test_infeasible_api_carries_details() -> None:
     assert exc.value.details["excess_bytes"] > 0 and exc.value.details["fixes"]
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--model", "gpt-9"], "unknown model 'gpt-9'"),
-    (["--cluster", "moon"], "unknown cluster 'moon'"),
-    (["--devices", "64"], "outside 1..16"),
-    (["--devices", "0"], "--devices 0 is out of range; allowed: 1..1048576"),
-    (["--global-batch-size", "-4"], "--global-batch-size -4 is out of range; allowed: 1..16777216"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--model", "gpt-9"], "unknown model 'gpt-9'"),
+        (["--cluster", "moon"], "unknown cluster 'moon'"),
+        (["--devices", "64"], "outside 1..16"),
+        (["--devices", "0"], "--devices 0 is out of range; allowed: 1..1048576"),
+        (["--global-batch-size", "-4"], "--global-batch-size -4 is out of range; allowed: 1..16777216"),
+    ],
+)
 def test_plan_bad_input_exit_2(capsys, argv, needle) -> None:
     code, out, err = run_cli(capsys, with_options(SMALL, argv))
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
@@ -92,10 +107,12 @@ def test_polish_moves_layers_where_the_schedule_prefers() -> None:
     model = api.resolve_model("llama3-70b")
     cluster = api.resolve_cluster("tpuv4-fattree", 64)
     job = Job(global_batch_size=4096, seq_len=4096)
-    start = evaluate_plan(model, cluster, ParallelDims(tp=4, pp=4, dp=4, sp=True, zero=1,
-                                                       layers_per_stage=(19, 21, 21, 19)), job)
-    other = evaluate_plan(model, cluster, ParallelDims(tp=4, pp=4, dp=4, sp=True, zero=1,
-                                                       layers_per_stage=(20, 21, 20, 19)), job)
+    start = evaluate_plan(
+        model, cluster, ParallelDims(tp=4, pp=4, dp=4, sp=True, zero=1, layers_per_stage=(19, 21, 21, 19)), job
+    )
+    other = evaluate_plan(
+        model, cluster, ParallelDims(tp=4, pp=4, dp=4, sp=True, zero=1, layers_per_stage=(20, 21, 20, 19)), job
+    )
     assert other.step_time_s < start.step_time_s
     polished = _polish(model, lambda dims, order: evaluate_plan(model, cluster, dims, job, order), start)
     assert polished.fits and polished.step_time_s <= other.step_time_s * (1 + 1e-12)

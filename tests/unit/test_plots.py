@@ -15,11 +15,14 @@ PNG = b"\x89PNG\r\n\x1a\n"
 JOB = Job(global_batch_size=64, seq_len=2048)
 
 
-@pytest.mark.parametrize("dims", [
-    ParallelDims(tp=8, pp=4, dp=2, sp=True),
-    ParallelDims(tp=4, pp=8, dp=2, schedule="gpipe", recompute="full", layers_per_stage=(3, 4, 4, 4, 4, 4, 4, 5)),
-    ParallelDims(tp=8, pp=4, dp=2, schedule="interleaved", virtual_stages=2, zero=1),
-])
+@pytest.mark.parametrize(
+    "dims",
+    [
+        ParallelDims(tp=8, pp=4, dp=2, sp=True),
+        ParallelDims(tp=4, pp=8, dp=2, schedule="gpipe", recompute="full", layers_per_stage=(3, 4, 4, 4, 4, 4, 4, 5)),
+        ParallelDims(tp=8, pp=4, dp=2, schedule="interleaved", virtual_stages=2, zero=1),
+    ],
+)
 def test_timeline_length_is_the_predicted_step_time(dims) -> None:
     """The recorded schedule plus the step end (from the breakdown's dp_sync and optimizer terms)
     is the step time the evaluator predicts with its fast (steady-state skipping) simulation."""
@@ -37,7 +40,7 @@ def test_device_map_covers_the_used_devices() -> None:
     assert np.all(stage[:48] >= 0) and np.all(stage[48:] == -1) and np.all(replica[48:] == -1)
     assert np.bincount(stage[:48]).tolist() == [12] * 4
     assert np.bincount(replica[:48]).tolist() == [16] * 3
-    assert np.all(stage[:4] == stage[0])   # tp fastest: a tp group is one stage of one replica
+    assert np.all(stage[:4] == stage[0])  # tp fastest: a tp group is one stage of one replica
 
 
 def test_plan_plot_files(tmp_path) -> None:
@@ -49,12 +52,42 @@ def test_plan_plot_files(tmp_path) -> None:
 
 
 def test_cli_plot_options(capsys, tmp_path) -> None:
-    code, out, _ = run_cli(capsys, ["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--tp", "8",
-                                    "--pp", "8", "--global-batch-size", "64", "--recompute", "full",
-                                    "--plot", str(tmp_path / "e")])
+    code, out, _ = run_cli(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "gpt3-175b",
+            "--cluster",
+            "dgx-a100",
+            "--tp",
+            "8",
+            "--pp",
+            "8",
+            "--global-batch-size",
+            "64",
+            "--recompute",
+            "full",
+            "--plot",
+            str(tmp_path / "e"),
+        ],
+    )
     assert code == 0 and "timeline.png" in out
-    code, out, _ = run_cli(capsys, ["plan", "--model", "bert-large", "--cluster", "v100-spine-leaf",
-                                    "--global-batch-size", "64", "--json", "--plot", str(tmp_path / "p")])
+    code, out, _ = run_cli(
+        capsys,
+        [
+            "plan",
+            "--model",
+            "bert-large",
+            "--cluster",
+            "v100-spine-leaf",
+            "--global-batch-size",
+            "64",
+            "--json",
+            "--plot",
+            str(tmp_path / "p"),
+        ],
+    )
     assert code == 0 and out.lstrip().startswith("{")
     for d in ("e", "p"):
         assert sorted(f.name for f in (tmp_path / d).iterdir()) == ["memory.png", "placement.png", "timeline.png"]
@@ -68,10 +101,23 @@ def test_timeline_of_an_uneven_interleaved_layout_is_the_evaluators() -> None:
     from nestplan.report.plots import step_timeline
     from nestplan.strategy.dims import ParallelDims
 
-    dims = ParallelDims(tp=8, sp=True, pp=16, dp=8, zero=1, recompute="full", schedule="interleaved",
-                        virtual_stages=8, layers_per_stage=(0,) + (1,) * 126 + (0,))
-    pred = evaluate_plan(api.resolve_model("llama3.1-405b"), api.resolve_cluster("llama3-h100", 1024), dims,
-                         Job(global_batch_size=128, seq_len=8192))
+    dims = ParallelDims(
+        tp=8,
+        sp=True,
+        pp=16,
+        dp=8,
+        zero=1,
+        recompute="full",
+        schedule="interleaved",
+        virtual_stages=8,
+        layers_per_stage=(0,) + (1,) * 126 + (0,),
+    )
+    pred = evaluate_plan(
+        api.resolve_model("llama3.1-405b"),
+        api.resolve_cluster("llama3-h100", 1024),
+        dims,
+        Job(global_batch_size=128, seq_len=8192),
+    )
     assert pred.stages[0].chunk_forward_s
     pipeline = pred.step_time_s - pred.breakdown_s["dp_sync"] - pred.breakdown_s["optimizer"]
     assert step_timeline(pred).pipeline.makespan_s == pytest.approx(pipeline, rel=1e-9)

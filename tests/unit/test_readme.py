@@ -55,8 +55,12 @@ def test_dev_extra_is_light_and_plots_need_no_extra() -> None:
     assert "matplotlib" in {_package(r) for r in project["dependencies"]}
     assert {"trace", "ray", "validate", "all"} <= set(extras)
     # exact pins only in `frameworks`: the releases the export tests validate against
-    pinned = [r for name, rs in [("", project["dependencies"]), *extras.items()] for r in rs
-              if "==" in r and name != "frameworks"]
+    pinned = [
+        r
+        for name, rs in [("", project["dependencies"]), *extras.items()]
+        for r in rs
+        if "==" in r and name != "frameworks"
+    ]
     assert not pinned, pinned
 
 

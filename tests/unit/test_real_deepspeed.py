@@ -60,15 +60,20 @@ def _child(spec: dict) -> dict:
     deepspeed.init_distributed()
     model = _stand_in_model(spec, torch, deepspeed)
     mpu = None
-    if spec["cp"] > 1:   # what the export's Ulysses note tells the user's code to run
+    if spec["cp"] > 1:  # what the export's Ulysses note tells the user's code to run
         from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
 
         mpu = UlyssesSPAttentionHF.register_with_transformers(
-            model, core_attn_implementation="sdpa", sequence_parallel_size=spec["cp"],
-            micro_batch_size=spec["config"]["train_micro_batch_size_per_gpu"], seq_length=spec["seq_len"],
-            seq_length_is_variable=False)
-    engine, _, _, _ = deepspeed.initialize(model=model, config=spec["config"], model_parameters=model.parameters(),
-                                           mpu=mpu)
+            model,
+            core_attn_implementation="sdpa",
+            sequence_parallel_size=spec["cp"],
+            micro_batch_size=spec["config"]["train_micro_batch_size_per_gpu"],
+            seq_length=spec["seq_len"],
+            seq_length_is_variable=False,
+        )
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, config=spec["config"], model_parameters=model.parameters(), mpu=mpu
+    )
     return _engine_facts(engine, spec, tdist)
 
 
@@ -79,36 +84,62 @@ def _stand_in_model(spec: dict, torch, deepspeed):
     hidden, world, pp, tp, ep = 8, spec["world"], spec["pp"], spec["tp"], spec["ep"]
     if pp > 1:
         topology = PipeModelDataParallelTopology(num_pp=pp, num_mp=tp, num_dp=world // (pp * tp))
-        layer = (LayerSpec(deepspeed.moe.layer.MoE, hidden_size=hidden, expert=torch.nn.Linear(hidden, hidden),
-                           num_experts=spec["experts"], ep_size=ep) if ep > 1 else LayerSpec(torch.nn.Linear, hidden, hidden))
-        return PipelineModule([layer] * spec["layers"], topology=topology, loss_fn=torch.nn.MSELoss(),
-                              partition_method="uniform")
+        layer = (
+            LayerSpec(
+                deepspeed.moe.layer.MoE,
+                hidden_size=hidden,
+                expert=torch.nn.Linear(hidden, hidden),
+                num_experts=spec["experts"],
+                ep_size=ep,
+            )
+            if ep > 1
+            else LayerSpec(torch.nn.Linear, hidden, hidden)
+        )
+        return PipelineModule(
+            [layer] * spec["layers"], topology=topology, loss_fn=torch.nn.MSELoss(), partition_method="uniform"
+        )
     if spec["config"].get("tensor_parallel", {}).get("autotp_size", 1) > 1 or spec["cp"] > 1:
         from transformers import LlamaConfig, LlamaForCausalLM
 
         heads = max(tp, spec["cp"])
-        return LlamaForCausalLM(LlamaConfig(hidden_size=8 * heads, intermediate_size=16 * heads, num_hidden_layers=2,
-                                            num_attention_heads=heads, num_key_value_heads=heads, vocab_size=64,
-                                            attn_implementation="sdpa"))
+        return LlamaForCausalLM(
+            LlamaConfig(
+                hidden_size=8 * heads,
+                intermediate_size=16 * heads,
+                num_hidden_layers=2,
+                num_attention_heads=heads,
+                num_key_value_heads=heads,
+                vocab_size=64,
+                attn_implementation="sdpa",
+            )
+        )
     parts = {"dense": torch.nn.Linear(hidden, hidden)}
     if ep > 1:
-        parts["moe"] = deepspeed.moe.layer.MoE(hidden_size=hidden, expert=torch.nn.Linear(hidden, hidden),
-                                               num_experts=spec["experts"], ep_size=ep)
+        parts["moe"] = deepspeed.moe.layer.MoE(
+            hidden_size=hidden, expert=torch.nn.Linear(hidden, hidden), num_experts=spec["experts"], ep_size=ep
+        )
     return torch.nn.ModuleDict(parts)
 
 
 def _engine_facts(engine, spec: dict, tdist) -> dict:
     from deepspeed.utils import groups
 
-    config = engine._config   # the DeepSpeedConfig deepspeed.initialize built from the exported dict
+    config = engine._config  # the DeepSpeedConfig deepspeed.initialize built from the exported dict
     facts = {
-        "engine": type(engine).__name__, "config_world": config.world_size,
-        "train_batch_size": engine.train_batch_size(), "micro_batch": engine.train_micro_batch_size_per_gpu(),
-        "accumulation": engine.gradient_accumulation_steps(), "dp_world": engine.dp_world_size,
+        "engine": type(engine).__name__,
+        "config_world": config.world_size,
+        "train_batch_size": engine.train_batch_size(),
+        "micro_batch": engine.train_micro_batch_size_per_gpu(),
+        "accumulation": engine.gradient_accumulation_steps(),
+        "dp_world": engine.dp_world_size,
         "seq_dp_world": engine.seq_dp_world_size,
-        "sequence_parallel": engine.sequence_parallel_size, "autotp": engine.autotp_size(),
-        "zero": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(), "fp16": engine.fp16_enabled(),
-        "optimizer": config.optimizer_name, "grad_accum_dtype": config.grad_accum_dtype,
+        "sequence_parallel": engine.sequence_parallel_size,
+        "autotp": engine.autotp_size(),
+        "zero": engine.zero_optimization_stage(),
+        "bf16": engine.bfloat16_enabled(),
+        "fp16": engine.fp16_enabled(),
+        "optimizer": config.optimizer_name,
+        "grad_accum_dtype": config.grad_accum_dtype,
         "groups": {"data": tdist.get_process_group_ranks(engine.seq_data_parallel_group)},
     }
     if spec["pp"] > 1:
@@ -126,7 +157,7 @@ def _engine_facts(engine, spec: dict, tdist) -> dict:
     return facts
 
 
-if __name__ == "__main__":   # the child process of _initialize: DeepSpeed and torch only, no nestplan
+if __name__ == "__main__":  # the child process of _initialize: DeepSpeed and torch only, no nestplan
     print(MARK + json.dumps(_child(json.loads(sys.argv[1]))), flush=True)
     sys.exit(0)
 
@@ -162,14 +193,28 @@ def _initialize(plan: Plan, cfg: dict) -> dict:
     d = plan.dims
     if d.pp == 1 and (d.tp > 1 or d.cp > 1):
         pytest.importorskip("transformers", reason="AutoTP and Ulysses run a Hugging Face model (the `trace` extra)")
-    spec = {"world": plan.devices_used, "pp": d.pp, "tp": d.tp, "cp": d.cp, "ep": d.ep, "layers": plan.model.num_layers,
-            "experts": plan.model.num_experts, "seq_len": plan.job.seq_len, "config": cfg}
+    spec = {
+        "world": plan.devices_used,
+        "pp": d.pp,
+        "tp": d.tp,
+        "cp": d.cp,
+        "ep": d.ep,
+        "layers": plan.model.num_layers,
+        "experts": plan.model.num_experts,
+        "seq_len": plan.job.seq_len,
+        "config": cfg,
+    }
     # the first run on a machine compiles DeepSpeed's CPU ops (shared-memory comm, FusedAdam): minutes
-    run = subprocess.run([sys.executable, __file__, json.dumps(spec)], capture_output=True, text=True, timeout=1200,
-                         cwd=Path(__file__).parent)
+    run = subprocess.run(
+        [sys.executable, __file__, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=Path(__file__).parent,
+    )
     lines = [line for line in run.stdout.splitlines() if line.startswith(MARK)]
     assert run.returncode == 0 and lines, run.stdout[-3000:] + run.stderr[-6000:]
-    return json.loads(lines[-1][len(MARK):])
+    return json.loads(lines[-1][len(MARK) :])
 
 
 def _ranks(plan: Plan, *axes: str) -> list[int]:
@@ -177,7 +222,7 @@ def _ranks(plan: Plan, *axes: str) -> list[int]:
     DeepSpeed builds, which is nestplan's when the export carries no rank-layout note."""
     order = [str(a) for a in ds_export.STAGE_MAJOR]
     stride = 1
-    for axis in order[:order.index(axes[0])]:
+    for axis in order[: order.index(axes[0])]:
         stride *= plan.dims.degree(axis)
     size = 1
     for axis in axes:
@@ -190,12 +235,12 @@ def _check_meaning(plan: Plan, cfg: dict, notes: tuple[str, ...], facts: dict) -
     d, job = plan.dims, plan.job
     assert facts["micro_batch"] == d.micro_batch_size
     assert facts["accumulation"] == plan.num_microbatches
-    replicas = facts["seq_dp_world"] // facts["sequence_parallel"]   # ZeRO's and the gradients' group over cp
-    assert replicas == d.dp * d.ep and facts["dp_world"] in (replicas, None)   # None: DeepSpeed's, under Ulysses' mpu
+    replicas = facts["seq_dp_world"] // facts["sequence_parallel"]  # ZeRO's and the gradients' group over cp
+    assert replicas == d.dp * d.ep and facts["dp_world"] in (replicas, None)  # None: DeepSpeed's, under Ulysses' mpu
     assert facts["micro_batch"] * facts["accumulation"] * replicas == job.global_batch_size
     if "train_batch_size" in cfg:
         assert facts["train_batch_size"] == job.global_batch_size == cfg["train_batch_size"]
-    else:   # DeepSpeed derives it over its own world (AutoTP's ranks included); a note says so
+    else:  # DeepSpeed derives it over its own world (AutoTP's ranks included); a note says so
         assert facts["train_batch_size"] == ds_export.derived_train_batch(plan) != job.global_batch_size
         assert any(f"derives and reports {facts['train_batch_size']}" in n for n in notes)
     assert facts["config_world"] == ds_export.batch_world(plan)
@@ -204,23 +249,33 @@ def _check_meaning(plan: Plan, cfg: dict, notes: tuple[str, ...], facts: dict) -
     assert facts["optimizer"] == ds_export.OPTIMIZERS[job.optimizer.value].lower()
     if "data_types" in cfg:
         assert facts["grad_accum_dtype"] == job.grad_dtype
-    else:   # DeepSpeed cannot accumulate in the costed dtype here (no ZeRO): the note says so
+    else:  # DeepSpeed cannot accumulate in the costed dtype here (no ZeRO): the note says so
         assert facts["grad_accum_dtype"] is None and any("DeepSpeed accumulates gradients in" in n for n in notes)
     assert facts["sequence_parallel"] == d.cp
     if d.pp > 1:
-        assert (facts["engine"], facts["pipe"], facts["model"], facts["grid_data"]) == ("PipelineEngine", d.pp, d.tp,
-                                                                                       d.dp * d.ep)
+        assert (facts["engine"], facts["pipe"], facts["model"], facts["grid_data"]) == (
+            "PipelineEngine",
+            d.pp,
+            d.tp,
+            d.dp * d.ep,
+        )
         assert facts["autotp"] == 0
     else:
         assert facts["engine"] == "DeepSpeedEngine" and facts["autotp"] == (d.tp if d.tp > 1 else 0)
     layout_noted = any(n.startswith("RANK LAYOUT DIFFERS") for n in notes)
-    expected = {"data": _ranks(plan, "cp", "ep", "dp"), "pipe": _ranks(plan, "pp"), "tensor": _ranks(plan, "tp"),
-                "sequence": _ranks(plan, "cp"), "expert": _ranks(plan, "ep")}
+    expected = {
+        "data": _ranks(plan, "cp", "ep", "dp"),
+        "pipe": _ranks(plan, "pp"),
+        "tensor": _ranks(plan, "tp"),
+        "sequence": _ranks(plan, "cp"),
+        "expert": _ranks(plan, "ep"),
+    }
     for name, ranks in facts["groups"].items():
         assert ranks == expected[name], name
-    if not layout_noted:   # DeepSpeed's grid is the one costed
+    if not layout_noted:  # DeepSpeed's grid is the one costed
         assert tuple(a for a in plan.axis_order if d.degree(a) > 1) == tuple(
-            str(a) for a in ds_export.STAGE_MAJOR if d.degree(str(a)) > 1)
+            str(a) for a in ds_export.STAGE_MAJOR if d.degree(str(a)) > 1
+        )
 
 
 def _accepted(plan: Plan, tmp_path: Path) -> dict:
@@ -231,22 +286,55 @@ def _accepted(plan: Plan, tmp_path: Path) -> dict:
 
 
 def _evaluated(model: str, cluster: str, devices: int, dims: ParallelDims, batch: int, seq: int) -> Plan:
-    return api.evaluate_full(model, cluster, dims, Job(global_batch_size=batch, seq_len=seq), devices=devices,
-                             axis_order=("tp", "cp", "ep", "dp", "pp")).plan
+    return api.evaluate_full(
+        model,
+        cluster,
+        dims,
+        Job(global_batch_size=batch, seq_len=seq),
+        devices=devices,
+        axis_order=("tp", "cp", "ep", "dp", "pp"),
+    ).plan
 
 
 # ---------------------------------------------------------------- the issue's three plans
 
 
-ISSUE_PLANS = {   # tests/unit/test_export.py's two; for Llama 3.1 405B on 2,048 H100s the plan `nestplan plan` chose
-                  # (global batch 2048 x 8192 tokens), fixed here: planning it takes most of a minute
-    "llama3-70b": lambda: _evaluated("llama3-70b", "h100-spine-leaf", 256, ParallelDims(
-        tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)), 4096, 8192),
-    "mixtral-8x7b": lambda: _evaluated("mixtral-8x7b", "h100-spine-leaf", 128, ParallelDims(
-        tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2), 4096, 8192),
-    "llama3.1-405b": lambda: _evaluated("llama3.1-405b", "dgx-h100", 2048, ParallelDims(
-        tp=4, sp=True, cp=4, pp=16, dp=8, zero=1, schedule="interleaved", virtual_stages=4,
-        layers_per_stage=(1,) + (2,) * 62 + (1,)), 2048, 8192),
+ISSUE_PLANS = {  # tests/unit/test_export.py's two; for Llama 3.1 405B on 2,048 H100s the plan `nestplan plan` chose
+    # (global batch 2048 x 8192 tokens), fixed here: planning it takes most of a minute
+    "llama3-70b": lambda: _evaluated(
+        "llama3-70b",
+        "h100-spine-leaf",
+        256,
+        ParallelDims(tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)),
+        4096,
+        8192,
+    ),
+    "mixtral-8x7b": lambda: _evaluated(
+        "mixtral-8x7b",
+        "h100-spine-leaf",
+        128,
+        ParallelDims(tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2),
+        4096,
+        8192,
+    ),
+    "llama3.1-405b": lambda: _evaluated(
+        "llama3.1-405b",
+        "dgx-h100",
+        2048,
+        ParallelDims(
+            tp=4,
+            sp=True,
+            cp=4,
+            pp=16,
+            dp=8,
+            zero=1,
+            schedule="interleaved",
+            virtual_stages=4,
+            layers_per_stage=(1,) + (2,) * 62 + (1,),
+        ),
+        2048,
+        8192,
+    ),
 }
 
 
@@ -285,8 +373,14 @@ def test_pipeline_batch_passes_deepspeeds_assertion(tmp_path) -> None:
     """Regression (a): a pp > 1 plan (tp 4, pp 4, dp 8 on 128 H100s) through PipelineModule: the
     engine's grid derives dp 8 from the world and the topology, and DeepSpeed's batch assertions
     (config and PipelineEngine) hold with the exported train_batch_size."""
-    plan = _evaluated("llama3-70b", "dgx-h100", 128, ParallelDims(tp=4, sp=True, pp=4, dp=8, zero=1,
-                                                                  layers_per_stage=(19, 21, 21, 19)), 512, 8192)
+    plan = _evaluated(
+        "llama3-70b",
+        "dgx-h100",
+        128,
+        ParallelDims(tp=4, sp=True, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19)),
+        512,
+        8192,
+    )
     facts = _accepted(plan, tmp_path)
     assert facts["train_batch_size"] == 512 and facts["grid_data"] == 8 and facts["groups"]["pipe"] == [0, 32, 64, 96]
 
@@ -335,7 +429,10 @@ def _launched_world(plan: Plan, tmp_path: Path) -> int:
     lines = paths[1].read_text().splitlines()
     command = next(line for line in lines if line.startswith("deepspeed "))
     comment = lines[lines.index(command) - 1]
-    per_node, nodes = plan.cluster.topology.unit_devices(0), -(-plan.devices_used // plan.cluster.topology.unit_devices(0))
+    per_node, nodes = (
+        plan.cluster.topology.unit_devices(0),
+        -(-plan.devices_used // plan.cluster.topology.unit_devices(0)),
+    )
     last = plan.devices_used - (nodes - 1) * per_node
     slots = [per_node] * (nodes - 1) + [last]
     said = f"slots={last}" if len(set(slots)) == 1 else f"slots={per_node}, the last with slots={last}"
@@ -354,8 +451,14 @@ def test_the_launcher_starts_the_plans_devices(devices, tmp_path) -> None:
     """12 of 16 A100s (the last node half used), two whole nodes, and 4 GPUs of one node: DeepSpeed's
     launcher starts exactly the plan's ranks (a world of 16 for the 12-device plan would fail the
     batch assertion)."""
-    spec, cluster, job = api.resolve_model("llama3-8b"), api.resolve_cluster("dgx-a100", 16), Job(global_batch_size=devices, seq_len=2048)
-    plan = api.Evaluation(spec, cluster, job, evaluate_plan(spec, cluster, ParallelDims(dp=devices, zero=1), job), 0.0).plan
+    spec, cluster, job = (
+        api.resolve_model("llama3-8b"),
+        api.resolve_cluster("dgx-a100", 16),
+        Job(global_batch_size=devices, seq_len=2048),
+    )
+    plan = api.Evaluation(
+        spec, cluster, job, evaluate_plan(spec, cluster, ParallelDims(dp=devices, zero=1), job), 0.0
+    ).plan
     assert plan.devices_used == devices and plan.cluster.devices == 16
     assert _launched_world(plan, tmp_path) == devices
 
@@ -373,4 +476,3 @@ def test_every_planned_case_is_accepted_or_refused_in_one_line(case, tmp_path) -
         assert "\n" not in str(err) and str(err).startswith("cannot export to DeepSpeed") and err.field in OVERRIDDEN
         return
     _accepted(plan, tmp_path)
-

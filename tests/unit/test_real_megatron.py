@@ -54,11 +54,13 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import AXES, expert_rank_groups, rank_grid
 
-if not hasattr(typing, "override"):   # stand-in: Python 3.12's typing.override (see the docstring)
+if not hasattr(typing, "override"):  # stand-in: Python 3.12's typing.override (see the docstring)
     typing.override = typing_extensions.override
 
-arguments = pytest.importorskip("megatron.training.arguments", reason="megatron-core 0.19.2 (megatron/training) "
-                                "unpacked on PYTHONPATH, and triton, are needed: see .ci/run")
+arguments = pytest.importorskip(
+    "megatron.training.arguments",
+    reason="megatron-core 0.19.2 (megatron/training) unpacked on PYTHONPATH, and triton, are needed: see .ci/run",
+)
 from megatron.core import num_microbatches_calculator, package_info, parallel_state  # noqa: E402
 from megatron.core.models.common.embeddings import rope_utils  # noqa: E402
 from megatron.core.transformer import transformer_config  # noqa: E402
@@ -67,11 +69,13 @@ from megatron.training.argument_utils import core_transformer_config_from_args  
 
 import torch  # noqa: E402  (megatron-core's own dependency)
 
-MEGATRON_CORE = "0.19.2"   # the version these tests run and the export's PIN names
-COMPUTE_CAPABILITY = {"h100": (9, 0), "h200": (9, 0), "a100": (8, 0), "b200": (10, 0)}   # NVIDIA's CUDA GPUs table
+MEGATRON_CORE = "0.19.2"  # the version these tests run and the export's PIN names
+COMPUTE_CAPABILITY = {"h100": (9, 0), "h200": (9, 0), "a100": (8, 0), "b200": (10, 0)}  # NVIDIA's CUDA GPUs table
 TE_VERSION_STOOD_IN = "2.9.0"
-TORCHRUN_STUB = ('#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$ARGV_OUT"\n'
-                 'printf "%s" "${CUDA_DEVICE_MAX_CONNECTIONS-}" > "$ARGV_OUT.connections"\n')
+TORCHRUN_STUB = (
+    '#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$ARGV_OUT"\n'
+    'printf "%s" "${CUDA_DEVICE_MAX_CONNECTIONS-}" > "$ARGV_OUT.connections"\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +103,7 @@ class Launch:
         """torchrun's options, Megatron's argv (script first) and CUDA_DEVICE_MAX_CONNECTIONS on the
         ``node``-th node of the allocation (SLURM_NODEID), the script run by bash as srun would."""
         out = self.folder / f"argv{node}"
-        env = {"PATH": f"{self.folder / 'bin'}:{os.environ['PATH']}", "ARGV_OUT": str(out),
-               "SLURM_NODEID": str(node)}
+        env = {"PATH": f"{self.folder / 'bin'}:{os.environ['PATH']}", "ARGV_OUT": str(out), "SLURM_NODEID": str(node)}
         subprocess.run(["bash", str(self.folder / "launch_megatron.sh")], env=env, check=True, capture_output=True)
         words = [w.decode() for w in out.read_bytes().split(b"\0")[:-1]]
         script = next(i for i, w in enumerate(words) if w.endswith(".py"))
@@ -164,10 +167,14 @@ def stand_in_transformer_engine(monkeypatch) -> None:
 # ---------------------------------------------------------------- what Megatron parsed, against the plan
 def check_degrees_and_batch(args, plan: Plan) -> None:
     d, job = plan.dims, plan.job
-    assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.context_parallel_size,
-            args.expert_model_parallel_size) == (d.tp, d.pp, d.cp, d.expert_parallel)
-    assert args.data_parallel_size == d.dp * d.ep   # Megatron's data parallelism holds the expert axis
-    assert args.expert_tensor_parallel_size == d.expert_tp   # folded: etp below tp, the rest in expert parallelism
+    assert (
+        args.tensor_model_parallel_size,
+        args.pipeline_model_parallel_size,
+        args.context_parallel_size,
+        args.expert_model_parallel_size,
+    ) == (d.tp, d.pp, d.cp, d.expert_parallel)
+    assert args.data_parallel_size == d.dp * d.ep  # Megatron's data parallelism holds the expert axis
+    assert args.expert_tensor_parallel_size == d.expert_tp  # folded: etp below tp, the rest in expert parallelism
     assert args.sequence_parallel == d.sp_active
     assert (args.micro_batch_size, args.global_batch_size) == (d.micro_batch_size, job.global_batch_size)
     assert (args.virtual_pipeline_model_parallel_size or 1) == d.virtual_stages
@@ -178,7 +185,8 @@ def check_degrees_and_batch(args, plan: Plan) -> None:
 def _microbatches(args) -> int:
     """Megatron's own count of microbatches per step (its calculator, as a run initializes it)."""
     num_microbatches_calculator.init_num_microbatches_calculator(
-        0, None, args.global_batch_size, args.micro_batch_size, args.data_parallel_size)
+        0, None, args.global_batch_size, args.micro_batch_size, args.data_parallel_size
+    )
     try:
         return num_microbatches_calculator.get_num_microbatches()
     finally:
@@ -188,17 +196,28 @@ def _microbatches(args) -> int:
 def check_model_and_training(args, config, plan: Plan) -> None:
     m, d, job = plan.model, plan.dims, plan.job
     assert (config.num_layers, config.hidden_size, config.num_attention_heads) == (
-        m.num_layers, m.hidden_size, m.num_heads)
+        m.num_layers,
+        m.hidden_size,
+        m.num_heads,
+    )
     assert config.ffn_hidden_size == m.ffn_hidden_size
     assert (config.num_query_groups or m.num_heads) == m.num_kv_heads
-    if m.is_mla:   # MLATransformerConfig: the latents' ranks, the query/key head's nope and rope parts, the value head
-        assert (config.q_lora_rank or 0, config.kv_lora_rank, config.qk_head_dim + config.qk_pos_emb_head_dim,
-                config.qk_pos_emb_head_dim, config.v_head_dim) == (
-            m.q_lora_rank, m.kv_lora_rank, m.head_dim, m.qk_rope_head_dim, m.value_head_dim)
+    if m.is_mla:  # MLATransformerConfig: the latents' ranks, the query/key head's nope and rope parts, the value head
+        assert (
+            config.q_lora_rank or 0,
+            config.kv_lora_rank,
+            config.qk_head_dim + config.qk_pos_emb_head_dim,
+            config.qk_pos_emb_head_dim,
+            config.v_head_dim,
+        ) == (m.q_lora_rank, m.kv_lora_rank, m.head_dim, m.qk_rope_head_dim, m.value_head_dim)
     else:
         assert config.kv_channels == m.head_dim
-    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size,
-            config.context_parallel_size, config.sequence_parallel) == (d.tp, d.pp, d.cp, d.sp_active)
+    assert (
+        config.tensor_model_parallel_size,
+        config.pipeline_model_parallel_size,
+        config.context_parallel_size,
+        config.sequence_parallel,
+    ) == (d.tp, d.pp, d.cp, d.sp_active)
     assert (config.num_moe_experts or 0) == (m.num_experts if m.is_moe else 0)
     if m.is_moe:
         assert (config.moe_router_topk, config.expert_model_parallel_size) == (m.experts_per_token, d.expert_parallel)
@@ -216,10 +235,10 @@ def check_model_and_training(args, config, plan: Plan) -> None:
     assert config.tp_comm_overlap == (job.tp_comm_overlap and d.sp_active)
     assert args.overlap_grad_reduce == job.overlap_grad_reduce
     check_model_shape(args, config, plan)
-    assert args.use_distributed_optimizer == (int(d.zero) >= 1)   # Megatron-FSDP runs it too
+    assert args.use_distributed_optimizer == (int(d.zero) >= 1)  # Megatron-FSDP runs it too
     assert args.use_megatron_fsdp == (int(d.zero) >= 2)
     aware = job.optimizer_state is not OptimizerState.FP32 and int(d.zero) >= 1
-    assert args.use_precision_aware_optimizer == aware   # store_param_remainders is its default
+    assert args.use_precision_aware_optimizer == aware  # store_param_remainders is its default
     moments = torch.bfloat16 if aware and job.optimizer_state is OptimizerState.BF16 else torch.float32
     assert args.exp_avg_dtype == args.exp_avg_sq_dtype == moments
     if int(d.zero) >= 2:
@@ -273,7 +292,7 @@ def check_schedule_and_split(args, config, launch: Launch) -> None:
         assert any(f"no {d.schedule.value} schedule" in n and "nestplan predicts" in n for n in launch.export.notes)
     chunks = stage_layers(args, config, plan)
     assert chunks == list(run.virtual_stage_layers(layers))
-    assert [sum(chunks[s::d.pp]) for s in range(d.pp)] == list(d.stage_layers(layers))
+    assert [sum(chunks[s :: d.pp]) for s in range(d.pp)] == list(d.stage_layers(layers))
 
 
 # ---------------------------------------------------------------- rank groups
@@ -281,8 +300,12 @@ def megatron_groups(args, world: int) -> dict[str, set[frozenset[int]]]:
     """The dense groups Megatron-core builds (its RankGenerator with ep = 1, as initialize_model_parallel
     builds the decoder's), and the expert-parallel groups of its expert generator (cp folded away)."""
     order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp"
-    tp, pp, cp, ep = (args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
-                      args.context_parallel_size, args.expert_model_parallel_size)
+    tp, pp, cp, ep = (
+        args.tensor_model_parallel_size,
+        args.pipeline_model_parallel_size,
+        args.context_parallel_size,
+        args.expert_model_parallel_size,
+    )
     dense = parallel_state.RankGenerator(tp=tp, ep=1, dp=args.data_parallel_size, pp=pp, cp=cp, order=order)
     etp = args.expert_tensor_parallel_size
     expert = parallel_state.RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order)
@@ -329,7 +352,7 @@ def check_groups(args, launch: Launch) -> None:
         assert ours[axis] == costed[axis], axis
     if plan.dims.cp == 1:
         assert ours["ep"] == costed["ep"]
-    elif ours["ep"] != costed["ep"]:   # Megatron's expert grid folds cp into ep: said in the export's notes
+    elif ours["ep"] != costed["ep"]:  # Megatron's expert grid folds cp into ep: said in the export's notes
         assert any("expert-parallel group" in n for n in launch.export.notes)
 
 
@@ -363,15 +386,16 @@ def test_megatron_accepts_every_planned_case_as_costed(case, tmp_path, monkeypat
 # ---------------------------------------------------------------- rank order a launcher follows (issue 18, item 3)
 def _replica_major(model: str, devices: int, dims: ParallelDims) -> Plan:
     job = Job(global_batch_size=1024, seq_len=4096)
-    return api.evaluate_full(model, "h100-spine-leaf", dims, job, devices=devices,
-                             axis_order=("tp", "cp", "ep", "pp", "dp")).plan
+    return api.evaluate_full(
+        model, "h100-spine-leaf", dims, job, devices=devices, axis_order=("tp", "cp", "ep", "pp", "dp")
+    ).plan
 
 
 def test_replica_major_dense_plan_runs_with_the_tp_pp_dp_mapping(tmp_path, monkeypatch) -> None:
     plan = _replica_major("llama3-70b", 128, ParallelDims(tp=4, sp=True, pp=4, dp=8, zero=1))
     launch = Launch(plan, tmp_path)
     assert "--use-tp-pp-dp-mapping" in launch.argv
-    assert len(launch.export.files) == 1   # the flag expresses the order: no node order needed
+    assert len(launch.export.files) == 1  # the flag expresses the order: no node order needed
     check_export(plan, tmp_path / "again", monkeypatch)
 
 
@@ -415,17 +439,27 @@ def test_order_no_node_order_expresses_is_placed_rank_by_rank_by_slurm(tmp_path,
     export = megatron.export(ExportInput(plan, "test"))
     export.write(tmp_path)
     assert [f.name for f in export.files] == ["launch_megatron.sh", "rank_nodes.txt"]
-    assert any("RANK LAYOUT DIFFERS" in n for n in export.notes)   # what torchrun runs outside sbatch
+    assert any("RANK LAYOUT DIFFERS" in n for n in export.notes)  # what torchrun runs outside sbatch
     assert any("srun --distribution=arbitrary" in n for n in export.notes)
     _slurm(tmp_path, {"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "node-[0-15]"})
     srun = (tmp_path / "out.srun").read_bytes().decode().split("\0")
     assert "--ntasks=128" in srun and "--distribution=arbitrary" in srun
     hosts = [int(h.removeprefix("node-")) for h in (tmp_path / "out.hosts").read_text().split()]
-    _slurm(tmp_path, {"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
-                      "SLURM_NTASKS": "128", "SLURM_NODEID": "0", "NESTPLAN_RANK_TASKS": "1"})   # srun passes it on
+    _slurm(
+        tmp_path,
+        {
+            "SLURM_JOB_ID": "1",
+            "SLURM_STEP_ID": "0",
+            "SLURM_PROCID": "0",
+            "SLURM_LOCALID": "0",
+            "SLURM_NTASKS": "128",
+            "SLURM_NODEID": "0",
+            "NESTPLAN_RANK_TASKS": "1",
+        },
+    )  # srun passes it on
     assert (tmp_path / "out.env").read_text().split() == ["0", "0", "128"]
     argv = (tmp_path / "out.argv").read_bytes().decode().split("\0")[:-1]
-    args = parsed_and_validated(plan, argv, 128, "", monkeypatch)   # the script sets no connection limit here
+    args = parsed_and_validated(plan, argv, 128, "", monkeypatch)  # the script sets no connection limit here
     check_degrees_and_batch(args, plan)
     theirs = megatron_groups(args, 128)
     costed = costed_groups(plan)
@@ -473,8 +507,16 @@ def test_bert_runs_megatron_lms_bert_entry_point(tmp_path, monkeypatch) -> None:
 def test_v_schedule_runs_interleaved_with_the_costed_stage_layers(tmp_path, monkeypatch) -> None:
     """Megatron-core has no DualPipeV: it runs interleaved 1F1B with two chunks per stage, each stage
     keeping the uneven layers costed (its chunks then differ from the V's, which the note says)."""
-    plan = _evaluated("llama3-70b", "dgx-h100", 128, ParallelDims(tp=8, sp=True, pp=4, dp=4, zero=1,
-                      schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)), 512, 4096)
+    plan = _evaluated(
+        "llama3-70b",
+        "dgx-h100",
+        128,
+        ParallelDims(
+            tp=8, sp=True, pp=4, dp=4, zero=1, schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)
+        ),
+        512,
+        4096,
+    )
     launch = Launch(plan, tmp_path)
     assert "--pipeline-model-parallel-layout" in launch.argv
     assert any("no dualpipev schedule" in n for n in launch.export.notes)
@@ -489,8 +531,9 @@ def test_mtp_modules_in_the_layout_pass_megatrons_own_check() -> None:
     from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
 
     model = dataclasses.replace(api.resolve_model("deepseek-v2-lite"), mtp_layers=1)
-    dims = ParallelDims(tp=1, ep=8, pp=2, dp=1, zero=1, virtual_stages=2, schedule=Schedule.INTERLEAVED,
-                        layers_per_stage=(7, 7, 7, 6))
+    dims = ParallelDims(
+        tp=1, ep=8, pp=2, dp=1, zero=1, virtual_stages=2, schedule=Schedule.INTERLEAVED, layers_per_stage=(7, 7, 7, 6)
+    )
     plan = api.evaluate_full(model, "dgx-h100", dims, Job(global_batch_size=64, seq_len=4096), devices=16).plan
     layout = PipelineParallelLayerLayout(megatron.layout(plan), dims.pp)
     layout.validate_layer_layout(model.num_layers, model.mtp_layers)
@@ -526,9 +569,12 @@ def hybrid_segments(args, plan: Plan, monkeypatch) -> list[str]:
     for chunk in range(chunks or 1):
         for rank in range(plan.dims.pp):
             layers, offset = allocation.select_pipeline_segment(
-                main, _StageGroup(rank, plan.dims.pp), chunk if chunks else None,
+                main,
+                _StageGroup(rank, plan.dims.pp),
+                chunk if chunks else None,
                 first_stage_layers=args.decoder_first_pipeline_num_layers,
-                last_stage_layers=args.decoder_last_pipeline_num_layers)
+                last_stage_layers=args.decoder_last_pipeline_num_layers,
+            )
             assert offset == sum(len(s) for s in segments)
             segments.append("".join(layers))
     return segments
@@ -547,19 +593,34 @@ def check_hybrid_export(plan: Plan, tmp_path: Path, monkeypatch) -> list[str]:
     config = core_transformer_config_from_args(args)
     m, d, shape = plan.model, plan.dims, plan.model.mamba
     assert config.is_hybrid_model and args.spec == list(megatron.HYBRID_SPEC)
-    assert (config.num_layers, config.hidden_size, config.ffn_hidden_size) == (m.num_layers, m.hidden_size,
-                                                                              m.ffn_hidden_size)
+    assert (config.num_layers, config.hidden_size, config.ffn_hidden_size) == (
+        m.num_layers,
+        m.hidden_size,
+        m.ffn_hidden_size,
+    )
     assert (config.num_attention_heads, config.num_query_groups, config.kv_channels) == (
-        m.num_heads, m.num_kv_heads, m.head_dim)
+        m.num_heads,
+        m.num_kv_heads,
+        m.head_dim,
+    )
     assert (config.mamba_num_heads, config.mamba_head_dim, config.mamba_state_dim, config.mamba_num_groups) == (
-        shape.num_heads, shape.head_dim, shape.state_size, shape.groups)
+        shape.num_heads,
+        shape.head_dim,
+        shape.state_size,
+        shape.groups,
+    )
     assert config.activation_func.__name__ == "squared_relu" and not config.gated_linear_unit
     assert args.position_embedding_type == "none" and config.normalization == "RMSNorm"
     assert not config.add_bias_linear and args.untie_embeddings_and_output_weights
     assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size, config.sequence_parallel) == (
-        d.tp, d.pp, d.sp_active)
-    assert config.recompute_granularity == {Recompute.NONE: None, Recompute.SELECTIVE: "selective",
-                                            Recompute.FULL: "full"}[d.recompute]
+        d.tp,
+        d.pp,
+        d.sp_active,
+    )
+    assert (
+        config.recompute_granularity
+        == {Recompute.NONE: None, Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[d.recompute]
+    )
     segments = hybrid_segments(args, plan, monkeypatch)
     assert [len(s) for s in segments] == list(megatron.run_dims(plan).virtual_stage_layers(m.num_layers))
     built = "".join(segments)
@@ -570,7 +631,10 @@ def check_hybrid_export(plan: Plan, tmp_path: Path, monkeypatch) -> list[str]:
     assert (config.num_moe_experts or 0) == m.num_experts
     if m.is_moe:
         assert (config.moe_router_topk, config.moe_ffn_hidden_size, config.moe_shared_expert_intermediate_size) == (
-            m.experts_per_token, m.moe_ffn_hidden_size, m.shared_expert_ffn_hidden_size)
+            m.experts_per_token,
+            m.moe_ffn_hidden_size,
+            m.shared_expert_ffn_hidden_size,
+        )
     return segments
 
 
@@ -587,8 +651,20 @@ def test_megatron_builds_nemotron_h_on_uneven_stages_as_costed(tmp_path, monkeyp
 def test_megatron_builds_nemotron_h_interleaved_as_costed(tmp_path, monkeypatch) -> None:
     """Interleaved 1F1B with two chunks per stage at tp 4 x pp 2, selective recomputation, cp 2 beside
     it: four pipe segments, from which validate_args derives the virtual pipeline size 2."""
-    plan = _nemotron_h(ParallelDims(tp=4, sp=True, cp=2, pp=2, dp=1, zero=1, recompute="selective",
-                                    schedule="interleaved", virtual_stages=2, layers_per_stage=(12, 14, 14, 12)))
+    plan = _nemotron_h(
+        ParallelDims(
+            tp=4,
+            sp=True,
+            cp=2,
+            pp=2,
+            dp=1,
+            zero=1,
+            recompute="selective",
+            schedule="interleaved",
+            virtual_stages=2,
+            layers_per_stage=(12, 14, 14, 12),
+        )
+    )
     segments = check_hybrid_export(plan, tmp_path, monkeypatch)
     assert [len(s) for s in segments] == [12, 14, 14, 12]
 
@@ -597,9 +673,10 @@ def test_megatron_builds_nemotron_h_interleaved_as_costed(tmp_path, monkeypatch)
 def test_megatron_builds_the_planned_nemotron_h(tmp_path, monkeypatch) -> None:
     """The planner's own plan for Nemotron-H 8B on 16 H100s under --export megatron."""
     space = api.search_space(export="megatron", model=api.resolve_model("nemotron-h-8b"))
-    assert not space.moe_comm_overlap   # a HybridModel has no combined 1F1B schedule
-    plan = api.plan("nemotron-h-8b", "dgx-h100", Job(global_batch_size=256, seq_len=8192), devices=16, top=0,
-                    space=space).plan
+    assert not space.moe_comm_overlap  # a HybridModel has no combined 1F1B schedule
+    plan = api.plan(
+        "nemotron-h-8b", "dgx-h100", Job(global_batch_size=256, seq_len=8192), devices=16, top=0, space=space
+    ).plan
     assert plan.dims.pp > 1
     check_hybrid_export(plan, tmp_path, monkeypatch)
 
@@ -608,8 +685,9 @@ def test_megatron_builds_the_planned_nemotron_h(tmp_path, monkeypatch) -> None:
 def test_megatron_builds_a_hybrid_moe_as_costed(tmp_path, monkeypatch) -> None:
     """Nemotron 3 Nano (MoE blocks E between Mamba and attention ones) at tp 2 x ep 8 x pp 2: the experts'
     sizes, router and shared expert as costed, the E blocks where the plan has them."""
-    plan = _nemotron_h(ParallelDims(tp=2, sp=True, ep=8, pp=2, dp=1, zero=1, layers_per_stage=(27, 25)), 32,
-                       "nemotron-3-nano-30b-a3b")
+    plan = _nemotron_h(
+        ParallelDims(tp=2, sp=True, ep=8, pp=2, dp=1, zero=1, layers_per_stage=(27, 25)), 32, "nemotron-3-nano-30b-a3b"
+    )
     segments = check_hybrid_export(plan, tmp_path, monkeypatch)
     assert [len(s) for s in segments] == [27, 25] and "E" in segments[0]
 
@@ -618,8 +696,11 @@ def test_megatron_builds_a_hybrid_moe_as_costed(tmp_path, monkeypatch) -> None:
 def test_megatron_takes_a_chunk_of_the_embedding_alone_as_an_empty_segment(tmp_path, monkeypatch) -> None:
     """Interleaved with the first chunk holding only the embedding and the last only the head (0 blocks):
     empty pipe segments, which validate_args and select_pipeline_segment take as stages without layers."""
-    plan = _nemotron_h(ParallelDims(tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2,
-                                    layers_per_stage=(0, 26, 26, 0)))
+    plan = _nemotron_h(
+        ParallelDims(
+            tp=2, sp=True, pp=2, dp=4, zero=1, schedule="interleaved", virtual_stages=2, layers_per_stage=(0, 26, 26, 0)
+        )
+    )
     segments = check_hybrid_export(plan, tmp_path, monkeypatch)
     assert [len(s) for s in segments] == [0, 26, 26, 0]
 
@@ -631,7 +712,7 @@ def test_deepseek_v2_routes_with_a_softmax_over_every_expert(tmp_path, monkeypat
     dims = ParallelDims(tp=2, sp=True, ep=4, pp=1, dp=2, zero=1)
     plan = _evaluated("deepseek-v2-lite", "dgx-h100", 16, dims, 64, 4096)
     assert plan.model.router_scores_all_experts
-    check_export(plan, tmp_path, monkeypatch)   # its latents, heads, router, degrees, split and groups as costed
+    check_export(plan, tmp_path, monkeypatch)  # its latents, heads, router, degrees, split and groups as costed
     assert ("--moe-router-pre-softmax", None) in megatron.all_flags(ExportInput(plan, "test"))[0]
 
 

@@ -61,21 +61,30 @@ from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
 
-if not hasattr(typing, "override"):   # stand-in: Python 3.12's typing.override (see the docstring)
+if not hasattr(typing, "override"):  # stand-in: Python 3.12's typing.override (see the docstring)
     typing.override = typing_extensions.override
 
-pytest.importorskip("megatron.core", reason="megatron-core 0.19.2 unpacked on PYTHONPATH (and triton) is needed: "
-                    "see .ci/run")
+pytest.importorskip(
+    "megatron.core", reason="megatron-core 0.19.2 unpacked on PYTHONPATH (and triton) is needed: see .ci/run"
+)
 if importlib.util.find_spec("megatron.bridge") is None:
     pytest.skip("Megatron-Bridge 0.6.2 unpacked on PYTHONPATH is needed: see .ci/run", allow_module_level=True)
 
-TE_VERSION = "2.17.1"   # Megatron-Bridge 0.6.2's uv.lock: transformer-engine 2.17.1+4329ff84
+TE_VERSION = "2.17.1"  # Megatron-Bridge 0.6.2's uv.lock: transformer-engine 2.17.1+4329ff84
 BRIDGE_VERSION = "Megatron-Bridge 0.6.2 over megatron-core 0.19.2"
 # the Hugging Face ids the Llama recipes load (megatron/bridge/recipes/llama/h100/*.py) -> nestplan's catalog
-HF_MODELS = {"meta-llama/Llama-2-7b-hf": "llama2-7b", "meta-llama/Meta-Llama-3-8B": "llama3-8b",
-             "meta-llama/Meta-Llama-3-70B": "llama3-70b", "meta-llama/Meta-Llama-3.1-405B": "llama3.1-405b"}
-FP8_RECIPE_NAMES = {Fp8Recipe.DELAYED: "delayed", Fp8Recipe.TENSORWISE: "tensorwise",
-                    Fp8Recipe.BLOCKWISE: "blockwise", Fp8Recipe.MXFP8: "mxfp8"}
+HF_MODELS = {
+    "meta-llama/Llama-2-7b-hf": "llama2-7b",
+    "meta-llama/Meta-Llama-3-8B": "llama3-8b",
+    "meta-llama/Meta-Llama-3-70B": "llama3-70b",
+    "meta-llama/Meta-Llama-3.1-405B": "llama3.1-405b",
+}
+FP8_RECIPE_NAMES = {
+    Fp8Recipe.DELAYED: "delayed",
+    Fp8Recipe.TENSORWISE: "tensorwise",
+    Fp8Recipe.BLOCKWISE: "blockwise",
+    Fp8Recipe.MXFP8: "mxfp8",
+}
 
 
 class _Anything(type):
@@ -98,6 +107,7 @@ class _StandInModule(types.ModuleType):
 def _import_bridge() -> types.SimpleNamespace:
     """Megatron-Bridge's modules used here, imported with Transformer Engine stood in (then taken out)."""
     import megatron.core.utils as core_utils
+
     engine, engine_torch = _StandInModule("transformer_engine"), _StandInModule("transformer_engine.pytorch")
     engine.__version__, engine.pytorch = TE_VERSION, engine_torch
     saved = {name: sys.modules.get(name) for name in (engine.__name__, engine_torch.__name__)}
@@ -122,11 +132,17 @@ def _import_bridge() -> types.SimpleNamespace:
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
-        core_utils._te_version = None   # cached from the stand-in; asked again below through the monkeypatch
-    return types.SimpleNamespace(AutoBridge=AutoBridge, recipe_modules=(llama2, llama3, vanilla_gpt), config=config,
-                                 override=process_config_with_overrides, rope_utils=rope_utils,
-                                 optimizer_config=optimizer_config,
-                                 transformer_config=transformer_config, decoder=LayerType.decoder)
+        core_utils._te_version = None  # cached from the stand-in; asked again below through the monkeypatch
+    return types.SimpleNamespace(
+        AutoBridge=AutoBridge,
+        recipe_modules=(llama2, llama3, vanilla_gpt),
+        config=config,
+        override=process_config_with_overrides,
+        rope_utils=rope_utils,
+        optimizer_config=optimizer_config,
+        transformer_config=transformer_config,
+        decoder=LayerType.decoder,
+    )
 
 
 BRIDGE = _import_bridge()
@@ -136,7 +152,9 @@ BRIDGE = _import_bridge()
 def bridge(monkeypatch, tmp_path_factory) -> types.SimpleNamespace:
     """Megatron-Bridge with the stand-ins of the docstring in place for one test."""
     from packaging.version import Version
+
     version = Version(TE_VERSION)
+
     def at_least(v: str, check_equality: bool = True) -> bool:
         return version >= Version(v) if check_equality else version > Version(v)
 
@@ -172,8 +190,14 @@ def _stand_in_fused_adam(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, module.__name__, module)
 
 
-def _fused_adam_stand_in(params, master_weight_dtype=None, exp_avg_dtype=None, exp_avg_sq_dtype=None,
-                         use_decoupled_grad=False, store_param_remainders=False):
+def _fused_adam_stand_in(
+    params,
+    master_weight_dtype=None,
+    exp_avg_dtype=None,
+    exp_avg_sq_dtype=None,
+    use_decoupled_grad=False,
+    store_param_remainders=False,
+):
     """Transformer Engine's FusedAdam, whose signature the precision-aware optimizer's config check reads
     (megatron/core/optimizer/optimizer_config.py); nothing here builds an optimizer."""
     raise AssertionError("Transformer Engine's FusedAdam is a stand-in: nothing here builds an optimizer")
@@ -207,7 +231,7 @@ def run_recipe(bridge, recipe: str, overrides: list[str], world_size: int, monke
     cfg = bridge.override(recipe_config(bridge, recipe), cli_overrides=overrides)
     _rebuild_recipe_layout(cfg, overrides)
     _reset_sequence_length(cfg)
-    for name, value in cfg.env_vars.items():   # what runtime_config_update sets, undone after the test
+    for name, value in cfg.env_vars.items():  # what runtime_config_update sets, undone after the test
         monkeypatch.setenv(name, str(value))
     bridge.config.runtime_config_update(cfg)
     return cfg
@@ -220,8 +244,9 @@ def _rebuild_recipe_layout(cfg, overrides: list[str]) -> None:
     pipeline = {"model.pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size"}
     builder = getattr(cfg.model, "_pipeline_model_parallel_layout_builder", None)
     if keys & pipeline and "model.pipeline_model_parallel_layout" not in keys and builder is not None:
-        cfg.model.pipeline_model_parallel_layout = builder(cfg.model.pipeline_model_parallel_size,
-                                                           cfg.model.virtual_pipeline_model_parallel_size)
+        cfg.model.pipeline_model_parallel_layout = builder(
+            cfg.model.pipeline_model_parallel_size, cfg.model.virtual_pipeline_model_parallel_size
+        )
 
 
 def _reset_sequence_length(cfg) -> None:
@@ -249,11 +274,17 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
     """The parsed config equals the plan as Megatron-core runs it (``megatron.run_dims``: its own schedule
     where it lacks the costed one, which the export notes, each stage keeping its costed layers)."""
     d, job, m, model = megatron.run_dims(plan), plan.job, plan.model, cfg.model
-    degrees = (model.tensor_model_parallel_size, model.pipeline_model_parallel_size,
-               model.virtual_pipeline_model_parallel_size or 1, model.context_parallel_size,
-               model.expert_model_parallel_size, model.sequence_parallel, cfg.data_parallel_size)
+    degrees = (
+        model.tensor_model_parallel_size,
+        model.pipeline_model_parallel_size,
+        model.virtual_pipeline_model_parallel_size or 1,
+        model.context_parallel_size,
+        model.expert_model_parallel_size,
+        model.sequence_parallel,
+        cfg.data_parallel_size,
+    )
     assert degrees == (d.tp, d.pp, d.virtual_stages, d.cp, d.expert_parallel, d.sp_active, d.dp * d.ep)
-    assert d.stage_layers(m.num_layers) == plan.dims.stage_layers(m.num_layers)   # each stage's costed layers
+    assert d.stage_layers(m.num_layers) == plan.dims.stage_layers(m.num_layers)  # each stage's costed layers
     if m.is_moe:
         assert model.expert_tensor_parallel_size == d.expert_tp
     assert (cfg.train.micro_batch_size, cfg.train.global_batch_size) == (d.micro_batch_size, job.global_batch_size)
@@ -261,12 +292,29 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
     assert (model.seq_length, cfg.dataset.seq_length) == (job.seq_len, job.seq_len)
     assert segment_layers(bridge, model) == list(d.virtual_stage_layers(m.num_layers))
     assert not model.account_for_embedding_in_pipeline_split and not model.account_for_loss_in_pipeline_split
-    architecture = (model.num_layers, model.hidden_size, model.ffn_hidden_size, model.num_attention_heads,
-                    model.num_query_groups, model.kv_channels, model.gated_linear_unit)
-    assert architecture == (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_heads, m.num_kv_heads,
-                            m.head_dim, m.gated_mlp)
+    architecture = (
+        model.num_layers,
+        model.hidden_size,
+        model.ffn_hidden_size,
+        model.num_attention_heads,
+        model.num_query_groups,
+        model.kv_channels,
+        model.gated_linear_unit,
+    )
+    assert architecture == (
+        m.num_layers,
+        m.hidden_size,
+        m.ffn_hidden_size,
+        m.num_heads,
+        m.num_kv_heads,
+        m.head_dim,
+        m.gated_mlp,
+    )
     assert (model.vocab_size, model.share_embeddings_and_output_weights, model.add_bias_linear) == (
-        m.vocab_size, m.tied_embeddings, m.linear_bias)
+        m.vocab_size,
+        m.tied_embeddings,
+        m.linear_bias,
+    )
     assert model.normalization == ("RMSNorm" if m.norm == "rmsnorm" else "LayerNorm")
     assert model.position_embedding_type == ("learned_absolute" if m.learned_position_embeddings else "rope")
     _assert_recompute(model, d.recompute)
@@ -289,7 +337,10 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
     assert cfg.optimizer.store_param_remainders or not aware
     if m.is_moe:
         assert (model.num_moe_experts, model.moe_router_topk, model.moe_ffn_hidden_size) == (
-            m.num_experts, m.experts_per_token, m.moe_ffn_hidden_size)
+            m.num_experts,
+            m.experts_per_token,
+            m.moe_ffn_hidden_size,
+        )
         assert model.moe_token_dispatcher_type == "alltoall"
     else:
         assert model.num_moe_experts is None
@@ -302,7 +353,10 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
 def _assert_recompute(model, recompute: Recompute) -> None:
     if recompute is Recompute.FULL:
         assert (model.recompute_granularity, model.recompute_method, model.recompute_num_layers) == (
-            "full", "uniform", 1)
+            "full",
+            "uniform",
+            1,
+        )
     elif recompute is Recompute.SELECTIVE:
         assert model.recompute_granularity == "selective" and model.recompute_modules == ["core_attn"]
     else:
@@ -342,8 +396,9 @@ def _without(overrides: list[str], key: str) -> list[str]:
     return kept
 
 
-def test_regression_the_recipes_virtual_pipeline_size_left_alone_is_refused(bridge, issue_plans, tmp_path,
-                                                                             monkeypatch) -> None:
+def test_regression_the_recipes_virtual_pipeline_size_left_alone_is_refused(
+    bridge, issue_plans, tmp_path, monkeypatch
+) -> None:
     """The issue: Llama 3 70B's recipe sets a virtual pipeline size of 5; an export that leaves it alone
     fails Megatron-core's check on the plan's uneven first stage (19 layers)."""
     plan = issue_plans["llama3-70b-256"]
@@ -351,8 +406,13 @@ def test_regression_the_recipes_virtual_pipeline_size_left_alone_is_refused(brid
     assert recipe_config(bridge, recipe).model.virtual_pipeline_model_parallel_size == 5
     assert "model.virtual_pipeline_model_parallel_size=null" in overrides
     with pytest.raises(ValueError, match="virtual pipeline"):
-        run_recipe(bridge, recipe, _without(overrides, "model.virtual_pipeline_model_parallel_size"),
-                   plan.cluster.devices, monkeypatch)
+        run_recipe(
+            bridge,
+            recipe,
+            _without(overrides, "model.virtual_pipeline_model_parallel_size"),
+            plan.cluster.devices,
+            monkeypatch,
+        )
 
 
 def test_regression_the_dataset_sequence_length_is_the_plans(bridge, issue_plans, tmp_path, monkeypatch) -> None:
@@ -367,25 +427,41 @@ def test_regression_the_dataset_sequence_length_is_the_plans(bridge, issue_plans
     assert run_recipe(bridge, recipe, overrides, plan.cluster.devices, monkeypatch).model.seq_length == plan.job.seq_len
 
 
-@pytest.mark.parametrize("settings", [
-    {"tp_comm_overlap": True}, {"cp_comm_type": "a2a+p2p", "cp_a2a_size": 2}, {"cp_comm_type": "allgather"},
-    {"fp8_recipe": Fp8Recipe.TENSORWISE}, {"fp8_recipe": Fp8Recipe.MXFP8}, {"fp8_recipe": Fp8Recipe.BLOCKWISE},
-    {"dtype": "fp16", "grad_dtype": "fp16"}, {"overlap_grad_reduce": False, "overlap_param_gather": False}],
-    ids=lambda settings: ",".join(f"{k}={getattr(v, 'value', v)}" for k, v in settings.items()))
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"tp_comm_overlap": True},
+        {"cp_comm_type": "a2a+p2p", "cp_a2a_size": 2},
+        {"cp_comm_type": "allgather"},
+        {"fp8_recipe": Fp8Recipe.TENSORWISE},
+        {"fp8_recipe": Fp8Recipe.MXFP8},
+        {"fp8_recipe": Fp8Recipe.BLOCKWISE},
+        {"dtype": "fp16", "grad_dtype": "fp16"},
+        {"overlap_grad_reduce": False, "overlap_param_gather": False},
+    ],
+    ids=lambda settings: ",".join(f"{k}={getattr(v, 'value', v)}" for k, v in settings.items()),
+)
 def test_job_settings_reach_the_config(bridge, settings, tmp_path, monkeypatch) -> None:
     """The job's overlap, cp exchange and precision as Megatron-Bridge parses them (Llama 3 70B's recipe,
     whose own comm_overlap section turns tp overlap on for its tp 4)."""
     job = Job(global_batch_size=512, seq_len=16384, **settings)
-    plan = api.evaluate_full("llama3-70b", "dgx-h100", ParallelDims(tp=4, sp=True, cp=4, pp=4, dp=2, zero=1), job,
-                             devices=128).plan
+    plan = api.evaluate_full(
+        "llama3-70b", "dgx-h100", ParallelDims(tp=4, sp=True, cp=4, pp=4, dp=2, zero=1), job, devices=128
+    ).plan
     check_export(bridge, plan, tmp_path, monkeypatch)
 
 
 def test_the_replica_major_order_is_megatrons_tp_pp_dp_mapping(bridge, tmp_path, monkeypatch) -> None:
     """A plan costed with data parallelism outermost runs with Megatron-core's tp-cp-ep-pp-dp order."""
     job = Job(global_batch_size=512, seq_len=4096)
-    plan = api.evaluate_full("llama2-7b", "dgx-a100", ParallelDims(tp=2, pp=4, dp=8), job, devices=64,
-                             axis_order=("tp", "cp", "ep", "pp", "dp")).plan
+    plan = api.evaluate_full(
+        "llama2-7b",
+        "dgx-a100",
+        ParallelDims(tp=2, pp=4, dp=8),
+        job,
+        devices=64,
+        axis_order=("tp", "cp", "ep", "pp", "dp"),
+    ).plan
     recipe, overrides = launch_arguments(plan, tmp_path)
     assert recipe == "llama2_7b_pretrain_config"
     cfg = run_recipe(bridge, recipe, overrides, plan.cluster.devices, monkeypatch)
@@ -396,8 +472,16 @@ def test_the_replica_major_order_is_megatrons_tp_pp_dp_mapping(bridge, tmp_path,
 def test_a_v_schedule_runs_interleaved_with_the_costed_stage_layers(bridge, tmp_path, monkeypatch) -> None:
     """Megatron-core (under Megatron-Bridge) has no DualPipeV: the export runs interleaved 1F1B with two
     chunks per stage, each stage keeping its costed uneven layers, through a layout; the note says so."""
-    plan = _evaluated("llama3-70b", "dgx-h100", 128, ParallelDims(tp=8, sp=True, pp=4, dp=4, zero=1,
-                      schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)), 512, 4096)
+    plan = _evaluated(
+        "llama3-70b",
+        "dgx-h100",
+        128,
+        ParallelDims(
+            tp=8, sp=True, pp=4, dp=4, zero=1, schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)
+        ),
+        512,
+        4096,
+    )
     _, overrides = launch_arguments(plan, tmp_path)
     assert any(item.startswith("model.pipeline_model_parallel_layout=") and "null" not in item for item in overrides)
     assert any("no dualpipev schedule" in n for n in nemo.export(ExportInput(plan, "test")).notes)

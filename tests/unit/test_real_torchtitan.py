@@ -65,10 +65,14 @@ def issue_plans() -> dict[str, Plan]:
     """The issue's three plans: Llama 3 70B on 256, Mixtral on 128, Llama 3.1 405B on 2,048 (as planned)."""
     job = Job(global_batch_size=2048, seq_len=8192)
     return {
-        "llama3-70b": _fixture_plan("llama3-70b", 256, ParallelDims(tp=2, sp=True, cp=4, pp=4, dp=8, zero=1,
-                                                                    layers_per_stage=(19, 21, 21, 19))),
-        "mixtral-8x7b": _fixture_plan("mixtral-8x7b", 128, ParallelDims(tp=1, cp=2, ep=4, pp=4, dp=4, zero=1,
-                                                                        schedule="interleaved", virtual_stages=2)),
+        "llama3-70b": _fixture_plan(
+            "llama3-70b", 256, ParallelDims(tp=2, sp=True, cp=4, pp=4, dp=8, zero=1, layers_per_stage=(19, 21, 21, 19))
+        ),
+        "mixtral-8x7b": _fixture_plan(
+            "mixtral-8x7b",
+            128,
+            ParallelDims(tp=1, cp=2, ep=4, pp=4, dp=4, zero=1, schedule="interleaved", virtual_stages=2),
+        ),
         "llama3.1-405b": api.plan("llama3.1-405b", "llama3-h100", job, devices=2048, top=0).plan,
     }
 
@@ -82,13 +86,17 @@ def launched(plan: Plan, out: Path, node: int = 0) -> tuple[list[str], list[str]
         (out / "bin" / "torchrun").write_text(FAKE_TORCHRUN)
         (out / "bin" / "torchrun").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NODE_", "MASTER_", "PYTHONPATH"))}
-    env.update(PATH=f"{out / 'bin'}:{env['PATH']}", ARGV_FILE=str(out / "argv"), PATH_FILE=str(out / "pythonpath"),
-               SLURM_NODEID=str(node))
+    env.update(
+        PATH=f"{out / 'bin'}:{env['PATH']}",
+        ARGV_FILE=str(out / "argv"),
+        PATH_FILE=str(out / "pythonpath"),
+        SLURM_NODEID=str(node),
+    )
     subprocess.run(["bash", str(out / "launch_torchtitan.sh")], env=env, check=True, timeout=60)
     args = (out / "argv").read_text().split("\0")[:-1]
     start = args.index("-m")
     assert args[start + 1] == "torchtitan.train"
-    return args[:start], args[start + 2:], (out / "pythonpath").read_text()
+    return args[:start], args[start + 2 :], (out / "pythonpath").read_text()
 
 
 def launched_argv(plan: Plan, out: Path) -> tuple[list[str], str]:
@@ -100,14 +108,16 @@ def launched_argv(plan: Plan, out: Path) -> tuple[list[str], str]:
 @pytest.fixture
 def titan(monkeypatch):
     """Parse an argv with torchtitan's ConfigManager, the config module found on ``pythonpath``."""
+
     def parse(argv: list[str], pythonpath: str):
         for folder in reversed(pythonpath.split(":")):
             monkeypatch.syspath_prepend(folder)
         monkeypatch.delitem(sys.modules, CONFIG_MODULE, raising=False)
         return ConfigManager().parse_args(argv)
 
-    monkeypatch.setattr(titan_dims, "device_type", "cpu")   # stand-in: the mesh on CPU, not CUDA
+    monkeypatch.setattr(titan_dims, "device_type", "cpu")  # stand-in: the mesh on CPU, not CUDA
     from torchtitan.components.quantization import float8
+
     monkeypatch.setattr(float8, "has_cuda_capability", lambda major, minor: (9, 0) >= (major, minor))
     return parse
 
@@ -127,15 +137,29 @@ def expected_meaning(plan: Plan) -> dict:
     """What the plan means in torchtitan's terms."""
     d, job = plan.dims, plan.job
     replicate, shard = (d.dp, d.ep) if d.zero == 0 else (1, d.dp * d.ep)
-    return {"tp": d.tp, "cp": d.cp, "pp": d.pp, "dp_replicate": replicate, "dp_shard": shard,
-            "ep": d.ep * d.tp if d.ep > 1 or d.etp is not None else 1,   # its experts whole over ep x tp
-            "sp": d.sp_active and d.tp > 1, "global_batch": job.global_batch_size,
-            "microbatch": d.micro_batch_size, "microbatches": job.global_batch_size // d.batch_replicas
-            // d.micro_batch_size, "schedule": SCHEDULES[d.schedule] if d.pp > 1 else None,
-            "seq_len": job.seq_len, "param_dtype": {"bf16": "bfloat16", "fp32": "float32"}[job.dtype],
-            "checkpoint": d.recompute, "fp8": job.fp8, "compile": job.tp_comm_overlap and d.tp > 1,
-            "async_tp": job.tp_comm_overlap and d.tp > 1, "cuda_graphs": False, "layers": plan.model.num_layers,
-            "hidden": plan.model.hidden_size, "vocab": plan.model.vocab_size}
+    return {
+        "tp": d.tp,
+        "cp": d.cp,
+        "pp": d.pp,
+        "dp_replicate": replicate,
+        "dp_shard": shard,
+        "ep": d.ep * d.tp if d.ep > 1 or d.etp is not None else 1,  # its experts whole over ep x tp
+        "sp": d.sp_active and d.tp > 1,
+        "global_batch": job.global_batch_size,
+        "microbatch": d.micro_batch_size,
+        "microbatches": job.global_batch_size // d.batch_replicas // d.micro_batch_size,
+        "schedule": SCHEDULES[d.schedule] if d.pp > 1 else None,
+        "seq_len": job.seq_len,
+        "param_dtype": {"bf16": "bfloat16", "fp32": "float32"}[job.dtype],
+        "checkpoint": d.recompute,
+        "fp8": job.fp8,
+        "compile": job.tp_comm_overlap and d.tp > 1,
+        "async_tp": job.tp_comm_overlap and d.tp > 1,
+        "cuda_graphs": False,
+        "layers": plan.model.num_layers,
+        "hidden": plan.model.hidden_size,
+        "vocab": plan.model.vocab_size,
+    }
 
 
 def parsed_meaning(config, plan: Plan) -> dict:
@@ -145,23 +169,39 @@ def parsed_meaning(config, plan: Plan) -> dict:
     batch = dims.dp_replicate * dims.dp_shard
     accumulation = train.global_batch_size // (train.local_batch_size * batch)
     assert train.global_batch_size == accumulation * train.local_batch_size * batch
-    microbatches = (train.local_batch_size // par.pipeline_parallel_microbatch_size if dims.pp > 1
-                    else accumulation)
+    microbatches = train.local_batch_size // par.pipeline_parallel_microbatch_size if dims.pp > 1 else accumulation
     microbatch = par.pipeline_parallel_microbatch_size if dims.pp > 1 else train.local_batch_size
     assert sizes.get("tp", 1) == dims.tp and sizes.get("cp", 1) == dims.cp and sizes.get("pp", 1) == dims.pp
     assert sizes.get("dp_shard", 1) == dims.dp_shard and sizes.get("ep", 1) == dims.ep
     checkpoint = {FullAC.Config: Recompute.FULL, SelectiveAC.Config: Recompute.SELECTIVE}.get(
-        type(config.activation_checkpoint), Recompute.NONE)
+        type(config.activation_checkpoint), Recompute.NONE
+    )
     from torchtitan.components.quantization.float8 import Float8Linear
+
     fp8 = Float8Linear is not None and any(True for _ in model.traverse(Float8Linear.Config))
-    return {"tp": dims.tp, "cp": dims.cp, "pp": dims.pp, "dp_replicate": dims.dp_replicate,
-            "dp_shard": dims.dp_shard, "ep": dims.ep, "sp": par.enable_sequence_parallel and dims.tp > 1,
-            "global_batch": train.global_batch_size, "microbatch": microbatch, "microbatches": microbatches,
-            "schedule": par.pipeline_parallel_schedule if dims.pp > 1 else None, "seq_len": train.seq_len,
-            "param_dtype": train.mixed_precision_param, "checkpoint": checkpoint, "fp8": fp8,
-            "compile": config.compile.enable, "async_tp": config.compile.enable_async_tensor_parallel,
-            "cuda_graphs": not train.disable_cuda_graphs, "layers": len(model.layers), "hidden": model.dim,
-            "vocab": model.vocab_size}
+    return {
+        "tp": dims.tp,
+        "cp": dims.cp,
+        "pp": dims.pp,
+        "dp_replicate": dims.dp_replicate,
+        "dp_shard": dims.dp_shard,
+        "ep": dims.ep,
+        "sp": par.enable_sequence_parallel and dims.tp > 1,
+        "global_batch": train.global_batch_size,
+        "microbatch": microbatch,
+        "microbatches": microbatches,
+        "schedule": par.pipeline_parallel_schedule if dims.pp > 1 else None,
+        "seq_len": train.seq_len,
+        "param_dtype": train.mixed_precision_param,
+        "checkpoint": checkpoint,
+        "fp8": fp8,
+        "compile": config.compile.enable,
+        "async_tp": config.compile.enable_async_tensor_parallel,
+        "cuda_graphs": not train.disable_cuda_graphs,
+        "layers": len(model.layers),
+        "hidden": model.dim,
+        "vocab": model.vocab_size,
+    }
 
 
 def stage_layers(config, plan: Plan) -> list[int]:
@@ -169,14 +209,14 @@ def stage_layers(config, plan: Plan) -> list[int]:
     config's module list where it has one, else torchtitan's own split of the flags' numbers."""
     if plan.dims.pp == 1:
         return [plan.model.num_layers]
-    parts = config.parallelism.module_fqns_per_model_part   # listed by the config module, else generated
+    parts = config.parallelism.module_fqns_per_model_part  # listed by the config module, else generated
     if parts is None:
         dims = titan_dims.ParallelDims.from_config(config.parallelism, plan.devices_used)
         stages, layers, first, last = _get_pipeline_metadata(dims, config.parallelism, config.model_spec.model)
         parts = _generate_llm_fqn_per_model_part(stages, layers, first, last)
     assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
     named = [name for part in parts for name in part if name.startswith("layers.")]
-    assert named == [f"layers.{i}" for i in range(plan.model.num_layers)]   # every layer once, in order
+    assert named == [f"layers.{i}" for i in range(plan.model.num_layers)]  # every layer once, in order
     return [sum(name.startswith("layers.") for name in part) for part in parts]
 
 
@@ -195,8 +235,9 @@ def check_export(plan: Plan, out: Path, parse) -> list[str]:
     config = parse(argv, pythonpath)
     assert parsed_meaning(config, plan) == expected_meaning(plan)
     notes = build(plan, "torchtitan", "test").notes
-    costed = list(plan.dims.virtual_stage_layers(plan.model.num_layers)) if plan.dims.pp > 1 else [
-        plan.model.num_layers]
+    costed = (
+        list(plan.dims.virtual_stage_layers(plan.model.num_layers)) if plan.dims.pp > 1 else [plan.model.num_layers]
+    )
     assert stage_layers(config, plan) == costed
     # the model nestplan costed (or its Llama-architecture stand-in, whose prediction the notes quote)
     assert meta_params(config) == pytest.approx(total_params(run_model(plan.model)), rel=1e-3)
@@ -208,7 +249,7 @@ def check_export(plan: Plan, out: Path, parse) -> list[str]:
 def test_torchtitan_reads_the_issue_plans_back(issue_plans, name, tmp_path, titan) -> None:
     plan = issue_plans[name]
     notes = check_export(plan, tmp_path, titan)
-    if plan.dims.cp > 1:   # torchtitan all-gathers K/V; nestplan's prediction for that is quoted
+    if plan.dims.cp > 1:  # torchtitan all-gathers K/V; nestplan's prediction for that is quoted
         assert any("all-gathers K/V" in n and "nestplan predicts step" in n for n in notes)
 
 
@@ -219,7 +260,8 @@ def test_405b_runs_bf16_without_compile(issue_plans, tmp_path, titan) -> None:
     config = titan(argv, pythonpath)
     assert (config.compile.enable, config.compile.enable_async_tensor_parallel) == (False, False)
     assert config.model_spec.flavor == "405B" and not any(
-        "Float8" in type(c).__name__ for _, c, _, _ in config.model_spec.model.traverse(object))
+        "Float8" in type(c).__name__ for _, c, _, _ in config.model_spec.model.traverse(object)
+    )
 
 
 def test_mixtral_is_the_real_moe_model(issue_plans, tmp_path, titan) -> None:
@@ -237,7 +279,7 @@ def test_pipeline_needs_cuda_graphs_off(issue_plans, tmp_path, titan, capsys) ->
     argv, pythonpath = launched_argv(issue_plans["llama3-70b"], tmp_path)
     assert "--training.disable-cuda-graphs" in argv
     argv.remove("--training.disable-cuda-graphs")
-    with pytest.raises(SystemExit):   # tyro reports Trainer.Config's ValueError and exits
+    with pytest.raises(SystemExit):  # tyro reports Trainer.Config's ValueError and exits
         titan(argv, pythonpath)
     assert "CUDA graphs do not support pipeline parallelism" in capsys.readouterr().err
 
@@ -256,29 +298,41 @@ def test_nodes_renumbered_to_the_costed_order(tmp_path, titan) -> None:
     node-sized rank blocks is one tp group, so renumbering the nodes puts every torchtitan rank on the
     device nestplan costed for its (pp, dp, tp) coordinates, read from torchtitan's own mesh."""
     order = ("tp", "cp", "ep", "pp", "dp")
-    plan = api.evaluate_full("llama3-70b", "h100-spine-leaf", ParallelDims(tp=8, pp=4, dp=8),
-                             Job(global_batch_size=1024, seq_len=8192), devices=256, axis_order=order).plan
+    plan = api.evaluate_full(
+        "llama3-70b",
+        "h100-spine-leaf",
+        ParallelDims(tp=8, pp=4, dp=8),
+        Job(global_batch_size=1024, seq_len=8192),
+        devices=256,
+        axis_order=order,
+    ).plan
     notes = build(plan, "torchtitan", "test").notes
-    assert not any(n.startswith("RANK LAYOUT DIFFERS") for n in notes) and any("renumbers the nodes" in n for n in notes)
+    assert not any(n.startswith("RANK LAYOUT DIFFERS") for n in notes) and any(
+        "renumbers the nodes" in n for n in notes
+    )
     node_rank = {}
     for node in range(plan.devices_used // 8):
         options, argv, pythonpath = launched(plan, tmp_path, node)
         node_rank[int(options[options.index("--node-rank") + 1])] = node
-    assert sorted(node_rank) == list(range(32))   # every torchrun node rank once
+    assert sorted(node_rank) == list(range(32))  # every torchrun node rank once
     dims, _ = built_mesh(titan(argv, pythonpath), plan.devices_used)
-    logical = dims._global_meshes["dense"].mesh.reshape(4, 8, 8)   # torchtitan's ranks by [pp, dp, tp]
+    logical = dims._global_meshes["dense"].mesh.reshape(4, 8, 8)  # torchtitan's ranks by [pp, dp, tp]
     physical = [[[node_rank[int(r) // 8] * 8 + int(r) % 8 for r in row] for row in stage] for stage in logical]
-    costed = rank_grid(plan.dims, order)[:, 0, 0, :, :].transpose(1, 2, 0)   # [tp, pp, dp] -> [pp, dp, tp]
+    costed = rank_grid(plan.dims, order)[:, 0, 0, :, :].transpose(1, 2, 0)  # [tp, pp, dp] -> [pp, dp, tp]
     assert physical == costed.tolist()
 
 
 def test_split_the_flags_cannot_give_is_listed(tmp_path, titan) -> None:
     """Layers 20,18,22,20: torchtitan's first/last-stage weights cannot give it (its middle stages differ
     by at most one layer); the config module lists each stage's modules and torchtitan runs that."""
-    plan = api.evaluate_full("llama3-70b", "h100-spine-leaf", ParallelDims(tp=8, pp=4, dp=8,
-                                                                           layers_per_stage=(20, 18, 22, 20)),
-                             Job(global_batch_size=1024, seq_len=8192), devices=256).plan
-    notes = check_export(plan, tmp_path, titan)   # the split read back is the costed one
+    plan = api.evaluate_full(
+        "llama3-70b",
+        "h100-spine-leaf",
+        ParallelDims(tp=8, pp=4, dp=8, layers_per_stage=(20, 18, 22, 20)),
+        Job(global_batch_size=1024, seq_len=8192),
+        devices=256,
+    ).plan
+    notes = check_export(plan, tmp_path, titan)  # the split read back is the costed one
     assert any("lists each stage's modules" in n for n in notes)
 
 
@@ -287,16 +341,20 @@ def test_fp8_and_async_tp_on_where_costed(tmp_path, titan) -> None:
     builds float8 linears and compiles with async TP; its rowwise scaling is quoted as nestplan's
     tensorwise prediction."""
     job = Job(global_batch_size=64, seq_len=8192, fp8_recipe=Fp8Recipe.DELAYED, tp_comm_overlap=True)
-    plan = api.evaluate_full("llama3-8b", "h100-spine-leaf", ParallelDims(tp=8, sp=True, dp=2), job,
-                             devices=16).plan
-    notes = check_export(plan, tmp_path, titan)   # fp8, compile and async_tp are read back as costed
+    plan = api.evaluate_full("llama3-8b", "h100-spine-leaf", ParallelDims(tp=8, sp=True, dp=2), job, devices=16).plan
+    notes = check_export(plan, tmp_path, titan)  # fp8, compile and async_tp are read back as costed
     assert any("rowwise current scaling" in n and "nestplan predicts step" in n for n in notes)
 
 
 def test_fp16_is_refused() -> None:
     """torchtitan 0.3.0's mixed precision is bfloat16 or float32 (V100-style fp16 plans cannot run)."""
-    plan = api.evaluate_full("llama2-7b", "h100-spine-leaf", ParallelDims(tp=2, dp=4),
-                             Job(global_batch_size=64, seq_len=4096, dtype="fp16"), devices=8).plan
+    plan = api.evaluate_full(
+        "llama2-7b",
+        "h100-spine-leaf",
+        ParallelDims(tp=2, dp=4),
+        Job(global_batch_size=64, seq_len=4096, dtype="fp16"),
+        devices=8,
+    ).plan
     with pytest.raises(ConfigError, match="bfloat16 or float32"):
         build(plan, "torchtitan", "test")
 

@@ -37,7 +37,7 @@ def test_windowed_model_steps_faster_at_long_sequences() -> None:
     fast = api.evaluate_full(windowed, "dgx-h100", dims, job, devices=8).prediction
     slow = api.evaluate_full(full, "dgx-h100", dims, job, devices=8).prediction
     assert fast.step_time_s < 0.8 * slow.step_time_s
-    assert fast.model_flops_per_step < slow.model_flops_per_step   # MFU counts the window too
+    assert fast.model_flops_per_step < slow.model_flops_per_step  # MFU counts the window too
 
 
 def test_local_and_global_layers_are_costed_each_as_they_are() -> None:

@@ -52,7 +52,8 @@ def test_dualpipev_bubble_is_deepseeks(p) -> None:
     busy = m * 2 * 3 * chunk
     f, whole, w = chunk, 2 * chunk, chunk
     assert _makespan(Schedule.DUALPIPEV, p, m, chunk, chunk, chunk) - busy == pytest.approx(
-        (p - 1) * ((f + whole) + whole - 3 * w))
+        (p - 1) * ((f + whole) + whole - 3 * w)
+    )
 
 
 def test_dualpipev_overlap_hides_communication_under_compute() -> None:
@@ -77,8 +78,9 @@ def test_memory_of_each_schedule() -> None:
     zb = [split_schedule_peak(Schedule.ZB_H1, s, p, m, [1.0], [0.4]) for s in range(p)]
     assert zb[0] == p and max(zb) == p and all(zb[s] >= one[s] for s in range(p))
     assert [split_schedule_peak(Schedule.ZBV, s, p, m, [0.5, 0.5], [0.2, 0.2]) for s in range(p)] == [p] * p
-    assert [split_schedule_peak(Schedule.DUALPIPEV, s, p, m, [0.5, 0.5], [0.2, 0.2]) for s in range(p)] == \
-        [(2 * p + 1) * 0.5] * p
+    assert [split_schedule_peak(Schedule.DUALPIPEV, s, p, m, [0.5, 0.5], [0.2, 0.2]) for s in range(p)] == [
+        (2 * p + 1) * 0.5
+    ] * p
 
 
 def _timeline_peak(run, stage: int, chunk_bytes, kept) -> float:
@@ -113,7 +115,8 @@ def test_simulated_memory_equals_the_in_flight_rule_stage_by_stage(schedule) -> 
     chunk_bytes, kept = [3.0, 2.0][:v], [1.0, 0.5][:v]
     for s in range(p):
         assert _timeline_peak(run, s, chunk_bytes, kept) == pytest.approx(
-            split_schedule_peak(schedule, s, p, m, chunk_bytes, kept))
+            split_schedule_peak(schedule, s, p, m, chunk_bytes, kept)
+        )
 
 
 @pytest.mark.parametrize("schedule", SPLIT)
@@ -164,11 +167,18 @@ def test_orders_equal_torch_pipelining(name) -> None:
     which torchtitan runs."""
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules", reason="needs torch (the trace extra)")
     schedule = Schedule[name]
-    cls = {"ZB_H1": schedules.ScheduleInterleavedZeroBubble, "ZBV": schedules.ScheduleZBVZeroBubble,
-           "DUALPIPEV": schedules.ScheduleDualPipeV}[name]
+    cls = {
+        "ZB_H1": schedules.ScheduleInterleavedZeroBubble,
+        "ZBV": schedules.ScheduleZBVZeroBubble,
+        "DUALPIPEV": schedules.ScheduleDualPipeV,
+    }[name]
     local = 2 if schedule.v_shaped else 1
-    names = {"FORWARD": FORWARD, "BACKWARD_INPUT": INPUT_GRAD, "BACKWARD_WEIGHT": WEIGHT_GRAD,
-             "FULL_BACKWARD": FULL_BACKWARD}
+    names = {
+        "FORWARD": FORWARD,
+        "BACKWARD_INPUT": INPUT_GRAD,
+        "BACKWARD_WEIGHT": WEIGHT_GRAD,
+        "FULL_BACKWARD": FULL_BACKWARD,
+    }
     for p in (2, 3, 4, 8):
         for m in (2 * p, 2 * p + 1, 3 * p, 16):
             for s in range(p):
@@ -176,16 +186,24 @@ def test_orders_equal_torch_pipelining(name) -> None:
                 for op in stage_operations(schedule, s, p, m):
                     vs = virtual_stage_index(schedule, s, op.chunk, p)
                     if op.kind == OVERLAPPED:
-                        ours.append((OVERLAPPED, vs, op.microbatch, virtual_stage_index(schedule, s, op.chunk2, p),
-                                     op.microbatch2))
+                        ours.append(
+                            (
+                                OVERLAPPED,
+                                vs,
+                                op.microbatch,
+                                virtual_stage_index(schedule, s, op.chunk2, p),
+                                op.microbatch2,
+                            )
+                        )
                     else:
                         ours.append((op.kind, vs, op.microbatch))
                 theirs = []
                 for a in _torch_actions(cls, p, m, s, local):
                     if a.sub_actions:
                         f, b = a.sub_actions
-                        theirs.append((OVERLAPPED, f.stage_index, f.microbatch_index, b.stage_index,
-                                       b.microbatch_index))
+                        theirs.append(
+                            (OVERLAPPED, f.stage_index, f.microbatch_index, b.stage_index, b.microbatch_index)
+                        )
                     else:
                         theirs.append((names[a.computation_type.name], a.stage_index, a.microbatch_index))
                 assert ours == theirs, (name, p, m, s)
@@ -193,17 +211,28 @@ def test_orders_equal_torch_pipelining(name) -> None:
 
 def test_v_schedules_place_virtual_stages_in_a_v() -> None:
     dims = ParallelDims(pp=4, schedule=Schedule.ZBV, virtual_stages=2, layers_per_stage=(6, 8, 8, 10))
-    assert [dims.virtual_stage_position(i) for i in range(8)] == [(0, 0), (1, 0), (2, 0), (3, 0),
-                                                                  (3, 1), (2, 1), (1, 1), (0, 1)]
+    assert [dims.virtual_stage_position(i) for i in range(8)] == [
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (3, 0),
+        (3, 1),
+        (2, 1),
+        (1, 1),
+        (0, 1),
+    ]
     assert dims.virtual_stage_layers(32) == (3, 4, 4, 5, 5, 4, 4, 3)
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    ({"schedule": Schedule.ZBV, "virtual_stages": 3}, "virtual_stages"),
-    ({"schedule": Schedule.DUALPIPEV, "virtual_stages": 2, "pp": 1}, "schedule"),
-    ({"schedule": Schedule.ZB_H1, "virtual_stages": 2}, "virtual_stages"),
-    ({"schedule": Schedule.ZBV, "virtual_stages": 2, "layers_per_stage": (2,) * 8}, "layers_per_stage"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"schedule": Schedule.ZBV, "virtual_stages": 3}, "virtual_stages"),
+        ({"schedule": Schedule.DUALPIPEV, "virtual_stages": 2, "pp": 1}, "schedule"),
+        ({"schedule": Schedule.ZB_H1, "virtual_stages": 2}, "virtual_stages"),
+        ({"schedule": Schedule.ZBV, "virtual_stages": 2, "layers_per_stage": (2,) * 8}, "layers_per_stage"),
+    ],
+)
 def test_illegal_split_schedules_are_refused(kwargs, field) -> None:
     base = {"pp": 4}
     base.update(kwargs)
@@ -214,15 +243,16 @@ def test_illegal_split_schedules_are_refused(kwargs, field) -> None:
 
 def test_v_schedules_need_two_pp_microbatches() -> None:
     dims = ParallelDims(pp=4, dp=2, schedule=Schedule.DUALPIPEV, virtual_stages=2)
-    assert dims.batch_conflict(64) is None           # 32 microbatches
-    problem = dims.batch_conflict(14)                # 7 < 8
+    assert dims.batch_conflict(64) is None  # 32 microbatches
+    problem = dims.batch_conflict(14)  # 7 < 8
     assert problem is not None and "at least 2 x pp = 8 microbatches" in str(problem)
 
 
 def _evaluate(schedule: Schedule, v: int = 1):
     dims = ParallelDims(tp=4, sp=True, pp=8, dp=2, schedule=schedule, virtual_stages=v)
-    return api.evaluate_full("llama3-70b", "dgx-h100", dims, Job(global_batch_size=128, seq_len=8192),
-                             devices=64).prediction
+    return api.evaluate_full(
+        "llama3-70b", "dgx-h100", dims, Job(global_batch_size=128, seq_len=8192), devices=64
+    ).prediction
 
 
 def test_evaluator_costs_each_schedule() -> None:
@@ -236,12 +266,12 @@ def test_evaluator_costs_each_schedule() -> None:
     assert zbv.breakdown_s["pipeline_bubble"] < zb.breakdown_s["pipeline_bubble"]
     assert zb.stages[0].memory_bytes["activations"] == pytest.approx(one.stages[0].memory_bytes["activations"])
     assert zb.stages[-1].memory_bytes["activations"] > one.stages[-1].memory_bytes["activations"]
-    assert dual.breakdown_s["tp_comm"] == pytest.approx(zbv.breakdown_s["tp_comm"])   # stays in line
+    assert dual.breakdown_s["tp_comm"] == pytest.approx(zbv.breakdown_s["tp_comm"])  # stays in line
     for pred in (zb, zbv, dual):
         assert sum(pred.breakdown_s.values()) == pytest.approx(pred.step_time_s)
         assert pred.step_time_s < one.step_time_s
     assert zbv.stages[0].has_embedding and zbv.stages[0].has_head and not zbv.stages[-1].has_head
-    assert zbv.stages[0].memory_bytes["weights"] > one.stages[0].memory_bytes["weights"]   # the head's too
+    assert zbv.stages[0].memory_bytes["weights"] > one.stages[0].memory_bytes["weights"]  # the head's too
 
 
 def test_planner_considers_the_split_schedules() -> None:
@@ -265,8 +295,19 @@ def test_dualpipev_hides_the_expert_all_to_alls() -> None:
     assert sum(dual.breakdown_s.values()) == pytest.approx(dual.step_time_s)
 
 
-PLAN_ARGS = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "64", "--global-batch-size", "128",
-             "--top", "0"]
+PLAN_ARGS = [
+    "plan",
+    "--model",
+    "llama3-70b",
+    "--cluster",
+    "dgx-h100",
+    "--devices",
+    "64",
+    "--global-batch-size",
+    "128",
+    "--top",
+    "0",
+]
 
 
 def test_search_space_keeps_what_the_export_framework_runs() -> None:
@@ -275,9 +316,10 @@ def test_search_space_keeps_what_the_export_framework_runs() -> None:
     assert api.search_space(export="megatron", model=m).schedules == (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
     assert api.search_space(export="deepspeed", model=m).schedules == (Schedule.ONE_F_ONE_B,)
     assert api.search_space(schedules=(Schedule.ZBV,), export="torchtitan", model=m).schedules == (
-        Schedule.ONE_F_ONE_B, Schedule.ZBV)
-    assert api.search_space(schedules=(Schedule.ZBV,), export="megatron", model=m).schedules == (
-        Schedule.ONE_F_ONE_B,)
+        Schedule.ONE_F_ONE_B,
+        Schedule.ZBV,
+    )
+    assert api.search_space(schedules=(Schedule.ZBV,), export="megatron", model=m).schedules == (Schedule.ONE_F_ONE_B,)
 
 
 def test_cli_schedules_option(capsys) -> None:

@@ -23,10 +23,22 @@ PATTERN_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 
 def small_hybrid(**overrides) -> dict:
     """A small Nemotron-H config: Mamba, MLP, attention, MLP."""
-    base = {"model_type": "nemotron_h", "hidden_size": 256, "intermediate_size": 512, "hybrid_override_pattern": "M-*-",
-            "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000,
-            "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4,
-            "chunk_size": 64}
+    base = {
+        "model_type": "nemotron_h",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "hybrid_override_pattern": "M-*-",
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "vocab_size": 1000,
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 64,
+        "ssm_state_size": 16,
+        "n_groups": 2,
+        "conv_kernel": 4,
+        "chunk_size": 64,
+    }
     return base | overrides
 
 
@@ -34,8 +46,8 @@ def mamba_hand_count(h: int, heads: int, head_dim: int, state: int, groups: int,
     """One Mamba-2 mixer counted by hand from HF NemotronHMamba2Mixer's modules."""
     d = heads * head_dim
     conv_channels = d + 2 * groups * state
-    in_proj = h * (2 * d + 2 * groups * state + heads)          # z, x, B, C, dt
-    conv1d = conv_channels * kernel + conv_channels              # depthwise weight + bias
+    in_proj = h * (2 * d + 2 * groups * state + heads)  # z, x, B, C, dt
+    conv1d = conv_channels * kernel + conv_channels  # depthwise weight + bias
     return in_proj + conv1d + heads + heads + heads + d + d * h  # A_log, D, dt_bias, gated norm, out_proj
 
 
@@ -48,9 +60,12 @@ def test_pattern_gives_each_layer_its_mixer_and_ffn():
     kinds = [(spec.mixer_of(i), spec.has_ffn(i)) for i in range(52)]
     assert kinds.count(("mamba", False)) == 24 and kinds.count(("none", True)) == 24
     assert kinds.count(("attention", False)) == 4
-    assert [i for i, char in enumerate(PATTERN_8B) if char == "*"] == [i for i in range(52) if kinds[i][0] == "attention"]
-    assert spec.mamba == ssm.Mamba2Shape(num_heads=128, head_dim=64, state_size=128, groups=8, conv_kernel=4,
-                                         chunk_size=128, conv_bias=True)
+    assert [i for i, char in enumerate(PATTERN_8B) if char == "*"] == [
+        i for i in range(52) if kinds[i][0] == "attention"
+    ]
+    assert spec.mamba == ssm.Mamba2Shape(
+        num_heads=128, head_dim=64, state_size=128, groups=8, conv_kernel=4, chunk_size=128, conv_bias=True
+    )
     # one pre-norm per layer, squared-ReLU MLP of two projections, no positional embedding, RMSNorm
     assert spec.block_norms == 1 and not spec.gated_mlp and spec.rotary_fraction == 0.0 and spec.norm == "rmsnorm"
 
@@ -98,7 +113,7 @@ def test_nemotron_h_8b_parameters_counted_by_hand():
     mamba = mamba_hand_count(h, heads=128, head_dim=64, state=128, groups=8, kernel=4) + norm
     mlp = 2 * h * 21504 + norm
     attention = h * 4096 + 2 * h * 8 * 128 + 4096 * h + norm
-    expected = 24 * mamba + 24 * mlp + 4 * attention + 2 * v * h + norm   # untied embedding and head, final norm
+    expected = 24 * mamba + 24 * mlp + 4 * attention + 2 * v * h + norm  # untied embedding and head, final norm
     assert L.total_params(spec) == expected == 8_100_852_736
     assert round(L.total_params(spec) / 1e9) == 8
     assert L.active_params(spec) == L.total_params(spec)
@@ -126,9 +141,9 @@ def test_per_device_parameters_under_tp2():
     mixer = ssm.mamba_params(spec.mamba, spec.hidden_size)
     assert full.total == mixer + spec.hidden_size and full.expert == 0
     assert L.block_params_per_device(spec, 0, L.Shard(tp=2)).total == mixer / 2 + spec.hidden_size
-    mlp_layer = L.block_params(spec, 1).total   # up and down projections and one norm
+    mlp_layer = L.block_params(spec, 1).total  # up and down projections and one norm
     assert mlp_layer == 2 * 256 * 512 + 256
-    assert L.block_params(spec, 2).total == 256 * 256 + 2 * 256 * 64 + 256 * 256 + 256   # attention + norm
+    assert L.block_params(spec, 2).total == 256 * 256 + 2 * 256 * 64 + 256 * 256 + 256  # attention + norm
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -217,22 +232,46 @@ def test_a_block_of_attention_and_mlp_cannot_be_written():
     ("overrides", "field"),
     [
         ({"hybrid_override_pattern": "M-X-"}, "hybrid_override_pattern"),
-        ({"hybrid_override_pattern": "MEM*", "n_routed_experts": 8, "num_experts_per_tok": 2,
-          "moe_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64, "moe_latent_size": 32},
-         "moe_latent_size"),
-        ({"hybrid_override_pattern": "MEM*", "n_routed_experts": 8, "num_experts_per_tok": 2,
-          "moe_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64, "n_shared_experts": 2},
-         "n_shared_experts"),
-        ({"hybrid_override_pattern": "MEM*", "n_routed_experts": 8, "num_experts_per_tok": 9,
-          "moe_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64}, "num_experts_per_tok"),
+        (
+            {
+                "hybrid_override_pattern": "MEM*",
+                "n_routed_experts": 8,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 64,
+                "moe_shared_expert_intermediate_size": 64,
+                "moe_latent_size": 32,
+            },
+            "moe_latent_size",
+        ),
+        (
+            {
+                "hybrid_override_pattern": "MEM*",
+                "n_routed_experts": 8,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 64,
+                "moe_shared_expert_intermediate_size": 64,
+                "n_shared_experts": 2,
+            },
+            "n_shared_experts",
+        ),
+        (
+            {
+                "hybrid_override_pattern": "MEM*",
+                "n_routed_experts": 8,
+                "num_experts_per_tok": 9,
+                "moe_intermediate_size": 64,
+                "moe_shared_expert_intermediate_size": 64,
+            },
+            "num_experts_per_tok",
+        ),
         ({"hybrid_override_pattern": ["M", "-"]}, "hybrid_override_pattern"),
         ({"hybrid_override_pattern": ""}, "hybrid_override_pattern"),
         ({"num_hidden_layers": 5}, "num_hidden_layers"),
         ({"n_groups": 3}, "n_groups"),
         ({"mlp_bias": True}, "mlp_bias"),
         ({"use_bias": True}, "use_bias"),
-        ({"mamba_d_state": 16}, "mamba_d_state"),   # Jamba's key: not a Nemotron-H one
-        ({"sliding_window": 1024}, "sliding_window"),   # HF NemotronHAttention applies no window
+        ({"mamba_d_state": 16}, "mamba_d_state"),  # Jamba's key: not a Nemotron-H one
+        ({"sliding_window": 1024}, "sliding_window"),  # HF NemotronHAttention applies no window
     ],
 )
 def test_refusals_name_the_field(overrides, field):
@@ -250,15 +289,29 @@ def test_unknown_pattern_character_is_named():
 def test_moe_fields_without_moe_layers_and_the_unused_rotary_factor_are_accepted():
     """HF NemotronHConfig writes its MoE defaults and partial_rotary_factor into every config, the
     dense Nemotron-H models' included; without E layers they change nothing, and no layer rotates."""
-    moe_defaults = {"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 7688,
-                    "n_shared_experts": 1, "moe_shared_expert_intermediate_size": 7688, "n_group": 1, "topk_group": 1}
+    moe_defaults = {
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 7688,
+        "n_shared_experts": 1,
+        "moe_shared_expert_intermediate_size": 7688,
+        "n_group": 1,
+        "topk_group": 1,
+    }
     spec = parse_config(small_hybrid(**moe_defaults, partial_rotary_factor=1.0), "x")
     assert spec == parse_config(small_hybrid(), "x") and not spec.is_moe
 
 
 def test_a_llama_config_with_a_hybrid_pattern_is_refused():
-    data = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
-            "num_attention_heads": 8, "vocab_size": 1000, "hybrid_override_pattern": "M-*-"}
+    data = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "vocab_size": 1000,
+        "hybrid_override_pattern": "M-*-",
+    }
     with pytest.raises(ConfigError) as info:
         parse_config(data, "x")
     assert info.value.field == "hybrid_override_pattern"
@@ -273,7 +326,7 @@ def test_nemotron_3_nano_moe_layers():
     assert set(spec.moe_layers) <= set(spec.mixerless_layers) and 1 not in spec.ffn_free_layers
     assert (spec.num_experts, spec.experts_per_token, spec.moe_ffn_hidden_size) == (128, 6, 1856)
     assert (spec.num_shared_experts, spec.shared_expert_ffn_hidden_size, spec.router_bias) == (1, 3712, True)
-    assert len({spec.block_kind(i) for i in range(spec.num_layers)}) == 3   # Mamba, MoE, attention
+    assert len({spec.block_kind(i) for i in range(spec.num_layers)}) == 3  # Mamba, MoE, attention
 
 
 def test_nemotron_3_nano_parameters():
@@ -292,17 +345,18 @@ def test_nemotron_3_nano_parameters():
     assert L.total_params(spec) == pytest.approx(31.6e9, rel=0.005)
     active = total - 23 * routed * (1 - 6 / experts)
     assert L.active_params(spec) == pytest.approx(active)
-    assert round(L.active_params(spec) / 1e8) == 36                            # "3.6B with the embeddings"
-    assert round((L.active_params(spec) - L.embedding_params(spec)) / 1e8) == 32   # "3.2B active"
+    assert round(L.active_params(spec) / 1e8) == 36  # "3.6B with the embeddings"
+    assert round((L.active_params(spec) - L.embedding_params(spec)) / 1e8) == 32  # "3.2B active"
 
 
 def test_an_moe_layer_has_no_mixer():
     spec = load_model("nemotron-3-nano-30b-a3b")
     shard = L.Shard(tp=2, seq_len=4096)
     gemms = L.block_gemms(spec, 1, shard)
-    assert gemms[0].n == spec.num_experts and gemms[0].gathered == ""   # the router comes first: no mixer
-    assert L.block_model_flops(spec, 1, 1, 4096) == pytest.approx(sum(
-        g.flops for g in L.block_gemms(spec, 1, L.Shard(seq_len=4096))) / 4096)
+    assert gemms[0].n == spec.num_experts and gemms[0].gathered == ""  # the router comes first: no mixer
+    assert L.block_model_flops(spec, 1, 1, 4096) == pytest.approx(
+        sum(g.flops for g in L.block_gemms(spec, 1, L.Shard(seq_len=4096))) / 4096
+    )
     acc = load_accelerator("h100-sxm-80gb")
     assert _mixer_core(acc, spec, 1, shard, "bf16") == (0.0, 0.0)
 
@@ -337,7 +391,9 @@ def test_evaluate_a_hybrid_plan():
     cluster = api.resolve_cluster("dgx-h100", devices=8)
     seq, batch = 4096, 16
     prediction = api.evaluate(spec, cluster, ParallelDims(tp=2, sp=True, dp=4), api.job_for(spec, cluster, batch, seq))
-    forward = sum(L.block_model_flops(spec, i, seq, seq) for i in range(spec.num_layers)) + L.head_model_flops(spec, seq)
+    forward = sum(L.block_model_flops(spec, i, seq, seq) for i in range(spec.num_layers)) + L.head_model_flops(
+        spec, seq
+    )
     assert prediction.model_flops_per_step == pytest.approx(3 * batch * forward)
     assert prediction.fits and prediction.step_time_s > 0
 
@@ -402,10 +458,12 @@ def test_jamba_round_trip_and_refusals():
     spec = load_model("jamba-1.5-mini")
     assert parse_config(config_dict(spec), spec.name) == spec
     base = config_dict(spec)
-    for overrides, field in (({"mamba_proj_bias": True}, "mamba_proj_bias"),
-                             ({"attn_layer_offset": 8}, "attn_layer_offset"),
-                             ({"num_experts_per_tok": 17}, "num_experts_per_tok"),
-                             ({"sliding_window": 4096}, "sliding_window")):
+    for overrides, field in (
+        ({"mamba_proj_bias": True}, "mamba_proj_bias"),
+        ({"attn_layer_offset": 8}, "attn_layer_offset"),
+        ({"num_experts_per_tok": 17}, "num_experts_per_tok"),
+        ({"sliding_window": 4096}, "sliding_window"),
+    ):
         with pytest.raises(ConfigError) as info:
             parse_config(base | overrides, "x")
         assert info.value.field == field

@@ -25,8 +25,9 @@ from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 SCHEDULES = [(Schedule.ONE_F_ONE_B, 1), (Schedule.GPIPE, 1), (Schedule.INTERLEAVED, 2), (Schedule.INTERLEAVED, 3)]
 
 
-def _peak_live_chunks(p: int, m: int, schedule: Schedule, v: int, chunk_bytes: np.ndarray | None = None,
-                      per_chunk_times: bool = False) -> list[float]:
+def _peak_live_chunks(
+    p: int, m: int, schedule: Schedule, v: int, chunk_bytes: np.ndarray | None = None, per_chunk_times: bool = False
+) -> list[float]:
     """Per stage, the most model chunks (or, given ``chunk_bytes`` (p, v), the most bytes of them)
     whose forward ran and whose backward has not, in the simulation's timeline order."""
     rng = np.random.default_rng(p * 100 + m)
@@ -70,8 +71,9 @@ def test_memory_charges_the_simulations_live_chunks_of_unequal_size(v, p, factor
     charged = [live_activation_peak(Schedule.INTERLEAVED, s, p, m, chunk_bytes[s]) for s in range(p)]
     assert peaks == pytest.approx(charged, rel=1e-12), (v, p, m)
     even = [live_activation_peak(Schedule.INTERLEAVED, s, p, m, np.full(v, 1.5)) for s in range(p)]
-    assert even == pytest.approx([in_flight_microbatches(Schedule.INTERLEAVED, s, p, m, v) * 1.5 * v
-                                  for s in range(p)], rel=1e-12)
+    assert even == pytest.approx(
+        [in_flight_microbatches(Schedule.INTERLEAVED, s, p, m, v) * 1.5 * v for s in range(p)], rel=1e-12
+    )
 
 
 def test_warmups_are_the_in_flight_rules_count() -> None:
@@ -82,9 +84,15 @@ def test_warmups_are_the_in_flight_rules_count() -> None:
     assert warmup_forwards(Schedule.GPIPE, np.arange(3), 3, 5, 1).tolist() == [5, 5, 5]
 
 
-@pytest.mark.parametrize("name,zero,recompute", [
-    ("llama2-7b", ZeroStage.NONE, Recompute.NONE), ("llama2-7b", ZeroStage.OPTIMIZER, Recompute.SELECTIVE),
-    ("gpt3-175b", ZeroStage.OPTIMIZER, Recompute.FULL), ("mixtral-8x7b", ZeroStage.NONE, Recompute.NONE)])
+@pytest.mark.parametrize(
+    "name,zero,recompute",
+    [
+        ("llama2-7b", ZeroStage.NONE, Recompute.NONE),
+        ("llama2-7b", ZeroStage.OPTIMIZER, Recompute.SELECTIVE),
+        ("gpt3-175b", ZeroStage.OPTIMIZER, Recompute.FULL),
+        ("mixtral-8x7b", ZeroStage.NONE, Recompute.NONE),
+    ],
+)
 def test_search_tables_give_the_evaluators_stages(name, zero, recompute) -> None:
     model = api.resolve_model(name)
     cluster = api.resolve_cluster("h100-spine-leaf", 64)
@@ -106,7 +114,7 @@ def test_search_tables_give_the_evaluators_stages(name, zero, recompute) -> None
 
 
 def test_stage_sums_hold_the_embedding_head_and_tied_copy() -> None:
-    model = api.resolve_model("gpt3-175b")   # tied embeddings: the last of several stages keeps a copy
+    model = api.resolve_model("gpt3-175b")  # tied embeddings: the last of several stages keeps a copy
     cluster = api.resolve_cluster("h100-spine-leaf", 64)
     job = Job(global_batch_size=64, seq_len=2048)
     cfg = SubConfig(tp=8, sp=True, cp=1, ep=1, micro_batch_size=1, recompute=Recompute.NONE, order=REPLICA_MAJOR)
@@ -121,13 +129,15 @@ def test_stage_sums_hold_the_embedding_head_and_tied_copy() -> None:
     assert last.params.dense == pytest.approx(block + t.head.params.dense + t.embedding_copy.dense)
     assert t.embedding_copy.dense > 0
     alone = stage.stage_sums(t, [dense] * model.num_layers, 0, 1)
-    assert alone.params.dense == pytest.approx(model.num_layers * t.blocks[dense].params.dense
-                                               + t.embedding.params.dense + t.head.params.dense)
+    assert alone.params.dense == pytest.approx(
+        model.num_layers * t.blocks[dense].params.dense + t.embedding.params.dense + t.head.params.dense
+    )
 
 
 @pytest.mark.parametrize("schedule,v", SCHEDULES)
-@pytest.mark.parametrize("name,devices,tp,pp", [("llama2-7b", 32, 2, 4), ("mixtral-8x7b", 64, 1, 4),
-                                                ("gpt3-175b", 64, 8, 8)])
+@pytest.mark.parametrize(
+    "name,devices,tp,pp", [("llama2-7b", 32, 2, 4), ("mixtral-8x7b", 64, 1, 4), ("gpt3-175b", 64, 8, 8)]
+)
 def test_step_floor_never_exceeds_the_step(schedule, v, name, devices, tp, pp) -> None:
     """The planner skips splits and schedules by step_floor_s: it must bound every one from below."""
     from dataclasses import replace
@@ -152,8 +162,10 @@ def test_step_floor_never_exceeds_the_step(schedule, v, name, devices, tp, pp) -
         assert step_floor_s(model, cluster, dims, job) <= step, (parts, schedule, v)
 
 
-@pytest.mark.parametrize("name,devices,tp,pp,v", [("llama2-7b", 32, 2, 4, 2), ("mixtral-8x7b", 64, 1, 4, 3),
-                                                 ("gpt3-175b", 64, 8, 8, 2), ("gpt3-175b", 64, 8, 7, 7)])
+@pytest.mark.parametrize(
+    "name,devices,tp,pp,v",
+    [("llama2-7b", 32, 2, 4, 2), ("mixtral-8x7b", 64, 1, 4, 3), ("gpt3-175b", 64, 8, 8, 2), ("gpt3-175b", 64, 8, 7, 7)],
+)
 def test_step_floor_never_exceeds_the_step_of_uneven_layouts(name, devices, tp, pp, v) -> None:
     """Layers per virtual stage (random, the first and last virtual stage sometimes holding only the
     embedding or the head; and the end-balanced layout the planner tries): the floor still bounds."""
@@ -177,7 +189,16 @@ def test_step_floor_never_exceeds_the_step_of_uneven_layouts(name, devices, tp, 
                 counts[end] = 0
         layouts.append(tuple(int(x) for x in counts))
     for layout in (x for x in layouts if x is not None):
-        dims = ParallelDims(tp=tp, pp=pp, dp=dp, ep=ep, sp=tp > 1, zero=1, schedule=Schedule.INTERLEAVED,
-                            virtual_stages=v, layers_per_stage=layout)
+        dims = ParallelDims(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            ep=ep,
+            sp=tp > 1,
+            zero=1,
+            schedule=Schedule.INTERLEAVED,
+            virtual_stages=v,
+            layers_per_stage=layout,
+        )
         step = evaluate_plan(model, cluster, dims, job).step_time_s
         assert step_floor_s(model, cluster, dims, job) <= step, (layout, v)

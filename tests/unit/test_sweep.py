@@ -34,9 +34,11 @@ label = "spine-leaf"
 "spine.oversubscription" = [1, 2, 4]
 "leaf.size" = [1, 2, 4]
 """
-QUICK_SPEC = (SPEC.replace("devices = [8, 16, 32]", "devices = [8, 16]")   # 16 cases: 2 models x 4 variants x 2
-              .replace('"spine.oversubscription" = [1, 2, 4]', '"spine.oversubscription" = [1, 2]')
-              .replace('"leaf.size" = [1, 2, 4]', '"leaf.size" = [1, 2]'))
+QUICK_SPEC = (
+    SPEC.replace("devices = [8, 16, 32]", "devices = [8, 16]")  # 16 cases: 2 models x 4 variants x 2
+    .replace('"spine.oversubscription" = [1, 2, 4]', '"spine.oversubscription" = [1, 2]')
+    .replace('"leaf.size" = [1, 2, 4]', '"leaf.size" = [1, 2]')
+)
 QUICK_CASES = 16
 RESULT_COLUMNS = "key, status, tokens_per_s, step_time_s, mfu, peak_memory_GiB, plan, error"
 
@@ -62,16 +64,23 @@ def test_spec_expands_every_combination(tmp_path) -> None:
     assert dict(cases[0].overrides)["spine.size"] == 8
 
 
-@pytest.mark.parametrize("text,named", [
-    ('models = ["bert-large"]\ndevices = [8]\nbogus = 1\n[[clusters]]\nbase = "dgx-a100"\n', "bogus"),
-    ('models = ["bert-large"]\ndevices = [0]\n[[clusters]]\nbase = "dgx-a100"\n', "devices"),
-    ('models = ["bert-large"]\ndevices = [8]\n[[clusters]]\nbase = "dgx-a100"\nfoo = 2\n', "foo"),
-    ('models = ["bert-large"]\ndevices = [8]\n[[clusters]]\nbase = "dgx-a100"\n[clusters.sweep]\n"node.speed" = [1]\n',
-     "node.speed"),
-    ('models = ["bert-large"]\ndevices = [8]\n[[clusters]]\nbase = "dgx-a100"\n[clusters.sweep]\n"spine.size" = [2]\n',
-     "spine"),
-    ('models = ["no-such-model"]\ndevices = [8]\n[[clusters]]\nbase = "dgx-a100"\n', "no-such-model"),
-])
+@pytest.mark.parametrize(
+    "text,named",
+    [
+        ('models = ["bert-large"]\ndevices = [8]\nbogus = 1\n[[clusters]]\nbase = "dgx-a100"\n', "bogus"),
+        ('models = ["bert-large"]\ndevices = [0]\n[[clusters]]\nbase = "dgx-a100"\n', "devices"),
+        ('models = ["bert-large"]\ndevices = [8]\n[[clusters]]\nbase = "dgx-a100"\nfoo = 2\n', "foo"),
+        (
+            'models = ["bert-large"]\ndevices = [8]\n[[clusters]]\nbase = "dgx-a100"\n[clusters.sweep]\n"node.speed" = [1]\n',
+            "node.speed",
+        ),
+        (
+            'models = ["bert-large"]\ndevices = [8]\n[[clusters]]\nbase = "dgx-a100"\n[clusters.sweep]\n"spine.size" = [2]\n',
+            "spine",
+        ),
+        ('models = ["no-such-model"]\ndevices = [8]\n[[clusters]]\nbase = "dgx-a100"\n', "no-such-model"),
+    ],
+)
 def test_bad_spec_one_line_exit_2_nothing_written(capsys, tmp_path, text, named) -> None:
     out = tmp_path / "out"
     code, _, err = run_cli(capsys, ["sweep", str(_write(tmp_path, text)), "--out", str(out)])
@@ -81,15 +90,18 @@ def test_bad_spec_one_line_exit_2_nothing_written(capsys, tmp_path, text, named)
 
 
 def test_failures_are_recorded_and_resume_skips_finished(tmp_path) -> None:
-    spec = _write(tmp_path, 'keep = ["breakdown", "stages"]\n'
-                  + SPEC.replace("devices = [8, 16, 32]", "devices = [8, 4096]")
-                  .replace('"spine.oversubscription" = [1, 2, 4]', '"spine.oversubscription" = [1]')
-                  .replace('"leaf.size" = [1, 2, 4]', '"leaf.size" = [2]'))
+    spec = _write(
+        tmp_path,
+        'keep = ["breakdown", "stages"]\n'
+        + SPEC.replace("devices = [8, 16, 32]", "devices = [8, 4096]")
+        .replace('"spine.oversubscription" = [1, 2, 4]', '"spine.oversubscription" = [1]')
+        .replace('"leaf.size" = [1, 2, 4]', '"leaf.size" = [2]'),
+    )
     first = api.sweep(spec, tmp_path / "out", workers=1)
     assert (first.total, first.skipped, first.finished) == (4, 0, 4)
     rows = {k: v for k, v in _results(first.store).items()}
     statuses = sorted(v[0] for v in rows.values())
-    assert statuses == ["error", "error", "ok", "ok"]   # 4,096 devices do not exist in the variant
+    assert statuses == ["error", "error", "ok", "ok"]  # 4,096 devices do not exist in the variant
     assert all("fewer than" in v[-1] for v in rows.values() if v[0] == "error")
     db = sqlite3.connect(first.store)
     details = [json.loads(d) for (d,) in db.execute("SELECT details FROM results WHERE status = 'ok'")]
@@ -118,7 +130,7 @@ def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path) -> None:
             if len(before) >= 3:
                 break
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)   # the driver and its workers, mid-sweep
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its workers, mid-sweep
     proc.wait()
     assert 3 <= len(before) < QUICK_CASES, "the sweep should have been killed part-way"
     kept = _results(store)
@@ -156,7 +168,10 @@ def test_report_table_csv_and_plots(capsys, tmp_path) -> None:
 
 
 def test_ranges_and_accelerator(tmp_path) -> None:
-    spec = load_spec(_write(tmp_path, """
+    spec = load_spec(
+        _write(
+            tmp_path,
+            """
 models = ["bert-large"]
 devices = {from = 8, to = 64, times = 2}
 [[clusters]]
@@ -164,15 +179,23 @@ base = "h100-spine-leaf"
 accelerator = "h200-141gb"
 [clusters.sweep]
 "spine.oversubscription" = {from = 1, to = 4, step = 1}
-"""))
+""",
+        )
+    )
     assert spec.devices == (8, 16, 32, 64)
     assert spec.clusters[0].swept == (("spine.oversubscription", (1, 2, 3, 4)),)
     from nestplan.sweep.run import build_cluster
+
     case = expand(spec)[0]
     assert build_cluster(case).accelerator.name == "h200-141gb"
     with pytest.raises(ConfigError, match="range"):
-        load_spec(_write(tmp_path, 'models = ["bert-large"]\ndevices = {from = 8, to = 4, step = 1}\n'
-                                   '[[clusters]]\nbase = "dgx-a100"\n', "bad.toml"))
+        load_spec(
+            _write(
+                tmp_path,
+                'models = ["bert-large"]\ndevices = {from = 8, to = 4, step = 1}\n[[clusters]]\nbase = "dgx-a100"\n',
+                "bad.toml",
+            )
+        )
 
 
 def test_load_spec_rejects_missing_file(tmp_path) -> None:

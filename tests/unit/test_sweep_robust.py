@@ -24,10 +24,22 @@ from nestplan.sweep.report import report_table
 from nestplan.sweep.spec import MAX_CASES, MAX_RANGE_VALUES, load_spec, spec_from_dict
 from nestplan.sweep.store import Store
 
-SMALL = 'models = ["bert-large"]\ndevices = [8]\nglobal_batch_size = [64]\nseq_len = [512]\n' \
-        '[[clusters]]\nbase = "dgx-a100"\n'
-INPUTS = {"key": "k", "model": "bert-large", "cluster": "dgx-a100", "label": "dgx-a100", "accelerator": None,
-          "overrides": {}, "devices": 8, "global_batch_size": 64, "seq_len": 512, "hbm_GiB": None}
+SMALL = (
+    'models = ["bert-large"]\ndevices = [8]\nglobal_batch_size = [64]\nseq_len = [512]\n'
+    '[[clusters]]\nbase = "dgx-a100"\n'
+)
+INPUTS = {
+    "key": "k",
+    "model": "bert-large",
+    "cluster": "dgx-a100",
+    "label": "dgx-a100",
+    "accelerator": None,
+    "overrides": {},
+    "devices": 8,
+    "global_batch_size": 64,
+    "seq_len": 512,
+    "hbm_GiB": None,
+}
 
 
 def _spec(tmp_path: Path, text: str) -> Path:
@@ -42,22 +54,42 @@ def _one_line_exit_2(capsys, argv: list[str]) -> str:
     return err
 
 
-@pytest.mark.parametrize("text,named", [
-    (SMALL.replace("devices = [8]", "devices = {from = 1, to = 1e9, step = 1}"), f"{MAX_RANGE_VALUES:,} values"),
-    (SMALL.replace("devices = [8]", "devices = {from = 1, to = 10000, step = 1}")
-     .replace("seq_len = [512]", "seq_len = {from = 512, to = 1024, step = 32}"), f"at most {MAX_CASES:,}"),
-    (SMALL.replace("devices = [8]", "devices = {from = 1e20, to = 2e20, step = 1}"), "values"),   # x + 1 == x
-    (SMALL + '[clusters.sweep]\n"node.latency_us" = {from = 0, to = 10, times = 2}\n', "from > 0"),
-    (SMALL.replace("devices = [8]", "devices = [9223372036854775807]"), "devices"),
-    (SMALL.replace("devices = [8]", "devices = 1e300"), "devices"),
-    (SMALL.replace("seq_len = [512]", "seq_len = [4194304]"), "seq_len"),
-    (SMALL + "hbm_GiB = [1e308]\n", "hbm_GiB"),
-    (SMALL + '[clusters.set]\n"node.bandwidth_GBps" = 1e300\n', "node.bandwidth_GBps"),
-    (SMALL + '[clusters.set]\n"node.size" = [4, 8]\n', "node.size"),   # a fixed field is one number
-    ("x = " + "[" * 500 + "]" * 500 + "\n" + SMALL, "nested"),
-    (SMALL.replace('["bert-large"]', '["bert-\\u001b[31mlarge"]'), "control"),
-], ids=["range-1e9", "cases", "range-stuck", "times-from-0", "devices-2^63", "devices-1e300", "seq-len",
-        "hbm-1e308", "bandwidth-1e300", "fixed-list", "nested", "escape-in-name"])
+@pytest.mark.parametrize(
+    "text,named",
+    [
+        (SMALL.replace("devices = [8]", "devices = {from = 1, to = 1e9, step = 1}"), f"{MAX_RANGE_VALUES:,} values"),
+        (
+            SMALL.replace("devices = [8]", "devices = {from = 1, to = 10000, step = 1}").replace(
+                "seq_len = [512]", "seq_len = {from = 512, to = 1024, step = 32}"
+            ),
+            f"at most {MAX_CASES:,}",
+        ),
+        (SMALL.replace("devices = [8]", "devices = {from = 1e20, to = 2e20, step = 1}"), "values"),  # x + 1 == x
+        (SMALL + '[clusters.sweep]\n"node.latency_us" = {from = 0, to = 10, times = 2}\n', "from > 0"),
+        (SMALL.replace("devices = [8]", "devices = [9223372036854775807]"), "devices"),
+        (SMALL.replace("devices = [8]", "devices = 1e300"), "devices"),
+        (SMALL.replace("seq_len = [512]", "seq_len = [4194304]"), "seq_len"),
+        (SMALL + "hbm_GiB = [1e308]\n", "hbm_GiB"),
+        (SMALL + '[clusters.set]\n"node.bandwidth_GBps" = 1e300\n', "node.bandwidth_GBps"),
+        (SMALL + '[clusters.set]\n"node.size" = [4, 8]\n', "node.size"),  # a fixed field is one number
+        ("x = " + "[" * 500 + "]" * 500 + "\n" + SMALL, "nested"),
+        (SMALL.replace('["bert-large"]', '["bert-\\u001b[31mlarge"]'), "control"),
+    ],
+    ids=[
+        "range-1e9",
+        "cases",
+        "range-stuck",
+        "times-from-0",
+        "devices-2^63",
+        "devices-1e300",
+        "seq-len",
+        "hbm-1e308",
+        "bandwidth-1e300",
+        "fixed-list",
+        "nested",
+        "escape-in-name",
+    ],
+)
 def test_bad_spec_is_one_line_and_writes_nothing(capsys, tmp_path, text, named) -> None:
     out = tmp_path / "out"
     err = _one_line_exit_2(capsys, ["sweep", str(_spec(tmp_path, text)), "--out", str(out), "--workers", "1"])
@@ -66,8 +98,9 @@ def test_bad_spec_is_one_line_and_writes_nothing(capsys, tmp_path, text, named) 
 
 
 def test_largest_range_is_kept_whole_not_cut(tmp_path) -> None:
-    spec = load_spec(_spec(tmp_path, SMALL.replace("devices = [8]", f"devices = {{from = 1, to = {MAX_RANGE_VALUES}, "
-                                                                    "step = 1}")))
+    spec = load_spec(
+        _spec(tmp_path, SMALL.replace("devices = [8]", f"devices = {{from = 1, to = {MAX_RANGE_VALUES}, step = 1}}"))
+    )
     assert spec.devices == tuple(range(1, MAX_RANGE_VALUES + 1))
 
 
@@ -112,13 +145,16 @@ def test_output_folder_that_is_a_file(tmp_path) -> None:
 def test_read_only_store_is_one_config_error(monkeypatch, tmp_path) -> None:
     Store(tmp_path / "results.sqlite").close()
     connect = sqlite3.connect
-    monkeypatch.setattr(store_module.sqlite3, "connect",   # what a read-only file or folder gives, even to root
-                        lambda path, **kwargs: connect(f"file:{path}?mode=ro", uri=True, **kwargs))
+    monkeypatch.setattr(
+        store_module.sqlite3,
+        "connect",  # what a read-only file or folder gives, even to root
+        lambda path, **kwargs: connect(f"file:{path}?mode=ro", uri=True, **kwargs),
+    )
     solved = []
     monkeypatch.setattr(run_module, "solve", lambda *args: solved.append(args))
     with pytest.raises(ConfigError, match="results.sqlite.*readonly"):
         api.sweep(_spec(tmp_path, SMALL), tmp_path, workers=1)
-    assert solved == []   # refused before the first case, not after it
+    assert solved == []  # refused before the first case, not after it
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -136,7 +172,7 @@ def test_read_only_output_folder(capsys, tmp_path) -> None:
 def test_full_disk_while_saving_a_case_is_one_config_error(monkeypatch, tmp_path) -> None:
     connect = sqlite3.connect
 
-    def small_disk(*args, **kwargs):   # a database that may not grow beyond 4 pages: SQLITE_FULL
+    def small_disk(*args, **kwargs):  # a database that may not grow beyond 4 pages: SQLITE_FULL
         db = connect(*args, **kwargs)
         db.execute("PRAGMA max_page_count = 4")
         return db
@@ -154,7 +190,7 @@ def test_row_a_report_cannot_show_is_one_line(capsys, tmp_path) -> None:
     store.put(INPUTS, {"status": "error", "error": "boom"})
     store.close()
     db = sqlite3.connect(tmp_path / "results.sqlite")
-    db.execute("UPDATE results SET overrides = '{\"a\": \"x\"}'")
+    db.execute('UPDATE results SET overrides = \'{"a": "x"}\'')
     db.commit()
     db.close()
     err = _one_line_exit_2(capsys, ["sweep", "report", str(tmp_path)])
@@ -169,9 +205,18 @@ def _render(table) -> str:
 
 def test_report_table_shows_names_and_swept_values_literally() -> None:
     plan = {"tp": 8, "sp": True, "pp": 2, "dp": 1, "cp": 1, "ep": 1, "micro_batch_size": 1, "zero_stage": 1}
-    ok = {"model": "bert-large", "label": "a100", "accelerator": None, "hbm_GiB": None, "devices": 16,
-          "overrides": {"fabric.bandwidth_GBps": 100}, "status": "ok", "tokens_per_s_per_device": 1234.5,
-          "mfu": 0.41, "plan": plan}
+    ok = {
+        "model": "bert-large",
+        "label": "a100",
+        "accelerator": None,
+        "hbm_GiB": None,
+        "devices": 16,
+        "overrides": {"fabric.bandwidth_GBps": 100},
+        "status": "ok",
+        "tokens_per_s_per_device": 1234.5,
+        "mfu": 0.41,
+        "plan": plan,
+    }
     odd = dict(ok, model="m[/]x", label="[bold]loud", overrides={}, status="error", plan=None)
     text = _render(report_table([ok, dict(ok, overrides={"fabric.bandwidth_GBps": 200}), odd], "sweep [/]out: 3"))
     assert "a100 [fabric.bandwidth_GBps=100]" in text and "a100 [fabric.bandwidth_GBps=200]" in text
@@ -204,22 +249,26 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="lists child processes through psutil or /proc")
 def test_workers_exit_when_only_the_driver_is_killed(tmp_path) -> None:
-    spec = _spec(tmp_path, SMALL.replace("devices = [8]", "devices = [8, 16, 32, 64]")
-                 .replace('"bert-large"', '"bert-large", "llama2-7b", "llama3-8b"')
-                 + '[clusters.sweep]\n"node.latency_us" = [1, 2, 3, 4, 5]\n')
+    spec = _spec(
+        tmp_path,
+        SMALL.replace("devices = [8]", "devices = [8, 16, 32, 64]").replace(
+            '"bert-large"', '"bert-large", "llama2-7b", "llama3-8b"'
+        )
+        + '[clusters.sweep]\n"node.latency_us" = [1, 2, 3, 4, 5]\n',
+    )
     store = tmp_path / "out" / "results.sqlite"
     cmd = [sys.executable, "-m", "nestplan.cli", "sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "2"]
     driver = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and driver.poll() is None:   # until both workers have solved something
+        while time.time() < deadline and driver.poll() is None:  # until both workers have solved something
             workers = _children(driver.pid)
             if len(workers) >= 2 and store.exists() and store.stat().st_size > 0:
                 break
             time.sleep(0.1)
         assert driver.poll() is None and len(workers) >= 2, "the sweep should be running with its workers"
-        os.kill(driver.pid, signal.SIGKILL)   # the driver only: its workers are not signalled
+        os.kill(driver.pid, signal.SIGKILL)  # the driver only: its workers are not signalled
         driver.wait()
         deadline = time.time() + 30
         while time.time() < deadline and any(_running(w) for w in workers):
@@ -238,7 +287,15 @@ def test_device_memory_at_or_below_the_reserve_is_a_failed_case_not_a_negative_b
     from nestplan.sweep.run import build_cluster
     from nestplan.sweep.spec import expand
 
-    spec = spec_from_dict({"models": ["bert-large"], "devices": [8], "global_batch_size": [64], "seq_len": [512],
-                           "hbm_GiB": [1], "clusters": [{"base": "dgx-a100"}]})
+    spec = spec_from_dict(
+        {
+            "models": ["bert-large"],
+            "devices": [8],
+            "global_batch_size": [64],
+            "seq_len": [512],
+            "hbm_GiB": [1],
+            "clusters": [{"base": "dgx-a100"}],
+        }
+    )
     with pytest.raises(ConfigError, match="hbm_GiB 1 is not above the 2 GiB"):
         build_cluster(expand(spec)[0])

@@ -28,14 +28,21 @@ def test_without_torch_trace_is_one_line_and_exit_2(capsys, monkeypatch) -> None
     """Without the extra, `nestplan trace` names what to install instead of a traceback."""
     from cli_helpers import run_cli
 
-    monkeypatch.setitem(sys.modules, "torch", None)    # `import torch` raises ImportError
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     code, out, err = run_cli(capsys, ["trace", "--model", "llama2-7b", "--seq-len", "64"])
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "nestplan[trace]" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("name,seq", [pytest.param("llama3-70b", 1024, marks=pytest.mark.slow),
-                                      ("mixtral-8x7b", 1024), ("gpt3-175b", 1024), ("bert-large", 512)])
+@pytest.mark.parametrize(
+    "name,seq",
+    [
+        pytest.param("llama3-70b", 1024, marks=pytest.mark.slow),
+        ("mixtral-8x7b", 1024),
+        ("gpt3-175b", 1024),
+        ("bert-large", 512),
+    ],
+)
 def test_trace_agrees_with_the_closed_forms(name, seq, trace_extra) -> None:
     """FLOPs within 2%, saved bytes within 10% (Llama, Mixtral with top-2 of 8 experts, the GPT-2
     architecture of GPT-3, BERT). Llama 3 70B's 8k-wide blocks take seconds to trace: slow."""
@@ -43,11 +50,11 @@ def test_trace_agrees_with_the_closed_forms(name, seq, trace_extra) -> None:
     result = trace_config(json.loads(entry_path("model", name).read_text()), seq_len=seq)
     assert len(result.blocks) == 2
     for block in result.blocks:
-        flops = 3 * block_model_flops(spec, block.index, seq, seq)   # forward + backward (2x)
+        flops = 3 * block_model_flops(spec, block.index, seq, seq)  # forward + backward (2x)
         saved = block_activation_bytes(spec, block.index, Shard(seq_len=seq), Recomputation.NONE)
         assert block.flops == pytest.approx(flops, rel=0.02), name
         assert block.saved_bytes == pytest.approx(saved, rel=0.10), name
-    assert result.total_flops > sum(b.flops for b in result.blocks)   # embedding and head besides
+    assert result.total_flops > sum(b.flops for b in result.blocks)  # embedding and head besides
 
 
 def test_trace_needs_a_model_type(trace_extra) -> None:

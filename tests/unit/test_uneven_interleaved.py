@@ -29,7 +29,7 @@ from nestplan.search.planner import ends_balanced_layout
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 
-LLAMA3_LAYOUT = (0,) + (1,) * 126 + (0,)   # Dubey et al. 2024, section 3.3.2: pp 16 x v 8, 126 layers
+LLAMA3_LAYOUT = (0,) + (1,) * 126 + (0,)  # Dubey et al. 2024, section 3.3.2: pp 16 x v 8, 126 layers
 NEMO_405B_LAYOUT = (1,) + (2,) * 62 + (1,)  # NeMo's 405B recipe: embedding and loss counted as layers, pp 8 x v 8
 
 
@@ -46,17 +46,20 @@ def test_shorthand_repeats_a_count() -> None:
     assert _layers(None) is None
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("2x0", "--layers-per-stage 0 is out of range; allowed: 1..1024"),
-    ("2x", "--layers-per-stage '2x' is not a plain decimal integer or NxK"),
-    ("x3", "--layers-per-stage 'x3' is not a plain decimal integer or NxK"),
-    ("2X3", "--layers-per-stage '2X3' is not a plain decimal integer or NxK"),
-    ("2x3x4", "--layers-per-stage '2x3x4' is not a plain decimal integer or NxK"),
-    ("-1,3", "--layers-per-stage '-1' is not a plain decimal integer or NxK"),
-    ("1,,2", "--layers-per-stage '' is not a plain decimal integer or NxK"),
-    ("1x1000,1x25", f"--layers-per-stage has more than {MAX_STAGES} entries"),
-    ("1x99999999999999999999", "--layers-per-stage 99999999999999999999 is out of range"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("2x0", "--layers-per-stage 0 is out of range; allowed: 1..1024"),
+        ("2x", "--layers-per-stage '2x' is not a plain decimal integer or NxK"),
+        ("x3", "--layers-per-stage 'x3' is not a plain decimal integer or NxK"),
+        ("2X3", "--layers-per-stage '2X3' is not a plain decimal integer or NxK"),
+        ("2x3x4", "--layers-per-stage '2x3x4' is not a plain decimal integer or NxK"),
+        ("-1,3", "--layers-per-stage '-1' is not a plain decimal integer or NxK"),
+        ("1,,2", "--layers-per-stage '' is not a plain decimal integer or NxK"),
+        ("1x1000,1x25", f"--layers-per-stage has more than {MAX_STAGES} entries"),
+        ("1x99999999999999999999", "--layers-per-stage 99999999999999999999 is out of range"),
+    ],
+)
 def test_shorthand_errors_name_the_option(text, needle) -> None:
     with pytest.raises(ConfigError) as err:
         _layers(text)
@@ -65,8 +68,26 @@ def test_shorthand_errors_name_the_option(text, needle) -> None:
 
 
 def test_cli_evaluates_a_layout_and_refuses_a_bad_one(capsys) -> None:
-    base = ["evaluate", "--model", "llama2-7b", "--cluster", "h100-spine-leaf", "--devices", "16", "--tp", "2",
-            "--pp", "4", "--dp", "2", "--virtual-stages", "2", "--global-batch-size", "64", "--json"]
+    base = [
+        "evaluate",
+        "--model",
+        "llama2-7b",
+        "--cluster",
+        "h100-spine-leaf",
+        "--devices",
+        "16",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--dp",
+        "2",
+        "--virtual-stages",
+        "2",
+        "--global-batch-size",
+        "64",
+        "--json",
+    ]
     code, out, _ = run_cli(capsys, base + ["--layers-per-stage", "3,5,3,5x2,3,5,3"])
     assert code == 0
     assert json.loads(out)["parallel"]["layers_per_stage"] == [3, 5, 3, 5, 5, 3, 5, 3]
@@ -80,7 +101,7 @@ def test_layers_per_virtual_stage_give_each_stage_its_chunks() -> None:
     d = _interleaved(4, 2, (3, 4, 4, 4, 4, 4, 4, 3))
     assert d.per_virtual_stage
     assert d.virtual_stage_layers(30) == (3, 4, 4, 4, 4, 4, 4, 3)
-    assert d.stage_layers(30) == (7, 8, 8, 7)        # chunks 0 and 1 of stage s: entries s and 4 + s
+    assert d.stage_layers(30) == (7, 8, 8, 7)  # chunks 0 and 1 of stage s: entries s and 4 + s
     even = _interleaved(4, 2, (8, 8, 8, 8))
     assert not even.per_virtual_stage
     assert even.virtual_stage_layers(32) == (4,) * 8
@@ -90,13 +111,16 @@ def test_a_layout_even_within_every_stage_is_the_per_stage_plan() -> None:
     assert _interleaved(4, 2, (3, 4, 5, 6, 3, 4, 5, 6)) == _interleaved(4, 2, (6, 8, 10, 12))
 
 
-@pytest.mark.parametrize("pp, v, layers, needle", [
-    (4, 2, (3, 4, 4), "has 3 entries; allowed: pp 4 or pp x v = 8"),
-    (4, 1, (1,) * 8, "has 8 entries; allowed: pp 4 (pp x v entries need v > 1)"),
-    (4, 2, (3, 4, 4, 0, 4, 4, 4, 5), "gives a virtual stage between the first and the last no layer"),
-    (4, 2, (0, 10, 10, 8), "gives a stage no layer"),
-    (4, 2, (-1, 4, 4, 4, 4, 4, 4, 5), "has a negative count -1"),
-])
+@pytest.mark.parametrize(
+    "pp, v, layers, needle",
+    [
+        (4, 2, (3, 4, 4), "has 3 entries; allowed: pp 4 or pp x v = 8"),
+        (4, 1, (1,) * 8, "has 8 entries; allowed: pp 4 (pp x v entries need v > 1)"),
+        (4, 2, (3, 4, 4, 0, 4, 4, 4, 5), "gives a virtual stage between the first and the last no layer"),
+        (4, 2, (0, 10, 10, 8), "gives a stage no layer"),
+        (4, 2, (-1, 4, 4, 4, 4, 4, 4, 5), "has a negative count -1"),
+    ],
+)
 def test_layouts_that_cannot_run_are_refused(pp, v, layers, needle) -> None:
     schedule = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
     with pytest.raises(ConfigError, match=re.escape(needle)) as err:
@@ -221,8 +245,9 @@ def test_simulation_with_chunk_times_runs_every_operation(p, v, groups) -> None:
         assert fast == pytest.approx(full, rel=1e-11)
         assert full == pytest.approx(_operation_by_operation(fwd, bwd, m, v), rel=1e-12)
         took = timeline.end_s - timeline.start_s
-        chunk_time = np.where(timeline.kind == FORWARD, fwd[timeline.stage, timeline.chunk],
-                              bwd[timeline.stage, timeline.chunk])
+        chunk_time = np.where(
+            timeline.kind == FORWARD, fwd[timeline.stage, timeline.chunk], bwd[timeline.stage, timeline.chunk]
+        )
         assert took == pytest.approx(chunk_time, rel=1e-9)
 
 
@@ -230,8 +255,9 @@ def test_equal_chunk_times_are_the_per_stage_times() -> None:
     rng = np.random.default_rng(5)
     fwd, bwd = rng.uniform(0.1, 2.0, 4), rng.uniform(0.1, 3.0, 4)
     per_stage, _ = simulate(fwd, bwd, 12, Schedule.INTERLEAVED, 3)
-    per_chunk, _ = simulate(np.repeat(fwd[:, None] / 3, 3, axis=1), np.repeat(bwd[:, None] / 3, 3, axis=1), 12,
-                            Schedule.INTERLEAVED, 3)
+    per_chunk, _ = simulate(
+        np.repeat(fwd[:, None] / 3, 3, axis=1), np.repeat(bwd[:, None] / 3, 3, axis=1), 12, Schedule.INTERLEAVED, 3
+    )
     assert per_chunk == per_stage
 
 
@@ -254,11 +280,14 @@ def test_plan_json_keeps_the_layout() -> None:
     assert again.predicted.step_time_s == plan.predicted.step_time_s
 
 
-@pytest.mark.parametrize("layers, needle", [
-    ([3, 5, 3, 5, 5, 3], "has 6 entries; allowed: pp 4 or pp x v = 8"),
-    ([3, 5, 0, 5, 5, 3, 5, 6], "gives a virtual stage between the first and the last no layer"),
-    ([3, 5, 3, 5, 5, 3, 5, -3], "parallel.layers_per_stage[7]"),
-])
+@pytest.mark.parametrize(
+    "layers, needle",
+    [
+        ([3, 5, 3, 5, 5, 3], "has 6 entries; allowed: pp 4 or pp x v = 8"),
+        ([3, 5, 0, 5, 5, 3, 5, 6], "gives a virtual stage between the first and the last no layer"),
+        ([3, 5, 3, 5, 5, 3, 5, -3], "parallel.layers_per_stage[7]"),
+    ],
+)
 def test_plan_json_refuses_bad_layouts(layers, needle) -> None:
     data = _plan(LAYOUT).to_dict()
     data["parallel"]["layers_per_stage"] = layers
@@ -272,9 +301,9 @@ def test_plan_json_refuses_bad_layouts(layers, needle) -> None:
 def test_end_balanced_layouts_are_the_published_ones() -> None:
     assert ends_balanced_layout(126, 16, 8) == LLAMA3_LAYOUT
     assert ends_balanced_layout(126, 8, 8) == NEMO_405B_LAYOUT
-    assert ends_balanced_layout(94, 8, 3) == (3,) + (4,) * 22 + (3,)   # Megatron-Bridge's Qwen3: 24 virtual stages
-    assert ends_balanced_layout(126, 8, 3) is None                      # 128 is not a multiple of 24
-    assert ends_balanced_layout(30, 8, 1) is None                       # no interleaving
+    assert ends_balanced_layout(94, 8, 3) == (3,) + (4,) * 22 + (3,)  # Megatron-Bridge's Qwen3: 24 virtual stages
+    assert ends_balanced_layout(126, 8, 3) is None  # 128 is not a multiple of 24
+    assert ends_balanced_layout(30, 8, 1) is None  # no interleaving
 
 
 def test_planner_returns_an_end_balanced_layout() -> None:
@@ -317,7 +346,7 @@ def test_megatron_and_nemo_write_the_layout(make, pp) -> None:
     given = dict(flags)
     counts = _megatron_counts(given["--pipeline-model-parallel-layout"], pp)
     assert tuple(counts) == plan.dims.layers_per_stage
-    assert "--num-virtual-stages-per-pipeline-rank" not in given   # Megatron derives v from the layout
+    assert "--num-virtual-stages-per-pipeline-rank" not in given  # Megatron derives v from the layout
     overrides, _ = nemo.overrides(ExportInput(plan, "test"))
     keys = dict(overrides)
     assert keys["model.pipeline_model_parallel_layout"] == given["--pipeline-model-parallel-layout"]
@@ -328,7 +357,7 @@ def test_llama3_layout_is_short() -> None:
     assert megatron.layout(_llama3_plan()) == "E|(t*1|)*126L"
 
 
-TITAN_LAYOUT = _interleaved(4, 2, (4, 5, 4, 4, 4, 4, 4, 3), tp=2, dp=4, sp=True, zero=1)   # its split of 32 + 1 + 1
+TITAN_LAYOUT = _interleaved(4, 2, (4, 5, 4, 4, 4, 4, 4, 3), tp=2, dp=4, sp=True, zero=1)  # its split of 32 + 1 + 1
 
 
 @pytest.mark.parametrize("make", [_llama3_plan, lambda: _plan(TITAN_LAYOUT)])

@@ -10,14 +10,42 @@ from cli_helpers import run_cli
 from nestplan.errors import ConfigError
 from nestplan.validate import summarise, validate
 
-LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 8, "num_attention_heads": 32,
-         "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
-         "max_position_embeddings": 8192}
-GOOD = {"id": "good", "model_name": "Llama 8-layer", "model_config": LLAMA, "cluster": "dgx-h100", "gpus": 8,
-        "tp": 2, "pp": 1, "vp": 1, "cp": 1, "ep": 1, "dp": 4, "sp": True, "recompute": "none", "zero": 1, "mbs": 1,
-        "global_batch": 32, "seq_len": 4096, "precision": "bf16", "layers_per_stage": None,
-        "axis_order": "tp,cp,ep,dp,pp", "grad_reduce_dtype": "bf16", "tp_comm_overlap": True, "flash": True,
-        "published": {"metric": "step_time_s", "value": 1.0}}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+}
+GOOD = {
+    "id": "good",
+    "model_name": "Llama 8-layer",
+    "model_config": LLAMA,
+    "cluster": "dgx-h100",
+    "gpus": 8,
+    "tp": 2,
+    "pp": 1,
+    "vp": 1,
+    "cp": 1,
+    "ep": 1,
+    "dp": 4,
+    "sp": True,
+    "recompute": "none",
+    "zero": 1,
+    "mbs": 1,
+    "global_batch": 32,
+    "seq_len": 4096,
+    "precision": "bf16",
+    "layers_per_stage": None,
+    "axis_order": "tp,cp,ep,dp,pp",
+    "grad_reduce_dtype": "bf16",
+    "tp_comm_overlap": True,
+    "flash": True,
+    "published": {"metric": "step_time_s", "value": 1.0},
+}
 
 
 def _write(tmp_path, rows) -> str:

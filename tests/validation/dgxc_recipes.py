@@ -30,11 +30,21 @@ from pathlib import Path
 from typing import Any
 
 # model_name prefix (proxies with fewer layers share it) -> the optimizer state of its BF16 runs
-BF16_OPTIMIZER_STATE = {"Llama 3.1": "remainders", "GPT-3": "remainders", "Nemotron-4 15B": "remainders",
-                        "Nemotron-4 340B": "bf16", "Grok-1": "fp32"}
+BF16_OPTIMIZER_STATE = {
+    "Llama 3.1": "remainders",
+    "GPT-3": "remainders",
+    "Nemotron-4 15B": "remainders",
+    "Nemotron-4 340B": "bf16",
+    "Grok-1": "fp32",
+}
 # under fp8_params NeMo stores a whole master copy in the optimizer's dtype: fp32, bf16 for Nemotron-4 340B
-FP8_OPTIMIZER_STATE = {"Llama 3.1": "fp32", "GPT-3": "fp32", "Nemotron-4 15B": "fp32",
-                       "Nemotron-4 340B": "bf16", "Grok-1": "fp32"}
+FP8_OPTIMIZER_STATE = {
+    "Llama 3.1": "fp32",
+    "GPT-3": "fp32",
+    "Nemotron-4 15B": "fp32",
+    "Nemotron-4 340B": "bf16",
+    "Grok-1": "fp32",
+}
 
 
 def _model(row: Mapping[str, Any]) -> str:
@@ -47,8 +57,7 @@ def _model(row: Mapping[str, Any]) -> str:
 def as_run(row: Mapping[str, Any]) -> dict[str, Any]:
     """The row with the recipe's settings it lacks (the module docstring's sources)."""
     model, fp8 = _model(row), row["precision"] == "fp8"
-    settings = {"fp8_params": fp8,
-                "optimizer_state": (FP8_OPTIMIZER_STATE if fp8 else BF16_OPTIMIZER_STATE)[model]}
+    settings = {"fp8_params": fp8, "optimizer_state": (FP8_OPTIMIZER_STATE if fp8 else BF16_OPTIMIZER_STATE)[model]}
     if model == "Grok-1":
         settings.update(tp_comm_overlap=True, moe_capacity_factor=1.0)
     return {**row, **settings}

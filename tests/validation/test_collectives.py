@@ -38,35 +38,80 @@ class Case:
 
 def _two_dgx_a100_with_four_hdr() -> Cluster:
     """2 nodes x 8 A100, 4x HDR 200 Gb/s per node = 100 GB/s per node = 12.5 GB/s per GPU."""
-    return cluster_from_dict({
-        "name": "2x8-a100-4hdr",
-        "accelerator": "a100-80gb",
-        "levels": [
-            # A100 NVLink3: 600 GB/s bidirectional = 300 GB/s per direction per GPU
-            {"name": "node", "size": 8, "bandwidth_GBps": 300, "latency_us": 1, "kind": "nvlink3"},
-            # 4 x 200 Gb/s = 4 x 25 GB/s = 100 GB/s per node, shared by 8 GPUs
-            {"name": "fabric", "size": 2, "bandwidth_GBps": 12.5, "latency_us": 3, "kind": "infiniband"},
-        ],
-    }, origin="inline")
+    return cluster_from_dict(
+        {
+            "name": "2x8-a100-4hdr",
+            "accelerator": "a100-80gb",
+            "levels": [
+                # A100 NVLink3: 600 GB/s bidirectional = 300 GB/s per direction per GPU
+                {"name": "node", "size": 8, "bandwidth_GBps": 300, "latency_us": 1, "kind": "nvlink3"},
+                # 4 x 200 Gb/s = 4 x 25 GB/s = 100 GB/s per node, shared by 8 GPUs
+                {"name": "fabric", "size": 2, "bandwidth_GBps": 12.5, "latency_us": 3, "kind": "infiniband"},
+            ],
+        },
+        origin="inline",
+    )
 
 
 CASES = [
-    Case("a100-8gpu-nvlink3", "8x A100 SXM in one node, NVLink3/NVSwitch, allreduce, large messages",
-         232.5, "NVIDIA/nccl-tests#175", "dgx-a100", 8, tuple(range(8))),
-    Case("h100-8gpu-nvlink4-ring", "8x H100 SXM in one node, NVLink4/NVSwitch, ring allreduce (no NVLS)",
-         370.0, "NVIDIA/nccl-tests#212 (~370 GB/s effective on 450 GB/s line rate)", "dgx-h100", 8, tuple(range(8))),
-    Case("a100-2x8-4hdr", "2 nodes x 8 A100, 4x HDR 200 Gb/s per node, allreduce (theoretical 100)",
-         86.0, "NVIDIA/nccl-tests#175", "inline-2x8-a100-4hdr", 16, tuple(range(16))),
-    Case("h100-ndr-per-nic", "per NDR 400 Gb/s NIC (ConnectX-7), inter-node ring: one GPU per node",
-         47.0, "NVIDIA/nccl-tests#290 (46-48 GB/s)", "dgx-h100", 16, (0, 8)),
-    Case("a100-hdr-per-nic", "per HDR 200 Gb/s NIC, inter-node: one GPU per node",
-         24.0, "NVIDIA/nccl#412", "dgx-a100", 16, (0, 8)),
+    Case(
+        "a100-8gpu-nvlink3",
+        "8x A100 SXM in one node, NVLink3/NVSwitch, allreduce, large messages",
+        232.5,
+        "NVIDIA/nccl-tests#175",
+        "dgx-a100",
+        8,
+        tuple(range(8)),
+    ),
+    Case(
+        "h100-8gpu-nvlink4-ring",
+        "8x H100 SXM in one node, NVLink4/NVSwitch, ring allreduce (no NVLS)",
+        370.0,
+        "NVIDIA/nccl-tests#212 (~370 GB/s effective on 450 GB/s line rate)",
+        "dgx-h100",
+        8,
+        tuple(range(8)),
+    ),
+    Case(
+        "a100-2x8-4hdr",
+        "2 nodes x 8 A100, 4x HDR 200 Gb/s per node, allreduce (theoretical 100)",
+        86.0,
+        "NVIDIA/nccl-tests#175",
+        "inline-2x8-a100-4hdr",
+        16,
+        tuple(range(16)),
+    ),
+    Case(
+        "h100-ndr-per-nic",
+        "per NDR 400 Gb/s NIC (ConnectX-7), inter-node ring: one GPU per node",
+        47.0,
+        "NVIDIA/nccl-tests#290 (46-48 GB/s)",
+        "dgx-h100",
+        16,
+        (0, 8),
+    ),
+    Case(
+        "a100-hdr-per-nic",
+        "per HDR 200 Gb/s NIC, inter-node: one GPU per node",
+        24.0,
+        "NVIDIA/nccl#412",
+        "dgx-a100",
+        16,
+        (0, 8),
+    ),
 ]
 
 # Out of the model: NVLink SHARP reduces inside the NVSwitch, so each GPU sends its
 # data once instead of 2(n-1)/n times; a ring model cannot reach it.
-NVLS = Case("h100-8gpu-nvls", "8x H100 SXM in one node, allreduce with NVLink SHARP (NVLS), >256 MB",
-            480.0, "NVIDIA/nccl-tests#212, #290", "dgx-h100", 8, tuple(range(8)))
+NVLS = Case(
+    "h100-8gpu-nvls",
+    "8x H100 SXM in one node, allreduce with NVLink SHARP (NVLS), >256 MB",
+    480.0,
+    "NVIDIA/nccl-tests#212, #290",
+    "dgx-h100",
+    8,
+    tuple(range(8)),
+)
 
 
 def _cluster(case: Case) -> Cluster:
@@ -88,18 +133,22 @@ def predicted_busbw_GBps(case: Case) -> float:
 def test_allreduce_busbw_matches_published(case: Case):
     predicted = predicted_busbw_GBps(case)
     error = predicted / case.published_busbw_GBps - 1
-    print(f"{case.id}: predicted {predicted:.1f} GB/s, published {case.published_busbw_GBps} GB/s "
-          f"({case.ref}), error {error:+.1%}")
+    print(
+        f"{case.id}: predicted {predicted:.1f} GB/s, published {case.published_busbw_GBps} GB/s "
+        f"({case.ref}), error {error:+.1%}"
+    )
     assert abs(error) <= TOLERANCE, (
         f"{case.setting}: predicted busbw {predicted:.1f} GB/s vs published {case.published_busbw_GBps} GB/s "
-        f"({case.ref}): error {error:+.1%} exceeds {TOLERANCE:.0%}")
+        f"({case.ref}): error {error:+.1%} exceeds {TOLERANCE:.0%}"
+    )
 
 
 def test_nvls_figure_is_above_the_ring_model():
     """NVLS (in-switch reduction) is outside the ring model: the ring prediction stays below it."""
     predicted = predicted_busbw_GBps(NVLS)
-    print(f"{NVLS.id}: ring prediction {predicted:.1f} GB/s, NVLS published {NVLS.published_busbw_GBps} GB/s "
-          f"({NVLS.ref})")
+    print(
+        f"{NVLS.id}: ring prediction {predicted:.1f} GB/s, NVLS published {NVLS.published_busbw_GBps} GB/s ({NVLS.ref})"
+    )
     assert predicted < NVLS.published_busbw_GBps * (1 - TOLERANCE)
 
 

@@ -42,10 +42,10 @@ FIG7 = {
     "530B": {"sequence_parallel": 58.31, "selective": 62.04, "sequence_parallel_selective": 20.27, "full": 9.42},
     "1T": {"sequence_parallel": 58.31, "selective": 62.04, "sequence_parallel_selective": 20.27, "full": 9.42},
 }
-TIME_TOLERANCE = 0.15         # each Table 5 time within 15%
+TIME_TOLERANCE = 0.15  # each Table 5 time within 15%
 TIME_MEDIAN_TOLERANCE = 0.08  # median error within 8%
-MEMORY_TOLERANCE = 0.10       # Figure 1 within 10%
-RATIO_TOLERANCE_PP = 5.0      # Figure 7 within 5 percentage points
+MEMORY_TOLERANCE = 0.10  # Figure 1 within 10%
+RATIO_TOLERANCE_PP = 5.0  # Figure 7 within 5 percentage points
 
 
 def _plan(name: str, mode: str) -> tuple:
@@ -54,8 +54,16 @@ def _plan(name: str, mode: str) -> tuple:
     cluster = api.resolve_cluster("dgx-a100", gpus)
     job = Job(global_batch_size=gbs, seq_len=2048, dtype="fp16", flash_attention=False)
     recompute = {"full": "full", "sp_selective": "selective", "none": "none", "sp_none": "none"}[mode]
-    dims = ParallelDims(tp=tp, pp=pp, dp=1, sp=mode.startswith("sp"), recompute=recompute, micro_batch_size=mbs,
-                        schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v)
+    dims = ParallelDims(
+        tp=tp,
+        pp=pp,
+        dp=1,
+        sp=mode.startswith("sp"),
+        recompute=recompute,
+        micro_batch_size=mbs,
+        schedule="interleaved" if v > 1 else "1f1b",
+        virtual_stages=v,
+    )
     return model, cluster, dims, job
 
 
@@ -102,8 +110,7 @@ def test_figure1_memory(name: str) -> None:
     tp = CONFIGS[name][0]
     embedding_params = (model.vocab_size / tp + model.max_position_embeddings) * model.hidden_size
     bytes_per_param = 2 + 4 + 12  # fp16 weight, fp32 gradient, fp32 master + Adam moments
-    states = (first["weights"] + first["gradients"] + first["optimizer"]
-              - embedding_params * bytes_per_param) / GiB
+    states = (first["weights"] + first["gradients"] + first["optimizer"] - embedding_params * bytes_per_param) / GiB
     assert abs(states / FIG1_STATES[name] - 1) <= MEMORY_TOLERANCE, (states, FIG1_STATES[name])
     act_none = first["activations"] / GiB
     assert abs(act_none / FIG1_ACT_NONE[name] - 1) <= MEMORY_TOLERANCE, (act_none, FIG1_ACT_NONE[name])
@@ -139,7 +146,9 @@ def test_korthikanti_per_layer_formula_exact() -> None:
     tp_only = L.Shard(tp=t, micro_batch=b, seq_len=s, flash=False)
     tp_sp = L.Shard(tp=t, sp=True, micro_batch=b, seq_len=s, flash=False)
     assert L.block_activation_bytes(model, 0, tp_only, L.Recomputation.NONE) == pytest.approx(
-        s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+        s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    )
     assert L.block_activation_bytes(model, 0, tp_sp, L.Recomputation.NONE) == pytest.approx(
-        s * b * h / t * (34 + 5 * a * s / h))
+        s * b * h / t * (34 + 5 * a * s / h)
+    )
     assert L.block_activation_bytes(model, 0, tp_sp, L.Recomputation.SELECTIVE) == pytest.approx(s * b * h / t * 34)

@@ -16,8 +16,8 @@ from nestplan.compat.solve import NestPlan, NestResult, solve
 from nestplan.errors import PlannerError
 from nestplan.units import GiB
 
-ESTIMATOR_UNIT_S = 1e-3        # cycles / 1.05e6 at a 1.05 GHz clock: milliseconds
-PHYSICAL_BATCH = 4096          # sequences per step of the physical prediction (the NEST paper's global batch)
+ESTIMATOR_UNIT_S = 1e-3  # cycles / 1.05e6 at a 1.05 GHz clock: milliseconds
+PHYSICAL_BATCH = 4096  # sequences per step of the physical prediction (the NEST paper's global batch)
 
 
 def breakdown(inp: NestInput, plan: NestPlan, unit_s: float = 1.0) -> dict[str, float]:
@@ -27,14 +27,22 @@ def breakdown(inp: NestInput, plan: NestPlan, unit_s: float = 1.0) -> dict[str, 
     compute = (plan.loads[s] - plan.transfers[s]) * unit_s * rounds
     transfer = plan.transfers[s] * rounds
     total = compute + transfer + plan.allreduce
-    return {"compute": compute, "transfer": transfer, "allreduce": plan.allreduce, "total": total,
-            "network_share": (transfer + plan.allreduce) / total, "rounds": rounds}
+    return {
+        "compute": compute,
+        "transfer": transfer,
+        "allreduce": plan.allreduce,
+        "total": total,
+        "network_share": (transfer + plan.allreduce) / total,
+        "rounds": rounds,
+    }
 
 
 def in_seconds(inp: NestInput) -> NestInput:
     """The same input with layer latencies converted to seconds (one unit throughout)."""
-    graphs = tuple(dataclasses.replace(
-        g, embedding=_scaled(g.embedding), layers=tuple(_scaled(x) for x in g.layers)) for g in inp.graphs)
+    graphs = tuple(
+        dataclasses.replace(g, embedding=_scaled(g.embedding), layers=tuple(_scaled(x) for x in g.layers))
+        for g in inp.graphs
+    )
     return dataclasses.replace(inp, graphs=graphs)
 
 
@@ -48,8 +56,9 @@ def describe(plan: NestPlan) -> str:
     return f"t {plan.width}, d {plan.replicas}, p {plan.depth} (nodes per stage {parts}){zero}"
 
 
-def explain(inp: NestInput, result: NestResult, *, model: str | None = None, cluster: str | None = None,
-            mbs: int | None = None) -> list[str]:
+def explain(
+    inp: NestInput, result: NestResult, *, model: str | None = None, cluster: str | None = None, mbs: int | None = None
+) -> list[str]:
     """Lines for the terminal."""
     plan = result.plan
     mix, si = breakdown(inp, plan), breakdown(inp, plan, ESTIMATOR_UNIT_S)
@@ -67,9 +76,12 @@ def explain(inp: NestInput, result: NestResult, *, model: str | None = None, clu
     try:
         consistent = solve(in_seconds(inp)).plan
         same = (consistent.width, consistent.replicas, consistent.parts) == (plan.width, plan.replicas, plan.parts)
-        lines.append("searched in seconds, the best plan is the same" if same else
-                     f"searched in seconds, the best plan is {describe(consistent)}: "
-                     f"{consistent.time_per_batch:.7g} s per batch against {si['total']:.7g} s")
+        lines.append(
+            "searched in seconds, the best plan is the same"
+            if same
+            else f"searched in seconds, the best plan is {describe(consistent)}: "
+            f"{consistent.time_per_batch:.7g} s per batch against {si['total']:.7g} s"
+        )
     except PlannerError as exc:
         lines.append(f"searched in seconds: {exc}")
     lines.append(physical(inp, plan, model, cluster, mbs))
@@ -79,8 +91,10 @@ def explain(inp: NestInput, result: NestResult, *, model: str | None = None, clu
 def physical(inp: NestInput, plan: NestPlan, model: str | None, cluster: str | None, mbs: int | None) -> str:
     """nestplan's own prediction of the same plan on a catalog model and cluster."""
     if not model or not cluster:
-        return ("nestplan's physical model: pass --model and --cluster (catalog names or files) to see its "
-                "prediction of this plan")
+        return (
+            "nestplan's physical model: pass --model and --cluster (catalog names or files) to see its "
+            "prediction of this plan"
+        )
     from nestplan.cluster import load_cluster
     from nestplan.cost.evaluator import evaluate_plan
     from nestplan.job import make_job
@@ -91,14 +105,23 @@ def physical(inp: NestInput, plan: NestPlan, model: str | None, cluster: str | N
     try:
         spec = load_model(model)
         if spec.num_layers != inp.num_layers:
-            return (f"nestplan's physical model: {spec.name} has {spec.num_layers} layers, the input "
-                    f"{inp.num_layers}: not the same model")
+            return (
+                f"nestplan's physical model: {spec.name} has {spec.num_layers} layers, the input "
+                f"{inp.num_layers}: not the same model"
+            )
         micro = mbs or max(1, round(PHYSICAL_BATCH / (inp.microbatches * inp.ep_degree)))
         layers = (plan.parts[0] - 1,) + plan.parts[1:]
-        dims = ParallelDims(tp=plan.width, pp=len(plan.parts), dp=plan.replicas, ep=inp.ep_degree,
-                            cp=inp.cp_degree, sp=inp.sp_enabled, micro_batch_size=micro,
-                            recompute=Recompute.FULL if inp.recompute else Recompute.NONE,
-                            layers_per_stage=layers if len(plan.parts) > 1 else None)
+        dims = ParallelDims(
+            tp=plan.width,
+            pp=len(plan.parts),
+            dp=plan.replicas,
+            ep=inp.ep_degree,
+            cp=inp.cp_degree,
+            sp=inp.sp_enabled,
+            micro_batch_size=micro,
+            recompute=Recompute.FULL if inp.recompute else Recompute.NONE,
+            layers_per_stage=layers if len(plan.parts) > 1 else None,
+        )
         pred = evaluate_plan(spec, load_cluster(cluster, dims.devices), dims, make_job(spec, PHYSICAL_BATCH))
     except PlannerError as exc:
         return f"nestplan's physical model cannot run this plan: {exc}"
@@ -106,8 +129,9 @@ def physical(inp: NestInput, plan: NestPlan, model: str | None, cluster: str | N
     fit = "" if peak <= limit else f" (does not fit: {limit / GiB:.0f} GiB devices)"
     comm_terms = ("tp_comm", "cp_comm", "ep_comm", "zero_comm", "pp_comm", "dp_sync")
     comm = sum(pred.breakdown_s.get(k, 0.0) for k in comm_terms)
-    return (f"nestplan's physical model ({spec.name} on {cluster}, {dims.devices} devices): step "
-            f"{pred.step_time_s:.4g} s for {PHYSICAL_BATCH} samples, {pred.tokens_per_s:,.0f} tokens/s, "
-            f"MFU {100 * pred.mfu:.1f}%, communication and sync {100 * comm / pred.step_time_s:.1f}% of the step, "
-            f"peak memory {peak / GiB:.1f} GiB{fit}")
-
+    return (
+        f"nestplan's physical model ({spec.name} on {cluster}, {dims.devices} devices): step "
+        f"{pred.step_time_s:.4g} s for {PHYSICAL_BATCH} samples, {pred.tokens_per_s:,.0f} tokens/s, "
+        f"MFU {100 * pred.mfu:.1f}%, communication and sync {100 * comm / pred.step_time_s:.1f}% of the step, "
+        f"peak memory {peak / GiB:.1f} GiB{fit}"
+    )

@@ -33,8 +33,8 @@ import numpy as np
 
 from nestplan.compat.schema import NestGraph, NestInput, NestNetwork, NestOptimizer
 
-GRAD_AND_WEIGHT = 2.0          # weights + gradients, per parameter byte
-ADAM_STATE = 6.0               # the authors' extra with Adam
+GRAD_AND_WEIGHT = 2.0  # weights + gradients, per parameter byte
+ADAM_STATE = 6.0  # the authors' extra with Adam
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ class NestGroup:
 
     width: int
     replicas: int
-    microbatches: int           # per replica: ceil(mbsInBatch / d)
-    max_depth: int              # floor(floor(N / d) / a), at most the node count
+    microbatches: int  # per replica: ceil(mbsInBatch / d)
+    max_depth: int  # floor(floor(N / d) / a), at most the node count
     zero: bool = False
 
 
@@ -55,12 +55,12 @@ class NestTables:
     alpha: np.ndarray
     nmax: np.ndarray
     beta: float
-    block_costs: np.ndarray     # (P, P, L): block cost when held by stage s of depth p
-    start_costs: np.ndarray     # (P, P, L): transfer into stage s when it starts at block j
-    start_memory: np.ndarray    # (P, P, L): recomputation stash of that edge
+    block_costs: np.ndarray  # (P, P, L): block cost when held by stage s of depth p
+    start_costs: np.ndarray  # (P, P, L): transfer into stage s when it starts at block j
+    start_memory: np.ndarray  # (P, P, L): recomputation stash of that edge
     mem_fixed: np.ndarray
     constant: np.ndarray
-    weight: np.ndarray          # (P,): ceil(m / d) + p - 1, inf beyond the group's depth
+    weight: np.ndarray  # (P,): ceil(m / d) + p - 1, inf beyond the group's depth
     split_key: tuple
     homogeneous: bool = False
 
@@ -82,7 +82,7 @@ def transfer_s(network: NestNetwork, nbytes: float, level: int) -> float:
 def group_shape(network: NestNetwork, members: list[int]) -> list[int]:
     """Per level, how many parts of the level below the group spans inside one unit
     (level 0: members per innermost unit); 1 where the level adds nothing."""
-    shape, below = [], list(members)   # level -1: every member its own part
+    shape, below = [], list(members)  # level -1: every member its own part
     for level in range(len(network.devices_per_level)):
         unit = network.unit(level)
         parts: dict[int, set[int]] = {}
@@ -136,11 +136,16 @@ class NestCostModel:
             return self._chains[width]
         g: NestGraph = self.inp.graph(width)
         nodes = (g.embedding,) + g.layers
-        return self._chains.setdefault(width, {
-                "fw": np.array([x.fw for x in nodes]), "bw": np.array([x.bw for x in nodes]),
+        return self._chains.setdefault(
+            width,
+            {
+                "fw": np.array([x.fw for x in nodes]),
+                "bw": np.array([x.bw for x in nodes]),
                 "params": np.array([x.param_bytes for x in nodes]),
                 "act": np.array([x.activation_bytes for x in nodes]),
-                "entering": np.array((0.0,) + g.entering_bytes)})
+                "entering": np.array((0.0,) + g.entering_bytes),
+            },
+        )
 
     def depth_limit(self, width: int, replicas: int) -> int:
         a = self.inp.stage_devices(width)
@@ -200,9 +205,18 @@ class NestCostModel:
         p = np.arange(1, depth + 1, dtype=float)
         weight = np.where(p <= group.max_depth, group.microbatches + p - 1, np.inf)
         zeros = np.zeros((depth, depth))
-        return NestTables(alpha=zeros, nmax=np.zeros((depth, depth), dtype=np.int64), beta=0.0,
-                          block_costs=costs, start_costs=start, start_memory=stash, mem_fixed=zeros,
-                          constant=np.zeros(depth), weight=weight, split_key=(group.width, zero_replicas))
+        return NestTables(
+            alpha=zeros,
+            nmax=np.zeros((depth, depth), dtype=np.int64),
+            beta=0.0,
+            block_costs=costs,
+            start_costs=start,
+            start_memory=stash,
+            mem_fixed=zeros,
+            constant=np.zeros(depth),
+            weight=weight,
+            split_key=(group.width, zero_replicas),
+        )
 
     def block_memory(self, group: NestGroup, pp: int) -> np.ndarray:
         """(pp, L) bytes of each node when held by stage s (sharded over replicas with ZeRO)."""
@@ -216,6 +230,6 @@ class NestCostModel:
     def extras(self, group: NestGroup, parts: tuple[int, ...]) -> float:
         """The data-parallel all-reduce of the first stage's parameters (seconds)."""
         c = self.chain(group.width)
-        first = float(c["params"][:parts[0]].sum())
+        first = float(c["params"][: parts[0]].sum())
         members = first_stage_members(group.replicas, len(parts), self.inp.stage_devices(group.width))
         return allreduce_s(self.inp.network, first, members)

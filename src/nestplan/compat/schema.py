@@ -29,17 +29,17 @@ EMBEDDING_ID = -1
 # Bounds on a NEST input, far beyond the authors' cases (<= 1,024 devices, 97 nodes, 4,096 microbatches,
 # two widths) but finite: the search's work grows with the cube of the layers (256 layers, two widths,
 # 4,096 devices: ~40 s here; 512: over 5 minutes and 7 GB).
-MAX_NEST_LAYERS = 256          # transformer nodes per width (GPT-3 has 96)
-MAX_NEST_WIDTHS = 8            # tensor-parallel widths offered (1, 2, 4, ... 128)
-MAX_NEST_BASELINES = 16        # baselines re-costed (the authors give 3)
+MAX_NEST_LAYERS = 256  # transformer nodes per width (GPT-3 has 96)
+MAX_NEST_WIDTHS = 8  # tensor-parallel widths offered (1, 2, 4, ... 128)
+MAX_NEST_BASELINES = 16  # baselines re-costed (the authors give 3)
 # closed ranges of the numbers: every time (latency x microbatches, bytes / bandwidth) stays finite
 NEST_MICROBATCHES_RANGE = (1, 2**16)  # mbsInBatch: the authors use at most 4,096 (the search tries every d up to it)
-NEST_LATENCY_RANGE = (0.0, 1e12)      # a layer's optimalLatencyFw/Bw in estimator units (the authors' largest: ~822)
-NEST_BYTES_RANGE = (0.0, 2.0**60)     # parameter, activation and edge sizes: up to 1 EiB
-NEST_MEMORY_RANGE = (1.0, 2.0**60)    # maxMemoryPerDevice: 1 B to 1 EiB (the authors': 64 and 90 GiB)
-NEST_BANDWIDTH_RANGE = (1e6, 1e15)    # bws: 1 MB/s to 1 PB/s (the authors': 1.3e10 to 9.7e11)
+NEST_LATENCY_RANGE = (0.0, 1e12)  # a layer's optimalLatencyFw/Bw in estimator units (the authors' largest: ~822)
+NEST_BYTES_RANGE = (0.0, 2.0**60)  # parameter, activation and edge sizes: up to 1 EiB
+NEST_MEMORY_RANGE = (1.0, 2.0**60)  # maxMemoryPerDevice: 1 B to 1 EiB (the authors': 64 and 90 GiB)
+NEST_BANDWIDTH_RANGE = (1e6, 1e15)  # bws: 1 MB/s to 1 PB/s (the authors': 1.3e10 to 9.7e11)
 NEST_LEVEL_LATENCY_RANGE = (0.0, 1.0)  # latency_per_level, seconds (the authors' largest: 3e-4)
-NEST_FREQUENCY_RANGE = (1.0, 1e12)    # the estimator's divisor, informational (the authors': 1.05e6)
+NEST_FREQUENCY_RANGE = (1.0, 1e12)  # the estimator's divisor, informational (the authors': 1.05e6)
 
 
 class NestOptimizer(enum.Enum):
@@ -52,9 +52,9 @@ class NestLayer:
     """One node of the authors' graph: the embedding (id -1) or a transformer layer."""
 
     id: int
-    fw: float                 # optimalLatencyFw, estimator unit per microbatch
-    bw: float                 # optimalLatencyBw
-    param_bytes: float        # per device at this tensor width
+    fw: float  # optimalLatencyFw, estimator unit per microbatch
+    bw: float  # optimalLatencyBw
+    param_bytes: float  # per device at this tensor width
     activation_bytes: float
     tensor_parallel: bool
 
@@ -76,8 +76,11 @@ class NestGraph:
     @property
     def homogeneous(self) -> bool:
         first = self.layers[0]
-        same = all((x.fw, x.bw, x.param_bytes, x.activation_bytes) ==
-                   (first.fw, first.bw, first.param_bytes, first.activation_bytes) for x in self.layers)
+        same = all(
+            (x.fw, x.bw, x.param_bytes, x.activation_bytes)
+            == (first.fw, first.bw, first.param_bytes, first.activation_bytes)
+            for x in self.layers
+        )
         return same and len(set(self.entering_bytes[1:])) <= 1
 
 
@@ -95,7 +98,7 @@ class NestNetwork:
 
     def unit(self, level: int) -> int:
         """Devices in one unit of ``level``."""
-        return math.prod(self.devices_per_level[:level + 1])
+        return math.prod(self.devices_per_level[: level + 1])
 
 
 @dataclass(frozen=True)
@@ -109,18 +112,18 @@ class NestBaseline:
 
 @dataclass(frozen=True)
 class NestInput:
-    graphs: tuple[NestGraph, ...]         # one per offered width, ascending
+    graphs: tuple[NestGraph, ...]  # one per offered width, ascending
     network: NestNetwork
     max_devices: int
     memory_bytes: float
-    microbatches: int                     # mbsInBatch: microbatches in the global batch
+    microbatches: int  # mbsInBatch: microbatches in the global batch
     ep_degree: int
     cp_degree: int
     sp_enabled: bool
     recompute: bool
     optimizer: NestOptimizer
     baselines: tuple[NestBaseline, ...]
-    frequency: float | None               # the estimator's divisor (informational)
+    frequency: float | None  # the estimator's divisor (informational)
 
     @property
     def num_layers(self) -> int:
@@ -137,14 +140,14 @@ class NestInput:
 def _err(field: str, value: Any, allowed: str) -> ConfigError:
     shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return ConfigError(f"NEST input: {field} = {shown} is not allowed; expected {allowed}",
-                       field=field, value=shown, limit=allowed)
+    return ConfigError(
+        f"NEST input: {field} = {shown} is not allowed; expected {allowed}", field=field, value=shown, limit=allowed
+    )
 
 
 def _get(obj: Mapping[str, Any], key: str, where: str) -> Any:
     if not isinstance(obj, Mapping) or key not in obj:
-        raise ConfigError(f"NEST input: {where}{key} is missing", field=f"{where}{key}", value=None,
-                          limit="a value")
+        raise ConfigError(f"NEST input: {where}{key} is missing", field=f"{where}{key}", value=None, limit="a value")
     return obj[key]
 
 
@@ -187,8 +190,11 @@ def _network(raw: Mapping[str, Any]) -> NestNetwork:
     dpl = tuple(_integer(sizes, k, "devices_per_level[", maximum=MAX_DEVICES) for k in sizes)
     bws = _level_list(raw, "bws", len(dpl))
     latencies = _level_list(raw, "latency_per_level", len(dpl))
-    return NestNetwork(dpl, tuple(_number(bws, k, NEST_BANDWIDTH_RANGE, "bws[") for k in bws),
-                       tuple(_number(latencies, k, NEST_LEVEL_LATENCY_RANGE, "latency_per_level[") for k in latencies))
+    return NestNetwork(
+        dpl,
+        tuple(_number(bws, k, NEST_BANDWIDTH_RANGE, "bws[") for k in bws),
+        tuple(_number(latencies, k, NEST_LEVEL_LATENCY_RANGE, "latency_per_level[") for k in latencies),
+    )
 
 
 def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
@@ -201,11 +207,14 @@ def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
         nid = _integer(node, "id", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
         if nid in parsed:
             raise _err(f"{at}id", nid, "ids that occur once")
-        parsed[nid] = NestLayer(nid, _number(node, "optimalLatencyFw", NEST_LATENCY_RANGE, at),
-                                _number(node, "optimalLatencyBw", NEST_LATENCY_RANGE, at),
-                                _number(node, "parameterSize", NEST_BYTES_RANGE, at),
-                                _number(node, "activationSize", NEST_BYTES_RANGE, at),
-                                _flag(node, "isTensorParallelized", at, default=False))
+        parsed[nid] = NestLayer(
+            nid,
+            _number(node, "optimalLatencyFw", NEST_LATENCY_RANGE, at),
+            _number(node, "optimalLatencyBw", NEST_LATENCY_RANGE, at),
+            _number(node, "parameterSize", NEST_BYTES_RANGE, at),
+            _number(node, "activationSize", NEST_BYTES_RANGE, at),
+            _flag(node, "isTensorParallelized", at, default=False),
+        )
     n_layers = len(parsed) - 1
     if set(parsed) != set(range(EMBEDDING_ID, n_layers)):
         raise _err(f"{where}.id", sorted(parsed)[:8], f"exactly -1 (embedding) and 0..{n_layers - 1} (a chain)")
@@ -222,8 +231,9 @@ def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
     missing = [i for i in range(n_layers) if i not in chain]
     if missing:
         raise _err(f"edges[{width}]", f"no edge {missing[0] - 1} -> {missing[0]}", "the chain edges (i - 1) -> i")
-    return NestGraph(width, parsed[EMBEDDING_ID], tuple(parsed[i] for i in range(n_layers)),
-                     tuple(chain[i] for i in range(n_layers)))
+    return NestGraph(
+        width, parsed[EMBEDDING_ID], tuple(parsed[i] for i in range(n_layers)), tuple(chain[i] for i in range(n_layers))
+    )
 
 
 def _baselines(raw: Any) -> tuple[NestBaseline, ...]:
@@ -237,12 +247,18 @@ def _baselines(raw: Any) -> tuple[NestBaseline, ...]:
         part = b.get("layer_partition") if isinstance(b, Mapping) else None
         p = _integer(b, "p", at, maximum=MAX_DEVICES)
         if part is not None:
-            if not isinstance(part, list) or len(part) != p or any(
-                    isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_NEST_LAYERS + 1 for x in part):
+            if (
+                not isinstance(part, list)
+                or len(part) != p
+                or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_NEST_LAYERS + 1 for x in part)
+            ):
                 raise _err(f"{at}layer_partition", part, f"{p} integers in 1..{MAX_NEST_LAYERS + 1} (one per stage)")
             part = tuple(part)
-        out.append(NestBaseline(str(name), p, _integer(b, "d", at, maximum=MAX_DEVICES),
-                                _integer(b, "t", at, maximum=MAX_DEVICES), part))
+        out.append(
+            NestBaseline(
+                str(name), p, _integer(b, "d", at, maximum=MAX_DEVICES), _integer(b, "t", at, maximum=MAX_DEVICES), part
+            )
+        )
     return tuple(out)
 
 
@@ -253,11 +269,12 @@ def parse_input(raw: Mapping[str, Any]) -> NestInput:
     network = _network(raw)
     max_devices = _integer(raw, "maxDevices", maximum=MAX_DEVICES)
     if network.devices != max_devices:
-        raise _err("devices_per_level", list(network.devices_per_level),
-                   f"sizes whose product is maxDevices = {max_devices}")
+        raise _err(
+            "devices_per_level", list(network.devices_per_level), f"sizes whose product is maxDevices = {max_devices}"
+        )
     nodes, edges = _get(raw, "nodes", ""), _get(raw, "edges", "")
     if not isinstance(nodes, Mapping) or not 1 <= len(nodes) <= MAX_NEST_WIDTHS:
-        raise _err("nodes", nodes, f"an object {{\"<tensor width>\": [node, ...]}} of 1 to {MAX_NEST_WIDTHS} widths")
+        raise _err("nodes", nodes, f'an object {{"<tensor width>": [node, ...]}} of 1 to {MAX_NEST_WIDTHS} widths')
     graphs = []
     for key in nodes:
         width = str(key)
@@ -274,15 +291,19 @@ def parse_input(raw: Mapping[str, Any]) -> NestInput:
     if microbatches != int(microbatches):
         raise _err("mbsInBatch", microbatches, "a whole number of microbatches")
     return NestInput(
-        graphs=tuple(graphs), network=network, max_devices=max_devices,
+        graphs=tuple(graphs),
+        network=network,
+        max_devices=max_devices,
         memory_bytes=_number(raw, "maxMemoryPerDevice", NEST_MEMORY_RANGE),
         microbatches=int(microbatches),
         ep_degree=_integer(raw, "ep_degree", maximum=max_devices),
         cp_degree=_integer(raw, "cp_degree", maximum=max_devices),
-        sp_enabled=_flag(raw, "sp_enabled", default=False), recompute=_flag(raw, "activationRecomputation"),
-        optimizer=NestOptimizer(optimizer), baselines=_baselines(raw.get("baselines")),
-        frequency=(_number(raw, "frequency", NEST_FREQUENCY_RANGE)
-                   if raw.get("frequency") is not None else None))
+        sp_enabled=_flag(raw, "sp_enabled", default=False),
+        recompute=_flag(raw, "activationRecomputation"),
+        optimizer=NestOptimizer(optimizer),
+        baselines=_baselines(raw.get("baselines")),
+        frequency=(_number(raw, "frequency", NEST_FREQUENCY_RANGE) if raw.get("frequency") is not None else None),
+    )
 
 
 def read_input(path: str | Path) -> NestInput:

@@ -31,11 +31,11 @@ class NestPlan:
 
     width: int
     replicas: int
-    depth: int                   # p in the time formula (a baseline may have fewer stages)
-    parts: tuple[int, ...]       # nodes per stage, embedding first
-    loads: tuple[float, ...]     # per microbatch, the estimator's unit
+    depth: int  # p in the time formula (a baseline may have fewer stages)
+    parts: tuple[int, ...]  # nodes per stage, embedding first
+    loads: tuple[float, ...]  # per microbatch, the estimator's unit
     transfers: tuple[float, ...]  # the part of each load that is the entering transfer (s)
-    allreduce: float             # seconds (the authors' unit mix)
+    allreduce: float  # seconds (the authors' unit mix)
     memory_bytes: tuple[float, ...]
     zero: bool
     time_per_batch: float
@@ -53,14 +53,22 @@ class NestResult:
     wall_s: float
 
 
-def evaluate(model: NestCostModel, width: int, replicas: int, parts: tuple[int, ...], *, depth: int | None = None,
-             placed: bool = True, zero: bool = False) -> NestPlan:
+def evaluate(
+    model: NestCostModel,
+    width: int,
+    replicas: int,
+    parts: tuple[int, ...],
+    *,
+    depth: int | None = None,
+    placed: bool = True,
+    zero: bool = False,
+) -> NestPlan:
     """Cost one plan with the stage tables the search uses. ``placed`` False costs it as the
     authors cost baselines: every transfer at the innermost level, recomputation on every stage."""
     inp = model.inp
     p, stages = depth or len(parts), len(parts)
     group = NestGroup(width, replicas, -(-inp.microbatches // replicas), p, zero)
-    costs, starts, stashes = (_table_rows(model, group, stages) if placed else _baseline_rows(model, width, p, stages))
+    costs, starts, stashes = _table_rows(model, group, stages) if placed else _baseline_rows(model, width, p, stages)
     edges = np.concatenate([[0], np.cumsum(parts)])
     mem_rows = model.block_memory(group, stages)
     loads, transfers, memory = [], [], []
@@ -72,8 +80,18 @@ def evaluate(model: NestCostModel, width: int, replicas: int, parts: tuple[int, 
         memory.append(float(mem_rows[s, lo:hi].sum() + stashes[s, lo]))
     reduce = model.extras(group, tuple(parts))
     time_per_batch = max(loads) * (group.microbatches + p - 1) + reduce
-    return NestPlan(width, replicas, p, tuple(int(x) for x in parts), tuple(loads), tuple(transfers), reduce,
-                    tuple(memory), zero, time_per_batch)
+    return NestPlan(
+        width,
+        replicas,
+        p,
+        tuple(int(x) for x in parts),
+        tuple(loads),
+        tuple(transfers),
+        reduce,
+        tuple(memory),
+        zero,
+        time_per_batch,
+    )
 
 
 def _table_rows(model: NestCostModel, group: NestGroup, stages: int) -> tuple[np.ndarray, ...]:
@@ -108,7 +126,7 @@ def baseline_parts(num_nodes: int, depth: int, layer_partition: tuple[int, ...] 
         used = sum(parts)
         if used < num_nodes:
             parts[-1] += num_nodes - used
-        while sum(parts) > num_nodes:       # counts beyond the chain: trim from the end
+        while sum(parts) > num_nodes:  # counts beyond the chain: trim from the end
             over = sum(parts) - num_nodes
             cut = min(over, parts[-1])
             parts[-1] -= cut
@@ -154,11 +172,18 @@ def refine(model: NestCostModel, engine: Engine, cand: Candidate) -> Candidate:
     bottleneck of the rest) + all-reduce of its parameters; the best k is kept."""
     group, p = cand.group, len(cand.parts)
     tab = model.tables(group)
-    costs = stage_cost_matrix(tab.block_costs[p - 1, :p], tab.alpha[p - 1, :p], model.block_memory(group, p),
-                              tab.mem_fixed[p - 1, :p], engine.capacity_bytes,
-                              tab.start_costs[p - 1, :p], tab.start_memory[p - 1, :p])
-    rest = suffix_bottlenecks(costs) if p > 1 else np.where(np.arange(costs.shape[1]) == model.num_blocks,
-                                                            -np.inf, np.inf)
+    costs = stage_cost_matrix(
+        tab.block_costs[p - 1, :p],
+        tab.alpha[p - 1, :p],
+        model.block_memory(group, p),
+        tab.mem_fixed[p - 1, :p],
+        engine.capacity_bytes,
+        tab.start_costs[p - 1, :p],
+        tab.start_memory[p - 1, :p],
+    )
+    rest = (
+        suffix_bottlenecks(costs) if p > 1 else np.where(np.arange(costs.shape[1]) == model.num_blocks, -np.inf, np.inf)
+    )
     bottleneck = np.maximum(costs[0, 0], rest)
     weight = float(tab.weight[p - 1])
     best_k, best_total = None, cand.proxy_s
@@ -196,7 +221,11 @@ def infeasible(model: NestCostModel) -> InfeasibleError:
         f"NEST input: no plan fits in maxMemoryPerDevice = {limit:.0f} B ({limit / GiB:.2f} GiB): node {node} alone "
         f"needs {need / GiB:.2f} GiB at tensor width {width} (activations {act / GiB:.2f} GiB, parameters "
         f"{params / GiB:.2f} GiB before sharding) even as the last stage with ZeRO over every replica",
-        field="maxMemoryPerDevice", value=limit, limit=need, unit="B")
+        field="maxMemoryPerDevice",
+        value=limit,
+        limit=need,
+        unit="B",
+    )
 
 
 def skeleton(inp: NestInput, plan: NestPlan) -> list[list[Any]]:
@@ -206,7 +235,7 @@ def skeleton(inp: NestInput, plan: NestPlan) -> list[list[Any]]:
     edges = np.concatenate([[0], np.cumsum(plan.parts)])
     out = []
     for s in range(p):
-        layers = list(range(int(edges[s]), int(edges[s + 1])))   # node id + 1 = chain position
+        layers = list(range(int(edges[s]), int(edges[s + 1])))  # node id + 1 = chain position
         for dev in range((p - s) * a - 1, (p - 1 - s) * a - 1, -1):
             out.append([dev, layers])
     return out
@@ -222,8 +251,11 @@ def to_output(inp: NestInput, result: NestResult) -> dict[str, Any]:
     plan = result.plan
     a = inp.stage_devices(plan.width)
     return {
-        "baselineResults": ({name: (float(b.time_per_batch) if b else None) for name, b in result.baselines.items()}
-                            if result.baselines else None),
+        "baselineResults": (
+            {name: (float(b.time_per_batch) if b else None) for name, b in result.baselines.items()}
+            if result.baselines
+            else None
+        ),
         "dataParallelDegree": plan.replicas,
         "finalTimePerBatch": float(plan.time_per_batch),
         "networkSkeleton": skeleton(inp, plan),

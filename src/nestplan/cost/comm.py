@@ -26,7 +26,7 @@ class LayerComm:
 
     tp_forward: float = 0.0
     tp_backward: float = 0.0
-    cp_forward: float = 0.0   # exposed part only (ring exchange overlaps the attention core)
+    cp_forward: float = 0.0  # exposed part only (ring exchange overlaps the attention core)
     cp_backward: float = 0.0
     ep_forward: float = 0.0
     ep_backward: float = 0.0
@@ -39,7 +39,7 @@ class CpComm:
 
     kind: CpCommType = CpCommType.P2P
     a2a_size: int = 1
-    copy_s_per_byte: float = 0.0   # seconds a memory-bound copy takes per byte moved (Accelerator.memory_time)
+    copy_s_per_byte: float = 0.0  # seconds a memory-bound copy takes per byte moved (Accelerator.memory_time)
 
 
 # Transformer Engine's Ulysses exchange (context_parallel.py flash_attn_a2a_communicate) copies each tensor it
@@ -48,8 +48,9 @@ class CpComm:
 A2A_LAYOUT_COPIES = 3
 
 
-def tp_collectives(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, count: int,
-                   gather_bytes: int | None = None) -> float:
+def tp_collectives(
+    topo: Topology, tp: GroupSpan, shard: Shard, hidden: int, count: int, gather_bytes: int | None = None
+) -> float:
     """``count`` tensor-parallel synchronisations of the hidden states.
 
     Without sp each is an all-reduce; with sp an all-gather plus a reduce-scatter of the
@@ -126,7 +127,7 @@ def _tp_syncs(spec: ModelSpec, layer: int) -> list[TpSync]:
     if spec.parallel_block and mixer == "attention" and dense_ffn:
         return [TpSync(spec.hidden_size, spec.hidden_size, (0, m), (1, m + 1))]
     syncs = []
-    if mixer == "attention" and spec.is_mla:   # the key/value up-projection, block_gemms' last, gathers too
+    if mixer == "attention" and spec.is_mla:  # the key/value up-projection, block_gemms' last, gathers too
         syncs.append(TpSync(_latent_gather_width(spec), spec.hidden_size, (0, -1), (1,)))
     elif mixer != "none":
         syncs.append(TpSync(spec.hidden_size, spec.hidden_size, (0,), (1,)))
@@ -147,8 +148,14 @@ def _sync_time(topo: Topology, tp: GroupSpan, shard: Shard, sync: TpSync, gather
     return coll.all_reduce(topo, tp.fanout, shard.dtype_bytes * shard.tokens * sync.output_width)
 
 
-def _tp_exposed(topo: Topology, tp: GroupSpan, shard: Shard, syncs: Sequence[TpSync],
-                gemms: Sequence[tuple[float, float]], gather_bytes: int | None) -> tuple[float, float]:
+def _tp_exposed(
+    topo: Topology,
+    tp: GroupSpan,
+    shard: Shard,
+    syncs: Sequence[TpSync],
+    gemms: Sequence[tuple[float, float]],
+    gather_bytes: int | None,
+) -> tuple[float, float]:
     """(forward, backward) exposed tp collectives of the sub-blocks whose GEMMs overlap them;
     ``gemms``: (forward, backward) seconds of the block's GEMMs in ``block_gemms`` order. Forward,
     the all-gather hides under the column-parallel GEMMs and the reduce-scatter under the row-parallel
@@ -180,8 +187,9 @@ def routed_tokens_per_token(spec: ModelSpec, layer: int) -> int:
     return spec.experts_per_token if spec.is_moe_layer(layer) else 0
 
 
-def _mlp_syncs(topo: Topology, tp: GroupSpan, etp: GroupSpan, shard: Shard, spec: ModelSpec, layer: int,
-               gather_bytes: int | None) -> float:
+def _mlp_syncs(
+    topo: Topology, tp: GroupSpan, etp: GroupSpan, shard: Shard, spec: ModelSpec, layer: int, gather_bytes: int | None
+) -> float:
     """One direction's tensor-parallel synchronisations of an MoE block's MLP part. Megatron-Core's
     all-to-all token dispatcher (megatron/core/transformer/moe/token_dispatcher.py,
     MoEAlltoAllTokenDispatcher) all-gathers the permuted token copies over the expert-tensor-parallel
@@ -195,7 +203,9 @@ def _mlp_syncs(topo: Topology, tp: GroupSpan, etp: GroupSpan, shard: Shard, spec
         routed = copies * tp_collectives(topo, tp, shard, spec.hidden_size, 1)
     elif etp.size > 1:
         gathered = shard.dtype_bytes * shard.tokens * spec.hidden_size * shard.expert_tp / shard.tp
-        routed = copies * (coll.all_gather(topo, etp.fanout, gathered) + coll.reduce_scatter(topo, etp.fanout, gathered))
+        routed = copies * (
+            coll.all_gather(topo, etp.fanout, gathered) + coll.reduce_scatter(topo, etp.fanout, gathered)
+        )
     else:
         routed = 0.0
     shared = tp_collectives(topo, tp, shard, spec.hidden_size, 1, gather_bytes) if spec.num_shared_experts else 0.0
@@ -242,13 +252,20 @@ def block_comm(
         tp_f, tp_b = tp_f + mlp, tp_b + mlp
     cp_f, cp_b = context_exchange(topo, spec, shard, groups["cp"], cp_comm, attention_forward_s, layer)
     ep_f, ep_b = expert_all_to_alls(topo, spec, layer, shard, groups["expert"], a2a_hidden_under, a2a_per_node)
-    return LayerComm(tp_forward=tp_f, tp_backward=tp_b, cp_forward=cp_f, cp_backward=cp_b,
-                     ep_forward=ep_f, ep_backward=ep_b)
+    return LayerComm(
+        tp_forward=tp_f, tp_backward=tp_b, cp_forward=cp_f, cp_backward=cp_b, ep_forward=ep_f, ep_backward=ep_b
+    )
 
 
-def expert_all_to_alls(topo: Topology, spec: ModelSpec, layer: int, shard: Shard, experts: GroupSpan,
-                       hidden_under: tuple[float, float] | None = None, per_node: bool = False
-                       ) -> tuple[float, float]:
+def expert_all_to_alls(
+    topo: Topology,
+    spec: ModelSpec,
+    layer: int,
+    shard: Shard,
+    experts: GroupSpan,
+    hidden_under: tuple[float, float] | None = None,
+    per_node: bool = False,
+) -> tuple[float, float]:
     """(forward, backward) exposed seconds of an MoE block's dispatch and combine all-to-alls over the
     ``experts`` group (ep x tp / etp ranks holding different experts): each rank sends top-k copies of
     its sequence-parallel share of the tokens (padded to the capacity factor), and gets as many back.
@@ -267,7 +284,7 @@ def expert_all_to_alls(topo: Topology, spec: ModelSpec, layer: int, shard: Shard
         return 0.0, 0.0
     routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp * shard.capacity
     outer = remote_units(spec, experts.fanout) / spec.experts_per_token if per_node else 1.0
-    both = 2 * coll.all_to_all(topo, experts.fanout, routed, outer)   # dispatch + combine
+    both = 2 * coll.all_to_all(topo, experts.fanout, routed, outer)  # dispatch + combine
     if hidden_under is None:
         return both, both
     forward_compute, backward_compute = hidden_under
@@ -313,8 +330,9 @@ def _ring(topo: Topology, fanout: Sequence[int], kv_bytes: float, attention_forw
     return max(0.0, ring - attention_forward_s), max(0.0, 2 * ring - 2 * attention_forward_s)
 
 
-def _head_all_to_alls(topo: Topology, fanout: Sequence[int], spec: ModelSpec, shard: Shard,
-                      copy_s_per_byte: float) -> float:
+def _head_all_to_alls(
+    topo: Topology, fanout: Sequence[int], spec: ModelSpec, shard: Shard, copy_s_per_byte: float
+) -> float:
     """One direction's exchange of Ulysses sequence parallelism (Jacobs et al. 2023, section 3.1): Q, K
     and V trade their sequence shard for a head shard before attention, the output trades back after
     it (backward: their gradients); not overlapped with compute. Each tensor's layout copies
@@ -323,14 +341,21 @@ def _head_all_to_alls(topo: Topology, fanout: Sequence[int], spec: ModelSpec, sh
     tensor's copies."""
     q = spec.q_channels / shard.tp
     kv = _kv_per_device(spec, shard.tp)
-    sizes = [shard.dtype_bytes * shard.tokens * c for c in (q, kv, kv, q)]   # Q, K, V in; the output back
+    sizes = [shard.dtype_bytes * shard.tokens * c for c in (q, kv, kv, q)]  # Q, K, V in; the output back
     copies = [2 * A2A_LAYOUT_COPIES * n * copy_s_per_byte for n in sizes]
     steps = [max(coll.all_to_all(topo, fanout, n), c) for n, c in zip(sizes, copies)]
     return sum(steps) + max(copies)
 
 
-def context_exchange(topo: Topology, spec: ModelSpec, shard: Shard, cp: GroupSpan, how: CpComm,
-                     attention_forward_s: float, layer: int = 0) -> tuple[float, float]:
+def context_exchange(
+    topo: Topology,
+    spec: ModelSpec,
+    shard: Shard,
+    cp: GroupSpan,
+    how: CpComm,
+    attention_forward_s: float,
+    layer: int = 0,
+) -> tuple[float, float]:
     """(forward, backward) exposed seconds of block ``layer``'s context-parallel exchange per
     microbatch: the attention's keys and values (``how``), a Mamba-2 mixer's all-to-alls
     (``_mamba_all_to_alls``), nothing in a block without a mixer (its MLP or MoE works token by token)."""
@@ -370,8 +395,14 @@ def _mamba_all_to_alls(topo: Topology, cp: GroupSpan, m: ssm.MambaShape, shard: 
     t = shard.tp
     groups = m.groups / t
     repeat = max(1.0, cp.size / groups)
-    widths = (m.inner / t, m.inner / t, groups * repeat * m.state_size, groups * repeat * m.state_size,
-              m.num_heads / t, m.inner / t)   # z, x, B, C, dt in; y back
+    widths = (
+        m.inner / t,
+        m.inner / t,
+        groups * repeat * m.state_size,
+        groups * repeat * m.state_size,
+        m.num_heads / t,
+        m.inner / t,
+    )  # z, x, B, C, dt in; y back
     return sum(coll.all_to_all(topo, cp.fanout, shard.dtype_bytes * shard.tokens * w) for w in widths)
 
 

@@ -52,8 +52,8 @@ class LayerTime:
     forward: float
     backward: float
     attention_forward: float  # the part of forward a selective recomputation re-runs
-    gemms: tuple[tuple[float, float], ...] = ()   # (forward, backward) of each GEMM of block_gemms' list
-    weight_gradient: float = 0.0   # the part of backward that is weight-gradient GEMMs (a zero-bubble W)
+    gemms: tuple[tuple[float, float], ...] = ()  # (forward, backward) of each GEMM of block_gemms' list
+    weight_gradient: float = 0.0  # the part of backward that is weight-gradient GEMMs (a zero-bubble W)
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,13 @@ class Precision:
 def _gemm_times(acc: Accelerator, gemms: list[Gemm], dtype: str) -> tuple[tuple[float, float], ...]:
     """(forward, backward) seconds of each GEMM; backward = data gradient (m x n) @ (n x k) and
     weight gradient (k x m) @ (m x n)."""
-    return tuple((acc.matmul_time(g.m, g.n, g.k, dtype, g.count),
-                  acc.matmul_time(g.m, g.k, g.n, dtype, g.count) + acc.matmul_time(g.k, g.n, g.m, dtype, g.count))
-                 for g in gemms)
+    return tuple(
+        (
+            acc.matmul_time(g.m, g.n, g.k, dtype, g.count),
+            acc.matmul_time(g.m, g.k, g.n, dtype, g.count) + acc.matmul_time(g.k, g.n, g.m, dtype, g.count),
+        )
+        for g in gemms
+    )
 
 
 def weight_gradient_time(acc: Accelerator, gemms: list[Gemm], dtype: str) -> float:
@@ -101,8 +105,8 @@ def fp8_cast_bytes(gemms: list[Gemm], dtype_bytes: int, recipe: Fp8Recipe, sp_di
     Weights are cast once a step and kept (Megatron passes is_first_microbatch), which is not
     charged per microbatch."""
     amax = dtype_bytes if recipe is Fp8Recipe.TENSORWISE else 0
-    local = dtype_bytes + FP8_COPIES * FP8_BYTES + amax      # read, write both copies
-    gathered = (dtype_bytes + FP8_BYTES + amax) / sp_div + 2 * FP8_BYTES   # cast the share, transpose the whole
+    local = dtype_bytes + FP8_COPIES * FP8_BYTES + amax  # read, write both copies
+    gathered = (dtype_bytes + FP8_BYTES + amax) / sp_div + 2 * FP8_BYTES  # cast the share, transpose the whole
 
     def traffic(elements: float, is_gathered: bool) -> float:
         return elements * (gathered if is_gathered and sp_div > 1 else local)
@@ -120,7 +124,7 @@ def _attention_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard,
         gemms = attention_core_gemms(spec, shard, layer)
         q, k = gemms[0].m, gemms[0].n
         flops = attention_core_flops(spec, shard, layer)
-        if acc.attention_efficiency is None:   # no kernel measurement: the GEMM efficiency of its shapes
+        if acc.attention_efficiency is None:  # no kernel measurement: the GEMM efficiency of its shapes
             fwd = flops / (acc.peak(dtype) * acc.matmul_efficiency_for(q, k, spec.head_dim))
             return fwd, FLASH_BACKWARD_FLOP_RATIO * fwd
         # the kernel's measured efficiency at long sequences, lower where the queries or keys are few
@@ -152,9 +156,11 @@ def _mixer_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dty
         return selective_scan_time(acc, spec.mamba, shard)
     gemms = ssd_gemms(spec.mamba, shard)
     traffic = acc.memory_time(ssd_scan_bytes(spec.mamba, shard))
-    recomputed = _gemms_forward(acc, gemms[CHUNK_STATE_GEMM:CHUNK_STATE_GEMM + 1], dtype)
-    return (_gemms_forward(acc, gemms, dtype) + traffic,
-            _gemms_backward(acc, gemms, dtype) + recomputed + ELEMENTWISE_BACKWARD_RATIO * traffic)
+    recomputed = _gemms_forward(acc, gemms[CHUNK_STATE_GEMM : CHUNK_STATE_GEMM + 1], dtype)
+    return (
+        _gemms_forward(acc, gemms, dtype) + traffic,
+        _gemms_backward(acc, gemms, dtype) + recomputed + ELEMENTWISE_BACKWARD_RATIO * traffic,
+    )
 
 
 # per routing-map entry, sorted for the copies' expert-major positions (torch.argsort(stable=True) on
@@ -195,18 +201,21 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
     B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
     rep = T * spec.hidden_size / shard.sp_div
     mixer = spec.mixer_of(layer)
-    norms = spec.block_norms * (2 * B * rep)                         # read x, write y, per norm (2; Gemma 4)
-    if mixer == "attention" and spec.has_qk_norm(layer):   # Qwen3, OLMo 2, Gemma 3, Llama 4's rotary layers
+    norms = spec.block_norms * (2 * B * rep)  # read x, write y, per norm (2; Gemma 4)
+    if mixer == "attention" and spec.has_qk_norm(layer):  # Qwen3, OLMo 2, Gemma 3, Llama 4's rotary layers
         norms += 2 * B * T * (spec.q_channels + spec.kv_channels) / t
-    if mixer == "attention" and spec.is_mla:   # q_a_layernorm, kv_a_layernorm on each rank's own tokens
+    if mixer == "attention" and spec.is_mla:  # q_a_layernorm, kv_a_layernorm on each rank's own tokens
         norms += 2 * B * T * (spec.q_lora_rank + spec.kv_lora_rank) / shard.sp_div
     sub_blocks = (mixer != "none") + spec.has_ffn(layer)
     residual = sub_blocks * (3 * B * rep + (MASK_BYTES * rep if spec.dropout else 0))  # (bias-dropout-)add
     if not spec.has_ffn(layer):
         ffn, permute = 0, 0.0
     elif spec.is_moe_layer(layer):
-        ffn = spec.moe_ffn_hidden_size * spec.experts_per_token + spec.shared_expert_ffn_hidden_size * spec.num_shared_experts
-        copies = T * spec.experts_per_token * spec.hidden_size * shard.capacity   # routed copies (padded), tp-gathered
+        ffn = (
+            spec.moe_ffn_hidden_size * spec.experts_per_token
+            + spec.shared_expert_ffn_hidden_size * spec.num_shared_experts
+        )
+        copies = T * spec.experts_per_token * spec.hidden_size * shard.capacity  # routed copies (padded), tp-gathered
         permute = moe_permutation_bytes(spec, shard)
         # copies received from every ep rank, regrouped by local expert and back (Megatron-Core's
         # MoEAlltoAllTokenDispatcher, sort_chunks_by_idxs, where a device holds several experts)
@@ -215,11 +224,10 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
         permute += regroup
     else:
         ffn, permute = spec.ffn_hidden_size, 0.0
-    activation = (3 if spec.gated_mlp else 2) * B * T * ffn / t     # act(x) [* up]: read 1-2, write 1
+    activation = (3 if spec.gated_mlp else 2) * B * T * ffn / t  # act(x) [* up]: read 1-2, write 1
     # RoPE: read and write the rotated share of Q and K (partial rotary: rotary_fraction of each head)
     rotates = mixer == "attention" and not spec.learned_position_embeddings and layer not in spec.nope_layers
-    rotary = 0.0 if not rotates else (
-        spec.rotary_fraction * 2 * B * T * (spec.q_channels + spec.kv_channels) / t)
+    rotary = 0.0 if not rotates else (spec.rotary_fraction * 2 * B * T * (spec.q_channels + spec.kv_channels) / t)
     mamba = mamba_elementwise_bytes(spec.mamba, shard) if mixer == "mamba" else 0.0
     return norms + residual + activation + rotary + permute + mamba
 
@@ -237,9 +245,14 @@ def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, prec
         cast_f, cast_b = (acc.memory_time(b) for b in cast)
     forward = sum(f for f, _ in times) + attn_f + elem + cast_f
     backward = sum(b for _, b in times) + attn_b + ELEMENTWISE_BACKWARD_RATIO * elem + cast_b
-    selective = attn_f if spec.mixer_of(layer) == "attention" else 0.0   # selective recomputation redoes attention only
-    return LayerTime(forward=forward, backward=backward, attention_forward=selective, gemms=times,
-                     weight_gradient=weight_gradient_time(acc, gemms, precision.gemm_dtype))
+    selective = attn_f if spec.mixer_of(layer) == "attention" else 0.0  # selective recomputation redoes attention only
+    return LayerTime(
+        forward=forward,
+        backward=backward,
+        attention_forward=selective,
+        gemms=times,
+        weight_gradient=weight_gradient_time(acc, gemms, precision.gemm_dtype),
+    )
 
 
 def ring_merge_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, ring: int) -> tuple[float, float]:
@@ -268,9 +281,12 @@ def mtp_own_time(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str) ->
     (``model.layers.mtp_projection_gemm``) and the two norms (read and write each, twice that back)."""
     g = mtp_projection_gemm(spec, shard)
     norms = 2 * 2 * shard.dtype_bytes * shard.tokens * spec.hidden_size / shard.sp_div
-    return LayerTime(forward=_gemms_forward(acc, [g], dtype) + acc.memory_time(norms),
-                     backward=_gemms_backward(acc, [g], dtype) + ELEMENTWISE_BACKWARD_RATIO * acc.memory_time(norms),
-                     attention_forward=0.0, weight_gradient=weight_gradient_time(acc, [g], dtype))
+    return LayerTime(
+        forward=_gemms_forward(acc, [g], dtype) + acc.memory_time(norms),
+        backward=_gemms_backward(acc, [g], dtype) + ELEMENTWISE_BACKWARD_RATIO * acc.memory_time(norms),
+        attention_forward=0.0,
+        weight_gradient=weight_gradient_time(acc, [g], dtype),
+    )
 
 
 def embedding_time(acc: Accelerator, spec: ModelSpec, shard: Shard) -> LayerTime:
@@ -283,9 +299,10 @@ def head_time(acc: Accelerator, spec: ModelSpec, shard: Shard, dtype: str) -> La
     """Final norm, vocab-parallel output projection and fp32 cross-entropy."""
     g = head_gemm(spec, shard)
     logits = shard.tokens * spec.vocab_size / shard.tp
-    ce_traffic = 3 * 4.0 * logits                                   # write fp32 logits, read for softmax, write probs
+    ce_traffic = 3 * 4.0 * logits  # write fp32 logits, read for softmax, write probs
     norm = 2 * shard.dtype_bytes * shard.tokens * spec.hidden_size / shard.sp_div
     forward = _gemms_forward(acc, [g], dtype) + acc.memory_time(ce_traffic + norm)
     backward = _gemms_backward(acc, [g], dtype) + acc.memory_time(2 * (ce_traffic + norm))
-    return LayerTime(forward=forward, backward=backward, attention_forward=0.0,
-                     weight_gradient=weight_gradient_time(acc, [g], dtype))
+    return LayerTime(
+        forward=forward, backward=backward, attention_forward=0.0, weight_gradient=weight_gradient_time(acc, [g], dtype)
+    )

@@ -12,8 +12,13 @@ import numpy as np
 
 from nestplan.cost import comm
 from nestplan.cost import stage
-from nestplan.cost.memory import (ShardGroups, in_flight_microbatches, live_activation_peak, moe_a2a_early,
-                                  split_schedule_peak)
+from nestplan.cost.memory import (
+    ShardGroups,
+    in_flight_microbatches,
+    live_activation_peak,
+    moe_a2a_early,
+    split_schedule_peak,
+)
 from nestplan.cost.pipeline import pipeline_floor, pipeline_time, split_pipeline_time
 from nestplan.cost.split_schedule import SplitTimes
 from nestplan.cost.prediction import Prediction, StageCost
@@ -51,16 +56,27 @@ def _model_flops(model: ModelSpec, seq: int, global_batch_size: int, recompute: 
     return model_flops, model_flops + extra * global_batch_size
 
 
-def evaluate_plan(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job,
-                  axis_order: Sequence[str] = DEFAULT_AXIS_ORDER, *, terms: TermCache | None = None) -> Prediction:
+def evaluate_plan(
+    model: ModelSpec,
+    cluster: Cluster,
+    dims: ParallelDims,
+    job: Job,
+    axis_order: Sequence[str] = DEFAULT_AXIS_ORDER,
+    *,
+    terms: TermCache | None = None,
+) -> Prediction:
     """Predict one plan. A plan that does not fit is still evaluated; ``Prediction.fits`` says so.
     ``terms``: the node terms already computed for this (model, cluster, job), shared by a caller
     that evaluates many plans of it (the planner); the result is the same without it."""
     check_against_model(dims, model, job.seq_len)
     check_cp_comm(dims, model, job)
     if dims.devices > cluster.devices:
-        raise ConfigError(f"the plan needs {dims.devices} devices but cluster '{cluster.name}' has {cluster.devices}",
-                          field="devices", value=dims.devices, limit=cluster.devices)
+        raise ConfigError(
+            f"the plan needs {dims.devices} devices but cluster '{cluster.name}' has {cluster.devices}",
+            field="devices",
+            value=dims.devices,
+            limit=cluster.devices,
+        )
     m = dims.num_microbatches(job.global_batch_size)
     placement = place(dims, cluster.topology, axis_order)
     cache = terms if terms is not None else TermCache(model, cluster, job)
@@ -75,14 +91,22 @@ def _boundary_times(model, cluster, dims, job, placement) -> list[float]:
 
 def _step_end(model, cluster, dims, job, placement, st: _Stages) -> tuple[StepEnd, float]:
     """The step end of the stages (exposed sync and optimizer step) and the tied-embedding sync."""
-    sync = SyncContext(cluster.topology, cluster.accelerator, job, dims.zero, placement.groups["cp+ep+dp"],
-                       placement.groups["cp+dp"])
+    sync = SyncContext(
+        cluster.topology, cluster.accelerator, job, dims.zero, placement.groups["cp+ep+dp"], placement.groups["cp+dp"]
+    )
     end = step_end(sync, *stage.step_end_inputs(st.sums), st.bounds)
     return end, tied_embedding_sync(model, cluster.topology, dims.tp, job, placement.pp_ends)
 
 
-def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job,
-                     axis_order: Sequence[str] = DEFAULT_AXIS_ORDER, *, terms: TermCache | None = None) -> float:
+def step_floor_s(
+    model: ModelSpec,
+    cluster: Cluster,
+    dims: ParallelDims,
+    job: Job,
+    axis_order: Sequence[str] = DEFAULT_AXIS_ORDER,
+    *,
+    terms: TermCache | None = None,
+) -> float:
     """A lower bound of ``evaluate_plan(...).step_time_s`` at a fraction of its cost: the pipeline's
     floor (cost/pipeline.py ``pipeline_floor``, no schedule simulation) of the same stages plus the
     same step end. A caller comparing many splits or schedules of one plan skips those that cannot win."""
@@ -94,7 +118,7 @@ def step_floor_s(model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Jo
     stages = _stages(model, cluster, dims, job, placement, cache.graph_terms(dims, placement.groups))
     end, tied = _step_end(model, cluster, dims, job, placement, stages)
     forward, backward = stages.times()
-    if dims.schedule.splits_backward:   # every stage runs all its operations one after another
+    if dims.schedule.splits_backward:  # every stage runs all its operations one after another
         floor = m * max(_least_busy(stages, dims.schedule)) * (1 - 1e-9)
     else:
         floor = pipeline_floor(forward, backward, m, dims.virtual_stages)
@@ -107,7 +131,7 @@ def _least_busy(stages: _Stages, schedule: Schedule) -> list[float]:
     if schedule is not Schedule.DUALPIPEV:
         return list(stages.cycles)
     c = stages.chunks
-    assert c is not None   # its forward_comm and backward_comm are the communication an F&BW may hide
+    assert c is not None  # its forward_comm and backward_comm are the communication an F&BW may hide
     return (c.forward + c.backward - c.forward_comm - c.backward_comm).sum(axis=1).tolist()
 
 
@@ -141,8 +165,12 @@ def moe_overlap_conflict(dims: ParallelDims, model: ModelSpec, job: Job) -> Conf
     if why is None:
         return None
     text, field, value, limit = why
-    return ConfigError(f"the MoE all-to-all overlap (--moe-comm-overlap) {text}; the plan has {field} {value}",
-                       field=field, value=value, limit=limit)
+    return ConfigError(
+        f"the MoE all-to-all overlap (--moe-comm-overlap) {text}; the plan has {field} {value}",
+        field=field,
+        value=value,
+        limit=limit,
+    )
 
 
 @dataclass(frozen=True)
@@ -161,8 +189,9 @@ class _Chunks:
     backward_comm: np.ndarray
 
     def split_times(self) -> SplitTimes:
-        return SplitTimes.of_backward(self.forward, self.backward, self.weight_grad, self.forward_comm,
-                                      self.backward_comm)
+        return SplitTimes.of_backward(
+            self.forward, self.backward, self.weight_grad, self.forward_comm, self.backward_comm
+        )
 
 
 @dataclass(frozen=True)
@@ -189,7 +218,7 @@ class _Stages:
 
 def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
     bounds = _boundary_times(model, cluster, dims, job, placement)
-    wrap = max(bounds, default=0.0)   # interleaved chunks also pass from the last stage back to the first
+    wrap = max(bounds, default=0.0)  # interleaved chunks also pass from the last stage back to the first
     v = dims.virtual_stages
     kinds = [model.block_kind(i) for i in range(model.num_layers)]
     layers = dims.stage_layers(model.num_layers)
@@ -198,12 +227,12 @@ def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
         return _chunked_stages(model, dims, terms, bounds, kinds, layers, starts)
     sums, components, forward = [], [], []
     for i, (first, n_layers) in enumerate(zip(starts, layers)):
-        part = stage.stage_sums(terms, kinds[first:first + n_layers], i, dims.pp)
+        part = stage.stage_sums(terms, kinds[first : first + n_layers], i, dims.pp)
         prev = bounds[i - 1] if i > 0 else (wrap if v > 1 else 0.0)
         nxt = bounds[i] if i < dims.pp - 1 else (wrap if v > 1 else 0.0)
         sums.append(part)
         components.append(dict(part.components, pp_comm=stage.transfer_seconds(prev, nxt, v)))
-        forward.append(part.forward + v * nxt)   # a stage sends its outputs forward, its input gradients back
+        forward.append(part.forward + v * nxt)  # a stage sends its outputs forward, its input gradients back
     return _Stages(bounds, layers, starts, sums, components, forward, [sum(c.values()) for c in components])
 
 
@@ -226,14 +255,14 @@ def _chunked_stages(model, dims, terms: GraphTerms, bounds, kinds, layers, start
     arrays = {name: np.zeros((pp, v)) for name in ("fwd", "bwd", "acts", "wgrad", "kept", "fcomm", "bcomm")}
     parts: list[list[stage.StageSums]] = [[] for _ in range(pp)]
     sent = [0.0] * pp
-    known: dict[tuple, stage.StageSums] = {}   # a virtual stage's sums depend on its blocks and whether it is an end
+    known: dict[tuple, stage.StageSums] = {}  # a virtual stage's sums depend on its blocks and whether it is an end
     for i, (s, c) in enumerate(positions):
-        held = tuple(kinds[firsts[i]:firsts[i + 1]])
+        held = tuple(kinds[firsts[i] : firsts[i + 1]])
         key = (held, i == 0, i == pp * v - 1)
         part = known.get(key) or known.setdefault(key, stage.stage_sums(terms, held, i, pp * v))
         prev, nxt = stage.chunk_transfers(i, owner, bounds)
-        overlappable = part.components["ep_comm"] / 2   # dispatch and combine forward, their transposes back
-        arrays["fwd"][s, c] = part.forward + nxt                                  # its outputs forward
+        overlappable = part.components["ep_comm"] / 2  # dispatch and combine forward, their transposes back
+        arrays["fwd"][s, c] = part.forward + nxt  # its outputs forward
         arrays["bwd"][s, c] = sum(part.components.values()) - part.forward + prev  # its input gradients back
         arrays["acts"][s, c] = part.activations
         arrays["wgrad"][s, c] = part.weight_gradient
@@ -269,9 +298,11 @@ def _split_fields(dims: ParallelDims, st: _Stages, i: int) -> dict[str, tuple[fl
         return {}
     c = st.chunks
     assert c is not None
-    return {"chunk_weight_grad_s": tuple(c.weight_grad[i].tolist()),
-            "chunk_forward_comm_s": tuple(c.forward_comm[i].tolist()),
-            "chunk_backward_comm_s": tuple(c.backward_comm[i].tolist())}
+    return {
+        "chunk_weight_grad_s": tuple(c.weight_grad[i].tolist()),
+        "chunk_forward_comm_s": tuple(c.forward_comm[i].tolist()),
+        "chunk_backward_comm_s": tuple(c.backward_comm[i].tolist()),
+    }
 
 
 def _exposed(components: dict[str, float], m: int, busy_s: float) -> dict[str, float]:
@@ -291,12 +322,22 @@ def _exposed(components: dict[str, float], m: int, busy_s: float) -> dict[str, f
 def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Prediction:
     st = _stages(model, cluster, dims, job, placement, terms)
     layers, starts, sums, components, forward, cycles = (
-        st.layers, st.starts, st.sums, st.components, st.forward, st.cycles)
+        st.layers,
+        st.starts,
+        st.sums,
+        st.components,
+        st.forward,
+        st.cycles,
+    )
     v = dims.virtual_stages
     acc = cluster.accelerator
-    ctx = stage.StageContext(job, dims.zero, ShardGroups(dense=placement.groups["cp+ep+dp"].size,
-                                                         expert=placement.groups["cp+dp"].size),
-                             acc.reserved_bytes, acc.hbm_bytes)
+    ctx = stage.StageContext(
+        job,
+        dims.zero,
+        ShardGroups(dense=placement.groups["cp+ep+dp"].size, expert=placement.groups["cp+dp"].size),
+        acc.reserved_bytes,
+        acc.hbm_bytes,
+    )
     if dims.schedule.splits_backward:
         assert st.chunks is not None
         pipe_s, bubble_s, slowest, busy_s = split_pipeline_time(st.chunks.split_times(), m, dims.schedule)
@@ -305,17 +346,27 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
         busy_s = m * cycles[slowest]
     end, tied = _step_end(model, cluster, dims, job, placement, st)
     stages = []
-    head_stage = dims.virtual_stage_position(dims.pp * v - 1)[0]   # stage 0 under a V schedule
+    head_stage = dims.virtual_stage_position(dims.pp * v - 1)[0]  # stage 0 under a V schedule
     for i, (first, n_layers, part, comp) in enumerate(zip(starts, layers, sums, components)):
         memory = _stage_memory(ctx, dims, st, i, m)
-        stages.append(StageCost(
-            index=i, first_layer=first, last_layer=first + n_layers - 1, has_embedding=i == 0,
-            has_head=i == head_stage, devices=dims.stage_devices, forward_s=forward[i],
-            backward_s=cycles[i] - forward[i], cycle_s=cycles[i], components_s=MappingProxyType(comp),
-            memory_bytes=MappingProxyType(memory),
-            chunk_forward_s=() if st.chunks is None else tuple(st.chunks.forward[i].tolist()),
-            chunk_backward_s=() if st.chunks is None else tuple(st.chunks.backward[i].tolist()),
-            **_split_fields(dims, st, i)))
+        stages.append(
+            StageCost(
+                index=i,
+                first_layer=first,
+                last_layer=first + n_layers - 1,
+                has_embedding=i == 0,
+                has_head=i == head_stage,
+                devices=dims.stage_devices,
+                forward_s=forward[i],
+                backward_s=cycles[i] - forward[i],
+                cycle_s=cycles[i],
+                components_s=MappingProxyType(comp),
+                memory_bytes=MappingProxyType(memory),
+                chunk_forward_s=() if st.chunks is None else tuple(st.chunks.forward[i].tolist()),
+                chunk_backward_s=() if st.chunks is None else tuple(st.chunks.backward[i].tolist()),
+                **_split_fields(dims, st, i),
+            )
+        )
     breakdown = _exposed(components[slowest], m, busy_s)
     breakdown["pipeline_bubble"] = bubble_s
     breakdown["dp_sync"] = end.exposed_s + tied
@@ -324,9 +375,18 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
     assert abs(sum(breakdown.values()) - step) <= 1e-9 * step
     model_flops, hw_flops = _model_flops(model, job.seq_len, job.global_batch_size, dims.recompute)
     pred = Prediction(
-        step_time_s=step, breakdown_s=MappingProxyType(breakdown), tokens_per_s=job.tokens_per_step / step,
-        model_flops_per_step=model_flops, hardware_flops_per_step=hw_flops, devices_used=dims.devices,
+        step_time_s=step,
+        breakdown_s=MappingProxyType(breakdown),
+        tokens_per_s=job.tokens_per_step / step,
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=hw_flops,
+        devices_used=dims.devices,
         peak_flops_per_device=cluster.accelerator.peak(job.dtype),
-        memory_capacity_bytes=cluster.accelerator.hbm_bytes, num_microbatches=m,
-        stages=tuple(stages), bottleneck_stage=slowest, plan=dims, placement=placement)
+        memory_capacity_bytes=cluster.accelerator.hbm_bytes,
+        num_microbatches=m,
+        stages=tuple(stages),
+        bottleneck_stage=slowest,
+        plan=dims,
+        placement=placement,
+    )
     return pred

@@ -35,8 +35,9 @@ class ShardGroups:
     expert: int
 
 
-def warmup_forwards(schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int, virtual: int
-                    ) -> np.ndarray:
+def warmup_forwards(
+    schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int, virtual: int
+) -> np.ndarray:
     """Forwards (of model chunks) a stage runs before its first backward, at most all m v of them.
 
     Megatron-LM's counts (schedules.py): GPipe all m v; 1F1B pp - stage - 1; interleaved 1F1B
@@ -62,8 +63,9 @@ def forward_chunk(k: int | np.ndarray, pp: int, virtual: int) -> int | np.ndarra
     return (k % (pp * virtual)) // pp
 
 
-def live_activation_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: np.ndarray,
-                         early: int = 0) -> float:
+def live_activation_peak(
+    schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: np.ndarray, early: int = 0
+) -> float:
     """The most activation bytes a stage holds at once, its v chunks storing ``chunk_bytes[c]`` per
     microbatch (chunk c of the stage; they may differ).
 
@@ -89,8 +91,9 @@ def live_activation_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_
     return float((stored[w + j] - freed[j]).max())
 
 
-def in_flight_microbatches(schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int,
-                           virtual: int, early: int = 0) -> float | np.ndarray:
+def in_flight_microbatches(
+    schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int, virtual: int, early: int = 0
+) -> float | np.ndarray:
     """Microbatches whose activations a stage holds at its peak, in units of the whole stage.
 
     A stage runs w warm-up forwards (:func:`warmup_forwards`), then one more before its first
@@ -120,8 +123,9 @@ def weight_gradient_input_bytes(gemms: list[Gemm], dtype_bytes: float, sp_div: i
     return sum(g.count * g.m * g.k * dtype_bytes / (sp_div if g.gathered == COLUMN else 1) for g in gemms)
 
 
-def split_schedule_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: Sequence[float],
-                        kept_bytes: Sequence[float]) -> float:
+def split_schedule_peak(
+    schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: Sequence[float], kept_bytes: Sequence[float]
+) -> float:
     """The most activation bytes a stage holds at once under a schedule that splits the backward
     (cost/operations.py, the order the simulation runs): a forward of chunk c stores
     ``chunk_bytes[c]``; its B frees all but ``kept_bytes[c]`` (the GEMM inputs W reads,
@@ -132,8 +136,11 @@ def split_schedule_peak(schedule: Schedule, stage: int, pp: int, m: int, chunk_b
     a, kept = np.asarray(chunk_bytes, float), np.asarray(kept_bytes, float)
     stores = np.isin(kind, (FORWARD, OVERLAPPED))
     added = np.where(stores, a[chunk], 0.0)
-    freed = np.select([kind == INPUT_GRAD, kind == WEIGHT_GRAD, kind == FULL_BACKWARD, kind == OVERLAPPED],
-                      [a[chunk] - kept[chunk], kept[chunk], a[chunk], a[np.maximum(chunk2, 0)]], 0.0)
+    freed = np.select(
+        [kind == INPUT_GRAD, kind == WEIGHT_GRAD, kind == FULL_BACKWARD, kind == OVERLAPPED],
+        [a[chunk] - kept[chunk], kept[chunk], a[chunk], a[np.maximum(chunk2, 0)]],
+        0.0,
+    )
     live_after = np.cumsum(added - freed)
     return float((live_after + freed)[stores].max())
 
@@ -151,22 +158,27 @@ def model_state_bytes(
     return dict(zip(("weights", "gradients", "optimizer"), values))
 
 
-def model_state_total(params: ParamCount, shards: ShardGroups, zero: ZeroStage, weight_bytes: int, grad_bytes: int,
-                      optimizer_bytes: int) -> float:
+def model_state_total(
+    params: ParamCount, shards: ShardGroups, zero: ZeroStage, weight_bytes: int, grad_bytes: int, optimizer_bytes: int
+) -> float:
     """The sum of :func:`model_state_bytes` (bytes per device), without building the breakdown."""
     weights, gradients, optimizer = _state_values(params, shards, zero, weight_bytes, grad_bytes, optimizer_bytes)
     return weights + gradients + optimizer
 
 
-def _state_values(params: ParamCount, shards: ShardGroups, zero: ZeroStage, weight_bytes: int, grad_bytes: int,
-                  optimizer_bytes: int) -> tuple[float, float, float]:
+def _state_values(
+    params: ParamCount, shards: ShardGroups, zero: ZeroStage, weight_bytes: int, grad_bytes: int, optimizer_bytes: int
+) -> tuple[float, float, float]:
     def per_device(bytes_per_param: int, sharded: bool) -> float:
         if not sharded:
             return bytes_per_param * params.total
         return bytes_per_param * (params.dense / shards.dense + params.expert / shards.expert)
 
-    return (per_device(weight_bytes, zero >= ZeroStage.PARAMETERS), per_device(grad_bytes, zero >= ZeroStage.GRADIENTS),
-            per_device(optimizer_bytes, zero >= ZeroStage.OPTIMIZER))
+    return (
+        per_device(weight_bytes, zero >= ZeroStage.PARAMETERS),
+        per_device(grad_bytes, zero >= ZeroStage.GRADIENTS),
+        per_device(optimizer_bytes, zero >= ZeroStage.OPTIMIZER),
+    )
 
 
 def stage_memory(

@@ -53,7 +53,7 @@ class _Counter:
     def __init__(self) -> None:
         self.next: dict[tuple[int, str], int] = {}
         self.pending: deque[tuple[int, int]] = deque()
-        self.waiting = (deque(), deque())   # the same W passes by chunk
+        self.waiting = (deque(), deque())  # the same W passes by chunk
         self.ops: list[Op] = []
 
     def take(self, chunk: int, what: str) -> int:
@@ -181,7 +181,7 @@ def _dualpipev(s: int, p: int, m: int) -> list[Op]:
         c.weight_grad()
         c.forward(1)
     for i in range(m - 2 * p + s + 1):
-        if i == 0 and s == p - 1:   # the last stage's first turn: its chunk 1 backward needs this forward's loss
+        if i == 0 and s == p - 1:  # the last stage's first turn: its chunk 1 backward needs this forward's loss
             c.forward(0)
             c.full_backward(1)
         else:

@@ -21,7 +21,7 @@ from nestplan.cost.schedule import chunk_times, simulate
 from nestplan.cost.split_schedule import SplitTimes, simulate_split
 from nestplan.strategy.enums import Schedule
 
-Times = Sequence[float] | np.ndarray   # per stage (p,), or per stage and chunk (p, v): cost/schedule.chunk_times
+Times = Sequence[float] | np.ndarray  # per stage (p,), or per stage and chunk (p, v): cost/schedule.chunk_times
 
 
 def _per_stage(times: Times) -> list[float]:
@@ -30,8 +30,13 @@ def _per_stage(times: Times) -> list[float]:
     return (array.sum(axis=1) if array.ndim == 2 else array).tolist()
 
 
-def pipeline_time(forward_s: Times, backward_s: Times, num_microbatches: int,
-                  schedule: Schedule = Schedule.ONE_F_ONE_B, virtual_stages: int = 1) -> tuple[float, float, int]:
+def pipeline_time(
+    forward_s: Times,
+    backward_s: Times,
+    num_microbatches: int,
+    schedule: Schedule = Schedule.ONE_F_ONE_B,
+    virtual_stages: int = 1,
+) -> tuple[float, float, int]:
     """(total seconds, bubble seconds, index of the bottleneck stage). The bubble is the time the
     bottleneck stage (largest F + B, all its chunks together) is idle: total - m * C_max."""
     assert len(forward_s) and len(forward_s) == len(backward_s) and num_microbatches >= 1
@@ -59,8 +64,9 @@ def pipeline_floor(forward_s: Times, backward_s: Times, num_microbatches: int, v
     return float((before + num_microbatches * cycles).max()) * (1 - 1e-9)
 
 
-def split_pipeline_time(times: SplitTimes, num_microbatches: int, schedule: Schedule
-                        ) -> tuple[float, float, int, float]:
+def split_pipeline_time(
+    times: SplitTimes, num_microbatches: int, schedule: Schedule
+) -> tuple[float, float, int, float]:
     """``pipeline_time`` for the schedules that split the backward (cost/split_schedule.py), and the
     busy seconds of the bottleneck stage: the stage that computes longest (the sum of its
     operations' durations, overlapped ones counted once) is the bottleneck, idle the rest."""

@@ -15,8 +15,17 @@ from nestplan.strategy.placement import Placement
 from nestplan.units import TERA, GiB
 
 BREAKDOWN_TERMS = (
-    "forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
-    "zero_comm", "pp_comm", "pipeline_bubble", "dp_sync", "optimizer",
+    "forward_compute",
+    "backward_compute",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "zero_comm",
+    "pp_comm",
+    "pipeline_bubble",
+    "dp_sync",
+    "optimizer",
 )
 
 
@@ -25,16 +34,16 @@ class StageCost:
     """One pipeline stage of one replica, per device and per microbatch."""
 
     index: int
-    first_layer: int          # transformer blocks [first_layer, last_layer], 0-based
+    first_layer: int  # transformer blocks [first_layer, last_layer], 0-based
     last_layer: int
     has_embedding: bool
     has_head: bool
     devices: int
     forward_s: float
     backward_s: float
-    cycle_s: float            # forward + backward + boundary transfers, per microbatch
-    components_s: Mapping[str, float]   # cycle split over BREAKDOWN_TERMS (per microbatch)
-    memory_bytes: Mapping[str, float]   # MEMORY_TERMS -> bytes per device
+    cycle_s: float  # forward + backward + boundary transfers, per microbatch
+    components_s: Mapping[str, float]  # cycle split over BREAKDOWN_TERMS (per microbatch)
+    memory_bytes: Mapping[str, float]  # MEMORY_TERMS -> bytes per device
     # per model chunk where an uneven interleaved layout makes them differ (else empty: each chunk
     # takes 1/v of forward_s and backward_s)
     chunk_forward_s: tuple[float, ...] = ()
@@ -52,16 +61,21 @@ class StageCost:
     @property
     def layers_text(self) -> str:
         """Its blocks as the stage table writes them: ``E+0-11`` with the embedding, ``84-95+H`` with the head."""
-        return (("E+" if self.has_embedding else "") + f"{self.first_layer}-{self.last_layer}"
-                + ("+H" if self.has_head else ""))
+        return (
+            ("E+" if self.has_embedding else "")
+            + f"{self.first_layer}-{self.last_layer}"
+            + ("+H" if self.has_head else "")
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain JSON values, and the peak memory per device."""
         return {**plain(self), "peak_memory_bytes": self.peak_memory_bytes}
 
     def __repr__(self) -> str:
-        return (f"StageCost({self.index}: blocks {self.layers_text}, cycle {self.cycle_s * 1e3:.2f} ms, "
-                f"{self.peak_memory_bytes / GiB:.1f} GiB)")
+        return (
+            f"StageCost({self.index}: blocks {self.layers_text}, cycle {self.cycle_s * 1e3:.2f} ms, "
+            f"{self.peak_memory_bytes / GiB:.1f} GiB)"
+        )
 
 
 @dataclass(frozen=True)
@@ -77,42 +91,64 @@ class Prediction:
     num_microbatches: int
     stages: tuple[StageCost, ...]
     bottleneck_stage: int
-    plan: ParallelDims        # the plan evaluated
-    placement: Placement      # its placement on the cluster
+    plan: ParallelDims  # the plan evaluated
+    placement: Placement  # its placement on the cluster
 
     def to_dict(self) -> dict[str, Any]:
         """Every field and every figure derived from them (DERIVED_FIGURES) as plain JSON values; the
         plan as its degrees and settings, the placement as its groups' spans."""
         own = {f.name: plain(getattr(self, f.name)) for f in fields(self) if f.name != "stages"}
-        return {**own, "stages": [s.to_dict() for s in self.stages],
-                **{name: plain(getattr(self, name)) for name in DERIVED_FIGURES}}
+        return {
+            **own,
+            "stages": [s.to_dict() for s in self.stages],
+            **{name: plain(getattr(self, name)) for name in DERIVED_FIGURES},
+        }
 
     def __repr__(self) -> str:
-        return (f"Prediction({plan_text(self.plan)}: step {self.step_time_s:.4g} s, {self.tokens_per_s:,.0f} tokens/s, "
-                f"MFU {self.mfu:.1%}, memory {self.memory_text}, {'fits' if self.fits else 'does NOT fit'})")
+        return (
+            f"Prediction({plan_text(self.plan)}: step {self.step_time_s:.4g} s, {self.tokens_per_s:,.0f} tokens/s, "
+            f"MFU {self.mfu:.1%}, memory {self.memory_text}, {'fits' if self.fits else 'does NOT fit'})"
+        )
 
     def _repr_html_(self) -> str:
         """Tables for a notebook: the headline figures, the step time's terms, the memory per stage."""
         return "".join((self.headline_html(), self.breakdown_html(), self.stages_html()))
 
     def headline_html(self) -> str:
-        rows = [("plan", plan_text(self.plan)), ("rank order", rank_order(self.placement)),
-                ("devices", f"{self.devices_used:,}"),
-                ("microbatches", f"{self.num_microbatches:,}"), ("step time", f"{self.step_time_s:.4g} s"),
-                ("throughput", f"{self.tokens_per_s:,.0f} tokens/s"),
-                ("model TFLOP/s per device", f"{self.model_tflops_per_device:.1f}"), ("MFU", f"{self.mfu:.1%}"),
-                ("peak memory per device", self.memory_text), ("fits", "yes" if self.fits else "NO")]
+        rows = [
+            ("plan", plan_text(self.plan)),
+            ("rank order", rank_order(self.placement)),
+            ("devices", f"{self.devices_used:,}"),
+            ("microbatches", f"{self.num_microbatches:,}"),
+            ("step time", f"{self.step_time_s:.4g} s"),
+            ("throughput", f"{self.tokens_per_s:,.0f} tokens/s"),
+            ("model TFLOP/s per device", f"{self.model_tflops_per_device:.1f}"),
+            ("MFU", f"{self.mfu:.1%}"),
+            ("peak memory per device", self.memory_text),
+            ("fits", "yes" if self.fits else "NO"),
+        ]
         return html_table("prediction", ("", ""), rows)
 
     def breakdown_html(self) -> str:
-        rows = [(term, f"{secs * 1e3:,.2f}", f"{secs / self.step_time_s:.1%}")
-                for term, secs in self.breakdown_s.items() if secs]
+        rows = [
+            (term, f"{secs * 1e3:,.2f}", f"{secs / self.step_time_s:.1%}")
+            for term, secs in self.breakdown_s.items()
+            if secs
+        ]
         return html_table("step time", ("term", "ms", "share"), rows)
 
     def stages_html(self) -> str:
         terms = tuple(self.stages[0].memory_bytes)
-        rows = [(s.index, s.layers_text, f"{s.cycle_s * 1e3:,.2f}", f"{s.peak_memory_bytes / GiB:.2f}",
-                 *(f"{s.memory_bytes[t] / GiB:.2f}" for t in terms)) for s in self.stages]
+        rows = [
+            (
+                s.index,
+                s.layers_text,
+                f"{s.cycle_s * 1e3:,.2f}",
+                f"{s.peak_memory_bytes / GiB:.2f}",
+                *(f"{s.memory_bytes[t] / GiB:.2f}" for t in terms),
+            )
+            for s in self.stages
+        ]
         return html_table("memory per device, GiB, by stage", ("stage", "blocks", "cycle ms", "peak", *terms), rows)
 
     @property
@@ -162,8 +198,16 @@ class Prediction:
 
 
 # the properties of a Prediction that Prediction.to_dict writes beside its fields
-DERIVED_FIGURES = ("model_tflops_per_device", "hardware_tflops_per_device", "mfu", "peak_memory_bytes_per_device",
-                   "memory_breakdown_bytes", "bubble_free_step_s", "fits", "memory_excess_bytes")
+DERIVED_FIGURES = (
+    "model_tflops_per_device",
+    "hardware_tflops_per_device",
+    "mfu",
+    "peak_memory_bytes_per_device",
+    "memory_breakdown_bytes",
+    "bubble_free_step_s",
+    "fits",
+    "memory_excess_bytes",
+)
 
 
 def plain(value: Any) -> Any:
@@ -184,7 +228,7 @@ def plan_text(dims: ParallelDims) -> str:
     (a folded MoE plan adds ``etp1 (experts over 32)``: expert tensor parallelism and expert parallelism)."""
     text = f"tp{dims.tp}{'+sp' if dims.sp_active else ''} pp{dims.pp} dp{dims.dp}"
     text += "".join(f" {axis}{getattr(dims, axis)}" for axis in ("cp", "ep") if getattr(dims, axis) > 1)
-    if dims.etp is not None:   # parallel folding: the experts' own degrees
+    if dims.etp is not None:  # parallel folding: the experts' own degrees
         text += f" etp{dims.etp} (experts over {dims.expert_parallel})"
     text += f" {dims.schedule.value}" if dims.schedule is not Schedule.ONE_F_ONE_B else ""
     text += f" v{dims.virtual_stages}" if dims.virtual_stages > 1 else ""
@@ -199,9 +243,13 @@ def rank_order(placement: Placement) -> str:
 
 def html_table(caption: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A small HTML table, every caption, header and cell escaped."""
+
     def cells(tag: str, values: Sequence[Any]) -> str:
         return "<tr>" + "".join(f"<{tag}>{html.escape(str(v))}</{tag}>" for v in values) + "</tr>"
 
     head = cells("th", header) if any(header) else ""
-    return (f"<table><caption>{html.escape(caption)}</caption>{head}"
-            + "".join(cells("td", row) for row in rows) + "</table>")
+    return (
+        f"<table><caption>{html.escape(caption)}</caption>{head}"
+        + "".join(cells("td", row) for row in rows)
+        + "</table>"
+    )

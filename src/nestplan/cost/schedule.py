@@ -45,8 +45,8 @@ class Timeline:
     """Every operation of one step's pipeline (arrays of equal length), in seconds from the start."""
 
     stage: np.ndarray
-    kind: np.ndarray        # FORWARD or BACKWARD
-    chunk: np.ndarray       # model chunk (virtual stage) on the device
+    kind: np.ndarray  # FORWARD or BACKWARD
+    chunk: np.ndarray  # model chunk (virtual stage) on the device
     microbatch: np.ndarray
     start_s: np.ndarray
     end_s: np.ndarray
@@ -61,10 +61,10 @@ class _Pattern:
     """Per device (rows) and position in its sequence (columns): what runs and what it waits for."""
 
     kind: np.ndarray
-    k: np.ndarray           # index of the operation among the device's forwards (or backwards)
+    k: np.ndarray  # index of the operation among the device's forwards (or backwards)
     chunk: np.ndarray
     microbatch: np.ndarray
-    dep_stage: np.ndarray   # -1: no dependency on another device
+    dep_stage: np.ndarray  # -1: no dependency on another device
     dep_pos: np.ndarray
 
 
@@ -110,7 +110,7 @@ def _steady_window(w: np.ndarray, p: int, m: int, v: int, period: int) -> tuple[
     head = _pattern(w, p, m, v, np.arange(0, margin))
     tail = _pattern(w, p, m, v, np.arange(n - margin, n))
     same_head, same_tail = _repeats(head, period), _repeats(tail, period)
-    assert same_head[-period:].all() and same_tail[period:2 * period].all()
+    assert same_head[-period:].all() and same_tail[period : 2 * period].all()
     first = int(np.flatnonzero(~same_head)[-1]) + 1 if (~same_head).any() else period
     broken = np.flatnonzero(~same_tail[period:])
     last = n - margin + period + int(broken[0]) if broken.size else n
@@ -149,9 +149,14 @@ def chunk_times(stage_s: Sequence[float] | np.ndarray, virtual_stages: int) -> n
     return times
 
 
-def simulate(forward_s: Sequence[float] | np.ndarray, backward_s: Sequence[float] | np.ndarray,
-             num_microbatches: int, schedule: Schedule = Schedule.ONE_F_ONE_B, virtual_stages: int = 1,
-             record: bool = False) -> tuple[float, Timeline | None]:
+def simulate(
+    forward_s: Sequence[float] | np.ndarray,
+    backward_s: Sequence[float] | np.ndarray,
+    num_microbatches: int,
+    schedule: Schedule = Schedule.ONE_F_ONE_B,
+    virtual_stages: int = 1,
+    record: bool = False,
+) -> tuple[float, Timeline | None]:
     """Makespan of one step's pipeline (and, with ``record``, every operation's start and end).
 
     ``forward_s`` and ``backward_s`` are per-microbatch times including the sends each operation
@@ -190,16 +195,26 @@ def _record(w: np.ndarray, p: int, m: int, v: int, fwd_s: np.ndarray, bwd_s: np.
     """Every operation of the step, run one by one (for the timeline plot)."""
     n = 2 * m * v
     if p * n > MAX_RECORDED_OPERATIONS:
-        raise ConfigError(f"the pipeline timeline has {p * n:,} operations ({p} stages x {n:,}); at most "
-                          f"{MAX_RECORDED_OPERATIONS:,} are recorded for a plot: plot a step with fewer microbatches",
-                          field="num_microbatches", value=m, limit=MAX_RECORDED_OPERATIONS // (2 * p * v))
+        raise ConfigError(
+            f"the pipeline timeline has {p * n:,} operations ({p} stages x {n:,}); at most "
+            f"{MAX_RECORDED_OPERATIONS:,} are recorded for a plot: plot a step with fewer microbatches",
+            field="num_microbatches",
+            value=m,
+            limit=MAX_RECORDED_OPERATIONS // (2 * p * v),
+        )
     end = _Ring(p, n)
     pt = _pattern(w, p, m, v, np.arange(n))
     dur = _durations(pt, fwd_s, bwd_s)
     _run_block(end, pt, dur, 0)
     start = end.values - dur
-    timeline = Timeline(np.repeat(np.arange(p), n), pt.kind.ravel(), pt.chunk.ravel(),
-                        pt.microbatch.ravel(), start.ravel(), end.values.ravel())
+    timeline = Timeline(
+        np.repeat(np.arange(p), n),
+        pt.kind.ravel(),
+        pt.chunk.ravel(),
+        pt.microbatch.ravel(),
+        start.ravel(),
+        end.values.ravel(),
+    )
     return timeline.makespan_s, timeline
 
 
@@ -257,8 +272,14 @@ def _run_block(end: _Ring, pt: _Pattern, dur: np.ndarray, first: int) -> None:
     for c in range(len(cols)):
         i = first + c
         if chained[c]:
-            _run_position(end, i, pt.kind[:, c].tolist(), pt.dep_stage[:, c].tolist(), pt.dep_pos[:, c].tolist(),
-                          dur[:, c].tolist())
+            _run_position(
+                end,
+                i,
+                pt.kind[:, c].tolist(),
+                pt.dep_stage[:, c].tolist(),
+                pt.dep_pos[:, c].tolist(),
+                dur[:, c].tolist(),
+            )
             continue
         ready = end.column(i - 1) if i else np.zeros(p)
         waits = np.where(has_dep[:, c], end.get(dep_pos[:, c], dep_stage[:, c]), 0.0)

@@ -31,7 +31,15 @@ from numpy.typing import ArrayLike
 
 from nestplan.cost.schedule import Timeline
 from nestplan.cost.operations import (
-    FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, Op, operation_arrays, stage_operations)
+    FORWARD,
+    FULL_BACKWARD,
+    INPUT_GRAD,
+    OVERLAPPED,
+    WEIGHT_GRAD,
+    Op,
+    operation_arrays,
+    stage_operations,
+)
 from nestplan.strategy.dims import virtual_stage_index
 from nestplan.strategy.enums import Schedule
 
@@ -49,8 +57,14 @@ class SplitTimes:
     backward_comm: np.ndarray
 
     @classmethod
-    def of_backward(cls, forward: ArrayLike, backward: ArrayLike, weight_grad: ArrayLike, forward_comm: ArrayLike,
-                    backward_comm: ArrayLike) -> SplitTimes:
+    def of_backward(
+        cls,
+        forward: ArrayLike,
+        backward: ArrayLike,
+        weight_grad: ArrayLike,
+        forward_comm: ArrayLike,
+        backward_comm: ArrayLike,
+    ) -> SplitTimes:
         """From the whole backward per chunk (B + W, as the evaluator and StageCost hold it)."""
         arrays = [np.asarray(x, float) for x in (forward, backward, weight_grad, forward_comm, backward_comm)]
         f, whole, w, fc, bc = arrays
@@ -73,10 +87,14 @@ class SplitRun:
         """Every operation as the timeline plot draws it; ``kind`` is cost/operations.py's
         (F, B, W, BW or F&BW; an F&BW under its forward's chunk and microbatch)."""
         ops = [op for order in self.ops for op in order]
-        return Timeline(np.concatenate([np.full(len(o), s) for s, o in enumerate(self.ops)]),
-                        np.array([op.kind for op in ops]), np.array([op.chunk for op in ops]),
-                        np.array([op.microbatch for op in ops]), np.concatenate(self.start_s),
-                        np.concatenate(self.end_s))
+        return Timeline(
+            np.concatenate([np.full(len(o), s) for s, o in enumerate(self.ops)]),
+            np.array([op.kind for op in ops]),
+            np.array([op.chunk for op in ops]),
+            np.array([op.microbatch for op in ops]),
+            np.concatenate(self.start_s),
+            np.concatenate(self.end_s),
+        )
 
 
 @dataclass(frozen=True)
@@ -86,10 +104,10 @@ class _Program:
     waits for (-1: none), and what its duration is made of."""
 
     orders: tuple[tuple[Op, ...], ...]
-    offsets: np.ndarray      # (p + 1,): where each stage's operations start among all
-    order: np.ndarray        # global operation ids, dependencies first; id = offsets[stage] + position
+    offsets: np.ndarray  # (p + 1,): where each stage's operations start among all
+    order: np.ndarray  # global operation ids, dependencies first; id = offsets[stage] + position
     stage: np.ndarray
-    deps: np.ndarray         # (n, 2)
+    deps: np.ndarray  # (n, 2)
     kind: np.ndarray
     chunk: np.ndarray
     chunk2: np.ndarray
@@ -101,7 +119,7 @@ def _program(schedule: Schedule, p: int, m: int) -> _Program:
     offsets = np.concatenate([[0], np.cumsum([len(o) for o in orders])]).astype(int).tolist()
     chunks = 2 * p if schedule.v_shaped else p
     where = [[virtual_stage_index(schedule, s, c, p) for c in range(2)] for s in range(p)]
-    placed: dict[tuple[str, int, int], int] = {}   # ("F" or "B", virtual stage, microbatch) -> operation id
+    placed: dict[tuple[str, int, int], int] = {}  # ("F" or "B", virtual stage, microbatch) -> operation id
     n = offsets[-1]
     deps = np.full((n, 2), -1)
     order, position = [], [0] * p
@@ -115,15 +133,16 @@ def _program(schedule: Schedule, p: int, m: int) -> _Program:
                 if wanted is None:
                     break
                 i = offsets[s] + k
-                deps[i, :len(wanted)] = wanted
+                deps[i, : len(wanted)] = wanted
                 _mark(op, where[s], i, placed)
                 order.append(i)
                 k += 1
             position[s] = k
         assert len(order) > before, "a split-backward order waits for itself (cost/operations.py)"
     kind, chunk, chunk2 = (np.concatenate(a) for a in zip(*(operation_arrays(schedule, s, p, m) for s in range(p))))
-    return _Program(orders, np.array(offsets), np.array(order), np.repeat(np.arange(p), np.diff(offsets)), deps,
-                    kind, chunk, chunk2)
+    return _Program(
+        orders, np.array(offsets), np.array(order), np.repeat(np.arange(p), np.diff(offsets)), deps, kind, chunk, chunk2
+    )
 
 
 def _inputs(op: Op, where: list[int], chunks: int, placed: dict) -> list[int] | None:
@@ -159,8 +178,11 @@ def _durations(prog: _Program, t: SplitTimes) -> np.ndarray:
     fc, bc = t.forward_comm[s, c], t.backward_comm[s, c2]
     b2, w2 = t.input_grad[s, c2], t.weight_grad[s, c2]
     overlapped = np.maximum((f - fc) + (b2 - bc + w2), fc + bc)
-    return np.select([prog.kind == FORWARD, prog.kind == INPUT_GRAD, prog.kind == WEIGHT_GRAD,
-                      prog.kind == FULL_BACKWARD], [f, b, w, b + w], overlapped)
+    return np.select(
+        [prog.kind == FORWARD, prog.kind == INPUT_GRAD, prog.kind == WEIGHT_GRAD, prog.kind == FULL_BACKWARD],
+        [f, b, w, b + w],
+        overlapped,
+    )
 
 
 def simulate_split(schedule: Schedule, times: SplitTimes, num_microbatches: int) -> SplitRun:

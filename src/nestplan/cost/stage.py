@@ -37,7 +37,13 @@ from typing import Hashable, Mapping, Sequence
 import numpy as np
 
 from nestplan.cost.memory import (
-    ShardGroups, in_flight_microbatches, model_state_bytes, model_state_total, moe_a2a_early, stage_memory)
+    ShardGroups,
+    in_flight_microbatches,
+    model_state_bytes,
+    model_state_total,
+    moe_a2a_early,
+    stage_memory,
+)
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.cost.stepend import SyncContext
 from nestplan.cost.terms import GraphTerms, NodeTerms
@@ -45,7 +51,7 @@ from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.strategy.enums import Schedule, ZeroStage
 
-BACKWARD_TERMS = ("backward_compute", "recompute")   # what a stage's backward pass computes (the step end's view)
+BACKWARD_TERMS = ("backward_compute", "recompute")  # what a stage's backward pass computes (the step end's view)
 
 
 @dataclass(frozen=True)
@@ -62,8 +68,7 @@ class StageContext:
     def states(self, params: L.ParamCount) -> dict[str, float]:
         """Weights, gradients and optimizer state of ``params`` on one device."""
         j = self.job
-        return model_state_bytes(params, self.shards, self.zero, j.dtype_bytes, j.grad_bytes,
-                                 j.optimizer_state_bytes)
+        return model_state_bytes(params, self.shards, self.zero, j.dtype_bytes, j.grad_bytes, j.optimizer_state_bytes)
 
     def node_state_bytes(self, node: NodeTerms) -> float:
         """What a node holds all step: its ZeRO-managed states and its FP8 weight copies."""
@@ -71,8 +76,7 @@ class StageContext:
 
     def state_bytes(self, params: L.ParamCount) -> float:
         j = self.job
-        return model_state_total(params, self.shards, self.zero, j.dtype_bytes, j.grad_bytes,
-                                 j.optimizer_state_bytes)
+        return model_state_total(params, self.shards, self.zero, j.dtype_bytes, j.grad_bytes, j.optimizer_state_bytes)
 
 
 # ---------------------------------------------------------------------------- one split (evaluator)
@@ -92,14 +96,14 @@ class StageSums:
     """One stage's nodes summed: components per microbatch (no transfers), the forward part,
     activation bytes per microbatch, parameters and the largest transient."""
 
-    components: Mapping[str, float]   # BREAKDOWN_TERMS, pp_comm zero
+    components: Mapping[str, float]  # BREAKDOWN_TERMS, pp_comm zero
     forward: float
     activations: float
     params: L.ParamCount
     transient: float
     fp8_weight_bytes: float = 0.0
-    weight_gradient: float = 0.0         # seconds of its backward that are weight-gradient GEMMs (W)
-    weight_gradient_bytes: float = 0.0   # activation bytes per microbatch W still reads after B
+    weight_gradient: float = 0.0  # seconds of its backward that are weight-gradient GEMMs (W)
+    weight_gradient_bytes: float = 0.0  # activation bytes per microbatch W still reads after B
 
 
 def stage_sums(terms: GraphTerms, kinds: Sequence[Hashable], stage: int, pp: int) -> StageSums:
@@ -126,9 +130,16 @@ def combined_sums(parts: Sequence[StageSums]) -> StageSums:
     params = L.ParamCount()
     for x in parts:
         params = params + x.params
-    return StageSums(MappingProxyType(comp), sum(x.forward for x in parts), sum(x.activations for x in parts),
-                     params, max(x.transient for x in parts), sum(x.fp8_weight_bytes for x in parts),
-                     sum(x.weight_gradient for x in parts), sum(x.weight_gradient_bytes for x in parts))
+    return StageSums(
+        MappingProxyType(comp),
+        sum(x.forward for x in parts),
+        sum(x.activations for x in parts),
+        params,
+        max(x.transient for x in parts),
+        sum(x.fp8_weight_bytes for x in parts),
+        sum(x.weight_gradient for x in parts),
+        sum(x.weight_gradient_bytes for x in parts),
+    )
 
 
 def chunk_transfers(index: int, stages: Sequence[int], bounds: Sequence[float]) -> tuple[float, float]:
@@ -138,6 +149,7 @@ def chunk_transfers(index: int, stages: Sequence[int], bounds: Sequence[float]) 
     stages of one stage (the turn of a V schedule), neighbouring stages use the boundary between
     them, others (interleaving's wrap from the last stage back to the first) the slowest boundary,
     as for even chunks; the first virtual stage has nothing before it, the last nothing after."""
+
     def link(a: int, b: int) -> float:
         if a == b:
             return 0.0
@@ -174,8 +186,11 @@ def chunked_memory_breakdown(ctx: StageContext, sums: StageSums, live_activation
 
 def step_end_inputs(sums: Sequence[StageSums]) -> tuple[list[L.ParamCount], list[float], list[float]]:
     """Per stage: parameters, forward compute and backward compute (cost/stepend.py's inputs)."""
-    return ([x.params for x in sums], [x.components["forward_compute"] for x in sums],
-            [x.components[BACKWARD_TERMS[0]] + x.components[BACKWARD_TERMS[1]] for x in sums])
+    return (
+        [x.params for x in sums],
+        [x.components["forward_compute"] for x in sums],
+        [x.components[BACKWARD_TERMS[0]] + x.components[BACKWARD_TERMS[1]] for x in sums],
+    )
 
 
 def _end_nodes(terms: GraphTerms, stage: int, pp: int) -> list[NodeTerms]:
@@ -192,7 +207,7 @@ class BlockArrays:
     states: np.ndarray
     activations: np.ndarray
     transients: np.ndarray
-    homogeneous: bool   # every block costs and holds the same
+    homogeneous: bool  # every block costs and holds the same
 
 
 def block_arrays(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray) -> BlockArrays:
@@ -238,8 +253,9 @@ class PositionTables:
     constant: np.ndarray
 
 
-def position_tables(ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, microbatches: int,
-                    transfers: np.ndarray) -> PositionTables:
+def position_tables(
+    ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, microbatches: int, transfers: np.ndarray
+) -> PositionTables:
     """``transfers`` (P, P + 1): [p - 1, s + 1] the seconds of the link between stages s and
     s + 1 of a p-stage pipeline, 0 where there is none. The fixed bytes hold the blocks' transient
     buffer where the blocks are alike; blocks of different kinds add the largest of those a stage
@@ -251,9 +267,12 @@ def position_tables(ctx: StageContext, terms: GraphTerms, blocks: BlockArrays, m
     early = moe_a2a_early(ctx.job)
     inflight = np.where(real, in_flight_microbatches(Schedule.ONE_F_ONE_B, stage, depth, microbatches, 1, early), 0)
     copy = np.where(depth > 1, ctx.state_bytes(terms.embedding_copy), 0.0)
-    fixed = (ctx.reserved_bytes + (largest_block_transient(terms) if blocks.homogeneous else 0.0)
-             + first * (ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight)
-             + last * (ctx.state_bytes(terms.head.params) + copy + terms.head.activations * inflight))
+    fixed = (
+        ctx.reserved_bytes
+        + (largest_block_transient(terms) if blocks.homogeneous else 0.0)
+        + first * (ctx.state_bytes(terms.embedding.params) + terms.embedding.activations * inflight)
+        + last * (ctx.state_bytes(terms.head.params) + copy + terms.head.activations * inflight)
+    )
     per_block = blocks.states[0] + blocks.activations[0] * inflight
     nmax = np.where(real, np.floor((ctx.capacity_bytes - fixed) / np.maximum(per_block, 1.0)), 0).astype(np.int64)
     nmax = np.where(real, np.maximum(nmax, 0), 0)
@@ -279,8 +298,9 @@ def first_stage_in_flight(microbatches: int, depth: int, early: int = 0) -> np.n
     return in_flight_microbatches(Schedule.ONE_F_ONE_B, 0, np.arange(1, depth + 1), microbatches, 1, early)
 
 
-def position_capacity(ctx: StageContext, terms: GraphTerms, block_states: float, block_activations: float,
-                      inflight: np.ndarray) -> PositionCapacity:
+def position_capacity(
+    ctx: StageContext, terms: GraphTerms, block_states: float, block_activations: float, inflight: np.ndarray
+) -> PositionCapacity:
     """The same arithmetic as ``position_tables``' nmax element by element (its terms with 0 added
     where a stage is not first or last), in O(P) instead of O(P^2); identical blocks only, each
     holding ``block_states`` and ``block_activations`` per microbatch in flight; ``inflight`` is
@@ -295,8 +315,12 @@ def position_capacity(ctx: StageContext, terms: GraphTerms, block_states: float,
     head = ctx.state_bytes(terms.head.params)
     last = head + ctx.state_bytes(terms.embedding_copy) + terms.head.activations * inflight[0]
     single = (base + emb[0]) + (head + terms.head.activations * inflight[0])
-    return PositionCapacity(held(base, per_block), held(base + emb, per_block), int(held(base + last, per_block[0])),
-                            int(held(single, per_block[0])))
+    return PositionCapacity(
+        held(base, per_block),
+        held(base + emb, per_block),
+        int(held(base + last, per_block[0])),
+        int(held(single, per_block[0])),
+    )
 
 
 @dataclass(frozen=True)
@@ -315,8 +339,9 @@ class PositionMemory:
     transient: np.ndarray
 
 
-def position_memory(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray, inflight: np.ndarray
-                    ) -> PositionMemory:
+def position_memory(
+    ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray, inflight: np.ndarray
+) -> PositionMemory:
     """The bytes ``position_tables`` and ``block_memory`` give each position, in the same arithmetic
     (so that a check on them agrees with the splits to the last bit); ``inflight``:
     :func:`first_stage_in_flight`, ``kind_index``: each block's kind as an index into ``terms.blocks``."""
@@ -325,19 +350,21 @@ def position_memory(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray
     head = ctx.state_bytes(terms.head.params)
     blocks = block_arrays(ctx, terms, kind_index)
     return PositionMemory(
-        middle=base, first=base + emb,
+        middle=base,
+        first=base + emb,
         last=base + (head + ctx.state_bytes(terms.embedding_copy) + terms.head.activations * inflight[0]),
         single=base + emb[0] + (head + terms.head.activations * inflight[0]),
         blocks=blocks.states[None, :] + blocks.activations[None, :] * inflight[:, None],
-        transient=range_transients(blocks.transients))
+        transient=range_transients(blocks.transients),
+    )
 
 
-def block_memory(ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray, pp: int, microbatches: int
-                 ) -> np.ndarray:
+def block_memory(
+    ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray, pp: int, microbatches: int
+) -> np.ndarray:
     """(pp, L) bytes of each block held by each stage of a 1F1B pipeline; ``kind_index`` as
     :func:`block_arrays`'."""
-    inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, microbatches, 1,
-                                      moe_a2a_early(ctx.job))
+    inflight = in_flight_microbatches(Schedule.ONE_F_ONE_B, np.arange(pp), pp, microbatches, 1, moe_a2a_early(ctx.job))
     blocks = block_arrays(ctx, terms, kind_index)
     return blocks.states[None, :] + blocks.activations[None, :] * inflight[:, None]
 
@@ -359,8 +386,9 @@ def cycle_sums(terms: GraphTerms, kind_counts: Sequence[int]) -> CycleSums:
     return CycleSums(terms.embedding.cycle, terms.head.cycle, blocks, min(cycles.values()))
 
 
-def end_matrices(sync: SyncContext, terms: GraphTerms, block: NodeTerms, num_blocks: int,
-                 boundaries: np.ndarray) -> np.ndarray:
+def end_matrices(
+    sync: SyncContext, terms: GraphTerms, block: NodeTerms, num_blocks: int, boundaries: np.ndarray
+) -> np.ndarray:
     """X[s, j, e] (pp, L + 1, L + 1): exposed sync + gather + optimizer step of stage s holding
     identical blocks [j, e) (inf where it holds none); step_end's max over stages of X is the step end.
 
@@ -389,7 +417,11 @@ def end_matrices(sync: SyncContext, terms: GraphTerms, block: NodeTerms, num_blo
 
         (s0, s1), (g0, g1), (o0, o1) = affine(sync.sync), affine(sync.gather), affine(sync.optimizer)
         drain = (j * b_bwd + emb_bwd + boundaries[:s].sum()) if s > 0 else 0.0
-        x = (np.maximum(0.0, s0 + s1 * n - (bwd0 + b_bwd * n) - drain)
-             + np.maximum(0.0, g0 + g1 * n - (fwd0 + b_fwd * n)) + o0 + o1 * n)
+        x = (
+            np.maximum(0.0, s0 + s1 * n - (bwd0 + b_bwd * n) - drain)
+            + np.maximum(0.0, g0 + g1 * n - (fwd0 + b_fwd * n))
+            + o0
+            + o1 * n
+        )
         out[s] = np.where(n >= 1, x, np.inf)
     return out

@@ -22,7 +22,7 @@ from nestplan.network.topology import Topology
 from nestplan.strategy.enums import ZeroStage
 from nestplan.strategy.placement import GroupSpan
 
-MAIN_GRAD_BYTES = 4   # the fp32 gradient the optimizer reads (Megatron's main_grad, Apex's fp32 shard)
+MAIN_GRAD_BYTES = 4  # the fp32 gradient the optimizer reads (Megatron's main_grad, Apex's fp32 shard)
 
 
 def optimizer_traffic_bytes(job: Job) -> float:
@@ -38,8 +38,8 @@ class SyncContext:
     accelerator: Accelerator
     job: Job
     zero: ZeroStage
-    dense_group: GroupSpan    # ranks holding the same dense parameters: cp x ep x dp
-    expert_group: GroupSpan   # ranks holding the same experts: cp x dp
+    dense_group: GroupSpan  # ranks holding the same dense parameters: cp x ep x dp
+    expert_group: GroupSpan  # ranks holding the same experts: cp x dp
 
     # seconds already computed, by (quantity, parameters): a search asks for the same stages often
     _known: dict = field(default_factory=dict, compare=False, repr=False)
@@ -68,12 +68,16 @@ class SyncContext:
 
     def _sync(self, params: L.ParamCount) -> float:
         j = self.job
-        return sum(comm.grad_sync_time(self.topo, g, n * j.grad_bytes, n * j.dtype_bytes, int(self.zero))
-                   for g, n in self._pairs(params))
+        return sum(
+            comm.grad_sync_time(self.topo, g, n * j.grad_bytes, n * j.dtype_bytes, int(self.zero))
+            for g, n in self._pairs(params)
+        )
 
     def _gather(self, params: L.ParamCount) -> float:
-        return sum(comm.param_gather_time(self.topo, g, n * self.job.param_bytes, int(self.zero))
-                   for g, n in self._pairs(params))
+        return sum(
+            comm.param_gather_time(self.topo, g, n * self.job.param_bytes, int(self.zero))
+            for g, n in self._pairs(params)
+        )
 
     def _optimizer(self, params: L.ParamCount) -> float:
         if self.zero is ZeroStage.NONE:
@@ -88,16 +92,17 @@ class StepEnd:
     """The step's end is set by the stage that finishes last: its exposed sync, then its
     optimizer step (each stage updates its own parameters once its gradients are reduced)."""
 
-    exposed_s: float                 # exposed sync + gather of the stage that finishes last
-    optimizer_s: float               # that stage's optimizer step
+    exposed_s: float  # exposed sync + gather of the stage that finishes last
+    optimizer_s: float  # that stage's optimizer step
 
     @property
     def total_s(self) -> float:
         return self.exposed_s + self.optimizer_s
 
 
-def stage_end(ctx: SyncContext, params: L.ParamCount, forward: float, backward: float, drain: float
-              ) -> tuple[float, float]:
+def stage_end(
+    ctx: SyncContext, params: L.ParamCount, forward: float, backward: float, drain: float
+) -> tuple[float, float]:
     """(exposed sync + gather, optimizer) of one stage; ``drain`` is the time the stages before it
     still run after its last backward (their backwards and transfers)."""
     job = ctx.job
@@ -107,8 +112,13 @@ def stage_end(ctx: SyncContext, params: L.ParamCount, forward: float, backward: 
     return exposed, ctx.optimizer(params)
 
 
-def step_end(ctx: SyncContext, params: Sequence[L.ParamCount], forward: Sequence[float],
-             backward: Sequence[float], boundaries: Sequence[float]) -> StepEnd:
+def step_end(
+    ctx: SyncContext,
+    params: Sequence[L.ParamCount],
+    forward: Sequence[float],
+    backward: Sequence[float],
+    boundaries: Sequence[float],
+) -> StepEnd:
     """Per-stage lists are first stage first; ``boundaries[i]`` is the transfer between stage i and i + 1."""
     drain = 0.0
     exposed, optimizer = [], []

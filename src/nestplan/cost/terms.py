@@ -14,8 +14,17 @@ from typing import Hashable, Mapping
 
 from nestplan.cost import comm
 from nestplan.cost.memory import weight_gradient_input_bytes
-from nestplan.cost.compute import (FP8_BYTES, FP8_COPIES, LayerTime, Precision, block_time, embedding_time, head_time,
-                                   mtp_own_time, ring_merge_time)
+from nestplan.cost.compute import (
+    FP8_BYTES,
+    FP8_COPIES,
+    LayerTime,
+    Precision,
+    block_time,
+    embedding_time,
+    head_time,
+    mtp_own_time,
+    ring_merge_time,
+)
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.job import CpCommType, Job, MoeDispatcher
 from nestplan.model import layers as L
@@ -29,14 +38,14 @@ from nestplan.strategy.placement import GroupSpan
 class NodeTerms:
     """One node's per-microbatch cost on one device."""
 
-    components: Mapping[str, float]   # BREAKDOWN_TERMS -> seconds (pipeline terms zero)
-    params: L.ParamCount              # per device, before ZeRO
-    activations: float                # bytes stored per microbatch
-    forward: float = 0.0              # seconds of the components that run in the forward pass
-    transient: float = 0.0            # bytes alive only while this node recomputes
-    fp8_weight_bytes: float = 0.0     # FP8 copies of its GEMM weights, kept all step besides the ZeRO states
-    weight_gradient: float = 0.0      # seconds of backward_compute that are weight-gradient GEMMs (zero-bubble W)
-    weight_gradient_bytes: float = 0.0   # of its stored activations, the bytes W still reads after B
+    components: Mapping[str, float]  # BREAKDOWN_TERMS -> seconds (pipeline terms zero)
+    params: L.ParamCount  # per device, before ZeRO
+    activations: float  # bytes stored per microbatch
+    forward: float = 0.0  # seconds of the components that run in the forward pass
+    transient: float = 0.0  # bytes alive only while this node recomputes
+    fp8_weight_bytes: float = 0.0  # FP8 copies of its GEMM weights, kept all step besides the ZeRO states
+    weight_gradient: float = 0.0  # seconds of backward_compute that are weight-gradient GEMMs (zero-bubble W)
+    weight_gradient_bytes: float = 0.0  # of its stored activations, the bytes W still reads after B
 
     @property
     def cycle(self) -> float:
@@ -45,14 +54,14 @@ class NodeTerms:
 
 @dataclass(frozen=True)
 class GraphTerms:
-    blocks: Mapping[Hashable, NodeTerms]   # keyed by ModelSpec.block_kind, in the order kinds first appear
+    blocks: Mapping[Hashable, NodeTerms]  # keyed by ModelSpec.block_kind, in the order kinds first appear
     embedding: NodeTerms
     head: NodeTerms
     # the last of several stages' copy of the embedding: a tied output projection's, or the one MTP modules read
     embedding_copy: L.ParamCount
 
 
-TERM_GROUPS = ("tp", "cp", "cp+ep+dp", "cp+dp", "expert", "etp")   # the groups whose spans the terms depend on
+TERM_GROUPS = ("tp", "cp", "cp+ep+dp", "cp+dp", "expert", "etp")  # the groups whose spans the terms depend on
 
 
 def terms_zero(zero: ZeroStage) -> ZeroStage:
@@ -62,9 +71,19 @@ def terms_zero(zero: ZeroStage) -> ZeroStage:
 
 
 def shard_of(dims: ParallelDims, job: Job) -> L.Shard:
-    return L.Shard(tp=dims.tp, sp=dims.sp_active, cp=dims.cp, ep=dims.ep, micro_batch=dims.micro_batch_size,
-                   seq_len=job.seq_len, dtype_bytes=job.dtype_bytes, flash=job.flash_attention, etp=dims.etp,
-                   capacity=job.moe_capacity_factor or 1.0, fp8_gemms=job.fp8)
+    return L.Shard(
+        tp=dims.tp,
+        sp=dims.sp_active,
+        cp=dims.cp,
+        ep=dims.ep,
+        micro_batch=dims.micro_batch_size,
+        seq_len=job.seq_len,
+        dtype_bytes=job.dtype_bytes,
+        flash=job.flash_attention,
+        etp=dims.etp,
+        capacity=job.moe_capacity_factor or 1.0,
+        fp8_gemms=job.fp8,
+    )
 
 
 def _components(**values: float) -> Mapping[str, float]:
@@ -78,11 +97,11 @@ class _BlockCompute:
     """What one block kind costs under one shard, whatever the placement: its time before
     communication, its parameters and its stored activations per recomputation mode."""
 
-    time: LayerTime                # forward and backward include the ring's merges; attention_forward does not
+    time: LayerTime  # forward and backward include the ring's merges; attention_forward does not
     params: L.ParamCount
     activations: Mapping[Recompute, float]
-    weight_gradient_bytes: float   # GEMM inputs kept from B until W
-    ring_merge_forward: float = 0.0   # seconds of the forward merges of a context-parallel ring
+    weight_gradient_bytes: float  # GEMM inputs kept from B until W
+    ring_merge_forward: float = 0.0  # seconds of the forward merges of a context-parallel ring
 
 
 def ring_length(job: Job, cp: int) -> int:
@@ -94,7 +113,7 @@ def ring_length(job: Job, cp: int) -> int:
 
 
 def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, layer: int, ring: int) -> _BlockCompute:
-    acts = model.traced_activation_scale   # 1 unless a trace calibrated it
+    acts = model.traced_activation_scale  # 1 unless a trace calibrated it
     stored = {rc: acts * L.block_activation_bytes(model, layer, shard, L.Recomputation(rc.value)) for rc in Recompute}
     # W reads the inputs' FP8 column-wise copies under an FP8 recipe (cost/compute.py FP8_COPIES)
     kept_bytes = FP8_BYTES if precision.fp8_recipe is not None else shard.dtype_bytes
@@ -102,8 +121,9 @@ def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, 
     time = block_time(acc, model, layer, shard, precision)
     merge_f, merge_b = ring_merge_time(acc, model, layer, shard, ring)
     time = replace(time, forward=time.forward + merge_f, backward=time.backward + merge_b)
-    return _BlockCompute(time, L.block_params_per_device(model, layer, shard), MappingProxyType(stored), acts * kept,
-                         merge_f)
+    return _BlockCompute(
+        time, L.block_params_per_device(model, layer, shard), MappingProxyType(stored), acts * kept, merge_f
+    )
 
 
 def fp8_weight_copies(job: Job) -> float:
@@ -122,43 +142,63 @@ def gathered_kv_bytes(model: ModelSpec, shard: L.Shard, cp: int) -> float:
     return cp * comm.local_kv_bytes(model, shard)
 
 
-def _block(model: ModelSpec, topo, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan],
-           b: _BlockCompute, c: comm.LayerComm) -> NodeTerms:
+def _block(
+    model: ModelSpec,
+    topo,
+    dims: ParallelDims,
+    job: Job,
+    groups: Mapping[str, GroupSpan],
+    b: _BlockCompute,
+    c: comm.LayerComm,
+) -> NodeTerms:
     t, params = b.time, b.params
     if dims.recompute is Recompute.FULL:
         redo = t.forward + c.tp_forward + c.cp_forward + c.ep_forward
     elif dims.recompute is Recompute.SELECTIVE:
-        redo = t.attention_forward + b.ring_merge_forward   # the attention core as context parallelism runs it
+        redo = t.attention_forward + b.ring_merge_forward  # the attention core as context parallelism runs it
     else:
         redo = 0.0
     zero_f = zero_b = 0.0
     if dims.zero is ZeroStage.GRADIENTS:
         # sharded gradients cannot accumulate locally: every microbatch reduce-scatters them,
         # overlapped with the backward pass (DeepSpeed ZeRO-2 with overlap_comm)
-        rs = sum(comm.zero3_layer_time(topo, groups[key], 0.0, n * job.grad_bytes)[1]
-                 for key, n in (("cp+ep+dp", params.dense), ("cp+dp", params.expert)))
+        rs = sum(
+            comm.zero3_layer_time(topo, groups[key], 0.0, n * job.grad_bytes)[1]
+            for key, n in (("cp+ep+dp", params.dense), ("cp+dp", params.expert))
+        )
         zero_b = max(0.0, rs - t.backward)
     elif dims.zero is ZeroStage.PARAMETERS:
-        zf, zb = comm.zero3_layer_time(topo, groups["cp+ep+dp"], params.dense * job.dtype_bytes,
-                                       params.dense * job.grad_bytes)
-        ef, eb = comm.zero3_layer_time(topo, groups["cp+dp"], params.expert * job.dtype_bytes,
-                                       params.expert * job.grad_bytes)
+        zf, zb = comm.zero3_layer_time(
+            topo, groups["cp+ep+dp"], params.dense * job.dtype_bytes, params.dense * job.grad_bytes
+        )
+        ef, eb = comm.zero3_layer_time(
+            topo, groups["cp+dp"], params.expert * job.dtype_bytes, params.expert * job.grad_bytes
+        )
         zero_f, zero_b = max(0.0, zf + ef - t.forward), max(0.0, zb + eb - t.backward)
-    fs = model.traced_flops_scale   # 1 unless a trace calibrated it
+    fs = model.traced_flops_scale  # 1 unless a trace calibrated it
     transient = b.activations[Recompute.NONE] if dims.recompute is Recompute.FULL else 0.0
     if dims.zero is ZeroStage.PARAMETERS:
-        transient += 2 * params.total * job.dtype_bytes   # the gathered layer and the prefetched next one
+        transient += 2 * params.total * job.dtype_bytes  # the gathered layer and the prefetched next one
     if job.cp_comm_type is CpCommType.ALLGATHER and dims.cp > 1:
         transient += gathered_kv_bytes(model, shard_of(dims, job), dims.cp)
     return NodeTerms(
         components=_components(
-            forward_compute=fs * t.forward, backward_compute=fs * t.backward, recompute=fs * redo,
-            tp_comm=c.tp_forward + c.tp_backward, cp_comm=c.cp_forward + c.cp_backward,
-            ep_comm=c.ep_forward + c.ep_backward, zero_comm=zero_f + zero_b),
-        params=params, activations=b.activations[dims.recompute],
-        forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f, transient=transient,
-        fp8_weight_bytes=fp8_weight_copies(job) * params.total, weight_gradient=fs * t.weight_gradient,
-        weight_gradient_bytes=b.weight_gradient_bytes)
+            forward_compute=fs * t.forward,
+            backward_compute=fs * t.backward,
+            recompute=fs * redo,
+            tp_comm=c.tp_forward + c.tp_backward,
+            cp_comm=c.cp_forward + c.cp_backward,
+            ep_comm=c.ep_forward + c.ep_backward,
+            zero_comm=zero_f + zero_b,
+        ),
+        params=params,
+        activations=b.activations[dims.recompute],
+        forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f,
+        transient=transient,
+        fp8_weight_bytes=fp8_weight_copies(job) * params.total,
+        weight_gradient=fs * t.weight_gradient,
+        weight_gradient_bytes=b.weight_gradient_bytes,
+    )
 
 
 def _mtp_own(model: ModelSpec, shard: L.Shard, t: LayerTime, tp_comm: float) -> NodeTerms:
@@ -169,9 +209,11 @@ def _mtp_own(model: ModelSpec, shard: L.Shard, t: LayerTime, tp_comm: float) -> 
     return NodeTerms(
         components=_components(forward_compute=t.forward, backward_compute=t.backward, tp_comm=tp_comm),
         params=L.ParamCount(dense=L.mtp_own_params_per_device(model, shard)),
-        activations=L.mtp_own_activation_bytes(model, shard), forward=t.forward + tp_comm / 2,
+        activations=L.mtp_own_activation_bytes(model, shard),
+        forward=t.forward + tp_comm / 2,
         weight_gradient=t.weight_gradient,
-        weight_gradient_bytes=weight_gradient_input_bytes([L.mtp_projection_gemm(model, shard)], shard.dtype_bytes))
+        weight_gradient_bytes=weight_gradient_input_bytes([L.mtp_projection_gemm(model, shard)], shard.dtype_bytes),
+    )
 
 
 def _sum(*nodes: NodeTerms) -> NodeTerms:
@@ -179,11 +221,14 @@ def _sum(*nodes: NodeTerms) -> NodeTerms:
     the transient buffers do not (one is alive at a time)."""
     return NodeTerms(
         components=_components(**{k: sum(n.components[k] for n in nodes) for k in BREAKDOWN_TERMS}),
-        params=sum((n.params for n in nodes), L.ParamCount()), activations=sum(n.activations for n in nodes),
-        forward=sum(n.forward for n in nodes), transient=max(n.transient for n in nodes),
+        params=sum((n.params for n in nodes), L.ParamCount()),
+        activations=sum(n.activations for n in nodes),
+        forward=sum(n.forward for n in nodes),
+        transient=max(n.transient for n in nodes),
         fp8_weight_bytes=sum(n.fp8_weight_bytes for n in nodes),
         weight_gradient=sum(n.weight_gradient for n in nodes),
-        weight_gradient_bytes=sum(n.weight_gradient_bytes for n in nodes))
+        weight_gradient_bytes=sum(n.weight_gradient_bytes for n in nodes),
+    )
 
 
 def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:
@@ -225,25 +270,42 @@ class TermCache:
             precision = Precision.of(job)
             ring = ring_length(job, shard.cp)
             blocks = {kind: _block_compute(model, acc, shard, precision, i, ring) for kind, i in self._kinds.items()}
-            found = self._compute[shard] = (blocks, embedding_time(acc, model, shard),
-                                            head_time(acc, model, shard, job.dtype),
-                                            mtp_own_time(acc, model, shard, job.dtype))
+            found = self._compute[shard] = (
+                blocks,
+                embedding_time(acc, model, shard),
+                head_time(acc, model, shard, job.dtype),
+                mtp_own_time(acc, model, shard, job.dtype),
+            )
         return found
 
-    def _comm_parts(self, shard: L.Shard, groups: Mapping[str, GroupSpan], blocks: Mapping[Hashable, _BlockCompute]
-                    ) -> tuple:
+    def _comm_parts(
+        self, shard: L.Shard, groups: Mapping[str, GroupSpan], blocks: Mapping[Hashable, _BlockCompute]
+    ) -> tuple:
         key = (shard, groups["tp"], groups["cp"], groups["expert"], groups["etp"])
         found = self._comm.get(key)
         if found is None:
             topo, model = self.cluster.topology, self.model
-            gather = FP8_BYTES if self.job.fp8 else None   # FP8 operands are cast, then gathered
-            cp_comm = comm.CpComm(self.job.cp_comm_type, self.job.cp_a2a_size,
-                                  self.cluster.accelerator.memory_time(1.0))
-            comms = {kind: comm.block_comm(topo, model, i, shard, groups, blocks[kind].time.attention_forward,
-                                           blocks[kind].time.gemms, self.job.tp_comm_overlap, gather, cp_comm,
-                                           self._a2a_hidden_under(blocks[kind].time),
-                                           self.job.moe_dispatcher is MoeDispatcher.DEEPEP)
-                     for kind, i in self._kinds.items()}
+            gather = FP8_BYTES if self.job.fp8 else None  # FP8 operands are cast, then gathered
+            cp_comm = comm.CpComm(
+                self.job.cp_comm_type, self.job.cp_a2a_size, self.cluster.accelerator.memory_time(1.0)
+            )
+            comms = {
+                kind: comm.block_comm(
+                    topo,
+                    model,
+                    i,
+                    shard,
+                    groups,
+                    blocks[kind].time.attention_forward,
+                    blocks[kind].time.gemms,
+                    self.job.tp_comm_overlap,
+                    gather,
+                    cp_comm,
+                    self._a2a_hidden_under(blocks[kind].time),
+                    self.job.moe_dispatcher is MoeDispatcher.DEEPEP,
+                )
+                for kind, i in self._kinds.items()
+            }
             found = self._comm[key] = (comms, comm.tp_collectives(topo, groups["tp"], shard, model.hidden_size, 1))
         return found
 
@@ -263,7 +325,9 @@ class TermCache:
         embedding = NodeTerms(
             components=_components(forward_compute=e.forward, backward_compute=e.backward, tp_comm=tp_sync),
             params=L.ParamCount(dense=vocab_rows * model.hidden_size),
-            activations=L.embedding_activation_bytes(model, shard), forward=e.forward + tp_sync)
+            activations=L.embedding_activation_bytes(model, shard),
+            forward=e.forward + tp_sync,
+        )
         head_own = L.head_params(model, separate_copy=False) / dims.tp
         # a tied output projection's copy, or the embedding the MTP modules read, on the last of several stages
         copy = L.head_params(model, separate_copy=True) / dims.tp - head_own
@@ -271,14 +335,18 @@ class TermCache:
             copy = max(copy, embedding.params.dense)
         head = NodeTerms(
             components=_components(forward_compute=h.forward, backward_compute=h.backward, tp_comm=tp_sync),
-            params=L.ParamCount(dense=head_own), activations=L.head_activation_bytes(model, shard),
-            forward=h.forward + tp_sync / 2, weight_gradient=h.weight_gradient,
-            weight_gradient_bytes=weight_gradient_input_bytes([L.head_gemm(model, shard)], shard.dtype_bytes))   # vocab-parallel loss: reductions forward, input gradient backward
+            params=L.ParamCount(dense=head_own),
+            activations=L.head_activation_bytes(model, shard),
+            forward=h.forward + tp_sync / 2,
+            weight_gradient=h.weight_gradient,
+            weight_gradient_bytes=weight_gradient_input_bytes([L.head_gemm(model, shard)], shard.dtype_bytes),
+        )  # vocab-parallel loss: reductions forward, input gradient backward
         if model.mtp_layers:
             last = blocks[model.block_kind(model.num_layers - 1)]
             own = _mtp_own(model, shard, mtp, comm.tp_collectives(topo, groups["tp"], shard, 3 * model.hidden_size, 1))
             # its embedding lookup and head reuse the main model's weights (their copy is ``copy``)
             shared = [replace(node, params=L.ParamCount()) for node in (embedding, head)]
             head = _sum(head, *[_sum(last, *shared, own)] * model.mtp_layers)
-        return GraphTerms(blocks=MappingProxyType(blocks), embedding=embedding, head=head,
-                          embedding_copy=L.ParamCount(dense=copy))
+        return GraphTerms(
+            blocks=MappingProxyType(blocks), embedding=embedding, head=head, embedding_copy=L.ParamCount(dense=copy)
+        )

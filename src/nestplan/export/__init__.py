@@ -21,7 +21,7 @@ from nestplan.strategy.enums import Schedule
 
 EXPORTERS = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
 FRAMEWORKS = tuple(EXPORTERS)
-ALIASES = {alias: nemo.NAME for alias in nemo.ALIASES}   # older framework names, still accepted
+ALIASES = {alias: nemo.NAME for alias in nemo.ALIASES}  # older framework names, still accepted
 
 
 def framework_orders(framework: str, plan: Plan) -> list[tuple[str, ...]]:
@@ -63,8 +63,12 @@ def check_framework(name: str) -> str:
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in EXPORTERS:
-        raise ConfigError(f"unknown framework '{name}'; choose one of: {', '.join(FRAMEWORKS)}", field="export",
-                          value=name, limit=list(FRAMEWORKS) + list(ALIASES))
+        raise ConfigError(
+            f"unknown framework '{name}'; choose one of: {', '.join(FRAMEWORKS)}",
+            field="export",
+            value=name,
+            limit=list(FRAMEWORKS) + list(ALIASES),
+        )
     return key
 
 

@@ -21,8 +21,11 @@ from pathlib import Path
 from nestplan.errors import ConfigError, printable
 from nestplan.export.plan import ExportInput
 from nestplan.plan import Plan
-from nestplan.strategy.placement import (REPLICA_MAJOR as REPLICA_MAJOR, STAGE_MAJOR as STAGE_MAJOR,
-                                         consecutive_span_level)
+from nestplan.strategy.placement import (
+    REPLICA_MAJOR as REPLICA_MAJOR,
+    STAGE_MAJOR as STAGE_MAJOR,
+    consecutive_span_level,
+)
 from nestplan.units import GiB
 
 
@@ -93,15 +96,19 @@ def dims_text(plan: Plan) -> str:
         split = f"layers per virtual stage {counts_text(d.layers_per_stage or ())}"
     else:
         split = f"layers per stage {','.join(map(str, d.layers_per_stage or ()))}"
-    return (f"tp {d.tp}{' (sp)' if d.sp_active else ''} x cp {d.cp} x ep {d.ep} x pp {d.pp} x dp {d.dp}; "
-            f"ZeRO {int(d.zero)}; recompute {d.recompute.value}; microbatch {d.micro_batch_size} x "
-            f"{plan.num_microbatches}; schedule {d.schedule.value}{virtual}; {split}")
+    return (
+        f"tp {d.tp}{' (sp)' if d.sp_active else ''} x cp {d.cp} x ep {d.ep} x pp {d.pp} x dp {d.dp}; "
+        f"ZeRO {int(d.zero)}; recompute {d.recompute.value}; microbatch {d.micro_batch_size} x "
+        f"{plan.num_microbatches}; schedule {d.schedule.value}{virtual}; {split}"
+    )
 
 
 def prediction_text(plan: Plan) -> str:
     p = plan.predicted
-    return (f"step {p.step_time_s:.3f} s, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}, peak memory "
-            f"{p.peak_memory_bytes_per_device / GiB:.1f} of {p.memory_capacity_bytes / GiB:.1f} GiB per device")
+    return (
+        f"step {p.step_time_s:.3f} s, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}, peak memory "
+        f"{p.peak_memory_bytes_per_device / GiB:.1f} of {p.memory_capacity_bytes / GiB:.1f} GiB per device"
+    )
 
 
 def header(inp: ExportInput, framework: str, pin: str, notes: Sequence[str], prefix: str = "# ") -> str:
@@ -109,12 +116,16 @@ def header(inp: ExportInput, framework: str, pin: str, notes: Sequence[str], pre
     p, job = inp.plan, inp.plan.job
     lines = [
         f"nestplan {inp.version} export for {framework} ({pin})",
-        (f"plan: {p.model.name} on {p.cluster.name}, {p.devices_used} devices = {inp.nodes} nodes x "
-         f"{inp.devices_per_node}; global batch {job.global_batch_size} x {job.seq_len} tokens, {job.dtype}"),
+        (
+            f"plan: {p.model.name} on {p.cluster.name}, {p.devices_used} devices = {inp.nodes} nodes x "
+            f"{inp.devices_per_node}; global batch {job.global_batch_size} x {job.seq_len} tokens, {job.dtype}"
+        ),
         f"parallelism: {dims_text(p)}",
-        (f"rank order costed (fastest first): {'-'.join(p.axis_order)}; ranks are numbered node by node "
-         f"(global rank = node rank x {inp.devices_per_node} + local rank), nodes in network order "
-         f"({node_order_text(inp)})"),
+        (
+            f"rank order costed (fastest first): {'-'.join(p.axis_order)}; ranks are numbered node by node "
+            f"(global rank = node rank x {inp.devices_per_node} + local rank), nodes in network order "
+            f"({node_order_text(inp)})"
+        ),
         f"predicted by nestplan: {prediction_text(p)}",
     ]
     lines += [f"note: {n}" for n in notes]
@@ -136,11 +147,15 @@ def rank_order_note(framework: str, inp: ExportInput, used: Sequence[str]) -> st
     p = inp.plan
     if _equivalent(p, tuple(used), p.axis_order):
         return None
-    note = (f"RANK LAYOUT DIFFERS: {framework} orders ranks {'-'.join(used)} (fastest first), nestplan costed "
-            f"{'-'.join(p.axis_order)}")
+    note = (
+        f"RANK LAYOUT DIFFERS: {framework} orders ranks {'-'.join(used)} (fastest first), nestplan costed "
+        f"{'-'.join(p.axis_order)}"
+    )
     if inp.alternative is not None:
-        note += (f"; under {'-'.join(used)} nestplan predicts step {inp.alternative['step_time_s']:.3f} s "
-                 f"({inp.alternative['tokens_per_s']:,.0f} tokens/s) instead of {p.predicted.step_time_s:.3f} s")
+        note += (
+            f"; under {'-'.join(used)} nestplan predicts step {inp.alternative['step_time_s']:.3f} s "
+            f"({inp.alternative['tokens_per_s']:,.0f} tokens/s) instead of {p.predicted.step_time_s:.3f} s"
+        )
     return note + f" (nestplan evaluate ... --axis-order {','.join(used)})"
 
 
@@ -153,18 +168,23 @@ def expert_group_note(framework: str, inp: ExportInput, stride: int, size: int, 
     p, d = inp.plan, inp.plan.dims
     etp = d.expert_tp if etp is None else etp
     costed = 1
-    for axis in p.axis_order[:p.axis_order.index("ep")]:
+    for axis in p.axis_order[: p.axis_order.index("ep")]:
         costed *= d.degree(axis)
     ours = sorted(t * etp + k * costed for t in range(d.tp // etp) for k in range(d.ep))
     theirs = [k * stride for k in range(size)]
     if len(ours) == 1 or ours == theirs:
         return None
     level_ours, level_theirs = _level(inp, ours[-1] + 1), _level(inp, theirs[-1] + 1)
-    same = ("the same level, so the all-to-all costs what nestplan costed" if level_ours == level_theirs else
-            "another level: the expert all-to-all will not cost what nestplan costed")
+    same = (
+        "the same level, so the all-to-all costs what nestplan costed"
+        if level_ours == level_theirs
+        else "another level: the expert all-to-all will not cost what nestplan costed"
+    )
     tp = f", each with {d.tp // etp} ranks of its tp group" if etp < d.tp else ""
-    return (f"{framework}'s expert-parallel group is {size} ranks {stride} apart (within a {level_theirs}); nestplan "
-            f"costed ep {d.ep} ranks {costed} apart{tp} (within a {level_ours}): {same}")
+    return (
+        f"{framework}'s expert-parallel group is {size} ranks {stride} apart (within a {level_theirs}); nestplan "
+        f"costed ep {d.ep} ranks {costed} apart{tp} (within a {level_ours}): {same}"
+    )
 
 
 def _level(inp: ExportInput, span: int) -> str:
@@ -208,8 +228,7 @@ def torchrun_prologue(inp: ExportInput, port: int = 29500) -> str:
 
 def sbatch_lines(inp: ExportInput) -> str:
     """SLURM's directives (comment lines to bash, read by sbatch)."""
-    options = (f"--nodes={inp.nodes}", "--ntasks-per-node=1", f"--gpus-per-node={inp.devices_per_node}",
-               "--exclusive")
+    options = (f"--nodes={inp.nodes}", "--ntasks-per-node=1", f"--gpus-per-node={inp.devices_per_node}", "--exclusive")
     return "".join(f"#SBATCH {comment_text(option)}\n" for option in options)
 
 
@@ -224,6 +243,7 @@ def bash_array(name: str, items: Sequence[str], comment: str = "") -> str:
 def flag_pairs(flags: Sequence[tuple[str, object]]) -> list[str]:
     """('--x', 3) -> '--x 3'; ('--y', None) -> '--y' (a switch); ('--z', (2, 4)) -> '--z 2 4' (a flag of
     several values); each value one literal shell word."""
+
     def words(value: object) -> str:
         return " ".join(shell_word(v) for v in value) if isinstance(value, tuple) else shell_word(value)
 

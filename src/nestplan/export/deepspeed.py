@@ -32,8 +32,17 @@ import json
 from dataclasses import replace
 
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.export.common import (STAGE_MAJOR, Export, ExportFile, comment_text, header, rank_order_note, refuse,
-                                    sbatch_lines, shell_word)
+from nestplan.export.common import (
+    STAGE_MAJOR,
+    Export,
+    ExportFile,
+    comment_text,
+    header,
+    rank_order_note,
+    refuse,
+    sbatch_lines,
+    shell_word,
+)
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Job, MoeDispatcher, OptimizerState
 from nestplan.model.spec import ModelSpec
@@ -45,11 +54,11 @@ from nestplan.units import GiB
 NAME = "deepspeed"
 TITLE = "DeepSpeed"
 PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deepspeed 0.19.8"
-COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B,)   # its pipeline engine's (deepspeed/runtime/pipe/schedule.py)
-CP_EXCHANGES = (CpCommType.A2A,)             # its sequence parallelism is Ulysses (all-to-alls)
-EXPERT_TP = (None,)   # its MoE layer (deepspeed.moe.layer.MoE) takes ep_size from the data-parallel ranks only
-OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}   # DeepSpeed's FusedAdam; torch.optim.SGD
-ZERO_TESTED = ("adam",)                       # ZeRO refuses other optimizers unless allowed
+COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B,)  # its pipeline engine's (deepspeed/runtime/pipe/schedule.py)
+CP_EXCHANGES = (CpCommType.A2A,)  # its sequence parallelism is Ulysses (all-to-alls)
+EXPERT_TP = (None,)  # its MoE layer (deepspeed.moe.layer.MoE) takes ep_size from the data-parallel ranks only
+OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}  # DeepSpeed's FusedAdam; torch.optim.SGD
+ZERO_TESTED = ("adam",)  # ZeRO refuses other optimizers unless allowed
 
 
 def moe_comm_overlap(m: ModelSpec) -> bool:
@@ -66,14 +75,16 @@ def config(plan: Plan) -> dict:
     cfg: dict = {}
     if batch_world(plan) == d.dp * d.ep:
         cfg["train_batch_size"] = job.global_batch_size
-    cfg.update({
-        "train_micro_batch_size_per_gpu": d.micro_batch_size,
-        "gradient_accumulation_steps": plan.num_microbatches,
-        "zero_optimization": {"stage": int(d.zero), "overlap_comm": True, "contiguous_gradients": True},
-        "gradient_clipping": 1.0,
-        "steps_per_print": 10,
-        "wall_clock_breakdown": False,
-    })
+    cfg.update(
+        {
+            "train_micro_batch_size_per_gpu": d.micro_batch_size,
+            "gradient_accumulation_steps": plan.num_microbatches,
+            "zero_optimization": {"stage": int(d.zero), "overlap_comm": True, "contiguous_gradients": True},
+            "gradient_clipping": 1.0,
+            "steps_per_print": 10,
+            "wall_clock_breakdown": False,
+        }
+    )
     if job.dtype in ("bf16", "fp16"):
         cfg[job.dtype] = {"enabled": True}
     cfg["optimizer"] = {"type": OPTIMIZERS[job.optimizer.value]}
@@ -86,8 +97,12 @@ def config(plan: Plan) -> dict:
     if d.cp > 1:
         cfg["sequence_parallel_size"] = d.cp
     if d.recompute is not Recompute.NONE:
-        cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
-                                           "cpu_checkpointing": False, "synchronize_checkpoint_boundary": False}
+        cfg["activation_checkpointing"] = {
+            "partition_activations": False,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+            "synchronize_checkpoint_boundary": False,
+        }
     return cfg
 
 
@@ -125,36 +140,85 @@ def check_model(m: ModelSpec) -> None:
 def check(plan: Plan, heads: int) -> None:
     d, optimizer = plan.dims, plan.job.optimizer.value
     if optimizer not in OPTIMIZERS:
-        raise refuse(TITLE, f"the optimizers exported are {' and '.join(OPTIMIZERS)}, not {optimizer}",
-                     "optimizer", optimizer, list(OPTIMIZERS))
+        raise refuse(
+            TITLE,
+            f"the optimizers exported are {' and '.join(OPTIMIZERS)}, not {optimizer}",
+            "optimizer",
+            optimizer,
+            list(OPTIMIZERS),
+        )
     if d.per_virtual_stage:
-        raise refuse(TITLE, "DeepSpeed's pipeline engine runs one contiguous part per stage (PipelineModule, 1F1B) "
-                     f"and cannot place layers per virtual stage ({d.pp} x {d.virtual_stages} chunks)",
-                     "layers_per_stage", len(d.layers_per_stage or ()), d.pp)
+        raise refuse(
+            TITLE,
+            "DeepSpeed's pipeline engine runs one contiguous part per stage (PipelineModule, 1F1B) "
+            f"and cannot place layers per virtual stage ({d.pp} x {d.virtual_stages} chunks)",
+            "layers_per_stage",
+            len(d.layers_per_stage or ()),
+            d.pp,
+        )
     if d.cp > 1 and d.pp > 1:
-        raise refuse(TITLE, f"DeepSpeed's pipeline topology (pipe, data, model) has no sequence axis: Ulysses of "
-                     f"cp {d.cp} cannot run with pp {d.pp} (its ranks would count as data parallel)", "cp", d.cp, 1)
+        raise refuse(
+            TITLE,
+            f"DeepSpeed's pipeline topology (pipe, data, model) has no sequence axis: Ulysses of "
+            f"cp {d.cp} cannot run with pp {d.pp} (its ranks would count as data parallel)",
+            "cp",
+            d.cp,
+            1,
+        )
     if d.cp > 1 and d.tp > 1:
-        raise refuse(TITLE, f"DeepSpeed's Ulysses groups (parallel_state_sp) and AutoTP's each put their group on "
-                     f"consecutive ranks and count the rest as data parallel: cp {d.cp} with tp {d.tp} would share "
-                     "ranks between the sequence and the tensor groups", "cp", d.cp, 1)
+        raise refuse(
+            TITLE,
+            f"DeepSpeed's Ulysses groups (parallel_state_sp) and AutoTP's each put their group on "
+            f"consecutive ranks and count the rest as data parallel: cp {d.cp} with tp {d.tp} would share "
+            "ranks between the sequence and the tensor groups",
+            "cp",
+            d.cp,
+            1,
+        )
     ulysses = _ulysses(plan.job).cp_comm_conflict(d.cp, heads, plan.model.num_kv_heads)
     if ulysses is not None:
-        raise refuse(TITLE, f"cp {d.cp} runs as DeepSpeed-Ulysses, whose all-to-all splits the {heads} query and "
-                     f"{plan.model.num_kv_heads} key/value heads over the {d.cp} ranks: they must divide both",
-                     "cp", d.cp)
+        raise refuse(
+            TITLE,
+            f"cp {d.cp} runs as DeepSpeed-Ulysses, whose all-to-all splits the {heads} query and "
+            f"{plan.model.num_kv_heads} key/value heads over the {d.cp} ranks: they must divide both",
+            "cp",
+            d.cp,
+        )
     if plan.job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
-        raise refuse(TITLE, f"DeepSpeed's MoE layer dispatches with all-to-alls, not the {plan.job.moe_dispatcher.value} "
-                     "dispatcher the plan costed", "moe_dispatcher", plan.job.moe_dispatcher.value, "alltoall")
+        raise refuse(
+            TITLE,
+            f"DeepSpeed's MoE layer dispatches with all-to-alls, not the {plan.job.moe_dispatcher.value} "
+            "dispatcher the plan costed",
+            "moe_dispatcher",
+            plan.job.moe_dispatcher.value,
+            "alltoall",
+        )
     if plan.job.moe_comm_overlap:
-        raise refuse(TITLE, "DeepSpeed's MoE layer runs each microbatch's all-to-alls exposed: the plan's overlap of "
-                     "them with another microbatch's compute cannot run", "moe_comm_overlap", True, False)
+        raise refuse(
+            TITLE,
+            "DeepSpeed's MoE layer runs each microbatch's all-to-alls exposed: the plan's overlap of "
+            "them with another microbatch's compute cannot run",
+            "moe_comm_overlap",
+            True,
+            False,
+        )
     if d.etp is not None:
-        raise refuse(TITLE, f"DeepSpeed's MoE layer draws expert parallelism from the data-parallel ranks only: the "
-                     f"plan's experts folded over tp (etp {d.etp} below tp {d.tp}) cannot run", "etp", d.etp, d.tp)
+        raise refuse(
+            TITLE,
+            f"DeepSpeed's MoE layer draws expert parallelism from the data-parallel ranks only: the "
+            f"plan's experts folded over tp (etp {d.etp} below tp {d.tp}) cannot run",
+            "etp",
+            d.etp,
+            d.tp,
+        )
     if d.zero >= 2 and d.pp > 1:
-        raise refuse(TITLE, f"DeepSpeed's pipeline engine supports ZeRO 0 and 1 only, the plan has ZeRO "
-                     f"{int(d.zero)} with pp {d.pp}", "zero_stage", int(d.zero), 1)
+        raise refuse(
+            TITLE,
+            f"DeepSpeed's pipeline engine supports ZeRO 0 and 1 only, the plan has ZeRO {int(d.zero)} with pp {d.pp}",
+            "zero_stage",
+            int(d.zero),
+            1,
+        )
 
 
 def notes_for(inp: ExportInput) -> list[str]:
@@ -163,11 +227,13 @@ def notes_for(inp: ExportInput) -> list[str]:
     if d.pp > 1:
         notes += _pipeline_notes(inp.plan)
     elif d.tp > 1:
-        notes.append(f"AutoTP shards the model over tp {d.tp}; DeepSpeed counts its tensor ranks as data parallel "
-                     f"in the batch arithmetic, so ds_config.json leaves train_batch_size out: DeepSpeed derives "
-                     f"and reports {derived_train_batch(inp.plan)}, while each step trains the global batch "
-                     f"{inp.plan.job.global_batch_size} ({d.dp * d.ep} data-parallel ranks x micro batch "
-                     f"{d.micro_batch_size} x {inp.plan.num_microbatches} accumulation steps)")
+        notes.append(
+            f"AutoTP shards the model over tp {d.tp}; DeepSpeed counts its tensor ranks as data parallel "
+            f"in the batch arithmetic, so ds_config.json leaves train_batch_size out: DeepSpeed derives "
+            f"and reports {derived_train_batch(inp.plan)}, while each step trains the global batch "
+            f"{inp.plan.job.global_batch_size} ({d.dp * d.ep} data-parallel ranks x micro batch "
+            f"{d.micro_batch_size} x {inp.plan.num_microbatches} accumulation steps)"
+        )
     if d.cp > 1:
         notes.append(_ulysses_note(inp.plan))
     if d.ep > 1:
@@ -175,11 +241,15 @@ def notes_for(inp: ExportInput) -> list[str]:
         extra = "" if capacity is None else f", capacity_factor={capacity}, drop_tokens=True"
         notes.append(f"your code must build its MoE layers with deepspeed.moe.layer.MoE(ep_size={d.ep}{extra}, ...)")
     if d.recompute is Recompute.SELECTIVE:
-        notes.append("selective recomputation (the attention core only) is up to your model code: wrap the "
-                     "attention core in deepspeed.checkpointing.checkpoint")
+        notes.append(
+            "selective recomputation (the attention core only) is up to your model code: wrap the "
+            "attention core in deepspeed.checkpointing.checkpoint"
+        )
     elif d.recompute is Recompute.FULL:
-        notes.append("full recomputation: PipelineModule(activation_checkpoint_interval=1), or wrap each layer in "
-                     "deepspeed.checkpointing.checkpoint")
+        notes.append(
+            "full recomputation: PipelineModule(activation_checkpoint_interval=1), or wrap each layer in "
+            "deepspeed.checkpointing.checkpoint"
+        )
     if d.zero == 1 and d.pp == 1:
         notes.append("ZeRO 1 shards optimizer state over the data-parallel ranks as nestplan costed")
     return notes + _job_notes(inp.plan)
@@ -188,33 +258,43 @@ def notes_for(inp: ExportInput) -> list[str]:
 def _pipeline_notes(plan: Plan) -> list[str]:
     d = plan.dims
     split = ",".join(map(str, d.layers_per_stage or ()))
-    notes = [f"your code must build PipelineModule(num_stages={d.pp}, topology=PipeModelDataParallelTopology("
-             f"num_pp={d.pp}, num_mp={d.tp}, num_dp={d.dp * d.ep}), partition_method=...) with the transformer "
-             f"layers split {split} (embedding on the first stage, head on the last)"]
+    notes = [
+        f"your code must build PipelineModule(num_stages={d.pp}, topology=PipeModelDataParallelTopology("
+        f"num_pp={d.pp}, num_mp={d.tp}, num_dp={d.dp * d.ep}), partition_method=...) with the transformer "
+        f"layers split {split} (embedding on the first stage, head on the last)"
+    ]
     if d.tp > 1:
-        notes.append(f"AutoTP does not shard a PipelineModule: your layers must be tensor-parallel over the "
-                     f"topology's model axis ({d.tp} ranks, e.g. Megatron-DeepSpeed's), so the config names no "
-                     "autotp_size")
+        notes.append(
+            f"AutoTP does not shard a PipelineModule: your layers must be tensor-parallel over the "
+            f"topology's model axis ({d.tp} ranks, e.g. Megatron-DeepSpeed's), so the config names no "
+            "autotp_size"
+        )
     if d.schedule not in COSTED_SCHEDULES:
         virtual = f" with {d.virtual_stages} virtual stages" if d.virtual_stages > 1 else ""
         one_f_one_b = replace(d, schedule=Schedule.ONE_F_ONE_B, virtual_stages=1)
-        notes.append(f"DeepSpeed's pipeline engine runs 1F1B; nestplan costed {d.schedule.value}{virtual}: under "
-                     f"1F1B {_prediction_under(plan, dims=one_f_one_b)}")
+        notes.append(
+            f"DeepSpeed's pipeline engine runs 1F1B; nestplan costed {d.schedule.value}{virtual}: under "
+            f"1F1B {_prediction_under(plan, dims=one_f_one_b)}"
+        )
     return notes
 
 
 def _ulysses_note(plan: Plan) -> str:
     d, job = plan.dims, plan.job
-    note = (f"cp {d.cp} runs as DeepSpeed-Ulysses (ALST): your code must call mpu = deepspeed.runtime.sequence_"
-            f"parallel.ulysses_sp.UlyssesSPAttentionHF.register_with_transformers(model, core_attn_implementation="
-            f"..., sequence_parallel_size={d.cp}, micro_batch_size={d.micro_batch_size}, seq_length={job.seq_len}, "
-            "seq_length_is_variable=False), pass deepspeed.initialize(..., mpu=mpu) and wrap its DataLoader in "
-            "ulysses_sp.UlyssesSPDataLoaderAdapter (which shards each sequence over the group): DeepSpeed's own "
-            f"sequence-parallel groups, ZeRO and gradients over the {d.cp * d.dp * d.ep} cp x dp ranks")
+    note = (
+        f"cp {d.cp} runs as DeepSpeed-Ulysses (ALST): your code must call mpu = deepspeed.runtime.sequence_"
+        f"parallel.ulysses_sp.UlyssesSPAttentionHF.register_with_transformers(model, core_attn_implementation="
+        f"..., sequence_parallel_size={d.cp}, micro_batch_size={d.micro_batch_size}, seq_length={job.seq_len}, "
+        "seq_length_is_variable=False), pass deepspeed.initialize(..., mpu=mpu) and wrap its DataLoader in "
+        "ulysses_sp.UlyssesSPDataLoaderAdapter (which shards each sequence over the group): DeepSpeed's own "
+        f"sequence-parallel groups, ZeRO and gradients over the {d.cp * d.dp * d.ep} cp x dp ranks"
+    )
     if job.cp_comm_type in CP_EXCHANGES:
         return note + " (the all-to-all nestplan costed)"
-    return (note + f"; it exchanges heads by all-to-all where nestplan costed {job.cp_comm_type.value}: under "
-            f"a2a {_prediction_under(plan, job=_ulysses(job))}")
+    return (
+        note + f"; it exchanges heads by all-to-all where nestplan costed {job.cp_comm_type.value}: under "
+        f"a2a {_prediction_under(plan, job=_ulysses(job))}"
+    )
 
 
 def _ulysses(job: Job) -> Job:
@@ -225,11 +305,15 @@ def _ulysses(job: Job) -> Job:
 def _prediction_under(plan: Plan, dims: ParallelDims | None = None, job: Job | None = None) -> str:
     """nestplan's prediction of the plan with DeepSpeed's ``dims`` or ``job`` in place of the costed ones."""
     pred = evaluate_plan(plan.model, plan.cluster, dims or plan.dims, job or plan.job, plan.axis_order)
-    text = (f"nestplan predicts step {pred.step_time_s:.3f} s ({pred.tokens_per_s:,.0f} tokens/s) instead of "
-            f"{plan.predicted.step_time_s:.3f} s")
+    text = (
+        f"nestplan predicts step {pred.step_time_s:.3f} s ({pred.tokens_per_s:,.0f} tokens/s) instead of "
+        f"{plan.predicted.step_time_s:.3f} s"
+    )
     if not pred.fits:
-        text += (f", and {pred.peak_memory_bytes_per_device / GiB:.1f} GiB per device that does not fit in "
-                 f"{pred.memory_capacity_bytes / GiB:.1f}")
+        text += (
+            f", and {pred.peak_memory_bytes_per_device / GiB:.1f} GiB per device that does not fit in "
+            f"{pred.memory_capacity_bytes / GiB:.1f}"
+        )
     return text
 
 
@@ -238,21 +322,31 @@ def _job_notes(plan: Plan) -> list[str]:
     the user's code passes to deepspeed.initialize replaces)."""
     notes = []
     if not _grad_accumulation_expressible(plan):
-        notes.append(f"DeepSpeed accumulates gradients in fp32, fp16 or bf16, without ZeRO in the model's "
-                     f"{_model_dtype(plan)} only: not in {plan.job.grad_dtype} as nestplan costed")
+        notes.append(
+            f"DeepSpeed accumulates gradients in fp32, fp16 or bf16, without ZeRO in the model's "
+            f"{_model_dtype(plan)} only: not in {plan.job.grad_dtype} as nestplan costed"
+        )
     if not plan.job.flash_attention:
-        notes.append("nestplan costed attention without a fused kernel (the score matrices stored): your model "
-                     "code decides which attention runs")
+        notes.append(
+            "nestplan costed attention without a fused kernel (the score matrices stored): your model "
+            "code decides which attention runs"
+        )
     job = plan.job
     if job.fp8:
-        notes.append(f"nestplan costed FP8 GEMMs ({job.fp8_recipe.value} scaling): DeepSpeed has no FP8 setting; "
-                     "your model code must run its linear layers in FP8 (Transformer Engine's fp8_autocast)")
+        notes.append(
+            f"nestplan costed FP8 GEMMs ({job.fp8_recipe.value} scaling): DeepSpeed has no FP8 setting; "
+            "your model code must run its linear layers in FP8 (Transformer Engine's fp8_autocast)"
+        )
     if job.tp_comm_overlap and plan.dims.tp > 1:
-        notes.append("nestplan costed tp collectives overlapped with their GEMMs: your model code's tensor-parallel "
-                     "layers decide whether they are")
+        notes.append(
+            "nestplan costed tp collectives overlapped with their GEMMs: your model code's tensor-parallel "
+            "layers decide whether they are"
+        )
     if job.optimizer_state is not OptimizerState.FP32:
-        notes.append(f"nestplan costed the {job.optimizer_state.value} optimizer state: DeepSpeed's bf16 optimizer and "
-                     f"ZeRO keep fp32 master weights and moments")
+        notes.append(
+            f"nestplan costed the {job.optimizer_state.value} optimizer state: DeepSpeed's bf16 optimizer and "
+            f"ZeRO keep fp32 master weights and moments"
+        )
     return notes
 
 
@@ -266,10 +360,12 @@ def _launcher_line(inp: ExportInput) -> str:
         slots, gpus = f"slots={last}", f"--num_gpus {shell_word(last)} "
     else:
         slots, gpus = f"slots={per_node}, the last with slots={last}", ""
-    return (f"# {comment_text(f'{nodes} nodes x {per_node} GPUs, {used} used')}: the hostfile lists the nodes in "
-            f"network order, one line each (<host> {comment_text(slots)})\n"
-            f'deepspeed --hostfile "${{HOSTFILE:-hostfile}}" --num_nodes {shell_word(nodes)} {gpus}'
-            '"${TRAIN_SCRIPT:-train.py}" --deepspeed --deepspeed_config ds_config.json "$@"\n')
+    return (
+        f"# {comment_text(f'{nodes} nodes x {per_node} GPUs, {used} used')}: the hostfile lists the nodes in "
+        f"network order, one line each (<host> {comment_text(slots)})\n"
+        f'deepspeed --hostfile "${{HOSTFILE:-hostfile}}" --num_nodes {shell_word(nodes)} {gpus}'
+        '"${TRAIN_SCRIPT:-train.py}" --deepspeed --deepspeed_config ds_config.json "$@"\n'
+    )
 
 
 def export(inp: ExportInput) -> Export:
@@ -277,7 +373,13 @@ def export(inp: ExportInput) -> Export:
     check(p, inp.model.num_heads)
     notes = notes_for(inp)
     text = json.dumps(config(p), indent=2) + "\n"
-    launch = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
-              + "set -euo pipefail\n" + _launcher_line(inp))
-    return Export(NAME, (ExportFile("ds_config.json", text), ExportFile("launch_deepspeed.sh", launch, True)),
-                  tuple(notes))
+    launch = (
+        "#!/usr/bin/env bash\n"
+        + sbatch_lines(inp)
+        + header(inp, TITLE, PIN, notes)
+        + "set -euo pipefail\n"
+        + _launcher_line(inp)
+    )
+    return Export(
+        NAME, (ExportFile("ds_config.json", text), ExportFile("launch_deepspeed.sh", launch, True)), tuple(notes)
+    )

@@ -19,9 +19,21 @@ from dataclasses import dataclass, replace
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export import rank_order
-from nestplan.export.common import (REPLICA_MAJOR, STAGE_MAJOR, Export, ExportFile, bash_array, choose_order,
-                                    expert_group_note, flag_pairs, header, rank_order_note, refuse,
-                                    sbatch_lines, torchrun_prologue)
+from nestplan.export.common import (
+    REPLICA_MAJOR,
+    STAGE_MAJOR,
+    Export,
+    ExportFile,
+    bash_array,
+    choose_order,
+    expert_group_note,
+    flag_pairs,
+    header,
+    rank_order_note,
+    refuse,
+    sbatch_lines,
+    torchrun_prologue,
+)
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Job, MoeDispatcher, OptimizerState
 from nestplan.model.spec import ModelSpec
@@ -32,10 +44,12 @@ from nestplan.strategy.enums import Recompute, Schedule
 
 NAME = "megatron"
 TITLE = "Megatron-LM"
-PIN = ("flags of NVIDIA/Megatron-LM megatron/training/arguments.py at commit 000c4ac2; accepted by "
-       "megatron-core 0.19.2's parse_args and validate_args")
+PIN = (
+    "flags of NVIDIA/Megatron-LM megatron/training/arguments.py at commit 000c4ac2; accepted by "
+    "megatron-core 0.19.2's parse_args and validate_args"
+)
 ORDERS = {STAGE_MAJOR: (), REPLICA_MAJOR: (("--use-tp-pp-dp-mapping", None),)}
-OPTIMIZERS = ("adam", "sgd")   # --optimizer's choices that nestplan costs (nestplan.job.Optimizer)
+OPTIMIZERS = ("adam", "sgd")  # --optimizer's choices that nestplan costs (nestplan.job.Optimizer)
 Flags = list[tuple[str, object]]
 
 
@@ -54,11 +68,15 @@ def orders(plan: Plan) -> list[tuple[str, ...]]:
 # DualPipe schedule): GPipe and ZB-H1 as 1F1B on the same stages, the V-shaped ones (two chunks per
 # stage) as interleaved 1F1B with two chunks per stage, placed round-robin
 # (megatron/core/pipeline_parallel/schedules.py).
-RUNS_AS = {Schedule.GPIPE: Schedule.ONE_F_ONE_B, Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
-           Schedule.ZBV: Schedule.INTERLEAVED, Schedule.DUALPIPEV: Schedule.INTERLEAVED}
-COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)   # what it runs as nestplan costs it
-CP_EXCHANGES = tuple(CpCommType)   # --cp-comm-type takes every exchange
-EXPERT_TP = None   # --expert-tensor-parallel-size takes any divisor of tp (parallel folding): no restriction
+RUNS_AS = {
+    Schedule.GPIPE: Schedule.ONE_F_ONE_B,
+    Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
+    Schedule.ZBV: Schedule.INTERLEAVED,
+    Schedule.DUALPIPEV: Schedule.INTERLEAVED,
+}
+COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)  # what it runs as nestplan costs it
+CP_EXCHANGES = tuple(CpCommType)  # --cp-comm-type takes every exchange
+EXPERT_TP = None  # --expert-tensor-parallel-size takes any divisor of tp (parallel folding): no restriction
 
 
 def moe_comm_overlap(m: ModelSpec) -> bool:
@@ -86,9 +104,11 @@ def schedule_note(plan: Plan) -> str | None:
         return None
     other = evaluate_plan(plan.model, plan.cluster, run, plan.job, plan.axis_order)
     chunks = " (two chunks per stage, round-robin: the head on the last stage)" if run.virtual_stages > 1 else ""
-    return (f"Megatron-core has no {d.schedule.value} schedule; it runs {run.schedule.value}{chunks}, the stages "
-            f"keeping their layers: under it nestplan predicts step {other.step_time_s:.3f} s "
-            f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s")
+    return (
+        f"Megatron-core has no {d.schedule.value} schedule; it runs {run.schedule.value}{chunks}, the stages "
+        f"keeping their layers: under it nestplan predicts step {other.step_time_s:.3f} s "
+        f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s"
+    )
 
 
 def _pipeline_split(plan: Plan) -> Flags:
@@ -126,7 +146,7 @@ def layout(plan: Plan) -> str:
             runs.append([segment, 1])
     text = ""
     for i, (segment, count) in enumerate(runs):
-        repeated = count - 1 if i == len(runs) - 1 else count   # the last segment has no '|' after it
+        repeated = count - 1 if i == len(runs) - 1 else count  # the last segment has no '|' after it
         text += f"({segment}|)*{repeated}" if repeated >= 3 else f"{segment}|" * repeated
     return text + runs[-1][0]
 
@@ -146,10 +166,15 @@ def _zero(plan: Plan) -> tuple[Flags, list[str]]:
     if zero == 1:
         return [("--use-distributed-optimizer", None)] + _overlaps(plan, gather=True), []
     strategy = "optim_grads" if zero == 2 else "optim_grads_params"
-    note = (f"ZeRO {zero} runs as Megatron-FSDP (--data-parallel-sharding-strategy {strategy}), which needs "
-            "--ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS other than 1")
-    return [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
-            ("--ckpt-format", "fsdp_dtensor")] + _overlaps(plan, gather=True), [note]
+    note = (
+        f"ZeRO {zero} runs as Megatron-FSDP (--data-parallel-sharding-strategy {strategy}), which needs "
+        "--ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS other than 1"
+    )
+    return [
+        ("--use-megatron-fsdp", None),
+        ("--data-parallel-sharding-strategy", strategy),
+        ("--ckpt-format", "fsdp_dtensor"),
+    ] + _overlaps(plan, gather=True), [note]
 
 
 def framework_flags(plan: Plan) -> tuple[Flags, list[str]]:
@@ -166,22 +191,24 @@ def framework_flags(plan: Plan) -> tuple[Flags, list[str]]:
     if job.tp_comm_overlap and d.sp_active:
         flags.append(("--tp-comm-overlap", None))
     elif job.tp_comm_overlap and d.tp > 1:
-        notes.append("tp communication overlap needs sequence parallelism in Megatron-LM: not set, and nestplan "
-                     "costed the tp collectives exposed")
+        notes.append(
+            "tp communication overlap needs sequence parallelism in Megatron-LM: not set, and nestplan "
+            "costed the tp collectives exposed"
+        )
     return flags, notes
 
 
 def _recompute(plan: Plan) -> Flags:
-    if plan.dims.recompute is Recompute.FULL:   # every layer's input kept, the layer re-run in backward
-        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                ("--recompute-num-layers", 1)]
-    if plan.dims.recompute is Recompute.SELECTIVE:   # the attention core only (Korthikanti et al. 2022)
+    if plan.dims.recompute is Recompute.FULL:  # every layer's input kept, the layer re-run in backward
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    if plan.dims.recompute is Recompute.SELECTIVE:  # the attention core only (Korthikanti et al. 2022)
         return [("--recompute-granularity", "selective"), ("--recompute-modules", "core_attn")]
     return []
 
 
-def rank_layout(inp: ExportInput, title: str, mapping: str,
-                node_order: bool = False) -> tuple[tuple[str, ...], list[str]]:
+def rank_layout(
+    inp: ExportInput, title: str, mapping: str, node_order: bool = False
+) -> tuple[tuple[str, ...], list[str]]:
     """The rank order Megatron-core runs this plan with and its layout notes (rank order, the
     tp-pp-dp mapping's ep = cp condition, the expert grid), for Megatron-LM and NeMo alike;
     ``mapping`` names the framework's switch for the tp-pp-dp order; ``node_order``: the launch script
@@ -191,8 +218,7 @@ def rank_layout(inp: ExportInput, title: str, mapping: str,
     d = inp.plan.dims
     notes = [] if node_order else [n for n in [rank_order_note(title, inp, order)] if n]
     if notes and len(allowed) < len(ORDERS):
-        notes[0] += (f"; Megatron-core's {mapping} needs ep = cp with experts and pp > 1 "
-                     f"(here ep {d.ep}, cp {d.cp})")
+        notes[0] += f"; Megatron-core's {mapping} needs ep = cp with experts and pp > 1 (here ep {d.ep}, cp {d.cp})"
     if d.expert_parallel > 1:
         notes += [n for n in [expert_note(inp)] if n]
     return order, notes
@@ -216,28 +242,34 @@ def rank_placement(inp: ExportInput) -> str | None:
 
 def _placement_note(plan: Plan, file_name: str) -> str:
     """What the node order or the per-rank placement does, where Megatron-LM's order is not the costed one."""
-    order = '-'.join(choose_order(plan, orders(plan)))
+    order = "-".join(choose_order(plan, orders(plan)))
     if file_name == rank_order.FILE_NAME:
-        return (f"Megatron-LM numbers ranks {order}, not the costed {'-'.join(plan.axis_order)}: {file_name} gives "
-                "each node the torchrun node rank that puts its ranks on the devices nestplan costed them on "
-                "(the groups are the costed ones)")
-    return (f"no node order maps Megatron-LM's {order} onto the costed {'-'.join(plan.axis_order)}: under sbatch the "
-            f"script starts every rank as its own task on the node {file_name} names (SLURM_HOSTFILE, srun "
-            "--distribution=arbitrary), so each group spans the nodes nestplan costed; run any other way, torchrun "
-            "keeps Megatron-LM's order, as the rank-layout note says")
+        return (
+            f"Megatron-LM numbers ranks {order}, not the costed {'-'.join(plan.axis_order)}: {file_name} gives "
+            "each node the torchrun node rank that puts its ranks on the devices nestplan costed them on "
+            "(the groups are the costed ones)"
+        )
+    return (
+        f"no node order maps Megatron-LM's {order} onto the costed {'-'.join(plan.axis_order)}: under sbatch the "
+        f"script starts every rank as its own task on the node {file_name} names (SLURM_HOSTFILE, srun "
+        "--distribution=arbitrary), so each group spans the nodes nestplan costed; run any other way, torchrun "
+        "keeps Megatron-LM's order, as the rank-layout note says"
+    )
 
 
 def _node_order_lines() -> str:
     """Shell lines that set torchrun's node rank from node_ranks.txt and this node's place in the allocation."""
-    return (f"# node order ({rank_order.FILE_NAME}): each node starts the torchrun node rank that puts its ranks\n"
-            "# on the devices nestplan costed them on. NODE_INDEX: this node's place in network order\n"
-            'NODE_INDEX="${NODE_INDEX:-${SLURM_NODEID:-0}}"\n'
-            f'mapfile -t NODE_RANKS < <(grep -v "^#" "$(dirname "${{BASH_SOURCE[0]}}")/{rank_order.FILE_NAME}")\n'
-            'if [[ ! "$NODE_INDEX" =~ ^[0-9]+$ ]] || (( NODE_INDEX >= ${#NODE_RANKS[@]} )); then\n'
-            f'  echo "NODE_INDEX $NODE_INDEX is not a node of {rank_order.FILE_NAME}" >&2\n'
-            "  exit 2\n"
-            "fi\n"
-            'NODE_RANK="${NODE_RANKS[NODE_INDEX]}"\n')
+    return (
+        f"# node order ({rank_order.FILE_NAME}): each node starts the torchrun node rank that puts its ranks\n"
+        "# on the devices nestplan costed them on. NODE_INDEX: this node's place in network order\n"
+        'NODE_INDEX="${NODE_INDEX:-${SLURM_NODEID:-0}}"\n'
+        f'mapfile -t NODE_RANKS < <(grep -v "^#" "$(dirname "${{BASH_SOURCE[0]}}")/{rank_order.FILE_NAME}")\n'
+        'if [[ ! "$NODE_INDEX" =~ ^[0-9]+$ ]] || (( NODE_INDEX >= ${#NODE_RANKS[@]} )); then\n'
+        f'  echo "NODE_INDEX $NODE_INDEX is not a node of {rank_order.FILE_NAME}" >&2\n'
+        "  exit 2\n"
+        "fi\n"
+        'NODE_RANK="${NODE_RANKS[NODE_INDEX]}"\n'
+    )
 
 
 def _rank_placement_lines(devices_per_node: int) -> str:
@@ -245,25 +277,29 @@ def _rank_placement_lines(devices_per_node: int) -> str:
     rank_nodes.txt names (SLURM_HOSTFILE read by srun --distribution=arbitrary); elsewhere the script
     goes on to torchrun, node by node, in Megatron-LM's own order."""
     name = rank_order.RANK_FILE_NAME
-    return (f"# rank placement ({name}): under sbatch, rank r runs as SLURM task r on the node line r names;\n"
-            "# run any other way, torchrun starts the ranks node by node in Megatron-LM's own order (see the notes)\n"
-            'if [[ -n "${SLURM_JOB_ID:-}" && -z "${SLURM_STEP_ID:-}" ]]; then\n'
-            '  mapfile -t HOSTS < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
-            f'  mapfile -t RANK_NODE < <(grep -v "^#" "$(dirname "${{BASH_SOURCE[0]}}")/{name}")\n'
-            '  SLURM_HOSTFILE="$(mktemp)"\n'
-            '  for node in "${RANK_NODE[@]}"; do printf "%s\\n" "${HOSTS[node]}"; done > "$SLURM_HOSTFILE"\n'
-            "  export SLURM_HOSTFILE NESTPLAN_RANK_TASKS=1\n"
-            f'  exec srun --ntasks="${{#RANK_NODE[@]}}" --distribution=arbitrary --gpus-per-node={devices_per_node} '
-            'bash "$0" "$@"\n'
-            "fi\n")
+    return (
+        f"# rank placement ({name}): under sbatch, rank r runs as SLURM task r on the node line r names;\n"
+        "# run any other way, torchrun starts the ranks node by node in Megatron-LM's own order (see the notes)\n"
+        'if [[ -n "${SLURM_JOB_ID:-}" && -z "${SLURM_STEP_ID:-}" ]]; then\n'
+        '  mapfile -t HOSTS < <(scontrol show hostnames "$SLURM_JOB_NODELIST")\n'
+        f'  mapfile -t RANK_NODE < <(grep -v "^#" "$(dirname "${{BASH_SOURCE[0]}}")/{name}")\n'
+        '  SLURM_HOSTFILE="$(mktemp)"\n'
+        '  for node in "${RANK_NODE[@]}"; do printf "%s\\n" "${HOSTS[node]}"; done > "$SLURM_HOSTFILE"\n'
+        "  export SLURM_HOSTFILE NESTPLAN_RANK_TASKS=1\n"
+        f'  exec srun --ntasks="${{#RANK_NODE[@]}}" --distribution=arbitrary --gpus-per-node={devices_per_node} '
+        'bash "$0" "$@"\n'
+        "fi\n"
+    )
 
 
 def _one_process_per_task() -> str:
     """After the torchrun prologue: in a task of that srun, SLURM started the rank, which runs Megatron-LM itself."""
-    return ('if [[ -n "${NESTPLAN_RANK_TASKS:-}" ]]; then\n'
-            '  export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" MASTER_ADDR MASTER_PORT\n'
-            "  TORCHRUN=(python3)   # one process per SLURM task\n"
-            "fi\n")
+    return (
+        'if [[ -n "${NESTPLAN_RANK_TASKS:-}" ]]; then\n'
+        '  export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" MASTER_ADDR MASTER_PORT\n'
+        "  TORCHRUN=(python3)   # one process per SLURM task\n"
+        "fi\n"
+    )
 
 
 def _cp_flags(job: Job, cp: int) -> Flags:
@@ -278,21 +314,26 @@ def _cp_flags(job: Job, cp: int) -> Flags:
 def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     d = inp.plan.dims
     order, notes = rank_layout(inp, TITLE, "--use-tp-pp-dp-mapping", node_order=node_order(inp) is not None)
-    flags: Flags = [("--tensor-model-parallel-size", d.tp), ("--pipeline-model-parallel-size", d.pp),
-                    ("--context-parallel-size", d.cp)]
+    flags: Flags = [
+        ("--tensor-model-parallel-size", d.tp),
+        ("--pipeline-model-parallel-size", d.pp),
+        ("--context-parallel-size", d.cp),
+    ]
     flags += list(ORDERS[order])
     if d.sp_active:
         flags.append(("--sequence-parallel", None))
     if d.cp > 1:
         flags += _cp_flags(inp.plan.job, d.cp)
-    if d.expert_parallel > 1 or d.etp is not None:   # Megatron's expert grid: etp x expert_parallel x edp x pp
+    if d.expert_parallel > 1 or d.etp is not None:  # Megatron's expert grid: etp x expert_parallel x edp x pp
         flags += [("--expert-model-parallel-size", d.expert_parallel), ("--expert-tensor-parallel-size", d.expert_tp)]
     # Megatron-Core's 1F1B A2A overlap, as costed (cost/comm.py expert_all_to_alls); none in a HybridModel (hybrid_notes)
     if inp.plan.job.moe_comm_overlap and not inp.model.is_hybrid:
         flags.append(("--overlap-moe-expert-parallel-comm", None))
-    if inp.plan.job.moe_capacity_factor is not None:   # each expert padded to its capacity, as costed
-        flags += [("--moe-expert-capacity-factor", inp.plan.job.moe_capacity_factor),
-                  ("--moe-pad-expert-input-to-capacity", None)]
+    if inp.plan.job.moe_capacity_factor is not None:  # each expert padded to its capacity, as costed
+        flags += [
+            ("--moe-expert-capacity-factor", inp.plan.job.moe_capacity_factor),
+            ("--moe-pad-expert-input-to-capacity", None),
+        ]
     zero, zero_notes = _zero(inp.plan)
     notes += [n for n in [schedule_note(inp.plan)] if n]
     return flags + _pipeline_split(inp.plan) + zero + _recompute(inp.plan), notes + zero_notes
@@ -351,10 +392,12 @@ HYBRID_SCRIPT = "pretrain_hybrid.py"
 # sets them (megatron/core/ssm/mamba_mixer.py, MambaMixer.__init__: d_conv=4, chunk_size=128, conv_bias)
 MIXER_CONV_KERNEL = 4
 MIXER_CHUNK_SIZE = 128
-FP8_IN_PROJ_MULTIPLE = 16   # MambaMixer.__init__ asserts 2 d + 2 G N + H a multiple of 16 under FP8
-HYBRID_NOTE = ("pretrain_hybrid.py and pipe-separated --hybrid-layer-pattern are Megatron-LM's since 2026-04 "
-               "(commit 60408d5f, megatron-core 0.19); older Megatron-LM, such as the flag table's pin, trains "
-               "hybrids with pretrain_mamba.py and --hybrid-override-pattern, on even pipeline stages only")
+FP8_IN_PROJ_MULTIPLE = 16  # MambaMixer.__init__ asserts 2 d + 2 G N + H a multiple of 16 under FP8
+HYBRID_NOTE = (
+    "pretrain_hybrid.py and pipe-separated --hybrid-layer-pattern are Megatron-LM's since 2026-04 "
+    "(commit 60408d5f, megatron-core 0.19); older Megatron-LM, such as the flag table's pin, trains "
+    "hybrids with pretrain_mamba.py and --hybrid-override-pattern, on even pipeline stages only"
+)
 
 
 def hybrid_symbol(m: ModelSpec, index: int) -> str | None:
@@ -379,14 +422,21 @@ def hybrid_unbuildable(m: ModelSpec) -> str | None:
     odd = [i for i in range(m.num_layers) if hybrid_symbol(m, i) is None]
     shape = m.mamba
     problems = [
-        (bool(odd), f"blocks that are not one Megatron-core hybrid layer (a mixer and an FFN, or neither) "
-                    f"in layers {','.join(map(str, odd))}"),
+        (
+            bool(odd),
+            f"blocks that are not one Megatron-core hybrid layer (a mixer and an FFN, or neither) "
+            f"in layers {','.join(map(str, odd))}",
+        ),
         (m.mtp_layers > 0, f"{m.mtp_layers} MTP modules in a hybrid stack"),
         (m.is_mla, "multi-head latent attention in a hybrid stack (Megatron-core's '+' layers, not exported)"),
-        (shape is not None and shape.conv_kernel != MIXER_CONV_KERNEL,
-         f"a Mamba conv1d of width {shape and shape.conv_kernel} (Megatron-core's MambaMixer: {MIXER_CONV_KERNEL})"),
-        (shape is not None and not shape.conv_bias, "a Mamba conv1d without bias (Megatron-core's MambaMixer "
-                                                    "asserts one)"),
+        (
+            shape is not None and shape.conv_kernel != MIXER_CONV_KERNEL,
+            f"a Mamba conv1d of width {shape and shape.conv_kernel} (Megatron-core's MambaMixer: {MIXER_CONV_KERNEL})",
+        ),
+        (
+            shape is not None and not shape.conv_bias,
+            "a Mamba conv1d without bias (Megatron-core's MambaMixer asserts one)",
+        ),
     ]
     return next((what for bad, what in problems if bad), None) or _block_unbuildable(m)
 
@@ -416,7 +466,7 @@ def hybrid_pattern(plan: Plan) -> str:
         return symbols
     segments, start = [], 0
     for count in run_dims(plan).virtual_stage_layers(m.num_layers):
-        segments.append(symbols[start:start + count])
+        segments.append(symbols[start : start + count])
         start += count
     return PIPE.join(segments)
 
@@ -427,12 +477,20 @@ def hybrid_flags(plan: Plan) -> Flags:
     flags: Flags = [("--hybrid-layer-pattern", hybrid_pattern(plan)), ("--spec", HYBRID_SPEC)]
     shape = plan.model.mamba
     if shape is not None and plan.job.fp8_recipe is not None and shape.in_proj_width % FP8_IN_PROJ_MULTIPLE:
-        raise refuse(TITLE, f"Megatron-core's MambaMixer runs FP8 only where in_proj's output width is a multiple "
-                     f"of {FP8_IN_PROJ_MULTIPLE}; {plan.model.name}'s is {shape.in_proj_width}", "fp8",
-                     plan.job.fp8_recipe.value)
+        raise refuse(
+            TITLE,
+            f"Megatron-core's MambaMixer runs FP8 only where in_proj's output width is a multiple "
+            f"of {FP8_IN_PROJ_MULTIPLE}; {plan.model.name}'s is {shape.in_proj_width}",
+            "fp8",
+            plan.job.fp8_recipe.value,
+        )
     if shape is not None:
-        flags += [("--mamba-num-heads", shape.num_heads), ("--mamba-head-dim", shape.head_dim),
-                  ("--mamba-state-dim", shape.state_size), ("--mamba-num-groups", shape.groups)]
+        flags += [
+            ("--mamba-num-heads", shape.num_heads),
+            ("--mamba-head-dim", shape.head_dim),
+            ("--mamba-state-dim", shape.state_size),
+            ("--mamba-num-groups", shape.groups),
+        ]
     return flags
 
 
@@ -444,38 +502,49 @@ def hybrid_notes(plan: Plan) -> list[str]:
     shape, job = plan.model.mamba, plan.job
     notes = [HYBRID_NOTE]
     if shape is not None and shape.chunk_size != MIXER_CHUNK_SIZE:
-        notes.append(f"Megatron-core's MambaMixer scans in chunks of {MIXER_CHUNK_SIZE} tokens; nestplan costed "
-                     f"{plan.model.name}'s {shape.chunk_size}")
+        notes.append(
+            f"Megatron-core's MambaMixer scans in chunks of {MIXER_CHUNK_SIZE} tokens; nestplan costed "
+            f"{plan.model.name}'s {shape.chunk_size}"
+        )
     if job.moe_comm_overlap:
-        other = evaluate_plan(plan.model, plan.cluster, plan.dims, replace(job, moe_comm_overlap=False),
-                              plan.axis_order)
-        notes.append(f"Megatron-core overlaps MoE all-to-alls (--overlap-moe-expert-parallel-comm) in GPT models only: "
-                     f"the hybrid runs them exposed, for which nestplan predicts step {other.step_time_s:.3f} s "
-                     f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s")
+        other = evaluate_plan(
+            plan.model, plan.cluster, plan.dims, replace(job, moe_comm_overlap=False), plan.axis_order
+        )
+        notes.append(
+            f"Megatron-core overlaps MoE all-to-alls (--overlap-moe-expert-parallel-comm) in GPT models only: "
+            f"the hybrid runs them exposed, for which nestplan predicts step {other.step_time_s:.3f} s "
+            f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s"
+        )
     return notes
 
 
 def model_flags(m: ModelSpec, plan: Plan) -> Flags:
     job = plan.job
     check_model(m)
-    flags: Flags = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
-                    ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_heads)]
+    flags: Flags = [
+        ("--num-layers", m.num_layers),
+        ("--hidden-size", m.hidden_size),
+        ("--ffn-hidden-size", m.ffn_hidden_size),
+        ("--num-attention-heads", m.num_heads),
+    ]
     if m.num_kv_heads != m.num_heads:
         flags += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
     if m.is_mla:
         flags += _mla_flags(m)
     elif m.head_dim * m.num_heads != m.hidden_size:
         flags.append(("--kv-channels", m.head_dim))
-    flags += [("--seq-length", job.seq_len),
-              ("--max-position-embeddings", max(m.max_position_embeddings, job.seq_len)),
-              ("--position-embedding-type", position_embedding_type(m)),
-              ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
-              ("--attention-backend", "flash" if job.flash_attention else "unfused")]
+    flags += [
+        ("--seq-length", job.seq_len),
+        ("--max-position-embeddings", max(m.max_position_embeddings, job.seq_len)),
+        ("--position-embedding-type", position_embedding_type(m)),
+        ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
+        ("--attention-backend", "flash" if job.flash_attention else "unfused"),
+    ]
     if m.gated_mlp:
         flags.append(("--swiglu", None))
-    if m.family in ("nemotron", "nemotron_h"):   # squared-ReLU MLPs (HF NemotronConfig; NemotronH's relu2)
+    if m.family in ("nemotron", "nemotron_h"):  # squared-ReLU MLPs (HF NemotronConfig; NemotronH's relu2)
         flags.append(("--squared-relu", None))
-    if m.family == "nemotron":   # LayerNorm with a zero-centred gamma (HF NemotronConfig)
+    if m.family == "nemotron":  # LayerNorm with a zero-centred gamma (HF NemotronConfig)
         flags.append(("--apply-layernorm-1p", None))
     if position_embedding_type(m) == "rope" and m.rotary_fraction < 1 and not m.is_mla:
         flags.append(("--rotary-percent", m.rotary_fraction))
@@ -517,16 +586,20 @@ class AttentionOptions:
 def attention_options(m: ModelSpec) -> AttentionOptions:
     notes = []
     if m.qk_norm == "full":
-        notes.append(f"{m.name} normalises the whole query and key width (OLMo 2); Megatron-core's qk_layernorm "
-                     "normalises per head (the same FLOPs and memory to nestplan's precision, other weights)")
+        notes.append(
+            f"{m.name} normalises the whole query and key width (OLMo 2); Megatron-core's qk_layernorm "
+            "normalises per head (the same FLOPs and memory to nestplan's precision, other weights)"
+        )
     windowed = {m.window_of(i) for i in range(m.num_layers)}
     window = None
     if len(windowed) == 1 and None not in windowed:
         w = min(windowed.pop(), 2**30)
         window = (w - 1, 0)
     elif len(windowed) > 1:
-        notes.append(f"{m.name} mixes sliding-window and full-attention layers; this export gives Megatron-core "
-                     "no window, so every layer attends to the whole sequence (slower than costed at long sequences)")
+        notes.append(
+            f"{m.name} mixes sliding-window and full-attention layers; this export gives Megatron-core "
+            "no window, so every layer attends to the whole sequence (slower than costed at long sequences)"
+        )
     return AttentionOptions(m.qkv_bias and not m.linear_bias, m.qk_norm != "none", window, tuple(notes))
 
 
@@ -536,8 +609,12 @@ def _mla_flags(m: ModelSpec) -> Flags:
     flags: Flags = [("--multi-latent-attention", None)]
     if m.q_lora_rank:
         flags.append(("--q-lora-rank", m.q_lora_rank))
-    return flags + [("--kv-lora-rank", m.kv_lora_rank), ("--qk-head-dim", m.head_dim - m.qk_rope_head_dim),
-                    ("--qk-pos-emb-head-dim", m.qk_rope_head_dim), ("--v-head-dim", m.value_head_dim)]
+    return flags + [
+        ("--kv-lora-rank", m.kv_lora_rank),
+        ("--qk-head-dim", m.head_dim - m.qk_rope_head_dim),
+        ("--qk-pos-emb-head-dim", m.qk_rope_head_dim),
+        ("--v-head-dim", m.value_head_dim),
+    ]
 
 
 def _attention_flags(m: ModelSpec) -> Flags:
@@ -545,11 +622,13 @@ def _attention_flags(m: ModelSpec) -> Flags:
     flags: Flags = [("--add-qkv-bias", None)] if opts.qkv_bias else []
     if opts.qk_layernorm:
         flags.append(("--qk-layernorm", None))
-    if m.qk_norm == "l2":   # Llama 4's weightless QK-norm (TransformerConfig.qk_l2_norm)
+    if m.qk_norm == "l2":  # Llama 4's weightless QK-norm (TransformerConfig.qk_l2_norm)
         flags.append(("--qk-l2-norm", None))
-    if m.nope_layers:   # 1: a layer without rotary positions (arguments.py --no-rope-freq)
-        flags.append(("--no-rope-freq", f"[{','.join('1' if i in m.nope_layers else '0' for i in range(m.num_layers))}]"))
-    if m.attention_sinks:   # a learned logit per head in the softmax (TransformerConfig.softmax_type)
+    if m.nope_layers:  # 1: a layer without rotary positions (arguments.py --no-rope-freq)
+        flags.append(
+            ("--no-rope-freq", f"[{','.join('1' if i in m.nope_layers else '0' for i in range(m.num_layers))}]")
+        )
+    if m.attention_sinks:  # a learned logit per head in the softmax (TransformerConfig.softmax_type)
         flags.append(("--softmax-type", "learnable"))
     if opts.window is not None:
         flags.append(("--window-size", f"{opts.window[0]},{opts.window[1]}"))
@@ -563,20 +642,25 @@ def dispatcher(job: Job) -> str:
 
 
 def _moe_flags(m: ModelSpec, plan: Plan) -> Flags:
-    flags: Flags = [("--num-experts", m.num_experts), ("--moe-router-topk", m.experts_per_token),
-                    ("--moe-ffn-hidden-size", m.moe_ffn_hidden_size),
-                    ("--moe-token-dispatcher-type", dispatcher(plan.job))]   # as costed
-    if len(m.moe_layers) != m.num_layers and not m.is_hybrid:   # a hybrid's pattern places them (E)
+    flags: Flags = [
+        ("--num-experts", m.num_experts),
+        ("--moe-router-topk", m.experts_per_token),
+        ("--moe-ffn-hidden-size", m.moe_ffn_hidden_size),
+        ("--moe-token-dispatcher-type", dispatcher(plan.job)),
+    ]  # as costed
+    if len(m.moe_layers) != m.num_layers and not m.is_hybrid:  # a hybrid's pattern places them (E)
         pattern = ",".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
         flags.append(("--moe-layer-freq", f"[{pattern}]"))
     if m.num_shared_experts:
-        flags.append(("--moe-shared-expert-intermediate-size",
-                      m.num_shared_experts * m.shared_expert_ffn_hidden_size))
-    if m.routing_groups > 1:   # node-limited routing (TransformerConfig.moe_router_num_groups / group_topk)
-        flags += [("--moe-router-num-groups", m.routing_groups), ("--moe-router-group-topk", m.routing_groups_per_token)]
-    if m.router_bias and not m.linear_bias:   # DeepSeek-V3's per-expert correction bias, on sigmoid scores
+        flags.append(("--moe-shared-expert-intermediate-size", m.num_shared_experts * m.shared_expert_ffn_hidden_size))
+    if m.routing_groups > 1:  # node-limited routing (TransformerConfig.moe_router_num_groups / group_topk)
+        flags += [
+            ("--moe-router-num-groups", m.routing_groups),
+            ("--moe-router-group-topk", m.routing_groups_per_token),
+        ]
+    if m.router_bias and not m.linear_bias:  # DeepSeek-V3's per-expert correction bias, on sigmoid scores
         flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
-    elif m.router_scores_all_experts:   # a softmax over every expert before the top-k (DeepSeek-V2, Qwen2-MoE)
+    elif m.router_scores_all_experts:  # a softmax over every expert before the top-k (DeepSeek-V2, Qwen2-MoE)
         flags.append(("--moe-router-pre-softmax", None))
     if m.mtp_layers:
         flags.append(("--mtp-num-layers", m.mtp_layers))
@@ -600,8 +684,10 @@ def training_flags(plan: Plan) -> tuple[Flags, list[str]]:
     elif job.grad_dtype == job.dtype == "bf16":
         flags.append(("--grad-reduce-in-bf16", None))
     elif job.grad_dtype != job.dtype:
-        notes.append(f"Megatron-LM accumulates gradients in fp32 or in the training dtype ({job.dtype}), "
-                     f"not in {job.grad_dtype} as nestplan costed")
+        notes.append(
+            f"Megatron-LM accumulates gradients in fp32 or in the training dtype ({job.dtype}), "
+            f"not in {job.grad_dtype} as nestplan costed"
+        )
     state, state_notes = optimizer_state_flags(plan)
     return flags + state, notes + state_notes
 
@@ -623,17 +709,21 @@ def optimizer_state_flags(plan: Plan) -> tuple[Flags, list[str]]:
         return [], []
     if plan.dims.zero == 0:
         more = replace(job, optimizer_state=OptimizerState.FP32).optimizer_state_bytes - job.optimizer_state_bytes
-        return [], [f"Megatron-LM's precision-aware optimizer, which keeps the {job.optimizer_state.value} optimizer "
-                    f"state nestplan costed, needs the distributed optimizer (ZeRO 1 or more): not set, so Megatron "
-                    f"keeps fp32 master weights and moments, {more} bytes per parameter more"]
+        return [], [
+            f"Megatron-LM's precision-aware optimizer, which keeps the {job.optimizer_state.value} optimizer "
+            f"state nestplan costed, needs the distributed optimizer (ZeRO 1 or more): not set, so Megatron "
+            f"keeps fp32 master weights and moments, {more} bytes per parameter more"
+        ]
     flags: Flags = [("--use-precision-aware-optimizer", None)]
     notes = []
     if job.optimizer_state is OptimizerState.BF16:
         flags += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     more = run_master_bytes(job) - job.master_bytes
     if more > 0:
-        notes.append(f"Megatron-Core's precision-aware optimizer keeps {run_master_bytes(job)} bytes of master weight "
-                     f"per parameter, {more} more than the {job.optimizer_state.value} state nestplan costed")
+        notes.append(
+            f"Megatron-Core's precision-aware optimizer keeps {run_master_bytes(job)} bytes of master weight "
+            f"per parameter, {more} more than the {job.optimizer_state.value} state nestplan costed"
+        )
     return flags, notes
 
 
@@ -645,8 +735,13 @@ def check(inp: ExportInput) -> None:
         raise refuse(TITLE, "Megatron-LM does not support expert parallelism with fp16", "ep", ep)
     optimizer = job.optimizer.value
     if optimizer not in OPTIMIZERS:
-        raise refuse(TITLE, f"Megatron-LM's --optimizer takes {' or '.join(OPTIMIZERS)}, not {optimizer}",
-                     "optimizer", optimizer, list(OPTIMIZERS))
+        raise refuse(
+            TITLE,
+            f"Megatron-LM's --optimizer takes {' or '.join(OPTIMIZERS)}, not {optimizer}",
+            "optimizer",
+            optimizer,
+            list(OPTIMIZERS),
+        )
 
 
 def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
@@ -657,8 +752,10 @@ def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     train, train_notes = training_flags(inp.plan)
     framework, framework_notes = framework_flags(inp.plan)
     model_notes = list(attention_options(inp.model).notes) + (hybrid_notes(inp.plan) if inp.model.is_hybrid else [])
-    return (par + model_flags(inp.model, inp.plan) + train + framework,
-            notes + train_notes + framework_notes + model_notes)
+    return (
+        par + model_flags(inp.model, inp.plan) + train + framework,
+        notes + train_notes + framework_notes + model_notes,
+    )
 
 
 def entry_point(m: ModelSpec) -> str:
@@ -672,9 +769,11 @@ def entry_point(m: ModelSpec) -> str:
 def _environment(plan: Plan) -> str:
     d = plan.dims
     if (d.tp > 1 or d.cp > 1) and d.zero < 2:
-        return ("# tp or cp > 1: Megatron-LM asserts one CUDA connection (before Blackwell) so that\n"
-                "# communication kernels are queued in order with compute\n"
-                "export CUDA_DEVICE_MAX_CONNECTIONS=1\n")
+        return (
+            "# tp or cp > 1: Megatron-LM asserts one CUDA connection (before Blackwell) so that\n"
+            "# communication kernels are queued in order with compute\n"
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+        )
     return ""
 
 
@@ -693,19 +792,28 @@ def export(inp: ExportInput) -> Export:
     notes += hybrid_notes(p) if m.is_hybrid else []
     script = entry_point(m)
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
-    text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes)
-            + "set -euo pipefail\n" + _environment(p) + (_node_order_lines() if nodes else "")
-            + (_rank_placement_lines(inp.devices_per_node) if ranks else "") + torchrun_prologue(inp, 6000)
-            + (_one_process_per_task() if ranks else "")
-            + 'MEGATRON_LM="${MEGATRON_LM:-/workspace/Megatron-LM}"\n\n'
-            + bash_array("PARALLEL_ARGS", flag_pairs(par), "parallelism, as nestplan costed it")
-            + bash_array("MODEL_ARGS", flag_pairs(model_flags(m, p)), f"model shape of {m.name}")
-            + bash_array("TRAINING_ARGS", flag_pairs(train), "batch, precision, optimizer, overlaps")
-            + bash_array("DATA_ARGS", flag_pairs(data) + ['--train-iters "${TRAIN_ITERS:-100}"',
-                                                          '--lr "${LR:-1.0e-4}"'],
-                         "yours to replace: tokenizer, data, schedule (mock data runs as is)")
-            + f'\n"${{TORCHRUN[@]}}" "$MEGATRON_LM/{script}" "${{PARALLEL_ARGS[@]}}" "${{MODEL_ARGS[@]}}" \\\n'
-            + '    "${TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" "$@"\n')
+    text = (
+        "#!/usr/bin/env bash\n"
+        + sbatch_lines(inp)
+        + header(inp, TITLE, PIN, notes)
+        + "set -euo pipefail\n"
+        + _environment(p)
+        + (_node_order_lines() if nodes else "")
+        + (_rank_placement_lines(inp.devices_per_node) if ranks else "")
+        + torchrun_prologue(inp, 6000)
+        + (_one_process_per_task() if ranks else "")
+        + 'MEGATRON_LM="${MEGATRON_LM:-/workspace/Megatron-LM}"\n\n'
+        + bash_array("PARALLEL_ARGS", flag_pairs(par), "parallelism, as nestplan costed it")
+        + bash_array("MODEL_ARGS", flag_pairs(model_flags(m, p)), f"model shape of {m.name}")
+        + bash_array("TRAINING_ARGS", flag_pairs(train), "batch, precision, optimizer, overlaps")
+        + bash_array(
+            "DATA_ARGS",
+            flag_pairs(data) + ['--train-iters "${TRAIN_ITERS:-100}"', '--lr "${LR:-1.0e-4}"'],
+            "yours to replace: tokenizer, data, schedule (mock data runs as is)",
+        )
+        + f'\n"${{TORCHRUN[@]}}" "$MEGATRON_LM/{script}" "${{PARALLEL_ARGS[@]}}" "${{MODEL_ARGS[@]}}" \\\n'
+        + '    "${TRAINING_ARGS[@]}" "${DATA_ARGS[@]}" "$@"\n'
+    )
     files = [ExportFile("launch_megatron.sh", text, executable=True)]
     files += [ExportFile(name, text) for name, text in placement if text is not None]
     return Export(NAME, tuple(files), tuple(notes))

@@ -15,8 +15,17 @@ from __future__ import annotations
 import re
 
 from nestplan.export import megatron
-from nestplan.export.common import (REPLICA_MAJOR, Export, ExportFile, bash_array, header, refuse, sbatch_lines,
-                                    shell_word, torchrun_prologue)
+from nestplan.export.common import (
+    REPLICA_MAJOR,
+    Export,
+    ExportFile,
+    bash_array,
+    header,
+    refuse,
+    sbatch_lines,
+    shell_word,
+    torchrun_prologue,
+)
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Fp8Recipe, OptimizerState
 from nestplan.model.spec import ModelSpec
@@ -24,24 +33,32 @@ from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute
 
 NAME = "megatron-bridge"
-ALIASES = ("nemo",)   # the name this export had while it targeted NeMo 2
+ALIASES = ("nemo",)  # the name this export had while it targeted NeMo 2
 TITLE = "Megatron-Bridge"
 PIN = "Megatron-Bridge 0.6.2 (megatron-core 0.19.2) recipes and ConfigContainer override keys"
-COSTED_SCHEDULES = megatron.COSTED_SCHEDULES   # Megatron-core runs the schedules and the exchanges
+COSTED_SCHEDULES = megatron.COSTED_SCHEDULES  # Megatron-core runs the schedules and the exchanges
 CP_EXCHANGES = megatron.CP_EXCHANGES
 EXPERT_TP = megatron.EXPERT_TP
-moe_comm_overlap = megatron.moe_comm_overlap   # Megatron-core runs it
+moe_comm_overlap = megatron.moe_comm_overlap  # Megatron-core runs it
 # Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
 # catalog models they were written for; any other decoder runs the generic GPT recipe
 # (megatron/bridge/recipes/gpt/vanilla_gpt.py), every model field being overridden either way.
-RECIPES = {"llama2-7b": "llama2_7b_pretrain_config", "llama3-8b": "llama3_8b_pretrain_config",
-           "llama3-70b": "llama3_70b_pretrain_config", "llama3.1-405b": "llama31_405b_pretrain_config"}
+RECIPES = {
+    "llama2-7b": "llama2_7b_pretrain_config",
+    "llama3-8b": "llama3_8b_pretrain_config",
+    "llama3-70b": "llama3_70b_pretrain_config",
+    "llama3.1-405b": "llama31_405b_pretrain_config",
+}
 GENERIC_RECIPE = "vanilla_gpt_pretrain_config"
 # Megatron-Bridge's mixed-precision recipes per FP8 scaling (megatron/bridge/training/mixed_precision.py)
-FP8_RECIPES = {Fp8Recipe.DELAYED: "with_fp8_delayed_scaling", Fp8Recipe.TENSORWISE: "with_fp8_current_scaling",
-               Fp8Recipe.BLOCKWISE: "with_fp8_subchannel_scaling", Fp8Recipe.MXFP8: "with_mxfp8"}
-_HYDRA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a string Hydra's override grammar reads unquoted
-_HYDRA_QUOTABLE = re.compile(r"[A-Za-z0-9_.*|+()-]*")   # no quote, backslash or $: literal in Hydra's double quotes
+FP8_RECIPES = {
+    Fp8Recipe.DELAYED: "with_fp8_delayed_scaling",
+    Fp8Recipe.TENSORWISE: "with_fp8_current_scaling",
+    Fp8Recipe.BLOCKWISE: "with_fp8_subchannel_scaling",
+    Fp8Recipe.MXFP8: "with_mxfp8",
+}
+_HYDRA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a string Hydra's override grammar reads unquoted
+_HYDRA_QUOTABLE = re.compile(r"[A-Za-z0-9_.*|+()-]*")  # no quote, backslash or $: literal in Hydra's double quotes
 Items = list[tuple[str, object]]
 
 
@@ -71,7 +88,8 @@ def check_model(m: ModelSpec) -> None:
     if not m.causal:
         raise refuse(TITLE, f"Megatron-Bridge has no encoder (BERT) recipe for {m.name}", "model", m.name)
     missing = megatron.unbuildable(m) or (
-        "multi-head latent attention (the generic recipe's GPTModelProvider has no MLA fields)" if m.is_mla else None)
+        "multi-head latent attention (the generic recipe's GPTModelProvider has no MLA fields)" if m.is_mla else None
+    )
     if missing:
         raise refuse(TITLE, f"Megatron-Bridge cannot build {missing} of {m.name}", "model", m.name)
 
@@ -81,8 +99,13 @@ def check(inp: ExportInput) -> None:
     megatron.check(inp)
     check_model(inp.model)
     if inp.plan.job.dtype not in ("bf16", "fp16"):
-        raise refuse(TITLE, "Megatron-Bridge's recipes train in mixed precision, bf16 or fp16", "dtype",
-                     inp.plan.job.dtype, ["bf16", "fp16"])
+        raise refuse(
+            TITLE,
+            "Megatron-Bridge's recipes train in mixed precision, bf16 or fp16",
+            "dtype",
+            inp.plan.job.dtype,
+            ["bf16", "fp16"],
+        )
 
 
 def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
@@ -91,19 +114,24 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
     p, d, job = inp.plan, inp.plan.dims, inp.plan.job
     order, notes = megatron.rank_layout(inp, TITLE, "tp-pp-dp mapping")
     notes += [n for n in [megatron.schedule_note(p)] if n]
-    run = megatron.run_dims(p)   # Megatron-core's schedule where it lacks the costed one
+    run = megatron.run_dims(p)  # Megatron-core's schedule where it lacks the costed one
     out: Items = [
-        ("model.tensor_model_parallel_size", d.tp), ("model.pipeline_model_parallel_size", d.pp),
+        ("model.tensor_model_parallel_size", d.tp),
+        ("model.pipeline_model_parallel_size", d.pp),
         ("model.virtual_pipeline_model_parallel_size", run.virtual_stages if run.virtual_stages > 1 else None),
-        ("model.context_parallel_size", d.cp), ("model.sequence_parallel", d.sp_active),
+        ("model.context_parallel_size", d.cp),
+        ("model.sequence_parallel", d.sp_active),
         ("model.expert_model_parallel_size", d.expert_parallel),
         ("model.expert_tensor_parallel_size", d.expert_tp if inp.model.is_moe else 1),
         ("model.overlap_moe_expert_parallel_comm", job.moe_comm_overlap),
         ("model.moe_expert_capacity_factor", job.moe_capacity_factor),
         ("model.moe_pad_expert_input_to_capacity", job.moe_capacity_factor is not None),
-        ("model.seq_length", job.seq_len), ("dataset.seq_length", job.seq_len),
-        ("train.global_batch_size", job.global_batch_size), ("train.micro_batch_size", d.micro_batch_size),
-        ("mixed_precision", _precision_recipe(job))]
+        ("model.seq_length", job.seq_len),
+        ("dataset.seq_length", job.seq_len),
+        ("train.global_batch_size", job.global_batch_size),
+        ("train.micro_batch_size", d.micro_batch_size),
+        ("mixed_precision", _precision_recipe(job)),
+    ]
     if d.cp > 1:
         out.append(("model.cp_comm_type", job.cp_comm_type.value))
         if job.cp_comm_type is CpCommType.A2A_P2P:
@@ -111,7 +139,7 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
     notes += _model_notes(inp.model, job.seq_len)
     out += _pipeline_split(p) + model_fields(inp.model, p) + _recompute(p) + _zero(p, notes) + _job(p, notes)
     out += _framework(p, notes)
-    if order == REPLICA_MAJOR:   # Megatron-core's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping)
+    if order == REPLICA_MAJOR:  # Megatron-core's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping)
         out.append(("dist.use_tp_pp_dp_mapping", True))
     return out, notes
 
@@ -129,10 +157,13 @@ def _pipeline_split(plan: Plan) -> Items:
             first, last = n[0], n[-1]
         else:
             layout = megatron.layout(plan)
-    return [("model.account_for_embedding_in_pipeline_split", False),
-            ("model.account_for_loss_in_pipeline_split", False),
-            ("model.num_layers_in_first_pipeline_stage", first), ("model.num_layers_in_last_pipeline_stage", last),
-            ("model.pipeline_model_parallel_layout", layout)]
+    return [
+        ("model.account_for_embedding_in_pipeline_split", False),
+        ("model.account_for_loss_in_pipeline_split", False),
+        ("model.num_layers_in_first_pipeline_stage", first),
+        ("model.num_layers_in_last_pipeline_stage", last),
+        ("model.pipeline_model_parallel_layout", layout),
+    ]
 
 
 def model_fields(m: ModelSpec, plan: Plan) -> Items:
@@ -140,25 +171,32 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
     names), so that the recipe's model is the one nestplan costed."""
     attention = megatron.attention_options(m)
     items: Items = [
-        ("model.num_layers", m.num_layers), ("model.hidden_size", m.hidden_size),
-        ("model.ffn_hidden_size", m.ffn_hidden_size), ("model.num_attention_heads", m.num_heads),
-        ("model.num_query_groups", m.num_kv_heads), ("model.kv_channels", m.head_dim),
-        ("model.vocab_size", m.vocab_size), ("model.share_embeddings_and_output_weights", m.tied_embeddings),
+        ("model.num_layers", m.num_layers),
+        ("model.hidden_size", m.hidden_size),
+        ("model.ffn_hidden_size", m.ffn_hidden_size),
+        ("model.num_attention_heads", m.num_heads),
+        ("model.num_query_groups", m.num_kv_heads),
+        ("model.kv_channels", m.head_dim),
+        ("model.vocab_size", m.vocab_size),
+        ("model.share_embeddings_and_output_weights", m.tied_embeddings),
         ("model.position_embedding_type", "learned_absolute" if m.learned_position_embeddings else "rope"),
         ("model.normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
-        ("model.layernorm_zero_centered_gamma", m.family == "nemotron"),   # HF NemotronConfig's LayerNorm1p
-        ("model.gated_linear_unit", m.gated_mlp), ("model.activation_func", _activation(m)),
-        ("model.add_bias_linear", m.linear_bias), ("model.add_qkv_bias", m.linear_bias or m.qkv_bias),
+        ("model.layernorm_zero_centered_gamma", m.family == "nemotron"),  # HF NemotronConfig's LayerNorm1p
+        ("model.gated_linear_unit", m.gated_mlp),
+        ("model.activation_func", _activation(m)),
+        ("model.add_bias_linear", m.linear_bias),
+        ("model.add_qkv_bias", m.linear_bias or m.qkv_bias),
         ("model.qk_layernorm", attention.qk_layernorm),
         ("model.window_size", None if attention.window is None else list(attention.window)),
-        ("model.attention_backend", "flash" if plan.job.flash_attention else "unfused")]
+        ("model.attention_backend", "flash" if plan.job.flash_attention else "unfused"),
+    ]
     if not m.learned_position_embeddings:
         items.append(("model.rotary_percent", m.rotary_fraction))
-    if m.qk_norm == "l2":   # Llama 4's weightless QK-norm
+    if m.qk_norm == "l2":  # Llama 4's weightless QK-norm
         items.append(("model.qk_l2_norm", True))
-    if m.nope_layers:   # 1: a layer without rotary positions
+    if m.nope_layers:  # 1: a layer without rotary positions
         items.append(("model.no_rope_freq", [1 if i in m.nope_layers else 0 for i in range(m.num_layers)]))
-    if m.attention_sinks:   # a learned logit per head in the softmax (gpt-oss)
+    if m.attention_sinks:  # a learned logit per head in the softmax (gpt-oss)
         items.append(("model.softmax_type", "learnable"))
     if not m.dropout:
         items += [("model.attention_dropout", 0.0), ("model.hidden_dropout", 0.0)]
@@ -168,12 +206,16 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
 def _model_notes(m: ModelSpec, seq_len: int) -> list[str]:
     notes = list(megatron.attention_options(m).notes)
     if m.name not in RECIPES:
-        notes.append(f"Megatron-Bridge 0.6.2 has no recipe for {m.name}: its generic GPT recipe ({GENERIC_RECIPE}) "
-                     "runs with every model field nestplan costs set to nestplan's model; what it does not "
-                     "model (RoPE base, norm epsilon, tokenizer, data) stays the generic recipe's: set it for yours")
+        notes.append(
+            f"Megatron-Bridge 0.6.2 has no recipe for {m.name}: its generic GPT recipe ({GENERIC_RECIPE}) "
+            "runs with every model field nestplan costs set to nestplan's model; what it does not "
+            "model (RoPE base, norm epsilon, tokenizer, data) stays the generic recipe's: set it for yours"
+        )
     if m.learned_position_embeddings and seq_len != m.max_position_embeddings:
-        notes.append(f"Megatron-Bridge sizes the learned position table by the sequence length ({seq_len}); "
-                     f"nestplan costed the model's {m.max_position_embeddings} positions")
+        notes.append(
+            f"Megatron-Bridge sizes the learned position table by the sequence length ({seq_len}); "
+            f"nestplan costed the model's {m.max_position_embeddings} positions"
+        )
     return notes
 
 
@@ -188,14 +230,18 @@ def _activation(m: ModelSpec) -> str:
 def _moe_fields(m: ModelSpec, plan: Plan) -> Items:
     if not m.is_moe:
         return [("model.num_moe_experts", None)]
-    items: Items = [("model.num_moe_experts", m.num_experts), ("model.moe_router_topk", m.experts_per_token),
-                    ("model.moe_ffn_hidden_size", m.moe_ffn_hidden_size),
-                    ("model.moe_token_dispatcher_type", megatron.dispatcher(plan.job)),   # as costed
-                    ("model.moe_grouped_gemm", plan.job.dtype == "bf16"),
-                    ("model.moe_layer_freq", [1 if m.is_moe_layer(i) else 0 for i in range(m.num_layers)])]
+    items: Items = [
+        ("model.num_moe_experts", m.num_experts),
+        ("model.moe_router_topk", m.experts_per_token),
+        ("model.moe_ffn_hidden_size", m.moe_ffn_hidden_size),
+        ("model.moe_token_dispatcher_type", megatron.dispatcher(plan.job)),  # as costed
+        ("model.moe_grouped_gemm", plan.job.dtype == "bf16"),
+        ("model.moe_layer_freq", [1 if m.is_moe_layer(i) else 0 for i in range(m.num_layers)]),
+    ]
     if m.num_shared_experts:
-        items.append(("model.moe_shared_expert_intermediate_size",
-                      m.num_shared_experts * m.shared_expert_ffn_hidden_size))
+        items.append(
+            ("model.moe_shared_expert_intermediate_size", m.num_shared_experts * m.shared_expert_ffn_hidden_size)
+        )
     return items
 
 
@@ -210,27 +256,43 @@ def _framework(plan: Plan, notes: list[str]) -> Items:
     sequence, and it would overwrite the data-parallel overlap settings below with its own."""
     job, d = plan.job, plan.dims
     if job.fp8_recipe is Fp8Recipe.TENSORWISE:
-        notes.append("Megatron-Bridge's current-scaling FP8 recipe keeps the first and last transformer layers in "
-                     "bf16 (first_last_layers_bf16); nestplan costed every block's GEMMs in FP8")
+        notes.append(
+            "Megatron-Bridge's current-scaling FP8 recipe keeps the first and last transformer layers in "
+            "bf16 (first_last_layers_bf16); nestplan costed every block's GEMMs in FP8"
+        )
     if job.fp8_params:
-        notes.append("nestplan costed parameters kept and all-gathered in FP8: set fp8_param_gather in your "
-                     "recipe's mixed_precision")
+        notes.append(
+            "nestplan costed parameters kept and all-gathered in FP8: set fp8_param_gather in your "
+            "recipe's mixed_precision"
+        )
     overlap = job.tp_comm_overlap and d.sp_active
     if job.tp_comm_overlap and not overlap and d.tp > 1:
-        notes.append("tp communication overlap needs sequence parallelism: not set, and nestplan costed the tp "
-                     "collectives exposed")
+        notes.append(
+            "tp communication overlap needs sequence parallelism: not set, and nestplan costed the tp "
+            "collectives exposed"
+        )
     return [("comm_overlap", None), ("model.tp_comm_overlap", overlap)]
 
 
 def _recompute(plan: Plan) -> Items:
     if plan.dims.recompute is Recompute.FULL:
-        return [("model.recompute_granularity", "full"), ("model.recompute_method", "uniform"),
-                ("model.recompute_num_layers", 1)]
-    if plan.dims.recompute is Recompute.SELECTIVE:   # nestplan's selective: the core attention (Korthikanti)
-        return [("model.recompute_granularity", "selective"), ("model.recompute_modules", ["core_attn"]),
-                ("model.recompute_method", None), ("model.recompute_num_layers", None)]
-    return [("model.recompute_granularity", None), ("model.recompute_method", None),
-            ("model.recompute_num_layers", None)]
+        return [
+            ("model.recompute_granularity", "full"),
+            ("model.recompute_method", "uniform"),
+            ("model.recompute_num_layers", 1),
+        ]
+    if plan.dims.recompute is Recompute.SELECTIVE:  # nestplan's selective: the core attention (Korthikanti)
+        return [
+            ("model.recompute_granularity", "selective"),
+            ("model.recompute_modules", ["core_attn"]),
+            ("model.recompute_method", None),
+            ("model.recompute_num_layers", None),
+        ]
+    return [
+        ("model.recompute_granularity", None),
+        ("model.recompute_method", None),
+        ("model.recompute_num_layers", None),
+    ]
 
 
 def _job(plan: Plan, notes: list[str]) -> Items:
@@ -240,8 +302,10 @@ def _job(plan: Plan, notes: list[str]) -> Items:
     job = plan.job
     recipe_grads = "fp16" if job.dtype == "fp16" else "fp32"
     if job.grad_dtype != recipe_grads:
-        notes.append(f"Megatron-Bridge's mixed-precision recipe for {job.dtype} keeps gradients in {recipe_grads}; "
-                     f"nestplan costed {job.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)")
+        notes.append(
+            f"Megatron-Bridge's mixed-precision recipe for {job.dtype} keeps gradients in {recipe_grads}; "
+            f"nestplan costed {job.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)"
+        )
     return [("optimizer.optimizer", job.optimizer.value)] + _optimizer_state(plan, notes)
 
 
@@ -254,37 +318,66 @@ def _optimizer_state(plan: Plan, notes: list[str]) -> Items:
     if not flags:
         return []
     if plan.job.optimizer_state is OptimizerState.BF16:
-        notes.append("nestplan costed bf16 Adam moments: set optimizer.exp_avg_dtype and optimizer.exp_avg_sq_dtype "
-                     "to torch.bfloat16 in your recipe")
+        notes.append(
+            "nestplan costed bf16 Adam moments: set optimizer.exp_avg_dtype and optimizer.exp_avg_sq_dtype "
+            "to torch.bfloat16 in your recipe"
+        )
     return [("optimizer.use_precision_aware_optimizer", True), ("optimizer.store_param_remainders", True)]
 
 
 def _zero(plan: Plan, notes: list[str]) -> Items:
     zero, job = int(plan.dims.zero), plan.job
-    overlaps: Items = [("ddp.overlap_grad_reduce", job.overlap_grad_reduce),
-                       ("ddp.overlap_param_gather", job.overlap_param_gather and zero > 0)]
+    overlaps: Items = [
+        ("ddp.overlap_grad_reduce", job.overlap_grad_reduce),
+        ("ddp.overlap_param_gather", job.overlap_param_gather and zero > 0),
+    ]
     if zero == 0:
-        return [("dist.use_megatron_fsdp", False), ("ddp.use_megatron_fsdp", False),
-                ("ddp.data_parallel_sharding_strategy", "no_shard"), ("ddp.use_distributed_optimizer", False), ("optimizer.use_distributed_optimizer", False)] + overlaps
+        return [
+            ("dist.use_megatron_fsdp", False),
+            ("ddp.use_megatron_fsdp", False),
+            ("ddp.data_parallel_sharding_strategy", "no_shard"),
+            ("ddp.use_distributed_optimizer", False),
+            ("optimizer.use_distributed_optimizer", False),
+        ] + overlaps
     if zero == 1:
-        return [("dist.use_megatron_fsdp", False), ("ddp.use_megatron_fsdp", False),
-                ("ddp.data_parallel_sharding_strategy", "no_shard"), ("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True)] + overlaps
+        return [
+            ("dist.use_megatron_fsdp", False),
+            ("ddp.use_megatron_fsdp", False),
+            ("ddp.data_parallel_sharding_strategy", "no_shard"),
+            ("ddp.use_distributed_optimizer", True),
+            ("optimizer.use_distributed_optimizer", True),
+        ] + overlaps
     notes.append(f"ZeRO {zero} runs as Megatron-FSDP (checkpoints in its fsdp_dtensor format)")
     strategy = "optim_grads" if zero == 2 else "optim_grads_params"
-    return [("dist.use_megatron_fsdp", True), ("ddp.use_megatron_fsdp", True),
-            ("ddp.data_parallel_sharding_strategy", strategy), ("checkpoint.ckpt_format", "fsdp_dtensor"),
-            ("ddp.use_distributed_optimizer", True), ("optimizer.use_distributed_optimizer", True)] + overlaps
+    return [
+        ("dist.use_megatron_fsdp", True),
+        ("ddp.use_megatron_fsdp", True),
+        ("ddp.data_parallel_sharding_strategy", strategy),
+        ("checkpoint.ckpt_format", "fsdp_dtensor"),
+        ("ddp.use_distributed_optimizer", True),
+        ("optimizer.use_distributed_optimizer", True),
+    ] + overlaps
 
 
 def export(inp: ExportInput) -> Export:
     items, notes = overrides(inp)
     lines = [f"{k}={_value(v)}" for k, v in items]
-    text = ("#!/usr/bin/env bash\n" + sbatch_lines(inp) + header(inp, TITLE, PIN, notes) + "set -euo pipefail\n"
-            + torchrun_prologue(inp, 29500)
-            + 'RECIPE_SCRIPT="${RECIPE_SCRIPT:-scripts/training/run_recipe.py}"   # in your Megatron-Bridge checkout\n'
-            + f"RECIPE={shell_word(recipe(inp.model))}\n\n"
-            + bash_array("OVERRIDES", [shell_word(line) for line in lines],
-                         "on top of the recipe, as nestplan costed them")
-            + '\n"${TORCHRUN[@]}" "$RECIPE_SCRIPT" --recipe "$RECIPE" --mode pretrain "${OVERRIDES[@]}" "$@"\n')
-    return Export(NAME, (ExportFile("launch_megatron_bridge.sh", text, executable=True),
-                         ExportFile("megatron_bridge_overrides.txt", "\n".join(lines) + "\n")), tuple(notes))
+    text = (
+        "#!/usr/bin/env bash\n"
+        + sbatch_lines(inp)
+        + header(inp, TITLE, PIN, notes)
+        + "set -euo pipefail\n"
+        + torchrun_prologue(inp, 29500)
+        + 'RECIPE_SCRIPT="${RECIPE_SCRIPT:-scripts/training/run_recipe.py}"   # in your Megatron-Bridge checkout\n'
+        + f"RECIPE={shell_word(recipe(inp.model))}\n\n"
+        + bash_array("OVERRIDES", [shell_word(line) for line in lines], "on top of the recipe, as nestplan costed them")
+        + '\n"${TORCHRUN[@]}" "$RECIPE_SCRIPT" --recipe "$RECIPE" --mode pretrain "${OVERRIDES[@]}" "$@"\n'
+    )
+    return Export(
+        NAME,
+        (
+            ExportFile("launch_megatron_bridge.sh", text, executable=True),
+            ExportFile("megatron_bridge_overrides.txt", "\n".join(lines) + "\n"),
+        ),
+        tuple(notes),
+    )

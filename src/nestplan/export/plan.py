@@ -17,7 +17,7 @@ class ExportInput:
 
     plan: Plan
     version: str = ""
-    alternative: Mapping[str, float] | None = None   # the plan's prediction under the framework's rank order
+    alternative: Mapping[str, float] | None = None  # the plan's prediction under the framework's rank order
 
     @property
     def model(self) -> ModelSpec:

@@ -71,10 +71,12 @@ def node_rank_file(plan: Plan, framework: str, framework_order: Sequence[str], d
     ranks = node_ranks(plan, order, devices_per_node)
     if ranks is None or same_layout(plan, order):
         return None
-    head = (f"node order for {framework}, which numbers ranks {'-'.join(order)} (fastest first); nestplan "
-            f"costed {'-'.join(plan.axis_order)}",
-            "line k (from 0, comments skipped) is the node rank the k-th node of the allocation (SLURM_NODEID k, "
-            "nodes in network order) starts with, so that each rank runs on the device nestplan costed it on")
+    head = (
+        f"node order for {framework}, which numbers ranks {'-'.join(order)} (fastest first); nestplan "
+        f"costed {'-'.join(plan.axis_order)}",
+        "line k (from 0, comments skipped) is the node rank the k-th node of the allocation (SLURM_NODEID k, "
+        "nodes in network order) starts with, so that each rank runs on the device nestplan costed it on",
+    )
     return "".join(f"# {comment_text(line)}\n" for line in head) + "".join(f"{r}\n" for r in ranks)
 
 
@@ -86,8 +88,10 @@ def rank_node_file(plan: Plan, framework: str, framework_order: Sequence[str], d
     if same_layout(plan, order):
         return None
     nodes = costed_device_of_rank(plan, order) // devices_per_node
-    head = (f"rank placement for {framework}, which numbers ranks {'-'.join(order)} (fastest first); nestplan "
-            f"costed {'-'.join(plan.axis_order)}",
-            "line r (from 0, comments skipped) is the node of the allocation (its index in network order) that rank r "
-            "runs on: SLURM_HOSTFILE lines for srun --distribution=arbitrary")
+    head = (
+        f"rank placement for {framework}, which numbers ranks {'-'.join(order)} (fastest first); nestplan "
+        f"costed {'-'.join(plan.axis_order)}",
+        "line r (from 0, comments skipped) is the node of the allocation (its index in network order) that rank r "
+        "runs on: SLURM_HOSTFILE lines for srun --distribution=arbitrary",
+    )
     return "".join(f"# {comment_text(line)}\n" for line in head) + "".join(f"{int(n)}\n" for n in nodes)

@@ -20,13 +20,13 @@ _DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 # Closed ranges of an accelerator table's figures: far beyond any chip on both sides, so that every time
 # (work / rate) and byte count the cost model derives stays a finite number.
-PEAK_TFLOPS_RANGE = (1e-3, 1e6)       # 1 GFLOP/s to 1 EFLOP/s per device: a B200 has 4,500 dense FP8 TFLOPS
-HBM_GiB_RANGE = (2.0**-10, 2.0**16)   # 1 MiB to 64 TiB per device: the largest HBM stacks today hold 288 GB
+PEAK_TFLOPS_RANGE = (1e-3, 1e6)  # 1 GFLOP/s to 1 EFLOP/s per device: a B200 has 4,500 dense FP8 TFLOPS
+HBM_GiB_RANGE = (2.0**-10, 2.0**16)  # 1 MiB to 64 TiB per device: the largest HBM stacks today hold 288 GB
 HBM_BANDWIDTH_TBps_RANGE = (1e-6, 1e3)  # 1 MB/s to 1 PB/s: a B200 streams 8 TB/s
-EFFICIENCY_RANGE = (1e-3, 1.0)        # matmul and memory efficiency: fractions of peak (the catalog's: 0.8)
+EFFICIENCY_RANGE = (1e-3, 1.0)  # matmul and memory efficiency: fractions of peak (the catalog's: 0.8)
 MATMUL_HALF_DIM_RANGE = (1e-3, 2.0**16)  # a GEMM dimension (the catalog's tile quantum: 64)
 RESERVED_GiB_RANGE = (0.0, HBM_GiB_RANGE[1])  # and below the device's memory (the catalog's: 2 GiB)
-MAX_NAME_CHARS = 200                  # an accelerator's name labels plans and tables
+MAX_NAME_CHARS = 200  # an accelerator's name labels plans and tables
 _STRING_FIELDS = ("source", "name", "notes")
 
 
@@ -50,8 +50,8 @@ class Accelerator:
     reserved_bytes: float
     source: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
-    mx_block_scaling: bool = False   # tensor cores scale 32-element blocks themselves (MXFP8; Blackwell)
-    fp8_matmul_efficiency: float | None = None   # the FP8 GEMMs' ceiling; None: matmul_efficiency
+    mx_block_scaling: bool = False  # tensor cores scale 32-element blocks themselves (MXFP8; Blackwell)
+    fp8_matmul_efficiency: float | None = None  # the FP8 GEMMs' ceiling; None: matmul_efficiency
     # a fused attention kernel's forward and backward, fractions of the dtype's peak at long sequences;
     # None: attention runs at the GEMM efficiency of its shapes
     attention_efficiency: float | None = None
@@ -76,7 +76,9 @@ class Accelerator:
 
     def matmul_efficiency_for(self, m: float, n: float, k: float, dtype: str = "bf16") -> float:
         """Fraction of ``dtype``'s peak a GEMM of this shape achieves (see class docstring)."""
-        ceiling = self.fp8_matmul_efficiency if dtype == "fp8" and self.fp8_matmul_efficiency else self.matmul_efficiency
+        ceiling = (
+            self.fp8_matmul_efficiency if dtype == "fp8" and self.fp8_matmul_efficiency else self.matmul_efficiency
+        )
         return ceiling * self.shape_factor(m, n, k)
 
     def matmul_time(self, m: float, n: float, k: float, dtype: str, count: float = 1.0) -> float:
@@ -108,47 +110,84 @@ def _number(entry: Mapping[str, Any], key: str, name: str, bounds: tuple[float, 
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not is_number or not low <= value <= high:  # NaN fails too
         shown = brief(value) if is_number else type(value).__name__
-        raise ConfigError(f"{_where(name)}: field '{key}' must be a number in {allowed}, got {shown}",
-                          field=key, value=shown, limit=allowed)
+        raise ConfigError(
+            f"{_where(name)}: field '{key}' must be a number in {allowed}, got {shown}",
+            field=key,
+            value=shown,
+            limit=allowed,
+        )
     return float(value)
 
 
 def _checked_name(name: Any) -> str:
     """A non-empty string of at most ``MAX_NAME_CHARS`` characters, no control character."""
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"accelerator: name must be a non-empty string, got {printable(brief(name))}",
-                          field="name", value=printable(brief(name)), limit="a non-empty string")
+        raise ConfigError(
+            f"accelerator: name must be a non-empty string, got {printable(brief(name))}",
+            field="name",
+            value=printable(brief(name)),
+            limit="a non-empty string",
+        )
     if len(name) > MAX_NAME_CHARS:
-        raise ConfigError(f"accelerator: name is {len(name)} characters long; at most {MAX_NAME_CHARS} allowed",
-                          field="name", value=len(name), limit=MAX_NAME_CHARS, unit="characters")
+        raise ConfigError(
+            f"accelerator: name is {len(name)} characters long; at most {MAX_NAME_CHARS} allowed",
+            field="name",
+            value=len(name),
+            limit=MAX_NAME_CHARS,
+            unit="characters",
+        )
     return check_string(name, "name", "accelerator")
 
 
 def _check_fields(entry: Mapping[str, Any], name: str) -> None:
     """Only known fields; text fields are strings; exactly one of hbm_GiB and hbm_GB."""
     known = {f"peak_{d}_TFLOPS" for d in _DTYPES} | {
-        "hbm_GiB", "hbm_GB", "hbm_bandwidth_TBps", "matmul_efficiency", "matmul_half_dim",
-        "memory_efficiency", "reserved_GiB", "mx_block_scaling", "fp8_matmul_efficiency", "attention_efficiency",
-        "attention_backward_efficiency", *_STRING_FIELDS,
+        "hbm_GiB",
+        "hbm_GB",
+        "hbm_bandwidth_TBps",
+        "matmul_efficiency",
+        "matmul_half_dim",
+        "memory_efficiency",
+        "reserved_GiB",
+        "mx_block_scaling",
+        "fp8_matmul_efficiency",
+        "attention_efficiency",
+        "attention_backward_efficiency",
+        *_STRING_FIELDS,
     }
     unknown = sorted(set(entry) - known, key=str)
     if unknown:
-        raise ConfigError(f"{_where(name)}: unknown field '{printable(str(unknown[0]))}'; "
-                          f"allowed: {', '.join(sorted(known))}", field=str(unknown[0]), limit=sorted(known))
+        raise ConfigError(
+            f"{_where(name)}: unknown field '{printable(str(unknown[0]))}'; allowed: {', '.join(sorted(known))}",
+            field=str(unknown[0]),
+            limit=sorted(known),
+        )
     for key in _STRING_FIELDS:
         if key in entry and not isinstance(entry[key], str):
-            raise ConfigError(f"{_where(name)}: field '{key}' must be a string, got {type(entry[key]).__name__}",
-                              field=key, value=type(entry[key]).__name__, limit="a string")
+            raise ConfigError(
+                f"{_where(name)}: field '{key}' must be a string, got {type(entry[key]).__name__}",
+                field=key,
+                value=type(entry[key]).__name__,
+                limit="a string",
+            )
     if not isinstance(entry.get("mx_block_scaling", False), bool):
-        raise ConfigError(f"{_where(name)}: field 'mx_block_scaling' must be true or false, got "
-                          f"{printable(brief(entry['mx_block_scaling']))}", field="mx_block_scaling",
-                          value=printable(brief(entry["mx_block_scaling"])), limit=[True, False])
+        raise ConfigError(
+            f"{_where(name)}: field 'mx_block_scaling' must be true or false, got "
+            f"{printable(brief(entry['mx_block_scaling']))}",
+            field="mx_block_scaling",
+            value=printable(brief(entry["mx_block_scaling"])),
+            limit=[True, False],
+        )
     if ("attention_efficiency" in entry) != ("attention_backward_efficiency" in entry):
-        raise ConfigError(f"{_where(name)}: give both attention_efficiency and attention_backward_efficiency, or "
-                          "neither", field="attention_efficiency", limit="both or neither")
+        raise ConfigError(
+            f"{_where(name)}: give both attention_efficiency and attention_backward_efficiency, or neither",
+            field="attention_efficiency",
+            limit="both or neither",
+        )
     if ("hbm_GiB" in entry) == ("hbm_GB" in entry):
-        raise ConfigError(f"{_where(name)}: give exactly one of hbm_GiB and hbm_GB", field="hbm_GiB",
-                          limit="hbm_GiB or hbm_GB")
+        raise ConfigError(
+            f"{_where(name)}: give exactly one of hbm_GiB and hbm_GB", field="hbm_GiB", limit="hbm_GiB or hbm_GB"
+        )
 
 
 def _hbm_bytes(entry: Mapping[str, Any], name: str) -> float:
@@ -165,8 +204,12 @@ def _reserved_bytes(entry: Mapping[str, Any], name: str, hbm_bytes: float) -> fl
     if reserved >= hbm_bytes:
         raise ConfigError(
             f"{_where(name)}: reserved_GiB {reserved / units.GiB:g} must be below the device memory "
-            f"({hbm_bytes / units.GiB:g} GiB)", field="reserved_GiB", value=reserved / units.GiB,
-            limit=f"< {hbm_bytes / units.GiB:g}", unit="GiB")
+            f"({hbm_bytes / units.GiB:g} GiB)",
+            field="reserved_GiB",
+            value=reserved / units.GiB,
+            limit=f"< {hbm_bytes / units.GiB:g}",
+            unit="GiB",
+        )
     return reserved
 
 
@@ -177,11 +220,17 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
     efficiencies at most 1), ``reserved_GiB`` at least 0 and below the memory."""
     name = _checked_name(name)
     _check_fields(entry, name)
-    peaks = {d: units.TFLOPS_to_FLOPS(_number(entry, f"peak_{d}_TFLOPS", name, PEAK_TFLOPS_RANGE))
-             for d in _DTYPES if f"peak_{d}_TFLOPS" in entry}
+    peaks = {
+        d: units.TFLOPS_to_FLOPS(_number(entry, f"peak_{d}_TFLOPS", name, PEAK_TFLOPS_RANGE))
+        for d in _DTYPES
+        if f"peak_{d}_TFLOPS" in entry
+    }
     if not peaks:
-        raise ConfigError(f"{_where(name)}: needs at least one peak_<dtype>_TFLOPS field", field="peak_bf16_TFLOPS",
-                          limit=[f"peak_{d}_TFLOPS" for d in _DTYPES])
+        raise ConfigError(
+            f"{_where(name)}: needs at least one peak_<dtype>_TFLOPS field",
+            field="peak_bf16_TFLOPS",
+            limit=[f"peak_{d}_TFLOPS" for d in _DTYPES],
+        )
     hbm = _hbm_bytes(entry, name)
     return Accelerator(
         name=name,

@@ -77,15 +77,15 @@ _MISSING: Any = object()
 
 # Bounds on a config's sizes: generous, but finite, so that the planner's work stays bounded and
 # parameter bytes at every bound at once (1024 x 4096 experts x 3 x 2^16 x 2^18 x 16 B) stay below 2^63.
-MAX_LAYERS = 1024      # the deepest published transformer (DeepNet, Wang et al. 2022) has 1,000; planning is ~ layers^2
-MAX_HIDDEN = 2**16     # 65,536: the widest published model (Megatron 1T, Korthikanti et al. 2022) has 25,600
-MAX_HEADS = 2**12      # 4,096 attention or key/value heads: published models have at most 160
-MAX_HEAD_DIM = 2**12   # an explicit head_dim: published models use 64 to 256
-MAX_FFN = 2**18        # 262,144 = 4 x MAX_HIDDEN (GPT-2's default n_inner): the widest published MLP is 102,400
-MAX_VOCAB = 2**24      # 16.8 M tokens: published vocabularies have at most ~262,000
+MAX_LAYERS = 1024  # the deepest published transformer (DeepNet, Wang et al. 2022) has 1,000; planning is ~ layers^2
+MAX_HIDDEN = 2**16  # 65,536: the widest published model (Megatron 1T, Korthikanti et al. 2022) has 25,600
+MAX_HEADS = 2**12  # 4,096 attention or key/value heads: published models have at most 160
+MAX_HEAD_DIM = 2**12  # an explicit head_dim: published models use 64 to 256
+MAX_FFN = 2**18  # 262,144 = 4 x MAX_HIDDEN (GPT-2's default n_inner): the widest published MLP is 102,400
+MAX_VOCAB = 2**24  # 16.8 M tokens: published vocabularies have at most ~262,000
 MAX_POSITIONS = 2**24  # 16.8 M positions: the longest published context is 10 M tokens (Llama 4 Scout)
-MAX_EXPERTS = 2**12    # 4,096 experts: Switch-C (Fedus et al. 2022) has 2,048
-MAX_NAME_CHARS = 200   # a model's name labels plans, tables and exported files
+MAX_EXPERTS = 2**12  # 4,096 experts: Switch-C (Fedus et al. 2022) has 2,048
+MAX_NAME_CHARS = 200  # a model's name labels plans, tables and exported files
 
 # transformers' default max_position_embeddings (n_positions for gpt2) per family
 _DEFAULT_MAX_POSITIONS = {
@@ -107,12 +107,12 @@ _DEFAULT_MAX_POSITIONS = {
     "gpt2": 1024,
     "gpt_neox": 2048,
     "bert": 512,
-    "deepseek_v2": 2048,     # HF DeepseekV2Config
-    "deepseek_v3": 4096,     # HF DeepseekV3Config
-    "llama4": 4096 * 32,     # HF Llama4TextConfig
+    "deepseek_v2": 2048,  # HF DeepseekV2Config
+    "deepseek_v3": 4096,  # HF DeepseekV3Config
+    "llama4": 4096 * 32,  # HF Llama4TextConfig
     "llama4_text": 4096 * 32,
-    "gpt_oss": 131072,       # HF GptOssConfig
-    "falcon": 2048,          # HF FalconConfig
+    "gpt_oss": 131072,  # HF GptOssConfig
+    "falcon": 2048,  # HF FalconConfig
 }
 
 
@@ -121,17 +121,56 @@ _DEFAULT_MAX_POSITIONS = {
 # interleaved MoE, Falcon's parallel block, ...). A reader that does not read one of them cannot honour
 # it: a config that sets it (to anything but null, false, 0 or an empty list) is refused, naming it.
 _ARCHITECTURE_KEYS = (
-    "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "n_shared_experts", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
-    "first_k_dense_replace", "moe_layer_freq", "interleave_moe_layer_step", "num_nextn_predict_layers",
-    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-    "sliding_window", "use_sliding_window", "max_window_layers", "layer_types", "sliding_window_pattern",
-    "attention_chunk_size", "no_rope_layers", "head_dim", "partial_rotary_factor", "rotary_pct",
-    "parallel_attn", "parallel_attention", "new_decoder_architecture", "use_parallel_residual",
-    "attn_logit_softcapping", "final_logit_softcapping", "use_qk_norm", "qk_layernorm",
-    "mamba_d_state", "ssm_state_size", "hybrid_override_pattern", "attn_layer_period", "expert_layer_period",
-    "n_group", "topk_group", "moe_layers", "intermediate_size_mlp", "use_qk_norm", "alibi", "multi_query",
-    "num_kv_heads", "num_ln_in_parallel_attn",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "shared_expert_intermediate_size",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "interleave_moe_layer_step",
+    "num_nextn_predict_layers",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "sliding_window",
+    "use_sliding_window",
+    "max_window_layers",
+    "layer_types",
+    "sliding_window_pattern",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "head_dim",
+    "partial_rotary_factor",
+    "rotary_pct",
+    "parallel_attn",
+    "parallel_attention",
+    "new_decoder_architecture",
+    "use_parallel_residual",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "use_qk_norm",
+    "qk_layernorm",
+    "mamba_d_state",
+    "ssm_state_size",
+    "hybrid_override_pattern",
+    "attn_layer_period",
+    "expert_layer_period",
+    "n_group",
+    "topk_group",
+    "moe_layers",
+    "intermediate_size_mlp",
+    "use_qk_norm",
+    "alibi",
+    "multi_query",
+    "num_kv_heads",
+    "num_ln_in_parallel_attn",
 )
 # Keys among those above that a family's transformers model applies without changing any parameter,
 # FLOP or stored byte nestplan counts (logit soft-capping: a tanh on the scores and logits, Gemma 2
@@ -171,8 +210,12 @@ class _Fields:
         for key in _ARCHITECTURE_KEYS:
             value = self.data.get(key)
             if key not in self.read and key not in harmless and value not in (None, False, 0, []):
-                raise self.error(f"field '{key}' changes the architecture and nestplan does not honour it in "
-                                 f"a {self.family} model; remove it or use a family that reads it", key, brief(value))
+                raise self.error(
+                    f"field '{key}' changes the architecture and nestplan does not honour it in "
+                    f"a {self.family} model; remove it or use a family that reads it",
+                    key,
+                    brief(value),
+                )
 
     def error(self, message: str, key: str | None = None, value: Any = None, limit: Any = None) -> ConfigError:
         return ConfigError(f"config.json ({self.family}): {message}", field=key, value=value, limit=limit)
@@ -194,30 +237,37 @@ class _Fields:
         """A JSON integer (not a bool, not ``2.0``) in ``minimum..maximum``."""
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            raise self.error(f"field '{key}' must be an integer in {minimum}..{maximum}, got {brief(value)}",
-                             key, brief(value), f"{minimum}..{maximum}")
+            raise self.error(
+                f"field '{key}' must be an integer in {minimum}..{maximum}, got {brief(value)}",
+                key,
+                brief(value),
+                f"{minimum}..{maximum}",
+            )
         return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):
-            raise self.error(f"field '{key}' must be true or false, got {brief(value)}", key,
-                             brief(value), "true, false")
+            raise self.error(
+                f"field '{key}' must be true or false, got {brief(value)}", key, brief(value), "true, false"
+            )
         return value
 
     def probability(self, key: str, default: float) -> float:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise self.error(f"field '{key}' must be a probability in [0, 1], got {brief(value)}", key,
-                             brief(value), "[0, 1]")
+            raise self.error(
+                f"field '{key}' must be a probability in [0, 1], got {brief(value)}", key, brief(value), "[0, 1]"
+            )
         return float(value)
 
     def fraction(self, key: str, default: float) -> float:
         """A number in (0, 1] (not a bool)."""
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
-            raise self.error(f"field '{key}' must be a number in (0, 1], got {brief(value)}", key,
-                             brief(value), "(0, 1]")
+            raise self.error(
+                f"field '{key}' must be a number in (0, 1], got {brief(value)}", key, brief(value), "(0, 1]"
+            )
         return float(value)
 
     def any_dropout(self, defaults: dict[str, float]) -> bool:
@@ -226,13 +276,19 @@ class _Fields:
     def layer_indices(self, key: str, num_layers: int) -> tuple[int, ...]:
         value = self.raw(key, [])
         if not isinstance(value, list):
-            raise self.error(f"field '{key}' must be a list of layer indices, got {brief(value)}", key,
-                             brief(value), "a list of layer indices")
+            raise self.error(
+                f"field '{key}' must be a list of layer indices, got {brief(value)}",
+                key,
+                brief(value),
+                "a list of layer indices",
+            )
         for index in value:
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
                 raise self.error(
                     f"field '{key}' has layer index {brief(index)}; allowed: integers 0..{num_layers - 1}",
-                    key, brief(index), f"0..{num_layers - 1}",
+                    key,
+                    brief(index),
+                    f"0..{num_layers - 1}",
                 )
         return tuple(sorted(set(value)))
 
@@ -251,13 +307,21 @@ class _Fields:
         if kinds is None:
             return tuple(i for i in range(num_layers) if default(i))
         if not isinstance(kinds, list) or len(kinds) != num_layers:
-            raise self.error(f"field 'layer_types' must be a list of {num_layers} layer types, got {brief(kinds)}",
-                             "layer_types", brief(kinds), f"{num_layers} of {', '.join(_LAYER_TYPES)}")
+            raise self.error(
+                f"field 'layer_types' must be a list of {num_layers} layer types, got {brief(kinds)}",
+                "layer_types",
+                brief(kinds),
+                f"{num_layers} of {', '.join(_LAYER_TYPES)}",
+            )
         for kind in kinds:
             if not isinstance(kind, str) or kind not in _LAYER_TYPES:
-                raise self.error(f"field 'layer_types' has layer type {brief(kind)}, which nestplan does not "
-                                 f"honour; allowed: {', '.join(_LAYER_TYPES)}", "layer_types", brief(kind),
-                                 list(_LAYER_TYPES))
+                raise self.error(
+                    f"field 'layer_types' has layer type {brief(kind)}, which nestplan does not "
+                    f"honour; allowed: {', '.join(_LAYER_TYPES)}",
+                    "layer_types",
+                    brief(kind),
+                    list(_LAYER_TYPES),
+                )
         return tuple(i for i, kind in enumerate(kinds) if _LAYER_TYPES[kind])
 
 
@@ -269,7 +333,11 @@ def _windows(window: int | None, layers: tuple[int, ...]) -> dict[str, Any]:
 
 
 def _attention_shape(
-    f: _Fields, hidden_key: str, heads_key: str, kv_key: str | None, head_dim_key: str | None,
+    f: _Fields,
+    hidden_key: str,
+    heads_key: str,
+    kv_key: str | None,
+    head_dim_key: str | None,
     head_dim_default: int | None = None,
 ) -> tuple[int, int, int, int]:
     """(hidden, heads, kv heads, head dim), with the divisibility checks; the head dim is
@@ -285,7 +353,9 @@ def _attention_shape(
         raise f.error(
             f"{heads_key} {heads} does not divide {hidden_key} {hidden}"
             + (f" (give '{head_dim_key}' explicitly)" if head_dim_key else ""),
-            heads_key, heads, hidden,
+            heads_key,
+            heads,
+            hidden,
         )
     else:
         head_dim = hidden // heads
@@ -310,8 +380,9 @@ def _rotary_decoder(f: _Fields, name: str, head_dim_default: int | None = None) 
         gated_mlp=True,
         vocab_size=f.integer("vocab_size", MAX_VOCAB),
         tied_embeddings=f.flag("tie_word_embeddings", False),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
-                                          default=_DEFAULT_MAX_POSITIONS[f.family]),
+        max_position_embeddings=f.integer(
+            "max_position_embeddings", MAX_POSITIONS, default=_DEFAULT_MAX_POSITIONS[f.family]
+        ),
         learned_position_embeddings=False,
         norm="rmsnorm",
         linear_bias=False,
@@ -351,11 +422,23 @@ def _read_nemotron(f: _Fields, name: str) -> ModelSpec:
 # Megatron-LM --hybrid-override-pattern): the block's mixer and whether it has an FFN (E: an MoE one)
 _HYBRID_LAYERS = {"M": ("mamba", False), "*": ("attention", False), "-": ("none", True), "E": ("none", True)}
 # the MoE fields HF NemotronHConfig writes for every model, with or without E layers
-_NEMOTRON_H_MOE_KEYS = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
-                        "moe_shared_expert_intermediate_size", "n_group", "topk_group", "moe_latent_size")
+_NEMOTRON_H_MOE_KEYS = (
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "moe_shared_expert_intermediate_size",
+    "n_group",
+    "topk_group",
+    "moe_latent_size",
+)
 # HF NemotronHConfig.__post_init__: older configs' names for the Mamba fields
-_MAMBA_LEGACY_KEYS = {"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "chunk_size": "mamba_chunk_size",
-                      "use_conv_bias": "mamba_conv_bias"}
+_MAMBA_LEGACY_KEYS = {
+    "n_groups": "mamba_n_groups",
+    "conv_kernel": "mamba_d_conv",
+    "chunk_size": "mamba_chunk_size",
+    "use_conv_bias": "mamba_conv_bias",
+}
 
 
 def _mamba_key(f: _Fields, key: str) -> str:
@@ -366,21 +449,35 @@ def _mamba_key(f: _Fields, key: str) -> str:
 
 # layers_block_type entries (the list newer HF NemotronHConfig versions store instead of the pattern;
 # older names and the current ones, NemotronHConfig._pattern_to_list) as pattern characters
-_BLOCK_TYPE_CHARS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
-                     "moe": "E"}
+_BLOCK_TYPE_CHARS = {
+    "mamba": "M",
+    "linear_attention": "M",
+    "attention": "*",
+    "full_attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
 
 
 def _pattern_from_block_types(f: _Fields) -> str:
     """``layers_block_type`` as a ``hybrid_override_pattern``."""
     kinds = f.raw("layers_block_type")
     if not isinstance(kinds, list):
-        raise f.error(f"field 'layers_block_type' must be a list of layer types, got {brief(kinds)}",
-                      "layers_block_type", brief(kinds), list(_BLOCK_TYPE_CHARS))
+        raise f.error(
+            f"field 'layers_block_type' must be a list of layer types, got {brief(kinds)}",
+            "layers_block_type",
+            brief(kinds),
+            list(_BLOCK_TYPE_CHARS),
+        )
     for kind in kinds:
         if not isinstance(kind, str) or kind not in _BLOCK_TYPE_CHARS:
-            raise f.error(f"field 'layers_block_type' has {brief(kind)}, not a layer type nestplan honours; "
-                          f"allowed: {', '.join(_BLOCK_TYPE_CHARS)}", "layers_block_type", brief(kind),
-                          list(_BLOCK_TYPE_CHARS))
+            raise f.error(
+                f"field 'layers_block_type' has {brief(kind)}, not a layer type nestplan honours; "
+                f"allowed: {', '.join(_BLOCK_TYPE_CHARS)}",
+                "layers_block_type",
+                brief(kind),
+                list(_BLOCK_TYPE_CHARS),
+            )
     return "".join(_BLOCK_TYPE_CHARS[kind] for kind in kinds)
 
 
@@ -391,25 +488,39 @@ def _hybrid_pattern(f: _Fields) -> str:
         return _checked_length(f, _pattern_from_block_types(f), "layers_block_type")
     pattern = f.raw("hybrid_override_pattern")
     if not isinstance(pattern, str) or not 1 <= len(pattern) <= MAX_LAYERS:
-        raise f.error(f"field 'hybrid_override_pattern' must be a string of 1..{MAX_LAYERS} layer characters, "
-                      f"got {brief(pattern)}", "hybrid_override_pattern", brief(pattern), "M, *, -, E")
+        raise f.error(
+            f"field 'hybrid_override_pattern' must be a string of 1..{MAX_LAYERS} layer characters, "
+            f"got {brief(pattern)}",
+            "hybrid_override_pattern",
+            brief(pattern),
+            "M, *, -, E",
+        )
     for char in pattern:
         if char not in _HYBRID_LAYERS:
-            raise f.error(f"field 'hybrid_override_pattern' has {brief(char)}, not a layer type nestplan honours; "
-                          "allowed: M (Mamba-2), * (attention), - (MLP), E (MoE)", "hybrid_override_pattern",
-                          brief(char), list(_HYBRID_LAYERS))
+            raise f.error(
+                f"field 'hybrid_override_pattern' has {brief(char)}, not a layer type nestplan honours; "
+                "allowed: M (Mamba-2), * (attention), - (MLP), E (MoE)",
+                "hybrid_override_pattern",
+                brief(char),
+                list(_HYBRID_LAYERS),
+            )
     return _checked_length(f, pattern, "hybrid_override_pattern")
 
 
 def _checked_length(f: _Fields, pattern: str, key: str) -> str:
     """``pattern`` (from field ``key``): 1..MAX_LAYERS layers, as many as ``num_hidden_layers`` where given."""
     if not 1 <= len(pattern) <= MAX_LAYERS:
-        raise f.error(f"field '{key}' must give 1..{MAX_LAYERS} layers, got {len(pattern)}", key, len(pattern),
-                      f"1..{MAX_LAYERS}")
+        raise f.error(
+            f"field '{key}' must give 1..{MAX_LAYERS} layers, got {len(pattern)}", key, len(pattern), f"1..{MAX_LAYERS}"
+        )
     layers = f.integer("num_hidden_layers", MAX_LAYERS, default=len(pattern))
     if layers != len(pattern):
-        raise f.error(f"num_hidden_layers {layers} differs from the {len(pattern)} layers of '{key}'",
-                      "num_hidden_layers", layers, len(pattern))
+        raise f.error(
+            f"num_hidden_layers {layers} differs from the {len(pattern)} layers of '{key}'",
+            "num_hidden_layers",
+            layers,
+            len(pattern),
+        )
     return pattern
 
 
@@ -421,11 +532,15 @@ def _mamba_shape(f: _Fields) -> Mamba2Shape:
     groups = f.integer(_mamba_key(f, "n_groups"), MAX_HEADS, default=8)
     if heads % groups:
         raise f.error(f"n_groups {groups} does not divide mamba_num_heads {heads}", "n_groups", groups, heads)
-    return Mamba2Shape(num_heads=heads, head_dim=f.integer("mamba_head_dim", MAX_HEAD_DIM, default=64),
-                       state_size=f.integer("ssm_state_size", MAX_HEAD_DIM, default=128), groups=groups,
-                       conv_kernel=f.integer(_mamba_key(f, "conv_kernel"), MAX_HEAD_DIM, default=4),
-                       chunk_size=f.integer(_mamba_key(f, "chunk_size"), MAX_POSITIONS, default=128),
-                       conv_bias=f.flag(_mamba_key(f, "use_conv_bias"), True))
+    return Mamba2Shape(
+        num_heads=heads,
+        head_dim=f.integer("mamba_head_dim", MAX_HEAD_DIM, default=64),
+        state_size=f.integer("ssm_state_size", MAX_HEAD_DIM, default=128),
+        groups=groups,
+        conv_kernel=f.integer(_mamba_key(f, "conv_kernel"), MAX_HEAD_DIM, default=4),
+        chunk_size=f.integer(_mamba_key(f, "chunk_size"), MAX_POSITIONS, default=128),
+        conv_bias=f.flag(_mamba_key(f, "use_conv_bias"), True),
+    )
 
 
 def _nemotron_h_experts(f: _Fields, pattern: str) -> dict[str, Any]:
@@ -441,18 +556,31 @@ def _nemotron_h_experts(f: _Fields, pattern: str) -> dict[str, Any]:
             f.has(key)
         return {}
     if f.has("moe_latent_size"):
-        raise f.error("field 'moe_latent_size' (latent expert projections) changes the architecture and nestplan "
-                      "does not honour it; remove it or set it to null", "moe_latent_size",
-                      brief(f.raw("moe_latent_size")))
+        raise f.error(
+            "field 'moe_latent_size' (latent expert projections) changes the architecture and nestplan "
+            "does not honour it; remove it or set it to null",
+            "moe_latent_size",
+            brief(f.raw("moe_latent_size")),
+        )
     if f.integer("n_shared_experts", MAX_EXPERTS, default=1, minimum=0) != 1:
-        raise f.error("field 'n_shared_experts' must be 1 (HF NemotronHMoE builds one shared expert)",
-                      "n_shared_experts", f.raw("n_shared_experts"), 1)
+        raise f.error(
+            "field 'n_shared_experts' must be 1 (HF NemotronHMoE builds one shared expert)",
+            "n_shared_experts",
+            f.raw("n_shared_experts"),
+            1,
+        )
     experts, top_k = _experts(f, "n_routed_experts")
-    return {"num_experts": experts, "experts_per_token": top_k,
-            "moe_ffn_hidden_size": f.integer("moe_intermediate_size", MAX_FFN), "num_shared_experts": 1,
-            "shared_expert_ffn_hidden_size": f.integer("moe_shared_expert_intermediate_size", MAX_FFN),
-            "moe_layers": tuple(i for i, char in enumerate(pattern) if char == "E"), "router_bias": True,
-            "router_scores_all_experts": True, **_routing_groups(f, experts, top_k, grouped=True)}
+    return {
+        "num_experts": experts,
+        "experts_per_token": top_k,
+        "moe_ffn_hidden_size": f.integer("moe_intermediate_size", MAX_FFN),
+        "num_shared_experts": 1,
+        "shared_expert_ffn_hidden_size": f.integer("moe_shared_expert_intermediate_size", MAX_FFN),
+        "moe_layers": tuple(i for i, char in enumerate(pattern) if char == "E"),
+        "router_bias": True,
+        "router_scores_all_experts": True,
+        **_routing_groups(f, experts, top_k, grouped=True),
+    }
 
 
 def _read_nemotron_h(f: _Fields, name: str) -> ModelSpec:
@@ -464,7 +592,8 @@ def _read_nemotron_h(f: _Fields, name: str) -> ModelSpec:
     refused. ``intermediate_size`` (the MLP's width) may be absent where no layer is an MLP."""
     pattern = _hybrid_pattern(f)
     hidden, heads, kv_heads, head_dim = _attention_shape(
-        f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", head_dim_default=128)
+        f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", head_dim_default=128
+    )
     for key in ("use_bias", "mlp_bias", "attention_bias"):
         if f.flag(key, False):
             raise f.error(f"field '{key}' is true; nestplan counts Nemotron-H without biases", key, True, "false")
@@ -472,30 +601,42 @@ def _read_nemotron_h(f: _Fields, name: str) -> ModelSpec:
     moe = _nemotron_h_experts(f, pattern)
     mlp_default = moe["moe_ffn_hidden_size"] if moe and "-" not in pattern else _MISSING
     return ModelSpec(
-        name=name, family=f.family, hidden_size=hidden, num_layers=len(pattern), num_heads=heads,
-        num_kv_heads=kv_heads, head_dim=head_dim, ffn_hidden_size=f.integer("intermediate_size", MAX_FFN,
-                                                                            default=mlp_default),
-        gated_mlp=False, vocab_size=f.integer("vocab_size", MAX_VOCAB),
+        name=name,
+        family=f.family,
+        hidden_size=hidden,
+        num_layers=len(pattern),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN, default=mlp_default),
+        gated_mlp=False,
+        vocab_size=f.integer("vocab_size", MAX_VOCAB),
         tied_embeddings=f.flag("tie_word_embeddings", False),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
-                                          default=_DEFAULT_MAX_POSITIONS[f.family]),
-        learned_position_embeddings=False, norm="rmsnorm", linear_bias=False,
+        max_position_embeddings=f.integer(
+            "max_position_embeddings", MAX_POSITIONS, default=_DEFAULT_MAX_POSITIONS[f.family]
+        ),
+        learned_position_embeddings=False,
+        norm="rmsnorm",
+        linear_bias=False,
         dropout=f.any_dropout({"attention_dropout": 0.0, "hidden_dropout": 0.0}),
-        rotary_fraction=0.0, block_norms=1, mamba=_mamba_shape(f),
+        rotary_fraction=0.0,
+        block_norms=1,
+        mamba=_mamba_shape(f),
         mamba_layers=tuple(i for i, (mixer, _) in enumerate(kinds) if mixer == "mamba"),
         mixerless_layers=tuple(i for i, (mixer, _) in enumerate(kinds) if mixer == "none"),
-        ffn_free_layers=tuple(i for i, (_, mlp) in enumerate(kinds) if not mlp), **moe,
+        ffn_free_layers=tuple(i for i, (_, mlp) in enumerate(kinds) if not mlp),
+        **moe,
     )
 
 
-def _periodic_layers(f: _Fields, num_layers: int, period_key: str, offset_key: str, period: int,
-                     offset: int) -> tuple[int, ...]:
+def _periodic_layers(
+    f: _Fields, num_layers: int, period_key: str, offset_key: str, period: int, offset: int
+) -> tuple[int, ...]:
     """The layers ``i`` with ``i % period == offset`` (Jamba's attention and expert layers)."""
     every = f.integer(period_key, MAX_LAYERS, default=period)
     first = f.integer(offset_key, MAX_LAYERS, default=offset, minimum=0)
     if first >= every:
-        raise f.error(f"{offset_key} {first} must be below {period_key} {every}", offset_key, first,
-                      f"0..{every - 1}")
+        raise f.error(f"{offset_key} {first} must be below {period_key} {every}", offset_key, first, f"0..{every - 1}")
     return tuple(i for i in range(num_layers) if i % every == first)
 
 
@@ -503,14 +644,21 @@ def _mamba1_shape(f: _Fields, hidden: int) -> Mamba1Shape:
     """Jamba's selective-SSM mixers (HF JambaConfig defaults: state 16, conv 4, expand 2, dt rank
     "auto" = ceil(hidden / 16), a conv bias); ``mamba_proj_bias`` set to true is refused."""
     if f.flag("mamba_proj_bias", False):
-        raise f.error("field 'mamba_proj_bias' is true; nestplan counts Jamba's Mamba projections without biases",
-                      "mamba_proj_bias", True, "false")
+        raise f.error(
+            "field 'mamba_proj_bias' is true; nestplan counts Jamba's Mamba projections without biases",
+            "mamba_proj_bias",
+            True,
+            "false",
+        )
     rank = f.raw("mamba_dt_rank", "auto")
     dt_rank = -(-hidden // 16) if rank == "auto" else f.integer("mamba_dt_rank", MAX_HIDDEN)
-    return Mamba1Shape(inner=f.integer("mamba_expand", 64, default=2) * hidden,
-                       state_size=f.integer("mamba_d_state", MAX_HEAD_DIM, default=16),
-                       conv_kernel=f.integer("mamba_d_conv", MAX_HEAD_DIM, default=4), dt_rank=dt_rank,
-                       conv_bias=f.flag("mamba_conv_bias", True))
+    return Mamba1Shape(
+        inner=f.integer("mamba_expand", 64, default=2) * hidden,
+        state_size=f.integer("mamba_d_state", MAX_HEAD_DIM, default=16),
+        conv_kernel=f.integer("mamba_d_conv", MAX_HEAD_DIM, default=4),
+        dt_rank=dt_rank,
+        conv_bias=f.flag("mamba_conv_bias", True),
+    )
 
 
 def _read_jamba(f: _Fields, name: str) -> ModelSpec:
@@ -528,12 +676,22 @@ def _read_jamba(f: _Fields, name: str) -> ModelSpec:
     moe: dict[str, Any] = {}
     if f.integer("num_experts", MAX_EXPERTS) > 1:
         experts, top_k = _experts(f, "num_experts")
-        moe = {"num_experts": experts, "experts_per_token": top_k, "moe_ffn_hidden_size": ffn,
-               "moe_layers": expert_layers}
+        moe = {
+            "num_experts": experts,
+            "experts_per_token": top_k,
+            "moe_ffn_hidden_size": ffn,
+            "moe_layers": expert_layers,
+        }
     else:
         f.has("num_experts_per_tok")
-    return ModelSpec(ffn_hidden_size=ffn, rotary_fraction=0.0, mamba=_mamba1_shape(f, fields["hidden_size"]),
-                     mamba_layers=tuple(i for i in range(layers) if i not in attention), **fields, **moe)
+    return ModelSpec(
+        ffn_hidden_size=ffn,
+        rotary_fraction=0.0,
+        mamba=_mamba1_shape(f, fields["hidden_size"]),
+        mamba_layers=tuple(i for i in range(layers) if i not in attention),
+        **fields,
+        **moe,
+    )
 
 
 def _every_layer(f: _Fields, num_layers: int, default_window: int | None) -> dict[str, Any]:
@@ -554,15 +712,17 @@ def _qwen_windows(f: _Fields, num_layers: int) -> dict[str, Any]:
 
 def _read_mistral(f: _Fields, name: str) -> ModelSpec:
     fields = _rotary_decoder(f, name)
-    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
-                     **fields | _every_layer(f, fields["num_layers"], 4096))
+    return ModelSpec(
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _every_layer(f, fields["num_layers"], 4096)
+    )
 
 
 def _read_qwen2(f: _Fields, name: str) -> ModelSpec:
     """Qwen2: biases on the Q, K and V projections, none elsewhere (HF modeling_qwen2, Qwen2Attention)."""
     fields = _rotary_decoder(f, name) | {"qkv_bias": True}
-    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
-                     **fields | _qwen_windows(f, fields["num_layers"]))
+    return ModelSpec(
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _qwen_windows(f, fields["num_layers"])
+    )
 
 
 def _read_qwen3(f: _Fields, name: str) -> ModelSpec:
@@ -570,9 +730,12 @@ def _read_qwen3(f: _Fields, name: str) -> ModelSpec:
     before RoPE (HF modeling_qwen3, Qwen3Attention q_norm/k_norm), ``head_dim`` explicit (default 128);
     ``attention_bias`` puts biases on the attention projections (recorded as linear_bias, as for Llama)."""
     fields = _rotary_decoder(f, name, head_dim_default=128) | {
-        "qk_norm": "head", "linear_bias": f.flag("attention_bias", False)}
-    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
-                     **fields | _qwen_windows(f, fields["num_layers"]))
+        "qk_norm": "head",
+        "linear_bias": f.flag("attention_bias", False),
+    }
+    return ModelSpec(
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _qwen_windows(f, fields["num_layers"])
+    )
 
 
 def _read_phi3(f: _Fields, name: str) -> ModelSpec:
@@ -581,9 +744,11 @@ def _read_phi3(f: _Fields, name: str) -> ModelSpec:
     positions on ``partial_rotary_factor`` (default 1) of each head."""
     fields = _rotary_decoder(f, name) | {
         "rotary_fraction": f.fraction("partial_rotary_factor", 1.0),
-        "dropout": f.any_dropout({"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0})}
-    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
-                     **fields | _every_layer(f, fields["num_layers"], None))
+        "dropout": f.any_dropout({"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}),
+    }
+    return ModelSpec(
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _every_layer(f, fields["num_layers"], None)
+    )
 
 
 def _read_olmo2(f: _Fields, name: str) -> ModelSpec:
@@ -603,7 +768,9 @@ def _read_gemma(f: _Fields, name: str) -> ModelSpec:
     of head_dim (HF modeling_gemma3 q_norm/k_norm). The embedding scale by sqrt(hidden) and soft-capping
     add no parameters and no FLOPs worth counting."""
     fields = _rotary_decoder(f, name, head_dim_default=256) | {
-        "tied_embeddings": f.flag("tie_word_embeddings", True), "block_norms": 4}
+        "tied_embeddings": f.flag("tie_word_embeddings", True),
+        "block_norms": 4,
+    }
     window = f.window(4096)
     if f.family == "gemma2":
         layers = f.sliding_layers(fields["num_layers"], lambda i: (i + 1) % 2 != 0)
@@ -644,10 +811,10 @@ def _read_qwen_moe(f: _Fields, name: str) -> ModelSpec:
     fields |= _qwen_windows(f, num_layers)
     if f.family == "qwen2_moe":
         shared_ffn = f.integer("shared_expert_intermediate_size", MAX_FFN, minimum=0)
-        fields["qkv_bias"] = True   # HF modeling_qwen2_moe, Qwen2MoeAttention: q, k, v biased
+        fields["qkv_bias"] = True  # HF modeling_qwen2_moe, Qwen2MoeAttention: q, k, v biased
         # HF Qwen2MoeSparseMoeBlock: a softmax over every expert before the top-k; shared_expert_gate
         fields |= {"router_scores_all_experts": True, "shared_expert_gate": shared_ffn > 0}
-    else:   # Qwen3-MoE: QK-norm as dense Qwen3 (HF modeling_qwen3_moe, Qwen3MoeAttention q_norm/k_norm)
+    else:  # Qwen3-MoE: QK-norm as dense Qwen3 (HF modeling_qwen3_moe, Qwen3MoeAttention q_norm/k_norm)
         fields |= {"linear_bias": f.flag("attention_bias", False), "qk_norm": "head"}
     return ModelSpec(
         ffn_hidden_size=dense_ffn,
@@ -683,8 +850,16 @@ def _read_gpt2(f: _Fields, name: str) -> ModelSpec:
     )
 
 
-def _read_encoder_style(f: _Fields, name: str, *, tied: bool, learned_positions: bool,
-                        dropouts: dict[str, float], causal: bool = True, token_types: bool = False) -> ModelSpec:
+def _read_encoder_style(
+    f: _Fields,
+    name: str,
+    *,
+    tied: bool,
+    learned_positions: bool,
+    dropouts: dict[str, float],
+    causal: bool = True,
+    token_types: bool = False,
+) -> ModelSpec:
     """gpt_neox and bert: LayerNorm, GeLU MLP of ``intermediate_size``, biases, MHA."""
     hidden, heads, _, head_dim = _attention_shape(f, "hidden_size", "num_attention_heads", None, None)
     return ModelSpec(
@@ -699,8 +874,9 @@ def _read_encoder_style(f: _Fields, name: str, *, tied: bool, learned_positions:
         gated_mlp=False,
         vocab_size=f.integer("vocab_size", MAX_VOCAB),
         tied_embeddings=f.flag("tie_word_embeddings", tied),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
-                                          default=_DEFAULT_MAX_POSITIONS[f.family]),
+        max_position_embeddings=f.integer(
+            "max_position_embeddings", MAX_POSITIONS, default=_DEFAULT_MAX_POSITIONS[f.family]
+        ),
         learned_position_embeddings=learned_positions,
         norm="layernorm",
         linear_bias=True,
@@ -711,13 +887,21 @@ def _read_encoder_style(f: _Fields, name: str, *, tied: bool, learned_positions:
 
 
 def _read_gpt_neox(f: _Fields, name: str) -> ModelSpec:
-    return _read_encoder_style(f, name, tied=False, learned_positions=False,
-                               dropouts={"attention_dropout": 0.0, "hidden_dropout": 0.0})
+    return _read_encoder_style(
+        f, name, tied=False, learned_positions=False, dropouts={"attention_dropout": 0.0, "hidden_dropout": 0.0}
+    )
 
 
 def _read_bert(f: _Fields, name: str) -> ModelSpec:
-    return _read_encoder_style(f, name, tied=True, learned_positions=True, causal=False, token_types=True,
-                               dropouts={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})
+    return _read_encoder_style(
+        f,
+        name,
+        tied=True,
+        learned_positions=True,
+        causal=False,
+        token_types=True,
+        dropouts={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
+    )
 
 
 def _optional_rank(f: _Fields, key: str, default: int) -> int:
@@ -739,8 +923,13 @@ def _routing_groups(f: _Fields, experts: int, top_k: int, grouped: bool) -> dict
     if experts % groups:
         raise f.error(f"n_group {groups} does not divide n_routed_experts {experts}", "n_group", groups, experts)
     if top_k > per_token * (experts // groups):
-        raise f.error(f"num_experts_per_tok {top_k} exceeds the {per_token * (experts // groups)} experts of "
-                      f"topk_group {per_token} groups", "num_experts_per_tok", top_k, per_token * (experts // groups))
+        raise f.error(
+            f"num_experts_per_tok {top_k} exceeds the {per_token * (experts // groups)} experts of "
+            f"topk_group {per_token} groups",
+            "num_experts_per_tok",
+            top_k,
+            per_token * (experts // groups),
+        )
     if not grouped:
         return {"routing_groups": 1, "routing_groups_per_token": 1}
     return {"routing_groups": groups, "routing_groups_per_token": per_token}
@@ -762,12 +951,20 @@ def _read_deepseek(f: _Fields, name: str) -> ModelSpec:
     nope = f.integer("qk_nope_head_dim", MAX_HEAD_DIM)
     fields = _rotary_decoder(f, name, head_dim_default=nope + rope)
     if fields["num_kv_heads"] != fields["num_heads"]:
-        raise f.error("num_key_value_heads must equal num_attention_heads in multi-head latent attention "
-                      f"(its keys and values have every head), got {fields['num_kv_heads']}", "num_key_value_heads",
-                      fields["num_kv_heads"], fields["num_heads"])
+        raise f.error(
+            "num_key_value_heads must equal num_attention_heads in multi-head latent attention "
+            f"(its keys and values have every head), got {fields['num_kv_heads']}",
+            "num_key_value_heads",
+            fields["num_kv_heads"],
+            fields["num_heads"],
+        )
     if f.flag("attention_bias", False):
-        raise f.error("field 'attention_bias' true is not honoured with multi-head latent attention",
-                      "attention_bias", True, "false")
+        raise f.error(
+            "field 'attention_bias' true is not honoured with multi-head latent attention",
+            "attention_bias",
+            True,
+            "false",
+        )
     num_layers = fields["num_layers"]
     experts, top_k = _experts(f, "n_routed_experts")
     first_dense = f.integer("first_k_dense_replace", MAX_LAYERS, default=0, minimum=0)
@@ -784,7 +981,7 @@ def _read_deepseek(f: _Fields, name: str) -> ModelSpec:
         "qk_rope_head_dim": rope,
         "v_head_dim": f.integer("v_head_dim", MAX_HEAD_DIM),
         "router_bias": f.family == "deepseek_v3",
-        "router_scores_all_experts": True,   # DeepSeek-V2's softmax, DeepSeek-V3's sigmoid, over every expert
+        "router_scores_all_experts": True,  # DeepSeek-V2's softmax, DeepSeek-V3's sigmoid, over every expert
         "mtp_layers": f.integer("num_nextn_predict_layers", MAX_LAYERS, default=0, minimum=0),
         **_routing_groups(f, experts, top_k, grouped),
     }
@@ -808,10 +1005,17 @@ def _rope_layers(f: _Fields, num_layers: int) -> tuple[int, ...]:
     if flags is None:
         interval = f.integer("no_rope_layer_interval", MAX_LAYERS, default=4)
         return tuple(i for i in range(num_layers) if (i + 1) % interval != 0)
-    if not isinstance(flags, list) or len(flags) < num_layers or any(v not in (0, 1) or isinstance(v, bool)
-                                                                      for v in flags):
-        raise f.error(f"field 'no_rope_layers' must be a list of at least {num_layers} 0s and 1s, got {brief(flags)}",
-                      "no_rope_layers", brief(flags), f"{num_layers} of 0, 1")
+    if (
+        not isinstance(flags, list)
+        or len(flags) < num_layers
+        or any(v not in (0, 1) or isinstance(v, bool) for v in flags)
+    ):
+        raise f.error(
+            f"field 'no_rope_layers' must be a list of at least {num_layers} 0s and 1s, got {brief(flags)}",
+            "no_rope_layers",
+            brief(flags),
+            f"{num_layers} of 0, 1",
+        )
     return tuple(i for i in range(num_layers) if flags[i] == 1)
 
 
@@ -823,8 +1027,12 @@ def _chunked_layers(f: _Fields, num_layers: int, rope_layers: tuple[int, ...]) -
         return rope_layers
     allowed = ("chunked_attention", "full_attention")
     if not isinstance(kinds, list) or len(kinds) != num_layers or any(k not in allowed for k in kinds):
-        raise f.error(f"field 'layer_types' must be a list of {num_layers} of {', '.join(allowed)}, got "
-                      f"{brief(kinds)}", "layer_types", brief(kinds), list(allowed))
+        raise f.error(
+            f"field 'layer_types' must be a list of {num_layers} of {', '.join(allowed)}, got {brief(kinds)}",
+            "layer_types",
+            brief(kinds),
+            list(allowed),
+        )
     return tuple(i for i, kind in enumerate(kinds) if kind == "chunked_attention")
 
 
@@ -848,7 +1056,7 @@ def _read_llama4(f: _Fields, name: str) -> ModelSpec:
     has_dense = len(moe_layers) < num_layers
     rope_layers = _rope_layers(f, num_layers)
     chunked = _chunked_layers(f, num_layers, rope_layers)
-    if "attention_chunk_size" in f.data and f.data["attention_chunk_size"] is None:   # null: no chunking
+    if "attention_chunk_size" in f.data and f.data["attention_chunk_size"] is None:  # null: no chunking
         f.read.add("attention_chunk_size")
         chunk, chunked = None, ()
     else:
@@ -885,8 +1093,13 @@ def _read_gpt_oss(f: _Fields, name: str) -> ModelSpec:
     num_layers = fields["num_layers"]
     experts, top_k = _experts(f, "num_local_experts")
     if not f.flag("attention_bias", True):
-        raise f.error("field 'attention_bias' false is not honoured in a gpt_oss model (nestplan counts its "
-                      "attention and expert biases together)", "attention_bias", False, "true")
+        raise f.error(
+            "field 'attention_bias' false is not honoured in a gpt_oss model (nestplan counts its "
+            "attention and expert biases together)",
+            "attention_bias",
+            False,
+            "true",
+        )
     expert_ffn = f.integer("intermediate_size", MAX_FFN)
     layers = f.sliding_layers(num_layers, lambda i: (i + 1) % 2 != 0)
     return ModelSpec(
@@ -911,16 +1124,22 @@ def _read_falcon(f: _Fields, name: str) -> ModelSpec:
     hidden = f.integer("hidden_size", MAX_HIDDEN)
     heads = f.integer("num_attention_heads", MAX_HEADS)
     if hidden % heads:
-        raise f.error(f"num_attention_heads {heads} does not divide hidden_size {hidden}", "num_attention_heads",
-                      heads, hidden)
+        raise f.error(
+            f"num_attention_heads {heads} does not divide hidden_size {hidden}", "num_attention_heads", heads, hidden
+        )
     if f.flag("alibi", False):
-        raise f.error("field 'alibi' true (ALiBi positions) is not honoured; nestplan costs rotary positions",
-                      "alibi", True, "false")
+        raise f.error(
+            "field 'alibi' true (ALiBi positions) is not honoured; nestplan costs rotary positions",
+            "alibi",
+            True,
+            "false",
+        )
     new_arch, multi_query = f.flag("new_decoder_architecture", False), f.flag("multi_query", True)
-    kv_heads = f.integer("num_kv_heads", MAX_HEADS, default=heads)   # HF saves it whatever the architecture
+    kv_heads = f.integer("num_kv_heads", MAX_HEADS, default=heads)  # HF saves it whatever the architecture
     if heads % kv_heads:
-        raise f.error(f"num_kv_heads {kv_heads} does not divide num_attention_heads {heads}", "num_kv_heads",
-                      kv_heads, heads)
+        raise f.error(
+            f"num_kv_heads {kv_heads} does not divide num_attention_heads {heads}", "num_kv_heads", kv_heads, heads
+        )
     if multi_query and not new_arch:
         kv_heads = 1
     parallel = f.flag("parallel_attn", True)
@@ -938,8 +1157,9 @@ def _read_falcon(f: _Fields, name: str) -> ModelSpec:
         gated_mlp=False,
         vocab_size=f.integer("vocab_size", MAX_VOCAB),
         tied_embeddings=f.flag("tie_word_embeddings", True),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS,
-                                          default=_DEFAULT_MAX_POSITIONS["falcon"]),
+        max_position_embeddings=f.integer(
+            "max_position_embeddings", MAX_POSITIONS, default=_DEFAULT_MAX_POSITIONS["falcon"]
+        ),
         learned_position_embeddings=False,
         norm="layernorm",
         linear_bias=f.flag("bias", False),
@@ -984,7 +1204,10 @@ def _check_model_name(name: str, field: str = "model name") -> str:
     if len(name) > MAX_NAME_CHARS:
         raise ConfigError(
             f"config.json: {field} is {len(name)} characters long; at most {MAX_NAME_CHARS} allowed",
-            field=field, value=len(name), limit=MAX_NAME_CHARS, unit="characters",
+            field=field,
+            value=len(name),
+            limit=MAX_NAME_CHARS,
+            unit="characters",
         )
     return name
 
@@ -1003,12 +1226,15 @@ def parse_config(data: dict, name: str) -> ModelSpec:
     if family is None:
         raise ConfigError(
             f"config.json: missing field 'model_type'; supported families: {supported}",
-            field="model_type", limit=list(SUPPORTED_FAMILIES),
+            field="model_type",
+            limit=list(SUPPORTED_FAMILIES),
         )
     if not isinstance(family, str) or family not in _READERS:
         raise ConfigError(
             f"model_type {brief(family)} is not supported; supported families: {supported}",
-            field="model_type", value=brief(family), limit=list(SUPPORTED_FAMILIES),
+            field="model_type",
+            value=brief(family),
+            limit=list(SUPPORTED_FAMILIES),
         )
     fields = _Fields(data, family)
     spec = _READERS[family](fields, _check_model_name(name))
@@ -1031,11 +1257,15 @@ def config_dict(spec: ModelSpec) -> dict[str, Any]:
     expected = dataclasses.replace(spec, traced_flops_scale=1.0, traced_activation_scale=1.0)
     read = parse_config(config, spec.name)
     if read != expected:
-        differing = next(f.name for f in dataclasses.fields(ModelSpec)
-                         if getattr(read, f.name) != getattr(expected, f.name))
-        raise ConfigError(f"model {printable(spec.name)} cannot be written as a {spec.family} config.json: its "
-                          f"{differing} {brief(getattr(expected, differing))} is not one such a config gives",
-                          field=differing, value=getattr(expected, differing))
+        differing = next(
+            f.name for f in dataclasses.fields(ModelSpec) if getattr(read, f.name) != getattr(expected, f.name)
+        )
+        raise ConfigError(
+            f"model {printable(spec.name)} cannot be written as a {spec.family} config.json: its "
+            f"{differing} {brief(getattr(expected, differing))} is not one such a config gives",
+            field=differing,
+            value=getattr(expected, differing),
+        )
     return config
 
 
@@ -1045,10 +1275,17 @@ def _dropout(spec: ModelSpec, *keys: str) -> dict[str, float]:
 
 
 def _rotary_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"hidden_size": spec.hidden_size, "num_hidden_layers": spec.num_layers,
-            "num_attention_heads": spec.num_heads, "num_key_value_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
-            "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
-            "max_position_embeddings": spec.max_position_embeddings, **_dropout(spec, "attention_dropout")}
+    return {
+        "hidden_size": spec.hidden_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tied_embeddings,
+        "max_position_embeddings": spec.max_position_embeddings,
+        **_dropout(spec, "attention_dropout"),
+    }
 
 
 def _llama_fields(spec: ModelSpec) -> dict[str, Any]:
@@ -1056,8 +1293,13 @@ def _llama_fields(spec: ModelSpec) -> dict[str, Any]:
 
 
 def _nemotron_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "attention_bias": spec.linear_bias,
-            "mlp_bias": spec.linear_bias, "partial_rotary_factor": spec.rotary_fraction}
+    return {
+        **_rotary_fields(spec),
+        "intermediate_size": spec.ffn_hidden_size,
+        "attention_bias": spec.linear_bias,
+        "mlp_bias": spec.linear_bias,
+        "partial_rotary_factor": spec.rotary_fraction,
+    }
 
 
 def _nemotron_h_fields(spec: ModelSpec) -> dict[str, Any]:
@@ -1069,24 +1311,44 @@ def _nemotron_h_fields(spec: ModelSpec) -> dict[str, Any]:
     unwritable = next((i for i, kind in enumerate(kinds) if kind not in chars), None)
     if unwritable is not None or spec.mamba is None:
         what = "no Mamba-2 sizes" if unwritable is None else f"layer {unwritable} with a mixer and an FFN"
-        raise ConfigError(f"model {printable(spec.name)} cannot be written as a nemotron_h config.json: it has {what}",
-                          field="mamba" if unwritable is None else "ffn_free_layers")
+        raise ConfigError(
+            f"model {printable(spec.name)} cannot be written as a nemotron_h config.json: it has {what}",
+            field="mamba" if unwritable is None else "ffn_free_layers",
+        )
     pattern, m = "".join(chars[kind] for kind in kinds), spec.mamba
-    return {"hidden_size": spec.hidden_size, "num_hidden_layers": spec.num_layers, "hybrid_override_pattern": pattern,
-            "num_attention_heads": spec.num_heads, "num_key_value_heads": spec.num_kv_heads, "head_dim": spec.head_dim,
-            "intermediate_size": spec.ffn_hidden_size, "vocab_size": spec.vocab_size,
-            "tie_word_embeddings": spec.tied_embeddings, "max_position_embeddings": spec.max_position_embeddings,
-            "mamba_num_heads": m.num_heads, "mamba_head_dim": m.head_dim, "ssm_state_size": m.state_size,
-            "n_groups": m.groups, "conv_kernel": m.conv_kernel, "chunk_size": m.chunk_size,
-            "use_conv_bias": m.conv_bias, **_dropout(spec, "attention_dropout", "hidden_dropout"),
-            **(_nemotron_h_expert_fields(spec) if spec.is_moe else {})}
+    return {
+        "hidden_size": spec.hidden_size,
+        "num_hidden_layers": spec.num_layers,
+        "hybrid_override_pattern": pattern,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "intermediate_size": spec.ffn_hidden_size,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tied_embeddings,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "mamba_num_heads": m.num_heads,
+        "mamba_head_dim": m.head_dim,
+        "ssm_state_size": m.state_size,
+        "n_groups": m.groups,
+        "conv_kernel": m.conv_kernel,
+        "chunk_size": m.chunk_size,
+        "use_conv_bias": m.conv_bias,
+        **_dropout(spec, "attention_dropout", "hidden_dropout"),
+        **(_nemotron_h_expert_fields(spec) if spec.is_moe else {}),
+    }
 
 
 def _nemotron_h_expert_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"n_routed_experts": spec.num_experts, "num_experts_per_tok": spec.experts_per_token,
-            "moe_intermediate_size": spec.moe_ffn_hidden_size, "n_shared_experts": spec.num_shared_experts,
-            "moe_shared_expert_intermediate_size": spec.shared_expert_ffn_hidden_size,
-            "n_group": spec.routing_groups, "topk_group": spec.routing_groups_per_token}
+    return {
+        "n_routed_experts": spec.num_experts,
+        "num_experts_per_tok": spec.experts_per_token,
+        "moe_intermediate_size": spec.moe_ffn_hidden_size,
+        "n_shared_experts": spec.num_shared_experts,
+        "moe_shared_expert_intermediate_size": spec.shared_expert_ffn_hidden_size,
+        "n_group": spec.routing_groups,
+        "topk_group": spec.routing_groups_per_token,
+    }
 
 
 def _period_and_offset(layers: tuple[int, ...], num_layers: int) -> tuple[int, int]:
@@ -1101,17 +1363,29 @@ def _period_and_offset(layers: tuple[int, ...], num_layers: int) -> tuple[int, i
 def _jamba_fields(spec: ModelSpec) -> dict[str, Any]:
     m = spec.mamba
     if not isinstance(m, Mamba1Shape) or m.inner % spec.hidden_size:
-        raise ConfigError(f"model {printable(spec.name)} cannot be written as a jamba config.json: its Mamba mixer "
-                          "is not Jamba's (a selective SSM of a whole multiple of the hidden size)", field="mamba")
+        raise ConfigError(
+            f"model {printable(spec.name)} cannot be written as a jamba config.json: its Mamba mixer "
+            "is not Jamba's (a selective SSM of a whole multiple of the hidden size)",
+            field="mamba",
+        )
     attention = tuple(i for i in range(spec.num_layers) if spec.mixer_of(i) == "attention")
     attn_period, attn_offset = _period_and_offset(attention, spec.num_layers)
     expert_period, expert_offset = _period_and_offset(spec.moe_layers if spec.is_moe else (), spec.num_layers)
-    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size,
-            "num_experts": spec.num_experts if spec.is_moe else 1, "num_experts_per_tok": spec.experts_per_token or 1,
-            "attn_layer_period": attn_period, "attn_layer_offset": attn_offset,
-            "expert_layer_period": expert_period, "expert_layer_offset": expert_offset,
-            "mamba_d_state": m.state_size, "mamba_d_conv": m.conv_kernel, "mamba_expand": m.inner // spec.hidden_size,
-            "mamba_dt_rank": m.dt_rank, "mamba_conv_bias": m.conv_bias}
+    return {
+        **_rotary_fields(spec),
+        "intermediate_size": spec.ffn_hidden_size,
+        "num_experts": spec.num_experts if spec.is_moe else 1,
+        "num_experts_per_tok": spec.experts_per_token or 1,
+        "attn_layer_period": attn_period,
+        "attn_layer_offset": attn_offset,
+        "expert_layer_period": expert_period,
+        "expert_layer_offset": expert_offset,
+        "mamba_d_state": m.state_size,
+        "mamba_d_conv": m.conv_kernel,
+        "mamba_expand": m.inner // spec.hidden_size,
+        "mamba_dt_rank": m.dt_rank,
+        "mamba_conv_bias": m.conv_bias,
+    }
 
 
 def _layer_types(spec: ModelSpec) -> list[str]:
@@ -1119,8 +1393,11 @@ def _layer_types(spec: ModelSpec) -> list[str]:
 
 
 def _qwen_window_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"use_sliding_window": spec.sliding_window is not None, "sliding_window": spec.sliding_window,
-            "layer_types": _layer_types(spec)}
+    return {
+        "use_sliding_window": spec.sliding_window is not None,
+        "sliding_window": spec.sliding_window,
+        "layer_types": _layer_types(spec),
+    }
 
 
 def _mistral_fields(spec: ModelSpec) -> dict[str, Any]:
@@ -1143,21 +1420,35 @@ def _olmo2_fields(spec: ModelSpec) -> dict[str, Any]:
 
 
 def _gemma_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size,
-            "sliding_window": spec.sliding_window, "layer_types": _layer_types(spec)}
+    return {
+        **_rotary_fields(spec),
+        "intermediate_size": spec.ffn_hidden_size,
+        "sliding_window": spec.sliding_window,
+        "layer_types": _layer_types(spec),
+    }
 
 
 def _mixtral_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size, "sliding_window": spec.sliding_window,
-            "num_local_experts": spec.num_experts, "num_experts_per_tok": spec.experts_per_token}
+    return {
+        **_rotary_fields(spec),
+        "intermediate_size": spec.moe_ffn_hidden_size,
+        "sliding_window": spec.sliding_window,
+        "num_local_experts": spec.num_experts,
+        "num_experts_per_tok": spec.experts_per_token,
+    }
 
 
 def _qwen_moe_fields(spec: ModelSpec) -> dict[str, Any]:
-    out = {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "num_experts": spec.num_experts,
-           "num_experts_per_tok": spec.experts_per_token, "moe_intermediate_size": spec.moe_ffn_hidden_size,
-           "decoder_sparse_step": 1,
-           "mlp_only_layers": [i for i in range(spec.num_layers) if i not in spec.moe_layers],
-           **_qwen_window_fields(spec)}
+    out = {
+        **_rotary_fields(spec),
+        "intermediate_size": spec.ffn_hidden_size,
+        "num_experts": spec.num_experts,
+        "num_experts_per_tok": spec.experts_per_token,
+        "moe_intermediate_size": spec.moe_ffn_hidden_size,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [i for i in range(spec.num_layers) if i not in spec.moe_layers],
+        **_qwen_window_fields(spec),
+    }
     if spec.family == "qwen2_moe":
         out["shared_expert_intermediate_size"] = spec.shared_expert_ffn_hidden_size
     else:
@@ -1166,17 +1457,28 @@ def _qwen_moe_fields(spec: ModelSpec) -> dict[str, Any]:
 
 
 def _gpt2_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"n_embd": spec.hidden_size, "n_head": spec.num_heads, "n_layer": spec.num_layers,
-            "n_inner": spec.ffn_hidden_size, "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
-            "n_positions": spec.max_position_embeddings,
-            **_dropout(spec, "resid_pdrop", "embd_pdrop", "attn_pdrop")}
+    return {
+        "n_embd": spec.hidden_size,
+        "n_head": spec.num_heads,
+        "n_layer": spec.num_layers,
+        "n_inner": spec.ffn_hidden_size,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tied_embeddings,
+        "n_positions": spec.max_position_embeddings,
+        **_dropout(spec, "resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    }
 
 
 def _encoder_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"hidden_size": spec.hidden_size, "num_attention_heads": spec.num_heads,
-            "num_hidden_layers": spec.num_layers, "intermediate_size": spec.ffn_hidden_size,
-            "vocab_size": spec.vocab_size, "tie_word_embeddings": spec.tied_embeddings,
-            "max_position_embeddings": spec.max_position_embeddings}
+    return {
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": spec.num_heads,
+        "num_hidden_layers": spec.num_layers,
+        "intermediate_size": spec.ffn_hidden_size,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tied_embeddings,
+        "max_position_embeddings": spec.max_position_embeddings,
+    }
 
 
 def _gpt_neox_fields(spec: ModelSpec) -> dict[str, Any]:
@@ -1184,50 +1486,82 @@ def _gpt_neox_fields(spec: ModelSpec) -> dict[str, Any]:
 
 
 def _bert_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_encoder_fields(spec), "type_vocab_size": spec.type_vocab_size,
-            **_dropout(spec, "hidden_dropout_prob", "attention_probs_dropout_prob")}
+    return {
+        **_encoder_fields(spec),
+        "type_vocab_size": spec.type_vocab_size,
+        **_dropout(spec, "hidden_dropout_prob", "attention_probs_dropout_prob"),
+    }
 
 
 def _deepseek_fields(spec: ModelSpec) -> dict[str, Any]:
     moe = spec.moe_layers
     grouped = spec.routing_groups > 1 or spec.routing_groups_per_token > 1
     method = "noaux_tc" if spec.family == "deepseek_v3" else ("group_limited_greedy" if grouped else "greedy")
-    return {**_rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size,
-            "moe_intermediate_size": spec.moe_ffn_hidden_size, "n_routed_experts": spec.num_experts,
-            "num_experts_per_tok": spec.experts_per_token, "n_shared_experts": spec.num_shared_experts,
-            "first_k_dense_replace": moe[0] if moe else spec.num_layers,
-            "moe_layer_freq": moe[1] - moe[0] if len(moe) > 1 else (moe[0] if moe else 0) or spec.num_layers,
-            "q_lora_rank": spec.q_lora_rank or None, "kv_lora_rank": spec.kv_lora_rank,
-            "qk_rope_head_dim": spec.qk_rope_head_dim, "qk_nope_head_dim": spec.head_dim - spec.qk_rope_head_dim,
-            "v_head_dim": spec.v_head_dim, "topk_method": method, "n_group": spec.routing_groups,
-            "topk_group": spec.routing_groups_per_token, "num_nextn_predict_layers": spec.mtp_layers}
+    return {
+        **_rotary_fields(spec),
+        "intermediate_size": spec.ffn_hidden_size,
+        "moe_intermediate_size": spec.moe_ffn_hidden_size,
+        "n_routed_experts": spec.num_experts,
+        "num_experts_per_tok": spec.experts_per_token,
+        "n_shared_experts": spec.num_shared_experts,
+        "first_k_dense_replace": moe[0] if moe else spec.num_layers,
+        "moe_layer_freq": moe[1] - moe[0] if len(moe) > 1 else (moe[0] if moe else 0) or spec.num_layers,
+        "q_lora_rank": spec.q_lora_rank or None,
+        "kv_lora_rank": spec.kv_lora_rank,
+        "qk_rope_head_dim": spec.qk_rope_head_dim,
+        "qk_nope_head_dim": spec.head_dim - spec.qk_rope_head_dim,
+        "v_head_dim": spec.v_head_dim,
+        "topk_method": method,
+        "n_group": spec.routing_groups,
+        "topk_group": spec.routing_groups_per_token,
+        "num_nextn_predict_layers": spec.mtp_layers,
+    }
 
 
 def _llama4_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size,
-            "intermediate_size_mlp": spec.ffn_hidden_size, "num_local_experts": spec.num_experts,
-            "num_experts_per_tok": spec.experts_per_token, "moe_layers": list(spec.moe_layers),
-            "no_rope_layers": [0 if i in spec.nope_layers else 1 for i in range(spec.num_layers)],
-            "attention_chunk_size": spec.attention_chunk_size,
-            "layer_types": ["chunked_attention" if spec.chunk_of(i) else "full_attention"
-                            for i in range(spec.num_layers)],
-            "use_qk_norm": spec.qk_norm == "l2", "attention_bias": spec.linear_bias}
+    return {
+        **_rotary_fields(spec),
+        "intermediate_size": spec.moe_ffn_hidden_size,
+        "intermediate_size_mlp": spec.ffn_hidden_size,
+        "num_local_experts": spec.num_experts,
+        "num_experts_per_tok": spec.experts_per_token,
+        "moe_layers": list(spec.moe_layers),
+        "no_rope_layers": [0 if i in spec.nope_layers else 1 for i in range(spec.num_layers)],
+        "attention_chunk_size": spec.attention_chunk_size,
+        "layer_types": ["chunked_attention" if spec.chunk_of(i) else "full_attention" for i in range(spec.num_layers)],
+        "use_qk_norm": spec.qk_norm == "l2",
+        "attention_bias": spec.linear_bias,
+    }
 
 
 def _gpt_oss_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {**_rotary_fields(spec), "intermediate_size": spec.moe_ffn_hidden_size,
-            "num_local_experts": spec.num_experts, "num_experts_per_tok": spec.experts_per_token,
-            "sliding_window": spec.sliding_window, "layer_types": _layer_types(spec), "attention_bias": True}
+    return {
+        **_rotary_fields(spec),
+        "intermediate_size": spec.moe_ffn_hidden_size,
+        "num_local_experts": spec.num_experts,
+        "num_experts_per_tok": spec.experts_per_token,
+        "sliding_window": spec.sliding_window,
+        "layer_types": _layer_types(spec),
+        "attention_bias": True,
+    }
 
 
 def _falcon_fields(spec: ModelSpec) -> dict[str, Any]:
-    return {"hidden_size": spec.hidden_size, "num_attention_heads": spec.num_heads,
-            "num_hidden_layers": spec.num_layers, "num_kv_heads": spec.num_kv_heads,
-            "new_decoder_architecture": True, "parallel_attn": spec.parallel_block,
-            "num_ln_in_parallel_attn": spec.block_norms if spec.parallel_block else None,
-            "ffn_hidden_size": spec.ffn_hidden_size, "vocab_size": spec.vocab_size,
-            "tie_word_embeddings": spec.tied_embeddings, "max_position_embeddings": spec.max_position_embeddings,
-            "bias": spec.linear_bias, **_dropout(spec, "hidden_dropout", "attention_dropout")}
+    return {
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": spec.num_heads,
+        "num_hidden_layers": spec.num_layers,
+        "num_kv_heads": spec.num_kv_heads,
+        "new_decoder_architecture": True,
+        "parallel_attn": spec.parallel_block,
+        "num_ln_in_parallel_attn": spec.block_norms if spec.parallel_block else None,
+        "ffn_hidden_size": spec.ffn_hidden_size,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tied_embeddings,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "bias": spec.linear_bias,
+        **_dropout(spec, "hidden_dropout", "attention_dropout"),
+    }
 
 
 _WRITERS: dict[str, Callable[[ModelSpec], dict[str, Any]]] = {

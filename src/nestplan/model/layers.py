@@ -16,7 +16,7 @@ from nestplan.model import ssm
 from nestplan.model.spec import ModelSpec
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, section 4.1)
-FP8_INPUT_BYTES = 1   # an FP8 element: what an FP8 GEMM keeps of its input (Shard.gemm_input_bytes)
+FP8_INPUT_BYTES = 1  # an FP8 element: what an FP8 GEMM keeps of its input (Shard.gemm_input_bytes)
 
 
 class Recomputation(str, Enum):
@@ -47,8 +47,8 @@ class Shard:
     seq_len: int = 2048
     dtype_bytes: int = 2
     flash: bool = True
-    etp: int | None = None   # expert tensor parallelism when folded (strategy.ParallelDims.etp); None: tp
-    capacity: float = 1.0    # each expert's token copies over its balanced share (Job.moe_capacity_factor)
+    etp: int | None = None  # expert tensor parallelism when folded (strategy.ParallelDims.etp); None: tp
+    capacity: float = 1.0  # each expert's token copies over its balanced share (Job.moe_capacity_factor)
     fp8_gemms: bool = False  # the GEMMs run in FP8 (Job.fp8_recipe): they keep FP8 copies of their inputs
 
     @property
@@ -97,7 +97,7 @@ class Gemm:
     n: float
     k: float
     count: float = 1.0
-    gathered: str = ""   # "input" (column-parallel), "output_grad" (row-parallel) or "" (neither)
+    gathered: str = ""  # "input" (column-parallel), "output_grad" (row-parallel) or "" (neither)
 
     @property
     def flops(self) -> float:
@@ -153,7 +153,8 @@ def _mla_projection_params(spec: ModelSpec) -> int:
     nope = spec.head_dim - spec.qk_rope_head_dim
     queries = r * (h + q) if r else h * q
     keys_values = h * (spec.kv_lora_rank + spec.qk_rope_head_dim) + spec.kv_lora_rank * spec.num_heads * (
-        nope + spec.value_head_dim)
+        nope + spec.value_head_dim
+    )
     return queries + keys_values + spec.num_heads * spec.value_head_dim * h
 
 
@@ -165,7 +166,7 @@ def attention_params(spec: ModelSpec) -> int:
     weights = _mla_projection_params(spec) if spec.is_mla else h * (q + k + v) + out_in * h
     if spec.linear_bias:
         biases = q + k + v + h
-    else:   # Qwen2: bias on q_proj, k_proj, v_proj only (HF modeling_qwen2, Qwen2Attention)
+    else:  # Qwen2: bias on q_proj, k_proj, v_proj only (HF modeling_qwen2, Qwen2Attention)
         biases = (q + k + v) if spec.qkv_bias else 0
     sinks = spec.num_heads if spec.attention_sinks else 0
     return weights + biases + sinks + qk_norm_params(spec) + latent_norm_params(spec) + _norm_params(spec)
@@ -294,7 +295,7 @@ def _kv_per_device(spec: ModelSpec, tp: int) -> float:
     return math.ceil(spec.num_kv_heads / tp) * (spec.head_dim + spec.value_head_dim) / 2
 
 
-COLUMN, ROW = "input", "output_grad"   # what sequence parallelism gathers for a column- / row-parallel layer
+COLUMN, ROW = "input", "output_grad"  # what sequence parallelism gathers for a column- / row-parallel layer
 
 
 def _latent_gemms(spec: ModelSpec, shard: Shard) -> list[Gemm]:
@@ -308,10 +309,11 @@ def _latent_gemms(spec: ModelSpec, shard: Shard) -> list[Gemm]:
     t, h, T = shard.tp, spec.hidden_size, shard.tokens
     own = T / shard.sp_div
     nope = spec.head_dim - spec.qk_rope_head_dim
-    gemms = [Gemm(own, spec.q_lora_rank, h)] if spec.q_lora_rank else []                  # q_down
-    return gemms + [Gemm(own, spec.kv_lora_rank + spec.qk_rope_head_dim, h),                # kv_down
-                    Gemm(T, spec.num_heads / t * (nope + spec.value_head_dim), spec.kv_lora_rank,
-                         gathered=COLUMN)]                                                  # kv_up
+    gemms = [Gemm(own, spec.q_lora_rank, h)] if spec.q_lora_rank else []  # q_down
+    return gemms + [
+        Gemm(own, spec.kv_lora_rank + spec.qk_rope_head_dim, h),  # kv_down
+        Gemm(T, spec.num_heads / t * (nope + spec.value_head_dim), spec.kv_lora_rank, gathered=COLUMN),
+    ]  # kv_up
 
 
 def _attention_gemms(spec: ModelSpec, shard: Shard) -> list[Gemm]:
@@ -335,8 +337,10 @@ def _mixer_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     if mixer == "none":
         return []
     split = {"column": COLUMN, "row": ROW, "local": ""}
-    return [Gemm(shard.tokens, n, k, gathered=split[how])
-            for n, k, how in ssm.projection_shapes(spec.mamba, spec.hidden_size, shard.tp)]
+    return [
+        Gemm(shard.tokens, n, k, gathered=split[how])
+        for n, k, how in ssm.projection_shapes(spec.mamba, spec.hidden_size, shard.tp)
+    ]
 
 
 def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
@@ -351,7 +355,7 @@ def block_gemms(spec: ModelSpec, layer: int, shard: Shard) -> list[Gemm]:
     if not spec.is_moe_layer(layer):
         f = spec.ffn_hidden_size / t
         return gemms + [Gemm(T, up * f, h, gathered=COLUMN), Gemm(T, h, f, gathered=ROW)] + _latent_gemms(spec, shard)
-    gemms.append(Gemm(T, spec.num_experts, h))                            # router
+    gemms.append(Gemm(T, spec.num_experts, h))  # router
     local_experts = spec.num_experts / shard.expert_parallel
     # token copies per expert (balanced routing): the expert-parallel group's tokens, ep x tp / etp ranks
     # of T / tp tokens each (sequence-parallel shares), top-k copies each over E experts, gathered over
@@ -452,8 +456,11 @@ def mtp_model_flops(spec: ModelSpec, seq_len: int) -> float:
     """Forward model FLOPs of a sequence's MTP modules: each a block like the last, its projection M
     (2h x h per token) and the output head again (Megatron-LM counts them in its reported FLOPs,
     training.py ``num_floating_point_operations``)."""
-    module = (block_model_flops(spec, spec.num_layers - 1, seq_len, seq_len) + head_model_flops(spec, seq_len)
-              + 2.0 * seq_len * 2 * spec.hidden_size * spec.hidden_size)
+    module = (
+        block_model_flops(spec, spec.num_layers - 1, seq_len, seq_len)
+        + head_model_flops(spec, seq_len)
+        + 2.0 * seq_len * 2 * spec.hidden_size * spec.hidden_size
+    )
     return spec.mtp_layers * module
 
 
@@ -490,19 +497,19 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     attn = (B + G) * rep + B * T * (spec.q_channels / t + 2 * _kv_per_device(spec, t) + out_in)
     attn += shard.fp8_input_copy_bytes * T * out_in
     attn += mask * rep + _latent_activation_bytes(spec, shard)
-    if spec.has_qk_norm(layer):   # the query and key norms' inputs
+    if spec.has_qk_norm(layer):  # the query and key norms' inputs
         attn += B * T * (spec.q_channels / t + _kv_per_device(spec, t))
     # the MLP's norm input and the MLP input, which a dense FFN's first GEMM keeps, an MoE block's router
     mlp_in = (B if spec.is_moe_layer(layer) else G) * rep
     mlp_norms = B * rep + mlp_in
-    if spec.parallel_block:   # one block input for both; with one norm, one norm output for both too
+    if spec.parallel_block:  # one block input for both; with one norm, one norm output for both too
         mlp_norms -= B * rep + (mlp_in if spec.block_norms == 1 else 0.0)
     else:
-        attn += max(0, spec.block_norms - 2) * B * rep   # post-norm inputs (Gemma 2/3: attention and MLP outputs)
+        attn += max(0, spec.block_norms - 2) * B * rep  # post-norm inputs (Gemma 2/3: attention and MLP outputs)
     if not (shard.flash or recompute is Recomputation.SELECTIVE):
-        per_score = B + (mask + B if spec.dropout else 0)   # softmax output, dropout mask and output
+        per_score = B + (mask + B if spec.dropout else 0)  # softmax output, dropout mask and output
         attn += per_score * score_elements(spec, shard)
-    mlp = mlp_norms + mask * rep   # norm input, MLP input, dropout mask
+    mlp = mlp_norms + mask * rep  # norm input, MLP input, dropout mask
     mlp += _mlp_activation_bytes(spec, layer, shard)
     # a hybrid block (Nemotron-H) stores its mixer's part (a Mamba-2 mixer: its norm's and in_proj's
     # input, model/ssm.py ``mamba_saved_bytes``) and its FFN's, where it has them
@@ -529,18 +536,22 @@ def _mlp_activation_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
     block, the routed experts', the router's, the token dispatcher's and the shared experts'."""
     B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
     up = 2 if spec.gated_mlp else 1
-    if not spec.is_moe_layer(layer):   # the up-projection's output(s), the down-projection's input
+    if not spec.is_moe_layer(layer):  # the up-projection's output(s), the down-projection's input
         return T * (B * up + shard.gemm_input_bytes) * spec.ffn_hidden_size / t
-    return (routed_expert_activation_bytes(spec, shard) + router_activation_bytes(spec, shard)
-            + dispatch_activation_bytes(spec, shard) + shared_expert_activation_bytes(spec, shard))
+    return (
+        routed_expert_activation_bytes(spec, shard)
+        + router_activation_bytes(spec, shard)
+        + dispatch_activation_bytes(spec, shard)
+        + shared_expert_activation_bytes(spec, shard)
+    )
 
 
 # What an MoE block keeps for its backward pass, as Megatron-Core's MoE layer keeps it
 # (megatron/core/transformer/moe/: router.py TopKRouter, token_dispatcher.py
 # MoEAlltoAllTokenDispatcher, experts.py TEGroupedMLP, moe_utils.py permute/unpermute; its
 # defaults, unfused: moe_router_fusion and moe_permute_fusion off, moe_router_dtype unset).
-FP32_BYTES = 4    # the router's softmax, taken in fp32 (moe_utils.topk_routing_with_score_function)
-INDEX_BYTES = 8   # int64: torch.topk's indices and moe_utils.permute's argsort positions
+FP32_BYTES = 4  # the router's softmax, taken in fp32 (moe_utils.topk_routing_with_score_function)
+INDEX_BYTES = 8  # int64: torch.topk's indices and moe_utils.permute's argsort positions
 
 
 def routed_copies(spec: ModelSpec, shard: Shard) -> float:

@@ -6,9 +6,32 @@ from dataclasses import dataclass, field
 
 from nestplan.model.ssm import MambaShape
 
-SUPPORTED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo2",
-                      "gemma2", "gemma3", "gemma3_text", "nemotron", "nemotron_h", "jamba", "gpt2", "gpt_neox", "bert",
-                      "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "gpt_oss", "falcon")
+SUPPORTED_FAMILIES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "phi3",
+    "olmo2",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "nemotron",
+    "nemotron_h",
+    "jamba",
+    "gpt2",
+    "gpt_neox",
+    "bert",
+    "deepseek_v2",
+    "deepseek_v3",
+    "llama4",
+    "llama4_text",
+    "gpt_oss",
+    "falcon",
+)
 
 # QK-norm variants (``ModelSpec.qk_norm``): none; one norm of head_dim weights shared by every query
 # (and one by every key) head (Qwen3, Gemma 3); one norm over the full query (and key) projection
@@ -33,15 +56,15 @@ class ModelSpec:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    ffn_hidden_size: int               # dense MLP intermediate size
-    gated_mlp: bool                    # SwiGLU/GeGLU: gate and up projections
+    ffn_hidden_size: int  # dense MLP intermediate size
+    gated_mlp: bool  # SwiGLU/GeGLU: gate and up projections
     vocab_size: int
     tied_embeddings: bool
     max_position_embeddings: int
     learned_position_embeddings: bool  # gpt2, bert: a position table of max_position_embeddings x hidden
-    norm: str                          # "layernorm" or "rmsnorm"
-    linear_bias: bool                  # biases on attention and MLP projections
-    dropout: bool                      # dropout masks are stored (Korthikanti et al. 2022 counts them)
+    norm: str  # "layernorm" or "rmsnorm"
+    linear_bias: bool  # biases on attention and MLP projections
+    dropout: bool  # dropout masks are stored (Korthikanti et al. 2022 counts them)
     causal: bool = True
     num_experts: int = 0
     experts_per_token: int = 0
@@ -49,14 +72,14 @@ class ModelSpec:
     num_shared_experts: int = 0
     shared_expert_ffn_hidden_size: int = 0
     moe_layers: tuple[int, ...] = field(default_factory=tuple)
-    type_vocab_size: int = 0           # bert token-type embeddings
+    type_vocab_size: int = 0  # bert token-type embeddings
     # local attention: each query attends to at most the ``sliding_window`` latest keys (itself
     # included) in the layers listed; None (and no layers): every layer attends to the whole sequence
     sliding_window: int | None = None
     sliding_window_layers: tuple[int, ...] = field(default_factory=tuple)
-    qkv_bias: bool = False             # biases on the Q, K and V projections only (Qwen2); see linear_bias
-    qk_norm: str = "none"              # one of QK_NORM_KINDS
-    block_norms: int = 2               # norms per block: 2 (pre- or post-norms), 4 (Gemma 2/3: pre and post)
+    qkv_bias: bool = False  # biases on the Q, K and V projections only (Qwen2); see linear_bias
+    qk_norm: str = "none"  # one of QK_NORM_KINDS
+    block_norms: int = 2  # norms per block: 2 (pre- or post-norms), 4 (Gemma 2/3: pre and post)
     # fraction of each query and key head that rotary position embeddings rotate (Nemotron's
     # partial_rotary_factor: 0.5); 1.0 for the other rotary families, unused with learned positions
     rotary_fraction: float = 1.0
@@ -72,22 +95,22 @@ class ModelSpec:
     # groups, each token routed within routing_groups_per_token of them (1, 1: unrestricted)
     routing_groups: int = 1
     routing_groups_per_token: int = 1
-    router_bias: bool = False          # a bias per expert on the router (gpt-oss; DeepSeek-V3's correction bias)
+    router_bias: bool = False  # a bias per expert on the router (gpt-oss; DeepSeek-V3's correction bias)
     # the router scores every expert and takes its top-k of those (a softmax over all experts, kept
     # un-renormalised: Qwen2-MoE, DeepSeek-V2; or sigmoid scores: DeepSeek-V3, Llama 4, Nemotron-H;
     # Megatron-Core moe_router_pre_softmax / score_function sigmoid), rather than scoring the top-k logits
     # alone (Mixtral, Qwen3-MoE, gpt-oss: a softmax over the top-k)
     router_scores_all_experts: bool = False
-    moe_probs_on_input: bool = False   # the routing probabilities scale the experts' input (top-1: Llama 4)
-    shared_expert_gate: bool = False   # a sigmoid gate scales the shared experts' output (Qwen2-MoE)
-    mtp_layers: int = 0                # multi-token-prediction modules (DeepSeek-V3 section 2.2): not in num_layers
+    moe_probs_on_input: bool = False  # the routing probabilities scale the experts' input (top-1: Llama 4)
+    shared_expert_gate: bool = False  # a sigmoid gate scales the shared experts' output (Qwen2-MoE)
+    mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3 section 2.2): not in num_layers
     # chunked local attention (Llama 4): a query attends to the keys of its own chunk of
     # attention_chunk_size tokens, in the layers listed; None (and no layers): no chunking
     attention_chunk_size: int | None = None
     chunked_attention_layers: tuple[int, ...] = field(default_factory=tuple)
-    nope_layers: tuple[int, ...] = field(default_factory=tuple)   # layers without rotary positions (Llama 4)
-    attention_sinks: bool = False      # one learned logit per head added to the softmax (gpt-oss)
-    parallel_block: bool = False       # attention and MLP read the same input, summed (Falcon, GPT-J)
+    nope_layers: tuple[int, ...] = field(default_factory=tuple)  # layers without rotary positions (Llama 4)
+    attention_sinks: bool = False  # one learned logit per head added to the softmax (gpt-oss)
+    parallel_block: bool = False  # attention and MLP read the same input, summed (Falcon, GPT-J)
     # measured / closed-form ratios of a block's FLOPs and saved bytes (``nestplan plan --trace``);
     # the cost model scales block compute and activation memory by them (1: the formulas as they are)
     traced_flops_scale: float = 1.0

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STATE_BYTES = 4        # SSD chunk states and the gated norm's rstd are fp32 (mamba_ssm ssd_combined.py)
+STATE_BYTES = 4  # SSD chunk states and the gated norm's rstd are fp32 (mamba_ssm ssd_combined.py)
 # FLOPs of the selective scan per token, channel and state (Mamba-1): discretise (delta A, exp), the
 # input (delta B u), the update (A-bar h + B-bar u) and the readout (C h): Megatron-LM's
 # num_floating_point_operations counts 7 d N per token for a Mamba layer's scan (megatron/training/
@@ -36,12 +36,12 @@ SELECTIVE_SCAN_FLOPS = 7
 class Mamba2Shape:
     """Sizes of one Mamba-2 mixer (all layers of a model share them)."""
 
-    num_heads: int        # H (HF ``mamba_num_heads``, Megatron ``--mamba-num-heads``)
-    head_dim: int         # P (``mamba_head_dim``)
-    state_size: int       # N (``ssm_state_size``, Megatron ``--mamba-state-dim``)
-    groups: int           # G (``n_groups``, Megatron ``--mamba-num-groups``)
-    conv_kernel: int      # K (``conv_kernel``)
-    chunk_size: int       # Q (``chunk_size``): the SSD algorithm's block length
+    num_heads: int  # H (HF ``mamba_num_heads``, Megatron ``--mamba-num-heads``)
+    head_dim: int  # P (``mamba_head_dim``)
+    state_size: int  # N (``ssm_state_size``, Megatron ``--mamba-state-dim``)
+    groups: int  # G (``n_groups``, Megatron ``--mamba-num-groups``)
+    conv_kernel: int  # K (``conv_kernel``)
+    chunk_size: int  # Q (``chunk_size``): the SSD algorithm's block length
     conv_bias: bool = True
 
     @property
@@ -69,10 +69,10 @@ class Mamba1Shape:
     biases. Tensor parallelism as vLLM's MambaMixer splits it (in_proj and dt_proj column-parallel,
     x_proj and out_proj row-parallel): channels split over tp, the R + 2 N x_proj outputs all-reduced."""
 
-    inner: int            # d = mamba_expand x hidden
-    state_size: int       # N (mamba_d_state)
-    conv_kernel: int      # K (mamba_d_conv)
-    dt_rank: int          # R (mamba_dt_rank; "auto": ceil(hidden / 16))
+    inner: int  # d = mamba_expand x hidden
+    state_size: int  # N (mamba_d_state)
+    conv_kernel: int  # K (mamba_d_conv)
+    dt_rank: int  # R (mamba_dt_rank; "auto": ceil(hidden / 16))
     conv_bias: bool = True
 
     @property
@@ -106,8 +106,12 @@ def projection_shapes(m: MambaShape, hidden: int, tp: int) -> list[tuple[float, 
     ("column"-parallel) and out_proj ("row"-parallel) first; Mamba-1's x_proj and dt_proj after them
     ("local": on the device's channels, x_proj's partial sums all-reduced over tp)."""
     if isinstance(m, Mamba1Shape):
-        return [(2 * m.inner / tp, hidden, "column"), (hidden, m.inner / tp, "row"),
-                (m.x_proj_width, m.inner / tp, "local"), (m.inner / tp, m.dt_rank, "local")]
+        return [
+            (2 * m.inner / tp, hidden, "column"),
+            (hidden, m.inner / tp, "row"),
+            (m.x_proj_width, m.inner / tp, "local"),
+            (m.inner / tp, m.dt_rank, "local"),
+        ]
     return [(m.in_proj_width / tp, hidden, "column"), (hidden, m.inner / tp, "row")]
 
 
@@ -130,8 +134,7 @@ def ssd_gemm_shapes(m: Mamba2Shape, tokens: float, tp: int) -> list[tuple[float,
     q, n, p = m.chunk_size, m.state_size, m.head_dim
     chunks = tokens / q
     heads, groups = m.num_heads / tp, m.groups / tp
-    return [(q, q, n, chunks * groups), (q, p, q, chunks * heads), (n, p, q, chunks * heads),
-            (q, p, n, chunks * heads)]
+    return [(q, q, n, chunks * groups), (q, p, q, chunks * heads), (n, p, q, chunks * heads), (q, p, n, chunks * heads)]
 
 
 def scan_flops(m: MambaShape, tokens: float, tp: int = 1) -> float:

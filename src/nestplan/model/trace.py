@@ -47,8 +47,8 @@ class BlockTrace:
     """One transformer block, one microbatch of ``tokens`` tokens."""
 
     index: int
-    flops: float             # forward + backward
-    saved_bytes: float       # activations kept for the backward pass
+    flops: float  # forward + backward
+    saved_bytes: float  # activations kept for the backward pass
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class TraceResult:
     model_type: str
     tokens: int
     blocks: tuple[BlockTrace, ...]
-    total_flops: float       # the whole model, forward + backward
+    total_flops: float  # the whole model, forward + backward
     seconds: float
 
 
@@ -65,8 +65,11 @@ def _torch():
         import torch
         import transformers  # noqa: F401
     except ImportError:
-        raise ConfigError("tracing needs PyTorch and transformers: pip install 'nestplan[trace]'", field="trace",
-                          limit="torch and transformers installed") from None
+        raise ConfigError(
+            "tracing needs PyTorch and transformers: pip install 'nestplan[trace]'",
+            field="trace",
+            limit="torch and transformers installed",
+        ) from None
     return torch
 
 
@@ -119,8 +122,10 @@ class _Functions:
                 gate, up = ctx.saved_tensors
                 s = torch.sigmoid(gate.float())
                 silu = gate.float() * s
-                return ((grad.float() * up.float() * s * (1 + gate.float() * (1 - s))).to(gate.dtype),
-                        (grad.float() * silu).to(up.dtype))
+                return (
+                    (grad.float() * up.float() * s * (1 + gate.float() * (1 - s))).to(gate.dtype),
+                    (grad.float() * silu).to(up.dtype),
+                )
 
         class FlashAttention(torch.autograd.Function):
             """Keeps q, k, v, the output and the fp32 log-sum-exp, as flash attention does; the
@@ -129,8 +134,9 @@ class _Functions:
 
             @staticmethod
             def forward(ctx, q, k, v, causal, scale):
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-                                                     enable_gqa=k.shape[1] != q.shape[1])
+                out = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
+                )
                 out = out.transpose(1, 2).contiguous().transpose(1, 2)
                 lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
                 ctx.save_for_backward(q, k, v, out, lse)
@@ -258,8 +264,9 @@ def _llama4_moe(m, hidden, torch, fn):
     logits = fn.router_gating(x, m.router.weight, None)
     probs, index = torch.topk(torch.sigmoid(logits.float()), m.top_k, dim=-1)
     probs = _with_load_balancing_loss(probs.to(logits.dtype), logits, index, torch, fn)
-    layout = _ExpertLayout(transposed=True, bias=False, gate=lambda y: _chunked_glu(m.experts.act_fn, y),
-                           probs_on_input=True)
+    layout = _ExpertLayout(
+        transposed=True, bias=False, gate=lambda y: _chunked_glu(m.experts.act_fn, y), probs_on_input=True
+    )
     return m.shared_expert(x) + _dispatched_experts(m.experts, x, index, probs, torch, fn, layout), logits
 
 
@@ -272,9 +279,9 @@ def _chunked_glu(act, y):
 class _ExpertLayout:
     """How HF stacks an experts module's weights and gates its first GEMM's output."""
 
-    transposed: bool            # weights (experts, in, out) rather than (experts, out, in)
-    bias: bool                  # each GEMM has a bias per expert (gpt-oss)
-    gate: Callable              # the gated activation of the first GEMM's output
+    transposed: bool  # weights (experts, in, out) rather than (experts, out, in)
+    bias: bool  # each GEMM has a bias per expert (gpt-oss)
+    gate: Callable  # the gated activation of the first GEMM's output
     probs_on_input: bool = False
 
 
@@ -299,9 +306,10 @@ def _dispatched_experts(m, hidden, top_k_index, top_k_weights, torch, fn, layout
     scatter-add them back (moe_utils.unpermute without probabilities)."""
     tokens, k = top_k_index.shape
     copies = tokens * k
-    routing_probs = torch.zeros((tokens, m.num_experts), dtype=top_k_weights.dtype,
-                                device=hidden.device).scatter(1, top_k_index, top_k_weights)
-    order = torch.arange(copies, device=hidden.device)     # copy i: expert-major position i
+    routing_probs = torch.zeros((tokens, m.num_experts), dtype=top_k_weights.dtype, device=hidden.device).scatter(
+        1, top_k_index, top_k_weights
+    )
+    order = torch.arange(copies, device=hidden.device)  # copy i: expert-major position i
     token_of_copy = order % tokens
     permuted_probs = routing_probs.t().contiguous().reshape(-1)[order].unsqueeze(-1)
     permuted = hidden.index_select(0, token_of_copy)
@@ -315,7 +323,7 @@ def _dispatched_experts(m, hidden, top_k_index, top_k_weights, torch, fn, layout
         fc1 = _expert_linear(m, permuted[rows], "gate_up_proj", e, torch, layout, layout.bias)
         act = fn.weighted_activation(fc1, permuted_probs[rows], layout.gate)
         out = _expert_linear(m, act, "down_proj", e, torch, layout, False)
-        if layout.bias:   # the second bias, weighted like the rest (TEGroupedMLP._apply_bias)
+        if layout.bias:  # the second bias, weighted like the rest (TEGroupedMLP._apply_bias)
             out = out + m.down_proj_bias[e] * permuted_probs[rows]
         outs.append(out)
     index = token_of_copy.unsqueeze(1).expand(-1, hidden.shape[-1])
@@ -343,11 +351,11 @@ def _build(config: Mapping[str, Any], layers: int, attention: str, torch):
     if not model_type:
         raise ConfigError("config.json has no model_type to trace", field="model_type")
     cfg = AutoConfig.for_model(model_type, **fields)
-    for part in {id(c): c for c in (cfg, cfg.get_text_config())}.values():   # Llama 4: blocks in text_config
+    for part in {id(c): c for c in (cfg, cfg.get_text_config())}.values():  # Llama 4: blocks in text_config
         for key in ("num_hidden_layers", "n_layer"):
             if hasattr(part, key):
                 setattr(part, key, layers)
-    cfg.use_cache = False   # training keeps no KV cache (its copies of K and V are no activations)
+    cfg.use_cache = False  # training keeps no KV cache (its copies of K and V are no activations)
     causal = model_type != "bert"
     cls = AutoModelForCausalLM if causal else AutoModelForMaskedLM
     model = cls.from_config(cfg, dtype=torch.bfloat16, attn_implementation=attention)
@@ -384,7 +392,7 @@ def _run(model, inputs: Mapping[str, Any], torch, fn, flops: bool, blocks: list 
     def pack(t):
         if current[0] is not None:
             storage = t.untyped_storage()
-            if id(storage) not in params:   # the bytes this tensor spans, once per storage
+            if id(storage) not in params:  # the bytes this tensor spans, once per storage
                 start = t.storage_offset() * t.element_size()
                 saved[current[0]].setdefault(id(storage), set()).add((start, start + _span(t)))
         return t

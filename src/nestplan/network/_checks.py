@@ -19,8 +19,12 @@ def _as_int(value: Any, field: str, where: str, minimum: int = 1, maximum: int |
     except TypeError:
         number = None
     if number is None or number < minimum or (maximum is not None and number > maximum):
-        raise ConfigError(f"{where}: {field} must be an integer {allowed}, got {brief(value)}",
-                          field=field, value=brief(value), limit=allowed)
+        raise ConfigError(
+            f"{where}: {field} must be an integer {allowed}, got {brief(value)}",
+            field=field,
+            value=brief(value),
+            limit=allowed,
+        )
     return int(number)
 
 
@@ -30,6 +34,10 @@ def _as_float(value: Any, field: str, where: str, *, positive: bool) -> float:
     number = float(value) if ok else math.nan
     if not ok or not math.isfinite(number) or number < 0 or (positive and number == 0):
         allowed = "> 0" if positive else ">= 0"
-        raise ConfigError(f"{where}: {field} must be a finite number {allowed}, got {brief(value)}",
-                          field=field, value=brief(value), limit=allowed)
+        raise ConfigError(
+            f"{where}: {field} must be a finite number {allowed}, got {brief(value)}",
+            field=field,
+            value=brief(value),
+            limit=allowed,
+        )
     return number

@@ -36,8 +36,9 @@ def _same_length(where: str, **seqs: Sequence[Any]) -> None:
     lengths = {key: len(seq) for key, seq in seqs.items()}
     if len(set(lengths.values())) > 1:
         described = ", ".join(f"{key} has {n}" for key, n in lengths.items())
-        raise ConfigError(f"{where}: one entry per switch tier expected, but {described}",
-                          field=next(iter(lengths)), value=lengths)
+        raise ConfigError(
+            f"{where}: one entry per switch tier expected, but {described}", field=next(iter(lengths)), value=lengths
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -65,21 +66,29 @@ def hierarchical(name: str, levels: Sequence[Mapping[str, Any] | Level]) -> Topo
             raise ConfigError(f"{at} must be a table of level fields, got {spec!r}", field=f"levels[{i}]", value=spec)
         unknown = sorted(set(spec) - set(_LEVEL_KEYS))
         if unknown:
-            raise ConfigError(f"{at}: unknown key '{unknown[0]}'; allowed: {', '.join(_LEVEL_KEYS)}",
-                              field=unknown[0], limit=list(_LEVEL_KEYS))
+            raise ConfigError(
+                f"{at}: unknown key '{unknown[0]}'; allowed: {', '.join(_LEVEL_KEYS)}",
+                field=unknown[0],
+                limit=list(_LEVEL_KEYS),
+            )
         missing = [key for key in _LEVEL_REQUIRED if key not in spec]
         if missing:
-            raise ConfigError(f"{at}: missing field '{missing[0]}'; required: {', '.join(_LEVEL_REQUIRED)}",
-                              field=missing[0], limit=list(_LEVEL_REQUIRED))
-        built.append(Level(
-            name=str(spec["name"]),
-            size=_as_int(spec["size"], "size", at),
-            bandwidth_Bps=_as_float(spec["bandwidth_Bps"], "bandwidth", at, positive=True),
-            latency_s=_as_float(spec["latency_s"], "latency", at, positive=False),
-            oversubscription=_as_float(spec.get("oversubscription", 1.0), "oversubscription", at, positive=True),
-            bus_efficiency=_as_float(spec.get("bus_efficiency", 1.0), "bus_efficiency", at, positive=True),
-            mesh_link_Bps=_mesh_link(spec.get("mesh_link_Bps"), at),
-        ))
+            raise ConfigError(
+                f"{at}: missing field '{missing[0]}'; required: {', '.join(_LEVEL_REQUIRED)}",
+                field=missing[0],
+                limit=list(_LEVEL_REQUIRED),
+            )
+        built.append(
+            Level(
+                name=str(spec["name"]),
+                size=_as_int(spec["size"], "size", at),
+                bandwidth_Bps=_as_float(spec["bandwidth_Bps"], "bandwidth", at, positive=True),
+                latency_s=_as_float(spec["latency_s"], "latency", at, positive=False),
+                oversubscription=_as_float(spec.get("oversubscription", 1.0), "oversubscription", at, positive=True),
+                bus_efficiency=_as_float(spec.get("bus_efficiency", 1.0), "bus_efficiency", at, positive=True),
+                mesh_link_Bps=_mesh_link(spec.get("mesh_link_Bps"), at),
+            )
+        )
     return Topology(name, tuple(built))
 
 
@@ -113,11 +122,26 @@ def fat_tree(
     """
     where = f"fat tree '{name}'"
     _same_length(where, switch_radix_per_level=switch_radix_per_level, bandwidths=bandwidths, latencies=latencies)
-    levels: list[dict[str, Any]] = [dict(name="node", size=devices_per_node, bandwidth_Bps=node_bandwidth_Bps,
-                                         latency_s=node_latency_s, bus_efficiency=node_bus_efficiency)]
+    levels: list[dict[str, Any]] = [
+        dict(
+            name="node",
+            size=devices_per_node,
+            bandwidth_Bps=node_bandwidth_Bps,
+            latency_s=node_latency_s,
+            bus_efficiency=node_bus_efficiency,
+        )
+    ]
     for i, (radix, bw, lat) in enumerate(zip(switch_radix_per_level, bandwidths, latencies)):
-        levels.append(dict(name=_tier_name(i), size=radix, bandwidth_Bps=bw, latency_s=lat,
-                           oversubscription=1.0, bus_efficiency=bus_efficiency))
+        levels.append(
+            dict(
+                name=_tier_name(i),
+                size=radix,
+                bandwidth_Bps=bw,
+                latency_s=lat,
+                oversubscription=1.0,
+                bus_efficiency=bus_efficiency,
+            )
+        )
     return hierarchical(name, levels)
 
 
@@ -144,17 +168,40 @@ def spine_leaf(
     """
     where = f"spine-leaf '{name}'"
     if len(latencies) != 3:
-        raise ConfigError(f"{where}: latencies needs 3 values (node, leaf, spine), got {len(latencies)}",
-                          field="latencies", value=list(latencies), limit=3)
+        raise ConfigError(
+            f"{where}: latencies needs 3 values (node, leaf, spine), got {len(latencies)}",
+            field="latencies",
+            value=list(latencies),
+            limit=3,
+        )
     node_lat, leaf_lat, spine_lat = latencies
-    return hierarchical(name, [
-        dict(name="node", size=devices_per_node, bandwidth_Bps=node_bw, latency_s=node_lat,
-             bus_efficiency=node_bus_efficiency),
-        dict(name="leaf", size=nodes_per_leaf, bandwidth_Bps=leaf_bw, latency_s=leaf_lat,
-             bus_efficiency=bus_efficiency),
-        dict(name="spine", size=leaves, bandwidth_Bps=spine_bw, latency_s=spine_lat,
-             oversubscription=oversubscription, bus_efficiency=bus_efficiency),
-    ])
+    return hierarchical(
+        name,
+        [
+            dict(
+                name="node",
+                size=devices_per_node,
+                bandwidth_Bps=node_bw,
+                latency_s=node_lat,
+                bus_efficiency=node_bus_efficiency,
+            ),
+            dict(
+                name="leaf",
+                size=nodes_per_leaf,
+                bandwidth_Bps=leaf_bw,
+                latency_s=leaf_lat,
+                bus_efficiency=bus_efficiency,
+            ),
+            dict(
+                name="spine",
+                size=leaves,
+                bandwidth_Bps=spine_bw,
+                latency_s=spine_lat,
+                oversubscription=oversubscription,
+                bus_efficiency=bus_efficiency,
+            ),
+        ],
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -189,14 +236,26 @@ def torus(
     """
     where = f"torus '{name}'"
     if isinstance(dims, (str, bytes)) or not isinstance(dims, (Sequence, np.ndarray)) or len(dims) < 1:
-        raise ConfigError(f"{where}: dims must be a list of 1 to 3 (or more) integers, got {dims!r}",
-                          field="dims", value=dims, limit="[X, Y] or [X, Y, Z]")
+        raise ConfigError(
+            f"{where}: dims must be a list of 1 to 3 (or more) integers, got {dims!r}",
+            field="dims",
+            value=dims,
+            limit="[X, Y] or [X, Y, Z]",
+        )
     sizes = [_as_int(d, f"dims[{i}]", where) for i, d in enumerate(dims)]
     bandwidth = 2.0 * _as_float(link_bandwidth_Bps, "link bandwidth", where, positive=True)
     hop = _as_float(hop_latency_s, "hop latency", where, positive=False)
     levels = []
     for i, size in enumerate(sizes):
         axis = _TORUS_AXIS_NAMES[i] if i < len(_TORUS_AXIS_NAMES) else f"dim{i}"
-        levels.append(dict(name=axis, size=size, bandwidth_Bps=bandwidth, latency_s=hop * (size // 2),
-                           oversubscription=1.0, bus_efficiency=bus_efficiency))
+        levels.append(
+            dict(
+                name=axis,
+                size=size,
+                bandwidth_Bps=bandwidth,
+                latency_s=hop * (size // 2),
+                oversubscription=1.0,
+                bus_efficiency=bus_efficiency,
+            )
+        )
     return hierarchical(name, levels)

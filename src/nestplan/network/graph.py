@@ -46,7 +46,10 @@ def _too_much_work(where: str, limit: int) -> ConfigError:
     return ConfigError(
         f"{where}: deriving the levels' latencies needs more than {limit:.3g} link relaxations "
         "(devices x links x hops); describe this network with [[levels]] instead",
-        field="edges", value="graph", limit=limit)
+        field="edges",
+        value="graph",
+        limit=limit,
+    )
 
 
 @dataclass
@@ -95,11 +98,19 @@ def _parse_edges(name: str, num_devices: int, edges: Iterable[Sequence[Any]]) ->
     for i, edge in enumerate(edges):
         at = f"{where}: edges[{i}]"
         if i >= MAX_GRAPH_EDGES:
-            raise ConfigError(f"{where}: more than {MAX_GRAPH_EDGES} links", field="edges", value=f"> {i} links",
-                              limit=MAX_GRAPH_EDGES)
+            raise ConfigError(
+                f"{where}: more than {MAX_GRAPH_EDGES} links",
+                field="edges",
+                value=f"> {i} links",
+                limit=MAX_GRAPH_EDGES,
+            )
         if isinstance(edge, (str, bytes)) or not isinstance(edge, Sequence) or len(edge) != 4:
-            raise ConfigError(f"{at} must be [u, v, bandwidth, latency], got {brief(edge)}",
-                              field=f"edges[{i}]", value=brief(edge), limit="[u, v, bandwidth, latency]")
+            raise ConfigError(
+                f"{at} must be [u, v, bandwidth, latency], got {brief(edge)}",
+                field=f"edges[{i}]",
+                value=brief(edge),
+                limit="[u, v, bandwidth, latency]",
+            )
         u = _as_int(edge[0], "u", at, minimum=0, maximum=MAX_GRAPH_NODES - 1)
         v = _as_int(edge[1], "v", at, minimum=0, maximum=MAX_GRAPH_NODES - 1)
         if u == v:
@@ -109,9 +120,15 @@ def _parse_edges(name: str, num_devices: int, edges: Iterable[Sequence[Any]]) ->
         bws.append(_as_float(edge[2], "bandwidth", at, positive=True))
         lats.append(_as_float(edge[3], "latency", at, positive=False))
     if not us:
-        raise ConfigError(f"{where}: edges is empty; give at least one link", field="edges", value=[], limit=">= 1 link")
-    return (np.asarray(us, dtype=np.int64), np.asarray(vs, dtype=np.int64),
-            np.asarray(bws, dtype=np.float64), np.asarray(lats, dtype=np.float64))
+        raise ConfigError(
+            f"{where}: edges is empty; give at least one link", field="edges", value=[], limit=">= 1 link"
+        )
+    return (
+        np.asarray(us, dtype=np.int64),
+        np.asarray(vs, dtype=np.int64),
+        np.asarray(bws, dtype=np.float64),
+        np.asarray(lats, dtype=np.float64),
+    )
 
 
 def _bandwidth_classes(bw: np.ndarray, rel_tol: float) -> tuple[np.ndarray, np.ndarray]:
@@ -133,8 +150,13 @@ def _bandwidth_classes(bw: np.ndarray, rel_tol: float) -> tuple[np.ndarray, np.n
 
 
 def _bellman_ford_max(
-    n_local: int, src: np.ndarray, dst: np.ndarray, lat: np.ndarray, sources: np.ndarray,
-    targets_mask: np.ndarray, budget: _Budget,
+    n_local: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    lat: np.ndarray,
+    sources: np.ndarray,
+    targets_mask: np.ndarray,
+    budget: _Budget,
 ) -> float:
     """Largest shortest-path latency from ``sources`` to the targets ``targets_mask`` marks (per source row).
 
@@ -169,8 +191,13 @@ def _bellman_ford_max(
 
 
 def _max_latency_within_units(
-    n_dev: int, src: np.ndarray, dst: np.ndarray, lat: np.ndarray, node_labels: np.ndarray,
-    inner_labels: np.ndarray | None, budget: _Budget,
+    n_dev: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    lat: np.ndarray,
+    node_labels: np.ndarray,
+    inner_labels: np.ndarray | None,
+    budget: _Budget,
 ) -> float:
     """Largest shortest-path latency, over the given links, between two devices of one unit.
 
@@ -181,8 +208,9 @@ def _max_latency_within_units(
     edge_label = node_labels[src]
     edge_order = np.argsort(edge_label, kind="stable")
     edge_units, edge_starts = np.unique(edge_label[edge_order], return_index=True)
-    edge_bounds = dict(zip(edge_units.tolist(), zip(edge_starts.tolist(),
-                                                    np.append(edge_starts[1:], len(edge_order)).tolist())))
+    edge_bounds = dict(
+        zip(edge_units.tolist(), zip(edge_starts.tolist(), np.append(edge_starts[1:], len(edge_order)).tolist()))
+    )
     device_units = np.unique(node_labels[:n_dev])
     worst = 0.0
     for unit in device_units.tolist():
@@ -219,7 +247,12 @@ def _find(parent: np.ndarray, x: int) -> int:
 
 
 def _sweep_levels(
-    n_dev: int, n_nodes: int, src: np.ndarray, dst: np.ndarray, order: np.ndarray, cls: np.ndarray,
+    n_dev: int,
+    n_nodes: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    order: np.ndarray,
+    cls: np.ndarray,
 ) -> tuple[list[int], list[np.ndarray], np.ndarray]:
     """Kruskal-style union-find sweep over the links, one bandwidth class at a time, widest first.
 
@@ -254,8 +287,12 @@ def _check_connected(where: str, n_dev: int, level_labels: list[np.ndarray], par
         return
     labels = np.array([_find(parent, d) for d in range(n_dev)])
     apart = [d for d in range(n_dev) if labels[d] != labels[0]]
-    raise ConfigError(f"{where}: devices are not all connected; e.g. device {apart[0]} cannot reach device 0 "
-                      f"({len(apart)} device(s) unreachable)", field="edges", value=apart[:8])
+    raise ConfigError(
+        f"{where}: devices are not all connected; e.g. device {apart[0]} cannot reach device 0 "
+        f"({len(apart)} device(s) unreachable)",
+        field="edges",
+        value=apart[:8],
+    )
 
 
 def _unit_device_counts(where: str, n_dev: int, level_labels: list[np.ndarray], level_bw: list[float]) -> list[int]:
@@ -268,7 +305,10 @@ def _unit_device_counts(where: str, n_dev: int, level_labels: list[np.ndarray], 
             raise ConfigError(
                 f"{where}: level {i} (links >= {level_bw[i] / units.GB:g} GB/s) groups devices into units of "
                 f"unequal sizes {sizes}; every unit of a level must hold the same number of devices",
-                field="edges", value=sizes, limit="equal unit sizes")
+                field="edges",
+                value=sizes,
+                limit="equal unit sizes",
+            )
         unit_devices.append(sizes[0])
     return unit_devices
 
@@ -288,8 +328,15 @@ def _rank_order(n_dev: int, n_nodes: int, level_labels: list[np.ndarray]) -> np.
 
 
 def _level_latencies(
-    n_dev: int, src: np.ndarray, dst: np.ndarray, lat: np.ndarray, order: np.ndarray, cls: np.ndarray,
-    level_classes: list[int], level_labels: list[np.ndarray], budget: _Budget,
+    n_dev: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    lat: np.ndarray,
+    order: np.ndarray,
+    cls: np.ndarray,
+    level_classes: list[int],
+    level_labels: list[np.ndarray],
+    budget: _Budget,
 ) -> list[float]:
     """Per level, the largest widest-path latency between two devices of one unit (never below the level under it)."""
     latencies: list[float] = []
@@ -297,8 +344,12 @@ def _level_latencies(
     for i, c in enumerate(level_classes):
         edge_ids = order[cls <= c]
         inner = level_labels[i - 1][:n_dev] if i > 0 else None
-        latency = max(previous_latency, _max_latency_within_units(
-            n_dev, src[edge_ids], dst[edge_ids], lat[edge_ids], level_labels[i], inner, budget))
+        latency = max(
+            previous_latency,
+            _max_latency_within_units(
+                n_dev, src[edge_ids], dst[edge_ids], lat[edge_ids], level_labels[i], inner, budget
+            ),
+        )
         previous_latency = latency
         latencies.append(latency)
     return latencies
@@ -383,13 +434,21 @@ def from_graph(
     device_order = _rank_order(n_dev, n_nodes, level_labels)
     outer = order[cls <= level_classes[-1]]
     _refuse_sure_overrun(where, n_dev, src[outer], dst[outer], MAX_RELAXATIONS)
-    latencies = _level_latencies(n_dev, src, dst, lat, order, cls, level_classes, level_labels,
-                                 _Budget(where, MAX_RELAXATIONS))
+    latencies = _level_latencies(
+        n_dev, src, dst, lat, order, cls, level_classes, level_labels, _Budget(where, MAX_RELAXATIONS)
+    )
 
     levels = [
-        Level(name=f"level{i}", size=unit_devices[i] // (unit_devices[i - 1] if i else 1), bandwidth_Bps=level_bw[i],
-              latency_s=latencies[i], oversubscription=1.0, bus_efficiency=eff)
-        for i in range(len(level_classes))]
+        Level(
+            name=f"level{i}",
+            size=unit_devices[i] // (unit_devices[i - 1] if i else 1),
+            bandwidth_Bps=level_bw[i],
+            latency_s=latencies[i],
+            oversubscription=1.0,
+            bus_efficiency=eff,
+        )
+        for i in range(len(level_classes))
+    ]
     inner = order[cls <= level_classes[0]]
     if _is_full_mesh(n_dev, src[inner], dst[inner], level_labels[0], unit_devices[0]):
         levels[0] = _as_mesh(levels[0])

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 from nestplan.errors import ConfigError
 
 MAX_DEVICES = 2**20  # devices of one network: 1,048,576, 10x the largest announced training clusters
-MAX_LEVELS = 16      # levels of one network: real ones have 2 to 4 (a torus one per dimension)
+MAX_LEVELS = 16  # levels of one network: real ones have 2 to 4 (a torus one per dimension)
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,14 @@ class Level:
         if not 0 < self.bus_efficiency <= 1:
             self._refuse("bus_efficiency", self.bus_efficiency, "(0, 1]")
         if self.mesh_link_Bps is not None and not 0 < self.mesh_link_Bps <= self.bandwidth_Bps:
-            self._refuse("mesh_link_Bps", self.mesh_link_Bps,
-                         f"None or a number in (0, bandwidth_Bps = {self.bandwidth_Bps:g}]")
+            self._refuse(
+                "mesh_link_Bps", self.mesh_link_Bps, f"None or a number in (0, bandwidth_Bps = {self.bandwidth_Bps:g}]"
+            )
 
     def _refuse(self, field: str, value: float, allowed: str) -> None:
-        raise ConfigError(f"level '{self.name}': {field} must be {allowed}, got {value}", field=field, value=value,
-                          limit=allowed)
+        raise ConfigError(
+            f"level '{self.name}': {field} must be {allowed}, got {value}", field=field, value=value, limit=allowed
+        )
 
     @property
     def effective_bandwidth_Bps(self) -> float:
@@ -90,12 +92,21 @@ class Topology:
     def __post_init__(self) -> None:
         assert len(self.levels) >= 1, "a topology needs at least one level"
         if len(self.levels) > MAX_LEVELS:
-            raise ConfigError(f"topology '{self.name}' has {len(self.levels)} levels; at most {MAX_LEVELS} allowed",
-                              field="levels", value=len(self.levels), limit=MAX_LEVELS)
+            raise ConfigError(
+                f"topology '{self.name}' has {len(self.levels)} levels; at most {MAX_LEVELS} allowed",
+                field="levels",
+                value=len(self.levels),
+                limit=MAX_LEVELS,
+            )
         if self.devices > MAX_DEVICES:
             sizes = " x ".join(str(level.size) for level in self.levels)
-            raise ConfigError(f"topology '{self.name}' has {sizes} = {self.devices} devices; at most {MAX_DEVICES} "
-                              "allowed", field="devices", value=self.devices, limit=MAX_DEVICES, unit="devices")
+            raise ConfigError(
+                f"topology '{self.name}' has {sizes} = {self.devices} devices; at most {MAX_DEVICES} allowed",
+                field="devices",
+                value=self.devices,
+                limit=MAX_DEVICES,
+                unit="devices",
+            )
 
     @property
     def devices(self) -> int:
@@ -121,8 +132,12 @@ class Topology:
         """
         total = self.devices
         if devices < 1 or devices > total:
-            raise ConfigError(f"--devices {devices} is outside 1..{total} for cluster '{self.name}'",
-                              field="devices", value=devices, limit=total)
+            raise ConfigError(
+                f"--devices {devices} is outside 1..{total} for cluster '{self.name}'",
+                field="devices",
+                value=devices,
+                limit=total,
+            )
         levels = list(self.levels)
         inner = 1
         for j, lv in enumerate(levels):
@@ -134,11 +149,14 @@ class Topology:
             if j == 1 or devices % node:
                 raise ConfigError(
                     f"--devices {devices} is not a multiple of {node} (devices per {levels[0].name} "
-                    f"of cluster '{self.name}')", field="devices", value=devices, limit=node)
+                    f"of cluster '{self.name}')",
+                    field="devices",
+                    value=devices,
+                    limit=node,
+                )
             below = levels[j - 1]
             outer_inner = inner // below.size
-            sub = max(d for d in range(1, below.size + 1)
-                      if below.size % d == 0 and devices % (outer_inner * d) == 0)
+            sub = max(d for d in range(1, below.size + 1) if below.size % d == 0 and devices % (outer_inner * d) == 0)
             levels[j - 1] = replace(below, size=sub)
             inner = outer_inner * sub
         return Topology(self.name, tuple(levels[:j]) + (replace(levels[j], size=devices // inner),))

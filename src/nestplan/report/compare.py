@@ -8,8 +8,17 @@ from typing import Sequence
 
 from nestplan.search.compare import CompareRow
 
-CSV_FIELDS = ("model", "cluster", "devices", "micro_batch_size", "planner", "feasible", "tokens_per_s",
-              "normalized", "solve_time_s")
+CSV_FIELDS = (
+    "model",
+    "cluster",
+    "devices",
+    "micro_batch_size",
+    "planner",
+    "feasible",
+    "tokens_per_s",
+    "normalized",
+    "solve_time_s",
+)
 
 
 def write_csv(path: Path, rows: Sequence[CompareRow], normalized: Sequence[float]) -> None:
@@ -18,8 +27,19 @@ def write_csv(path: Path, rows: Sequence[CompareRow], normalized: Sequence[float
         w = csv.writer(fh)
         w.writerow(CSV_FIELDS)
         for r, x in zip(rows, normalized):
-            w.writerow([r.model, r.cluster, r.devices, r.micro_batch_size, r.planner, int(r.feasible),
-                        f"{r.tokens_per_s:.6g}", f"{x:.6g}", f"{r.solve_time_s:.4g}"])
+            w.writerow(
+                [
+                    r.model,
+                    r.cluster,
+                    r.devices,
+                    r.micro_batch_size,
+                    r.planner,
+                    int(r.feasible),
+                    f"{r.tokens_per_s:.6g}",
+                    f"{x:.6g}",
+                    f"{r.solve_time_s:.4g}",
+                ]
+            )
 
 
 def plot(path: Path, rows: Sequence[CompareRow], normalized: Sequence[float], title: str) -> None:

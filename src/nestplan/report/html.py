@@ -39,10 +39,10 @@ from nestplan.version import __version__
 # are in the README's "Validation" section). An accelerator not listed has no published runs there.
 MEASURED_SETS: Mapping[str, str] = {
     "a100-80gb": "Korthikanti et al. 2022 (Reducing Activation Recomputation in Large Transformer Models) on "
-                 "DGX A100: iteration times of Table 5, memory per GPU of Figures 1 and 7",
+    "DGX A100: iteration times of Table 5, memory per GPU of Figures 1 and 7",
     "h100-sxm-80gb": "NVIDIA DGX Cloud benchmarking recipes v24.11.1 (NeMo on DGX H100): step times of Llama 3.1 "
-                     "8B, 70B and 405B, Nemotron-4 15B and 340B, GPT-3 175B and Grok-1 314B in BF16 and FP8, "
-                     "whose Llama 3.1 8B rows also calibrate the GEMM ceilings",
+    "8B, 70B and 405B, Nemotron-4 15B and 340B, GPT-3 175B and Grok-1 314B in BF16 and FP8, "
+    "whose Llama 3.1 8B rows also calibrate the GEMM ceilings",
 }
 
 STYLE = """
@@ -97,21 +97,26 @@ class Comparison(Protocol):
 def compare_report(comparisons: Sequence[Comparison]) -> str:
     """The report of ``nestplan compare``: each case's table and figure, on one HTML page."""
     sections = [(f"case-{i}", c.title, _comparison_section(c)) for i, c in enumerate(comparisons)]
-    intro = ("<p>nestplan against the baseline planners, each over the same evaluator; throughput is normalised "
-             "to manual at the smallest scale (to nestplan's where manual finds nothing), as in the NEST paper.</p>")
+    intro = (
+        "<p>nestplan against the baseline planners, each over the same evaluator; throughput is normalised "
+        "to manual at the smallest scale (to nestplan's where manual finds nothing), as in the NEST paper.</p>"
+    )
     sections.append(("validation", "Validation", _validation_paragraph()))
     return _page("nestplan report: comparison with baseline planners", intro, sections)
 
 
 def _page(title: str, intro: str, sections: Sequence[tuple[str, str, str]]) -> str:
     nav = " ".join(f'<a href="#{anchor}">{_e(heading)}</a>' for anchor, heading, _ in sections)
-    body = "".join(f'<section id="{anchor}"><h2>{_e(heading)}</h2>{content}</section>\n'
-                   for anchor, heading, content in sections)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<link rel=\"icon\" href=\"data:,\"><title>{_e(title)}</title><style>{STYLE}</style></head>\n"
-            f"<body><h1>{_e(title)}</h1>\n{intro}\n<nav>{nav}</nav>\n{body}"
-            f"<p class=\"note\">written by nestplan {_e(__version__)}</p></body></html>\n")
+    body = "".join(
+        f'<section id="{anchor}"><h2>{_e(heading)}</h2>{content}</section>\n' for anchor, heading, content in sections
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="icon" href="data:,"><title>{_e(title)}</title><style>{STYLE}</style></head>\n'
+        f"<body><h1>{_e(title)}</h1>\n{intro}\n<nav>{nav}</nav>\n{body}"
+        f'<p class="note">written by nestplan {_e(__version__)}</p></body></html>\n'
+    )
 
 
 # -- building blocks ------------------------------------------------------------------------------
@@ -122,6 +127,7 @@ def _e(value: object) -> str:
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[object]], text_columns: Sequence[int] = (0,)) -> str:
     """A table of escaped cells; the ``text_columns`` are left-aligned, the others (numbers) right."""
+
     def cell(tag: str, i: int, value: object) -> str:
         return f'<{tag} class="text">{_e(value)}</{tag}>' if i in text_columns else f"<{tag}>{_e(value)}</{tag}>"
 
@@ -151,43 +157,57 @@ def _summary(plan: Plan) -> str:
     job, p = plan.job, plan.predicted
     verdict = fit_verdict(p)
     shown = _e(verdict) if p.fits else f'<span class="verdict-bad">{_e(verdict)}</span>'
-    return (f"<p>{plan.devices_used} of {plan.cluster.devices} devices of {_e(plan.cluster.name)} "
-            f"({_e(plan.cluster.accelerator.name)}), global batch {job.global_batch_size}, sequence {job.seq_len}, "
-            f"{_e(job.dtype)}; {shown}.</p>\n<p><b>step time {p.step_time_s:.4f} s</b>, "
-            f"{p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}.</p>")
+    return (
+        f"<p>{plan.devices_used} of {plan.cluster.devices} devices of {_e(plan.cluster.name)} "
+        f"({_e(plan.cluster.accelerator.name)}), global batch {job.global_batch_size}, sequence {job.seq_len}, "
+        f"{_e(job.dtype)}; {shown}.</p>\n<p><b>step time {p.step_time_s:.4f} s</b>, "
+        f"{p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}.</p>"
+    )
 
 
 def _plan_section(plan: Plan) -> str:
     d, p, names = plan.dims, plan.predicted, plan.level_names
-    degrees = [("tp", f"{d.tp}" + (" with sequence parallelism" if d.sp_active else "")), ("cp", d.cp),
-               ("ep", d.ep), ("expert tensor parallelism (etp)",
-                             f"{d.expert_tp}; experts over {d.expert_parallel} ranks"), ("pp", d.pp), ("dp", d.dp), ("ZeRO stage", int(d.zero)),
-               ("recomputation", d.recompute.value),
-               ("microbatch", f"{d.micro_batch_size} sequences; {plan.num_microbatches} microbatches per replica per step"),
-               ("schedule", d.schedule.value + (f", {d.virtual_stages} virtual stages" if d.virtual_stages > 1
-                                                else "")),
-               ("layers per stage", ",".join(map(str, d.layers_per_stage or ())))]
+    degrees = [
+        ("tp", f"{d.tp}" + (" with sequence parallelism" if d.sp_active else "")),
+        ("cp", d.cp),
+        ("ep", d.ep),
+        ("expert tensor parallelism (etp)", f"{d.expert_tp}; experts over {d.expert_parallel} ranks"),
+        ("pp", d.pp),
+        ("dp", d.dp),
+        ("ZeRO stage", int(d.zero)),
+        ("recomputation", d.recompute.value),
+        ("microbatch", f"{d.micro_batch_size} sequences; {plan.num_microbatches} microbatches per replica per step"),
+        ("schedule", d.schedule.value + (f", {d.virtual_stages} virtual stages" if d.virtual_stages > 1 else "")),
+        ("layers per stage", ",".join(map(str, d.layers_per_stage or ()))),
+    ]
     spans = [(f"{axis} {d.degree(axis)}", names[p.levels_spanned[axis]]) for axis in AXES if d.degree(axis) > 1]
     boundaries = ", ".join(names[level] for level in p.pp_boundary_levels) or "none (one stage)"
     job = [(f.name, _plain(getattr(plan.job, f.name))) for f in fields(plan.job)]
-    return (f"<h3>Parallelism and schedule</h3>{_pairs(degrees)}"
-            f"<h3>Placement</h3><p>rank order {_e('-'.join(plan.axis_order))} (fastest axis first); the network "
-            f"level each parallel group spans:</p>{_table(('group', 'level'), spans, (0, 1))}"
-            f"<p>links between consecutive pipeline stages: {_e(boundaries)}</p>"
-            f"<h3>Job settings</h3>{_pairs(job)}")
+    return (
+        f"<h3>Parallelism and schedule</h3>{_pairs(degrees)}"
+        f"<h3>Placement</h3><p>rank order {_e('-'.join(plan.axis_order))} (fastest axis first); the network "
+        f"level each parallel group spans:</p>{_table(('group', 'level'), spans, (0, 1))}"
+        f"<p>links between consecutive pipeline stages: {_e(boundaries)}</p>"
+        f"<h3>Job settings</h3>{_pairs(job)}"
+    )
 
 
 def _prediction_section(plan: Plan) -> str:
     p = plan.predicted
-    figures = [("step time", f"{p.step_time_s:.4f} s"), ("throughput", f"{p.tokens_per_s:,.0f} tokens/s"),
-               ("model TFLOP/s per device", f"{p.model_tflops_per_device:.1f}"), ("MFU", f"{p.mfu:.1%}"),
-               ("hardware TFLOP/s per device", f"{p.hardware_tflops_per_device:.1f}"),
-               ("peak memory per device", f"{_gib(p.peak_memory_bytes_per_device)} of "
-                                          f"{_gib(p.memory_capacity_bytes)} GiB")]
-    breakdown = [(term, f"{value:.4f}", f"{value / p.step_time_s:.1%}")
-                 for term, value in p.breakdown_s.items() if value > 0]
-    return (_pairs(figures) + "<h3>Step time breakdown</h3>"
-            + _table(("term", "seconds", "share of the step"), breakdown))
+    figures = [
+        ("step time", f"{p.step_time_s:.4f} s"),
+        ("throughput", f"{p.tokens_per_s:,.0f} tokens/s"),
+        ("model TFLOP/s per device", f"{p.model_tflops_per_device:.1f}"),
+        ("MFU", f"{p.mfu:.1%}"),
+        ("hardware TFLOP/s per device", f"{p.hardware_tflops_per_device:.1f}"),
+        ("peak memory per device", f"{_gib(p.peak_memory_bytes_per_device)} of {_gib(p.memory_capacity_bytes)} GiB"),
+    ]
+    breakdown = [
+        (term, f"{value:.4f}", f"{value / p.step_time_s:.1%}") for term, value in p.breakdown_s.items() if value > 0
+    ]
+    return (
+        _pairs(figures) + "<h3>Step time breakdown</h3>" + _table(("term", "seconds", "share of the step"), breakdown)
+    )
 
 
 def _stage_layers(s: StageSummary) -> str:
@@ -198,103 +218,155 @@ def _stage_layers(s: StageSummary) -> str:
 def _memory_section(plan: Plan) -> str:
     p = plan.predicted
     terms = list(dict.fromkeys(term for s in p.stages for term in s.memory_breakdown_bytes))
-    rows = [(i, _stage_layers(s), s.devices, _ms(s.forward_s), _ms(s.backward_s), _ms(s.cycle_s),
-             *(_gib(s.memory_breakdown_bytes.get(term, 0.0)) for term in terms), _gib(s.memory_bytes))
-            for i, s in enumerate(p.stages)]
+    rows = [
+        (
+            i,
+            _stage_layers(s),
+            s.devices,
+            _ms(s.forward_s),
+            _ms(s.backward_s),
+            _ms(s.cycle_s),
+            *(_gib(s.memory_breakdown_bytes.get(term, 0.0)) for term in terms),
+            _gib(s.memory_bytes),
+        )
+        for i, s in enumerate(p.stages)
+    ]
     header = ("stage", "layers", "devices", "fwd ms", "bwd ms", "cycle ms", *(f"{t} GiB" for t in terms), "total GiB")
-    return (f"<p>Per device and per microbatch; the device holds {_gib(p.memory_capacity_bytes)} GiB. "
-            "E: the embedding, H: the output head.</p>" + _table(header, rows, text_columns=(1,))
-            + ("" if p.fits else f'<p class="verdict-bad">{_e(fit_verdict(p))}</p>'))
+    return (
+        f"<p>Per device and per microbatch; the device holds {_gib(p.memory_capacity_bytes)} GiB. "
+        "E: the embedding, H: the output head.</p>"
+        + _table(header, rows, text_columns=(1,))
+        + ("" if p.fits else f'<p class="verdict-bad">{_e(fit_verdict(p))}</p>')
+    )
 
 
 def _plan_figures(pred: Prediction, plan: Plan, folder: Path) -> list[tuple[str, Path]]:
     from nestplan.report.plots import write_plan_plots
 
     paths = write_plan_plots(pred, plan.cluster.topology, folder, f"{plan.model.name} on {plan.cluster.name}")
-    captions = ("Timeline: the pipeline schedule as the evaluator simulates it, then the step end; its length is "
-                "the predicted step time.",
-                "Memory per device of every stage, by term, against the device's capacity.",
-                "Placement: every device of the cluster by pipeline stage and data-parallel replica.")
+    captions = (
+        "Timeline: the pipeline schedule as the evaluator simulates it, then the step end; its length is "
+        "the predicted step time.",
+        "Memory per device of every stage, by term, against the device's capacity.",
+        "Placement: every device of the cluster by pipeline stage and data-parallel replica.",
+    )
     return list(zip(captions, paths))
 
 
 def _pictures(draw: Callable[[Path], list[tuple[str, Path]]]) -> str:
     """The figures ``draw`` writes into a scratch folder, inlined; one line where matplotlib is absent."""
     try:
-        import matplotlib   # noqa: F401  (an optional dependency: the report says so where it is absent)
+        import matplotlib  # noqa: F401  (an optional dependency: the report says so where it is absent)
     except ImportError:
         return "<p>No pictures: matplotlib is not installed (pip install matplotlib).</p>"
     with tempfile.TemporaryDirectory(prefix="nestplan-report-") as scratch:
-        figures = [(caption, base64.b64encode(path.read_bytes()).decode("ascii"))
-                   for caption, path in draw(Path(scratch))]
-    return "".join(f'<figure><img alt="{_e(caption)}" src="data:image/png;base64,{data}">'
-                   f"<figcaption>{_e(caption)}</figcaption></figure>\n" for caption, data in figures)
+        figures = [
+            (caption, base64.b64encode(path.read_bytes()).decode("ascii")) for caption, path in draw(Path(scratch))
+        ]
+    return "".join(
+        f'<figure><img alt="{_e(caption)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{_e(caption)}</figcaption></figure>\n"
+        for caption, data in figures
+    )
 
 
 def _runners_up_section(best: Prediction, runners_up: Sequence[Prediction]) -> str:
-    rows = [(describe(pred) + f" mbs{pred.plan.micro_batch_size} {'-'.join(pred.placement.axis_order)}",
-             f"{pred.step_time_s:.3f}", f"+{pred.step_time_s / best.step_time_s - 1:.1%}", why_lost(best, pred),
-             _gib(pred.peak_memory_bytes_per_device)) for pred in runners_up]
-    return ("<p>The next-best plans the search kept, best first; why each lost is the step-time term that grew "
-            "most against the best plan.</p>"
-            + _table(("plan", "step s", "vs best", "why it lost", "memory GiB"), rows, text_columns=(0, 3)))
+    rows = [
+        (
+            describe(pred) + f" mbs{pred.plan.micro_batch_size} {'-'.join(pred.placement.axis_order)}",
+            f"{pred.step_time_s:.3f}",
+            f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
+            why_lost(best, pred),
+            _gib(pred.peak_memory_bytes_per_device),
+        )
+        for pred in runners_up
+    ]
+    return (
+        "<p>The next-best plans the search kept, best first; why each lost is the step-time term that grew "
+        "most against the best plan.</p>"
+        + _table(("plan", "step s", "vs best", "why it lost", "memory GiB"), rows, text_columns=(0, 3))
+    )
 
 
 def _exports_section(plan: Plan) -> str:
-    parts = ["<p>The launch settings of each framework for this plan, as <code>nestplan plan ... --export "
-             "FRAMEWORK --out DIR</code> writes them, with their notes.</p>"]
+    parts = [
+        "<p>The launch settings of each framework for this plan, as <code>nestplan plan ... --export "
+        "FRAMEWORK --out DIR</code> writes them, with their notes.</p>"
+    ]
     for framework in FRAMEWORKS:
         try:
             result = build(plan, framework, __version__)
-        except PlannerError as exc:   # a framework that cannot run this plan: its reason, the others still shown
-            parts.append(f"<h3>{_e(framework)}</h3><p class=\"note\">not exported: {_e(exc)}</p>")
+        except PlannerError as exc:  # a framework that cannot run this plan: its reason, the others still shown
+            parts.append(f'<h3>{_e(framework)}</h3><p class="note">not exported: {_e(exc)}</p>')
             continue
         notes = "".join(f"<li>{_e(note)}</li>" for note in result.notes)
         parts.append(f"<h3>{_e(framework)}</h3>" + (f"<ul>{notes}</ul>" if notes else "<p>no notes</p>"))
-        parts += [f"<details open><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n"
-                  for f in result.files]
+        parts += [
+            f"<details open><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n" for f in result.files
+        ]
     return "".join(parts)
 
 
 def _validation_section(accelerator: Accelerator) -> str:
     measured = MEASURED_SETS.get(accelerator.name)
-    checked = (f"On {_e(accelerator.name)} nestplan's predictions are checked in its test suite against {_e(measured)}."
-               if measured else
-               f"No published runs on {_e(accelerator.name)} are among those nestplan's predictions are checked "
-               "against; its efficiency constants below are taken as stated, not measured here.")
+    checked = (
+        f"On {_e(accelerator.name)} nestplan's predictions are checked in its test suite against {_e(measured)}."
+        if measured
+        else f"No published runs on {_e(accelerator.name)} are among those nestplan's predictions are checked "
+        "against; its efficiency constants below are taken as stated, not measured here."
+    )
     fp8 = accelerator.fp8_matmul_efficiency
-    constants = [("large GEMMs, fraction of the dense peak", f"{accelerator.matmul_efficiency:.3f}"),
-                 ("FP8 GEMMs, fraction of the FP8 peak",
-                  f"{fp8:.3f}" if fp8 is not None else "as the other GEMMs"),
-                 ("fused attention forward / backward, fraction of the peak",
-                  f"{accelerator.attention_efficiency:.2f} / {accelerator.attention_backward_efficiency:.2f}"
-                  if accelerator.attention_efficiency is not None else "at the GEMM efficiency of its shapes"),
-                 ("memory-bound kernels, fraction of the HBM bandwidth", f"{accelerator.memory_efficiency:.2f}"),
-                 ("source", accelerator.source or "-")]
+    constants = [
+        ("large GEMMs, fraction of the dense peak", f"{accelerator.matmul_efficiency:.3f}"),
+        ("FP8 GEMMs, fraction of the FP8 peak", f"{fp8:.3f}" if fp8 is not None else "as the other GEMMs"),
+        (
+            "fused attention forward / backward, fraction of the peak",
+            f"{accelerator.attention_efficiency:.2f} / {accelerator.attention_backward_efficiency:.2f}"
+            if accelerator.attention_efficiency is not None
+            else "at the GEMM efficiency of its shapes",
+        ),
+        ("memory-bound kernels, fraction of the HBM bandwidth", f"{accelerator.memory_efficiency:.2f}"),
+        ("source", accelerator.source or "-"),
+    ]
     return f"<p>{checked}</p>{_validation_paragraph()}<h3>Efficiency model of the accelerator</h3>{_pairs(constants)}"
 
 
 def _validation_paragraph() -> str:
-    return ("<p>The errors against each published set are in nestplan's README (section \"Validation\"). How far "
-            "nestplan is from your own cluster: put a few measured steps in a runs file and run "
-            "<code>nestplan validate RUNS.json</code>, which predicts each run as it ran and prints its error.</p>")
+    return (
+        '<p>The errors against each published set are in nestplan\'s README (section "Validation"). How far '
+        "nestplan is from your own cluster: put a few measured steps in a runs file and run "
+        "<code>nestplan validate RUNS.json</code>, which predicts each run as it ran and prints its error.</p>"
+    )
 
 
 def _plan_json(plan: Plan) -> str:
     text = json.dumps(plan.to_dict(), indent=2, allow_nan=False)
-    return ("<p>The plan file (<code>nestplan plan ... --json</code>); saved as plan.json, "
-            "<code>nestplan export plan.json --framework megatron --out DIR</code> re-exports it.</p>"
-            f"<details><summary>plan.json</summary><pre>{_e(text)}</pre></details>")
+    return (
+        "<p>The plan file (<code>nestplan plan ... --json</code>); saved as plan.json, "
+        "<code>nestplan export plan.json --framework megatron --out DIR</code> re-exports it.</p>"
+        f"<details><summary>plan.json</summary><pre>{_e(text)}</pre></details>"
+    )
 
 
 # -- the comparison's sections --------------------------------------------------------------------
 def _comparison_section(c: Comparison) -> str:
     from nestplan.report.compare import plot
 
-    rows = [(r.devices, r.micro_batch_size, r.planner, f"{r.tokens_per_s:,.0f}" if r.feasible else "-",
-             f"{x:.2f}" if r.feasible else "-", f"{r.solve_time_s:.2f}", r.plan) for r, x in zip(c.rows, c.normalised)]
-    table = _table(("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"), rows,
-                   text_columns=(2, 6))
+    rows = [
+        (
+            r.devices,
+            r.micro_batch_size,
+            r.planner,
+            f"{r.tokens_per_s:,.0f}" if r.feasible else "-",
+            f"{x:.2f}" if r.feasible else "-",
+            f"{r.solve_time_s:.2f}",
+            r.plan,
+        )
+        for r, x in zip(c.rows, c.normalised)
+    ]
+    table = _table(
+        ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"), rows, text_columns=(2, 6)
+    )
 
     def draw(folder: Path) -> list[tuple[str, Path]]:
         path = folder / "compare.png"

@@ -16,10 +16,22 @@ from nestplan.plan import SCHEMA_V1, PredictionSummary, SearchStats, sections
 __all__ = ["SearchStats", "plan_to_dict"]
 
 
-def plan_to_dict(pred: Prediction, *, model: str, cluster: str, devices_total: int, job: Job,
-                 level_names: list[str], search: SearchStats) -> dict[str, Any]:
+def plan_to_dict(
+    pred: Prediction,
+    *,
+    model: str,
+    cluster: str,
+    devices_total: int,
+    job: Job,
+    level_names: list[str],
+    search: SearchStats,
+) -> dict[str, Any]:
     per_stage = tuple(s.last_layer - s.first_layer + 1 for s in pred.stages)
-    dims = replace(pred.plan, layers_per_stage=pred.plan.layers_per_stage or per_stage)   # keeps a per-chunk layout
-    return {"schema": SCHEMA_V1, "model": model, "cluster": cluster, "devices_total": devices_total,
-            **sections(dims, pred.placement.axis_order, job, PredictionSummary.from_prediction(pred), level_names,
-                       search)}
+    dims = replace(pred.plan, layers_per_stage=pred.plan.layers_per_stage or per_stage)  # keeps a per-chunk layout
+    return {
+        "schema": SCHEMA_V1,
+        "model": model,
+        "cluster": cluster,
+        "devices_total": devices_total,
+        **sections(dims, pred.placement.axis_order, job, PredictionSummary.from_prediction(pred), level_names, search),
+    }

@@ -26,11 +26,15 @@ from nestplan.strategy.placement import rank_grid
 from nestplan.units import GiB
 
 # operation kinds (cost/operations.py; FORWARD and INPUT_GRAD are cost/schedule.py's FORWARD and BACKWARD)
-OPERATION_STYLES = ((FORWARD, "Blues", "forward"), (INPUT_GRAD, "Oranges", "backward"),
-                    (WEIGHT_GRAD, "Greens", "W (weight gradients)"), (FULL_BACKWARD, "Reds", "B+W"),
-                    (OVERLAPPED, "Purples", "F&BW overlapped"))
-MAX_LABELLED_OPS = 400      # microbatch numbers are written in the bars up to this many operations
-MAX_NODE_ROWS = 32          # the placement figure folds the nodes into columns of this many
+OPERATION_STYLES = (
+    (FORWARD, "Blues", "forward"),
+    (INPUT_GRAD, "Oranges", "backward"),
+    (WEIGHT_GRAD, "Greens", "W (weight gradients)"),
+    (FULL_BACKWARD, "Reds", "B+W"),
+    (OVERLAPPED, "Purples", "F&BW overlapped"),
+)
+MAX_LABELLED_OPS = 400  # microbatch numbers are written in the bars up to this many operations
+MAX_NODE_ROWS = 32  # the placement figure folds the nodes into columns of this many
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class StepTimeline:
     """One step as the evaluator costs it: the pipeline operations, then the step end."""
 
     pipeline: Timeline
-    step_end_s: float       # exposed dp sync + tied embeddings + optimizer, after the pipeline
+    step_end_s: float  # exposed dp sync + tied embeddings + optimizer, after the pipeline
 
     @property
     def total_s(self) -> float:
@@ -50,9 +54,10 @@ def step_timeline(pred: Prediction) -> StepTimeline:
     dims = pred.plan
     step_end = pred.breakdown_s["dp_sync"] + pred.breakdown_s["optimizer"]
     if dims.schedule.splits_backward:
-        return StepTimeline(simulate_split(dims.schedule, _split_times(pred), pred.num_microbatches).timeline(),
-                            step_end)
-    if pred.stages[0].chunk_forward_s:   # an uneven interleaved layout: per (stage, chunk) times
+        return StepTimeline(
+            simulate_split(dims.schedule, _split_times(pred), pred.num_microbatches).timeline(), step_end
+        )
+    if pred.stages[0].chunk_forward_s:  # an uneven interleaved layout: per (stage, chunk) times
         forward = np.array([s.chunk_forward_s for s in pred.stages])
         backward = np.array([s.chunk_backward_s for s in pred.stages])
     else:
@@ -63,11 +68,22 @@ def step_timeline(pred: Prediction) -> StepTimeline:
 
 def _split_times(pred: Prediction) -> SplitTimes:
     """The evaluator's per-chunk times of a schedule that splits the backward, back as arrays."""
+
     def table(field: str) -> np.ndarray:
         return np.array([getattr(s, field) for s in pred.stages])
 
-    return SplitTimes.of_backward(*(table(f) for f in ("chunk_forward_s", "chunk_backward_s", "chunk_weight_grad_s",
-                                                      "chunk_forward_comm_s", "chunk_backward_comm_s")))
+    return SplitTimes.of_backward(
+        *(
+            table(f)
+            for f in (
+                "chunk_forward_s",
+                "chunk_backward_s",
+                "chunk_weight_grad_s",
+                "chunk_forward_comm_s",
+                "chunk_backward_comm_s",
+            )
+        )
+    )
 
 
 def device_map(pred: Prediction, devices: int) -> tuple[np.ndarray, np.ndarray]:
@@ -121,9 +137,11 @@ def _timeline_figure(step: StepTimeline, pred: Prediction, path: Path, title: st
     for ax in axes:
         _draw_operations(ax, step, p, labels=ax is not axes[0] or not zoom)
     bubble = pred.breakdown_s["pipeline_bubble"]
-    axes[0].set_title(f"{title}: {pred.plan.schedule.value}, {pred.num_microbatches} microbatches, step "
-                      f"{step.total_s:.3f} s (bubble {bubble:.3f} s on the bottleneck stage {pred.bottleneck_stage})",
-                      fontsize=9)
+    axes[0].set_title(
+        f"{title}: {pred.plan.schedule.value}, {pred.num_microbatches} microbatches, step "
+        f"{step.total_s:.3f} s (bubble {bubble:.3f} s on the bottleneck stage {pred.bottleneck_stage})",
+        fontsize=9,
+    )
     axes[0].legend(fontsize=7, loc="lower right", ncol=2)
     _save(fig, path)
 
@@ -142,14 +160,25 @@ def _draw_operations(ax, step: StepTimeline, p: int, labels: bool) -> None:
             colour = plt.get_cmap(cmap)(0.45 + 0.4 * c / max(v - 1, 1))
             for s in range(p):
                 sel = shown & (t.kind == kind) & (t.chunk == c) & (t.stage == s)
-                ax.broken_barh(np.column_stack([t.start_s[sel], t.end_s[sel] - t.start_s[sel]]), (s - 0.4, 0.8),
-                               facecolors=colour, edgecolor="white", linewidth=0.3 if labels else 0.0,
-                               label=(f"{name}" + (f" (chunk {c})" if v > 1 else "")) if s == 0 else None)
+                ax.broken_barh(
+                    np.column_stack([t.start_s[sel], t.end_s[sel] - t.start_s[sel]]),
+                    (s - 0.4, 0.8),
+                    facecolors=colour,
+                    edgecolor="white",
+                    linewidth=0.3 if labels else 0.0,
+                    label=(f"{name}" + (f" (chunk {c})" if v > 1 else "")) if s == 0 else None,
+                )
     if labels and shown.sum() <= MAX_LABELLED_OPS:
         for s, a, e, j in zip(t.stage[shown], t.start_s[shown], t.end_s[shown], t.microbatch[shown]):
             ax.text((max(a, lo) + min(e, hi)) / 2, s, str(j), ha="center", va="center", fontsize=6)
-    ax.barh(np.arange(p), step.step_end_s, left=t.makespan_s, height=0.8, color="0.55",
-            label="step end: exposed dp sync, tied embeddings, optimizer")
+    ax.barh(
+        np.arange(p),
+        step.step_end_s,
+        left=t.makespan_s,
+        height=0.8,
+        color="0.55",
+        label="step end: exposed dp sync, tied embeddings, optimizer",
+    )
     ax.axvline(step.total_s, color="black", linewidth=0.8)
     ax.set_ylim(p - 0.5, -0.5)
     ax.set_ylabel("pipeline stage")
@@ -171,8 +200,10 @@ def _memory_figure(pred: Prediction, path: Path, title: str) -> None:
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("GiB per device")
     ax.set_xticks(xs if p <= 32 else xs[:: max(p // 16, 1)])
-    ax.set_title(f"{title}: memory per device by stage\n(ZeRO {pred.plan.zero.value}, "
-                 f"recompute {pred.plan.recompute.value})", fontsize=9)
+    ax.set_title(
+        f"{title}: memory per device by stage\n(ZeRO {pred.plan.zero.value}, recompute {pred.plan.recompute.value})",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="upper right")
     _save(fig, path)
 
@@ -190,11 +221,14 @@ def _placement_figure(pred: Prediction, topology: Topology, path: Path, title: s
     for ax, values, name in ((axes[0], stage, "pipeline stage"), (axes[1], replica, "data-parallel replica")):
         image = _fold(values.astype(float), per_node, rows, folds)
         cmap, top = _categories(matplotlib, int(values.max()) + 1)
-        ax.imshow(np.ma.masked_less(image, 0), cmap=cmap, vmin=-0.5, vmax=top - 0.5, aspect="auto",
-                  interpolation="nearest")
+        ax.imshow(
+            np.ma.masked_less(image, 0), cmap=cmap, vmin=-0.5, vmax=top - 0.5, aspect="auto", interpolation="nearest"
+        )
         _draw_levels(ax, topology, rows, per_node, folds)
         ax.set_title(f"{name} of every device (white: idle)", fontsize=9)
-        ax.set_xlabel(f"device in its {topology.levels[0].name}" + (f" ({folds} columns of nodes)" if folds > 1 else ""))
+        ax.set_xlabel(
+            f"device in its {topology.levels[0].name}" + (f" ({folds} columns of nodes)" if folds > 1 else "")
+        )
         ax.set_ylabel(topology.levels[0].name)
         ax.set_xticks([])
     spans = pred.placement.levels_spanned()

@@ -39,11 +39,15 @@ def fit_verdict(prediction: PredictionSummary) -> str:
     """'fits in memory (...)' or 'does not fit: ... exceeds ... by ...; largest term: ...', one line."""
     peak, capacity = prediction.peak_memory_bytes_per_device, prediction.memory_capacity_bytes
     if prediction.fits:
-        return (f"fits in memory ({_gib(peak)} of {_gib(capacity)} GiB per device, "
-                f"{(capacity - peak) / capacity:.1%} headroom)")
+        return (
+            f"fits in memory ({_gib(peak)} of {_gib(capacity)} GiB per device, "
+            f"{(capacity - peak) / capacity:.1%} headroom)"
+        )
     worst = max(prediction.memory_breakdown_bytes.items(), key=lambda kv: kv[1])
-    return (f"does not fit: {_gib(peak)} GiB per device exceeds {_gib(capacity)} GiB by "
-            f"{_gib(prediction.memory_excess_bytes)} GiB; largest term: {worst[0]} ({_gib(worst[1])} GiB)")
+    return (
+        f"does not fit: {_gib(peak)} GiB per device exceeds {_gib(capacity)} GiB by "
+        f"{_gib(prediction.memory_excess_bytes)} GiB; largest term: {worst[0]} ({_gib(worst[1])} GiB)"
+    )
 
 
 def render_plan(console: Console, plan: Plan) -> None:
@@ -51,34 +55,43 @@ def render_plan(console: Console, plan: Plan) -> None:
     and memory breakdowns and, for a plan that does not fit, the verdict again under the memory table."""
     d, job, p = plan.dims, plan.job, plan.predicted
     verdict = escape(fit_verdict(p)) if p.fits else f"[bold red]{escape(fit_verdict(p))}[/]"
-    console.print(f"[bold]{_name(plan.model.name)}[/] on [bold]{_name(plan.cluster.name)}[/]: {plan.devices_used} of "
-                  f"{plan.cluster.devices} devices, global batch {job.global_batch_size}, "
-                  f"sequence {job.seq_len}, {job.dtype}; {verdict}")
+    console.print(
+        f"[bold]{_name(plan.model.name)}[/] on [bold]{_name(plan.cluster.name)}[/]: {plan.devices_used} of "
+        f"{plan.cluster.devices} devices, global batch {job.global_batch_size}, "
+        f"sequence {job.seq_len}, {job.dtype}; {verdict}"
+    )
     total, active = total_params(plan.model), active_params(plan.model)
-    console.print(f"model: {escape(printable(plan.model.family))}, {total / 1e9:.2f} B parameters"
-                  + (f", {active / 1e9:.2f} B active per token" if active < total else ""))
+    console.print(
+        f"model: {escape(printable(plan.model.family))}, {total / 1e9:.2f} B parameters"
+        + (f", {active / 1e9:.2f} B active per token" if active < total else "")
+    )
     exchange = ""
     if d.cp > 1:
         sizes = f" {job.cp_a2a_size} x {d.cp // job.cp_a2a_size}" if job.cp_a2a_size > 1 else ""
         exchange = f" ({job.cp_comm_type.value}{sizes})"
     folded = f" (etp {d.etp}: experts over {d.expert_parallel} ranks)" if d.etp is not None else ""
-    console.print(f"plan: tp {d.tp}{' +sp' if d.sp_active else ''}, cp {d.cp}{exchange}, ep {d.ep}{folded}, "
-                  f"pp {d.pp}, dp {d.dp}, ZeRO {int(d.zero)}, recompute {d.recompute.value}, "
-                  f"microbatch {d.micro_batch_size} x {plan.num_microbatches}, schedule {d.schedule.value}"
-                  + (f" (v={d.virtual_stages})" if d.virtual_stages > 1 else ""))
+    console.print(
+        f"plan: tp {d.tp}{' +sp' if d.sp_active else ''}, cp {d.cp}{exchange}, ep {d.ep}{folded}, "
+        f"pp {d.pp}, dp {d.dp}, ZeRO {int(d.zero)}, recompute {d.recompute.value}, "
+        f"microbatch {d.micro_batch_size} x {plan.num_microbatches}, schedule {d.schedule.value}"
+        + (f" (v={d.virtual_stages})" if d.virtual_stages > 1 else "")
+    )
     names = plan.level_names
     spans = ", ".join(f"{k} {_name(names[v])}" for k, v in p.levels_spanned.items() if d.degree(k) > 1)
     console.print(f"placement: axis order {'-'.join(plan.axis_order)} (fastest first); groups span: {spans}")
-    console.print(f"step time [bold]{p.step_time_s:.4f} s[/], {p.tokens_per_s:,.0f} tokens/s, "
-                  f"{p.model_tflops_per_device:.1f} model TFLOP/s per device (MFU {p.mfu:.1%}), "
-                  f"{p.hardware_tflops_per_device:.1f} hardware TFLOP/s")
+    console.print(
+        f"step time [bold]{p.step_time_s:.4f} s[/], {p.tokens_per_s:,.0f} tokens/s, "
+        f"{p.model_tflops_per_device:.1f} model TFLOP/s per device (MFU {p.mfu:.1%}), "
+        f"{p.hardware_tflops_per_device:.1f} hardware TFLOP/s"
+    )
     table = Table(title="stages (per microbatch, per device)")
     for col in ("stage", "layers", "devices", "fwd ms", "bwd ms", "cycle ms", "memory GiB"):
         table.add_column(col, justify="right")
     for i, s in enumerate(p.stages):
         extra = ("E+" if s.has_embedding else "") + f"{s.first_layer}-{s.last_layer}" + ("+H" if s.has_head else "")
-        table.add_row(str(i), extra, str(s.devices), _ms(s.forward_s), _ms(s.backward_s), _ms(s.cycle_s),
-                      _gib(s.memory_bytes))
+        table.add_row(
+            str(i), extra, str(s.devices), _ms(s.forward_s), _ms(s.backward_s), _ms(s.cycle_s), _gib(s.memory_bytes)
+        )
     console.print(table)
     bd = Table(title="step time breakdown")
     bd.add_column("term")
@@ -131,8 +144,13 @@ def render_runners_up(console: Console, best: Prediction, others: tuple[Predicti
     for col in ("plan", "step s", "vs best", "why it lost", "memory GiB"):
         table.add_column(col, justify="right" if col != "plan" else "left")
     for pred in others:
-        table.add_row(_describe(pred), f"{pred.step_time_s:.3f}", f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
-                      why_lost(best, pred), _gib(pred.peak_memory_bytes_per_device))
+        table.add_row(
+            _describe(pred),
+            f"{pred.step_time_s:.3f}",
+            f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
+            why_lost(best, pred),
+            _gib(pred.peak_memory_bytes_per_device),
+        )
     console.print(table)
 
 
@@ -146,8 +164,12 @@ def render_schedules(console: Console, best: Prediction, alternatives: Sequence[
     for alt in alternatives:
         p = alt.prediction
         name = alt.schedule.value + (f" v{alt.virtual_stages}" if alt.virtual_stages > 1 else "")
-        table.add_row(name, f"{p.step_time_s:.3f}" if p else "-", _gib(p.peak_memory_bytes_per_device) if p else "-",
-                      Text(printable(alt.verdict(best))))
+        table.add_row(
+            name,
+            f"{p.step_time_s:.3f}" if p else "-",
+            _gib(p.peak_memory_bytes_per_device) if p else "-",
+            Text(printable(alt.verdict(best))),
+        )
     console.print(table)
 
 
@@ -157,13 +179,19 @@ def render_compare(console: Console, title: str, rows: Sequence[Any], normalised
     for col in ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"):
         table.add_column(col, justify="left" if col in ("planner", "plan") else "right")
     for r, x in zip(rows, normalised):
-        table.add_row(str(r.devices), str(r.micro_batch_size), r.planner,
-                      f"{r.tokens_per_s:,.0f}" if r.feasible else "-", f"{x:.2f}" if r.feasible else "-",
-                      f"{r.solve_time_s:.2f}", Text(r.plan))
+        table.add_row(
+            str(r.devices),
+            str(r.micro_batch_size),
+            r.planner,
+            f"{r.tokens_per_s:,.0f}" if r.feasible else "-",
+            f"{x:.2f}" if r.feasible else "-",
+            f"{r.solve_time_s:.2f}",
+            Text(r.plan),
+        )
     console.print(table)
 
 
-SOURCE_COLUMN_WIDTH = 60   # the catalog's source column at most, cut with an ellipsis (``--json`` has it whole)
+SOURCE_COLUMN_WIDTH = 60  # the catalog's source column at most, cut with an ellipsis (``--json`` has it whole)
 
 
 def render_catalog(console: Console, kind: str, entries: Sequence[dict]) -> None:
@@ -175,8 +203,12 @@ def render_catalog(console: Console, kind: str, entries: Sequence[dict]) -> None
     source_width = min(SOURCE_COLUMN_WIDTH, console.width - sum(widths) - 3 * (len(columns) + 1) - 1)
     table = Table(title=f"{len(entries)} {kind}")
     for col, width in zip(columns, widths):
-        table.add_column(col, justify="left" if col in ("name", "family", "accelerator", "levels") else "right",
-                         width=width, no_wrap=True)
+        table.add_column(
+            col,
+            justify="left" if col in ("name", "family", "accelerator", "levels") else "right",
+            width=width,
+            no_wrap=True,
+        )
     if source_width >= len("source"):
         table.add_column("source", width=source_width, no_wrap=True, overflow="ellipsis")
         rows = [[*row, Text(printable(entry["source"]))] for row, entry in zip(rows, entries)]
@@ -186,24 +218,41 @@ def render_catalog(console: Console, kind: str, entries: Sequence[dict]) -> None
 
 
 def _model_cells(m: dict) -> list[str]:
-    return [m["name"], m["family"], str(m["layers"]), f"{m['hidden_size']:,}", f"{m['parameters_B']:,.1f}",
-            str(m["experts"]) if m["experts"] else "-", f"{m['max_position_embeddings']:,}"]
+    return [
+        m["name"],
+        m["family"],
+        str(m["layers"]),
+        f"{m['hidden_size']:,}",
+        f"{m['parameters_B']:,.1f}",
+        str(m["experts"]) if m["experts"] else "-",
+        f"{m['max_position_embeddings']:,}",
+    ]
 
 
 def _accelerator_cells(a: dict) -> list[str]:
     peaks = a["peak_TFLOPS"]
-    return [a["name"], *(f"{peaks[d]:,.0f}" if d in peaks else "-" for d in ("bf16", "fp16", "fp8")),
-            f"{a['hbm_GiB']:.0f}", f"{a['hbm_bandwidth_TBps']:.2f}"]
+    return [
+        a["name"],
+        *(f"{peaks[d]:,.0f}" if d in peaks else "-" for d in ("bf16", "fp16", "fp8")),
+        f"{a['hbm_GiB']:.0f}",
+        f"{a['hbm_bandwidth_TBps']:.2f}",
+    ]
 
 
 def _cluster_cells(c: dict) -> list[str]:
-    return [c["name"], c["accelerator"], f"{c['devices']:,}",
-            " x ".join(f"{lv['name']} {lv['size']}" for lv in c["levels"])]
+    return [
+        c["name"],
+        c["accelerator"],
+        f"{c['devices']:,}",
+        " x ".join(f"{lv['name']} {lv['size']}" for lv in c["levels"]),
+    ]
 
 
 _CATALOG_TABLES = {
     "models": (("name", "family", "layers", "hidden", "params B", "experts", "positions"), _model_cells),
-    "accelerators": (("name", "bf16 TFLOP/s", "fp16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM TB/s"),
-                     _accelerator_cells),
+    "accelerators": (
+        ("name", "bf16 TFLOP/s", "fp16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM TB/s"),
+        _accelerator_cells,
+    ),
     "clusters": (("name", "accelerator", "devices", "levels"), _cluster_cells),
 }

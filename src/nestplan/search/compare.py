@@ -55,12 +55,34 @@ def compare_case(model: ModelSpec, cluster, job: Job, mbs: int, baselines: Seque
     n = cluster.devices
     rows = []
     best, secs = _nestplan(model, cluster, job, n, mbs)
-    rows.append(CompareRow(model.name, cluster.name, n, mbs, "nestplan", best is not None,
-                           best.tokens_per_s if best else 0.0, secs, describe(best)))
+    rows.append(
+        CompareRow(
+            model.name,
+            cluster.name,
+            n,
+            mbs,
+            "nestplan",
+            best is not None,
+            best.tokens_per_s if best else 0.0,
+            secs,
+            describe(best),
+        )
+    )
     for name in baselines:
         r = BASELINES[name](model, cluster, job, n, mbs)
-        rows.append(CompareRow(model.name, cluster.name, n, mbs, name, r.feasible, r.tokens_per_s, r.solve_time_s,
-                               describe(r.prediction)))
+        rows.append(
+            CompareRow(
+                model.name,
+                cluster.name,
+                n,
+                mbs,
+                name,
+                r.feasible,
+                r.tokens_per_s,
+                r.solve_time_s,
+                describe(r.prediction),
+            )
+        )
     return rows
 
 
@@ -78,14 +100,24 @@ def check_baselines(names: Sequence[str]) -> list[str]:
     out = [n.strip().lower() for n in names if n.strip()]
     bad = [n for n in out if n not in BASELINES]
     if bad:
-        raise ConfigError(f"unknown baseline '{bad[0]}'; choose from {', '.join(BASELINES)}", field="baselines",
-                          value=bad[0], limit=list(BASELINES))
+        raise ConfigError(
+            f"unknown baseline '{bad[0]}'; choose from {', '.join(BASELINES)}",
+            field="baselines",
+            value=bad[0],
+            limit=list(BASELINES),
+        )
     return out
 
 
-def run_compare(model: ModelSpec, load_cluster: Callable[[int], object], job: Job, devices: Sequence[int],
-                micro_batch_sizes: Sequence[int], baselines: Sequence[str],
-                progress: Callable[[str], None] | None = None) -> list[CompareRow]:
+def run_compare(
+    model: ModelSpec,
+    load_cluster: Callable[[int], object],
+    job: Job,
+    devices: Sequence[int],
+    micro_batch_sizes: Sequence[int],
+    baselines: Sequence[str],
+    progress: Callable[[str], None] | None = None,
+) -> list[CompareRow]:
     rows: list[CompareRow] = []
     for n in devices:
         cluster = load_cluster(n)
@@ -107,6 +139,7 @@ def dataframe(records: Sequence[dict[str, Any]], columns: Sequence[str]) -> pand
     try:
         import pandas
     except ImportError:
-        raise ConfigError("to_dataframe needs pandas: pip install pandas", field="to_dataframe",
-                          limit="pandas installed") from None
+        raise ConfigError(
+            "to_dataframe needs pandas: pip install pandas", field="to_dataframe", limit="pandas installed"
+        ) from None
     return pandas.DataFrame.from_records(list(records), columns=list(columns))

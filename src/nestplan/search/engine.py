@@ -23,7 +23,13 @@ from typing import Callable, Iterable, Protocol
 import numpy as np
 
 from nestplan.search.partition import (
-    INFEASIBLE, Split, dp_split, dp_split_matrix, waterfill_bottlenecks, waterfill_split)
+    INFEASIBLE,
+    Split,
+    dp_split,
+    dp_split_matrix,
+    waterfill_bottlenecks,
+    waterfill_split,
+)
 
 
 def stage_cycles(tab, parts: tuple[int, ...]) -> np.ndarray:
@@ -63,15 +69,15 @@ class Candidate:
 
 @dataclass
 class SearchStats:
-    configurations: int = 0      # sub-graph configurations (tp, sp, cp, ep, microbatch, recomputation, rank order)
-    groups: int = 0              # groups searched (their tables built, every depth solved)
-    skipped_zero: int = 0        # groups not searched: a lower ZeRO stage fits their configuration
-    skipped_memory: int = 0      # groups not searched: no split of any depth fits in memory
-    skipped_bound: int = 0       # groups not searched: their lower bound cannot enter the K best
-    depths: int = 0              # (group, depth) pairs considered
-    pruned_memory: int = 0       # depths where no split fits in memory
-    pruned_bound: int = 0        # depths dominated by the K best before their step end was costed
-    candidates: int = 0          # splits whose full proxy was computed
+    configurations: int = 0  # sub-graph configurations (tp, sp, cp, ep, microbatch, recomputation, rank order)
+    groups: int = 0  # groups searched (their tables built, every depth solved)
+    skipped_zero: int = 0  # groups not searched: a lower ZeRO stage fits their configuration
+    skipped_memory: int = 0  # groups not searched: no split of any depth fits in memory
+    skipped_bound: int = 0  # groups not searched: their lower bound cannot enter the K best
+    depths: int = 0  # (group, depth) pairs considered
+    pruned_memory: int = 0  # depths where no split fits in memory
+    pruned_bound: int = 0  # depths dominated by the K best before their step end was costed
+    candidates: int = 0  # splits whose full proxy was computed
     solve_time_s: float = 0.0
 
     @property
@@ -138,11 +144,16 @@ class Engine:
             if (fitting is not None and not fitting[p - 1]) or (hopeless is not None and hopeless[p - 1]):
                 continue
             costs = tab.block_costs if tab.block_costs.ndim == 1 else tab.block_costs[p - 1, :p]
-            split = dp_split(costs, tab.alpha[p - 1, :p], self.model.block_memory(group, p),
-                             tab.mem_fixed[p - 1, :p], self.capacity_bytes,
-                             None if start_costs is None else start_costs[p - 1, :p],
-                             None if start_memory is None else start_memory[p - 1, :p],
-                             getattr(tab, "transient", None))
+            split = dp_split(
+                costs,
+                tab.alpha[p - 1, :p],
+                self.model.block_memory(group, p),
+                tab.mem_fixed[p - 1, :p],
+                self.capacity_bytes,
+                None if start_costs is None else start_costs[p - 1, :p],
+                None if start_memory is None else start_memory[p - 1, :p],
+                getattr(tab, "transient", None),
+            )
             if split is not None:
                 taus[p - 1], found[p] = split.bottleneck, split
         return taus, found
@@ -151,10 +162,11 @@ class Engine:
         """weight * bottleneck + constant per depth (inf where no split fits or the depth is barred)."""
         finite = np.isfinite(taus)
         weight = getattr(tab, "weight", None)
-        weight = group.microbatches - 1 if weight is None else weight   # inf: a depth the group cannot take
+        weight = group.microbatches - 1 if weight is None else weight  # inf: a depth the group cannot take
         with np.errstate(invalid="ignore"):
-            return np.where(finite & np.isfinite(weight), weight * np.where(finite, taus, 0.0) + tab.constant,
-                            INFEASIBLE)
+            return np.where(
+                finite & np.isfinite(weight), weight * np.where(finite, taus, 0.0) + tab.constant, INFEASIBLE
+            )
 
     def fits(self, group) -> bool:
         """What run_group returns for this group, from the cost model's memory-only check where it has one."""
@@ -182,7 +194,7 @@ class Engine:
         depths = len(pipe)
         self.stats.depths += depths
         feasible = np.isfinite(pipe)
-        skipped = 0   # depths not split as hopeless that fit: pruned by the bound, not by memory
+        skipped = 0  # depths not split as hopeless that fit: pruned by the bound, not by memory
         if hopeless is not None:
             fitting = self.model.feasible_depths(group) if hasattr(self.model, "feasible_depths") else True
             skipped = int((hopeless & fitting).sum())
@@ -192,12 +204,13 @@ class Engine:
         for rank, p_idx in enumerate(by_time):
             if not feasible[p_idx]:
                 break
-            if self.dominated(float(pipe[p_idx]), order, rank):   # sorted: every later depth is dominated too
+            if self.dominated(float(pipe[p_idx]), order, rank):  # sorted: every later depth is dominated too
                 self.stats.pruned_bound += int(feasible[by_time[rank:]].sum())
                 break
             p = int(p_idx) + 1
-            split = found.get(p) or waterfill_split(tab.alpha[p_idx, :p], tab.beta, tab.nmax[p_idx, :p],
-                                                    self.model.num_blocks, float(taus[p_idx]))
+            split = found.get(p) or waterfill_split(
+                tab.alpha[p_idx, :p], tab.beta, tab.nmax[p_idx, :p], self.model.num_blocks, float(taus[p_idx])
+            )
             total = float(pipe[p_idx]) + self.model.extras(group, split.parts)
             self.stats.candidates += 1
             self._push(Candidate(total, key + (p,) + split.parts, group, split.parts), order, rank)
@@ -248,17 +261,21 @@ class Engine:
         return [item[3] for item in sorted(self._heap, reverse=True)]
 
 
-def run(engine: Engine, groups: Iterable[tuple[object, tuple, object, int]],
-        progress: Callable[[int], None] | None = None, escalate_from: int = 2) -> list[Candidate]:
+def run(
+    engine: Engine,
+    groups: Iterable[tuple[object, tuple, object, int]],
+    progress: Callable[[int], None] | None = None,
+    escalate_from: int = 2,
+) -> list[Candidate]:
     """groups yields (configuration key, full key, group, ZeRO stage), every replica count of a
     configuration at one ZeRO stage before the next stage. Stages below ``escalate_from`` are
     always searched; a higher one, with every replica count, for a configuration that fits
     nowhere at a lower stage."""
     start = time.perf_counter()
-    lowest_fit: dict = {}   # configuration key -> the lowest ZeRO stage at which one of its groups fits
+    lowest_fit: dict = {}  # configuration key -> the lowest ZeRO stage at which one of its groups fits
     for i, (cfg_key, key, group, zero) in enumerate(groups):
         if zero >= escalate_from and lowest_fit.get(cfg_key, zero) < zero:
-            continue   # a lower ZeRO stage already fits this configuration
+            continue  # a lower ZeRO stage already fits this configuration
         if engine.run_group(group, key):
             lowest_fit[cfg_key] = min(zero, lowest_fit.get(cfg_key, zero))
         if progress is not None:
@@ -267,8 +284,12 @@ def run(engine: Engine, groups: Iterable[tuple[object, tuple, object, int]],
     return engine.best()
 
 
-def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object, int]],
-                   progress: Callable[[int], None] | None = None, escalate_from: int = 2) -> list[Candidate]:
+def run_best_first(
+    engine: Engine,
+    groups: Iterable[tuple[object, tuple, object, int]],
+    progress: Callable[[int], None] | None = None,
+    escalate_from: int = 2,
+) -> list[Candidate]:
     """run()'s result (the same K best in the same order), visiting the groups by a lower bound.
 
     Needs a cost model with ``lower_bound(group, fitted)``, a lower bound of the proxy of every
@@ -287,16 +308,16 @@ def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object,
     configurations = set()
     for i, (cfg_key, key, group, zero) in enumerate(groups):
         if progress is not None:
-            progress(i)   # the first pass: the second searches only the groups the bound leaves
+            progress(i)  # the first pass: the second searches only the groups the bound leaves
         configurations.add(cfg_key)
         if zero >= escalate_from and lowest_fit.get(cfg_key, zero) < zero:
             engine.stats.skipped_zero += 1
-            continue   # a lower ZeRO stage already fits this configuration
+            continue  # a lower ZeRO stage already fits this configuration
         checked = False
         if lowest_fit.get(cfg_key, zero + 1) > zero:
             if not engine.fits(group):
                 engine.stats.skipped_memory += 1
-                continue   # no split of any depth fits: run_group would keep nothing
+                continue  # no split of any depth fits: run_group would keep nothing
             lowest_fit[cfg_key] = zero
             checked = True
         queue.append((engine.model.lower_bound(group, fitted=False), i, checked, key, group))
@@ -306,7 +327,7 @@ def run_best_first(engine: Engine, groups: Iterable[tuple[object, tuple, object,
         if engine.dominated(bound, i):
             engine.stats.skipped_bound += len(queue) + 1
             break
-        if checked is not None:   # first time at the front: check the memory, tighten the bound
+        if checked is not None:  # first time at the front: check the memory, tighten the bound
             if not checked and not engine.fits(group):
                 engine.stats.skipped_memory += 1
                 continue

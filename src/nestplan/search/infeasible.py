@@ -26,10 +26,19 @@ def leanest(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
         if cfg.micro_batch_size != min(space.micro_batch_sizes) or cfg.order != REPLICA_MAJOR:
             continue
         pp = min(model.num_layers, devices // cfg.stage_devices)
-        dims = ParallelDims(tp=cfg.tp, pp=pp, dp=1, cp=cfg.cp, ep=cfg.ep, sp=cfg.sp, zero=max(space.zero),
-                            recompute=Recompute.FULL if Recompute.FULL in space.recompute else max(space.recompute),
-                            micro_batch_size=cfg.micro_batch_size, layers_per_stage=even_split(model.num_layers, pp))
-        pred = evaluate_plan(model, cluster, dims, job, cfg.order)   # legal: sub_configs yields legal values only
+        dims = ParallelDims(
+            tp=cfg.tp,
+            pp=pp,
+            dp=1,
+            cp=cfg.cp,
+            ep=cfg.ep,
+            sp=cfg.sp,
+            zero=max(space.zero),
+            recompute=Recompute.FULL if Recompute.FULL in space.recompute else max(space.recompute),
+            micro_batch_size=cfg.micro_batch_size,
+            layers_per_stage=even_split(model.num_layers, pp),
+        )
+        pred = evaluate_plan(model, cluster, dims, job, cfg.order)  # legal: sub_configs yields legal values only
         if lean is None or pred.peak_memory_bytes_per_device < lean.peak_memory_bytes_per_device:
             lean = pred
     return lean
@@ -38,13 +47,17 @@ def leanest(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
 def infeasible_error(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> InfeasibleError:
     lean = leanest(model, cluster, job, devices, space)
     if lean is None:
-        return InfeasibleError(f"no legal plan for {model.name} on {devices} devices of {cluster.name}",
-                               field="devices", value=devices)
+        return InfeasibleError(
+            f"no legal plan for {model.name} on {devices} devices of {cluster.name}", field="devices", value=devices
+        )
     mem = dict(lean.memory_breakdown_bytes)
     cap = space.capacity_bytes(lean.memory_capacity_bytes)
     excess = max(0.0, lean.peak_memory_bytes_per_device - cap)
-    kept = (f" (the {space.memory_margin:.0%} margin kept free of {lean.memory_capacity_bytes / GiB:.2f} GiB)"
-            if space.memory_margin else "")
+    kept = (
+        f" (the {space.memory_margin:.0%} margin kept free of {lean.memory_capacity_bytes / GiB:.2f} GiB)"
+        if space.memory_margin
+        else ""
+    )
     largest = max(mem, key=mem.get)
     d = lean.plan
     scalable = sum(mem[k] for k in ("weights", "gradients", "optimizer"))
@@ -54,8 +67,10 @@ def infeasible_error(model: ModelSpec, cluster, job: Job, devices: int, space: S
     if need is not None:
         fixes.append(f"about {need} devices (model state shrinks with more devices)")
     else:
-        fixes.append("activations and buffers alone exceed the device: a shorter sequence "
-                     f"(now {job.seq_len}) or more context parallelism")
+        fixes.append(
+            "activations and buffers alone exceed the device: a shorter sequence "
+            f"(now {job.seq_len}) or more context parallelism"
+        )
     if d.zero < ZeroStage.PARAMETERS:
         fixes.append("a higher ZeRO stage")
     if d.recompute is not Recompute.FULL:
@@ -67,8 +82,16 @@ def infeasible_error(model: ModelSpec, cluster, job: Job, devices: int, space: S
         f"recompute {d.recompute.value}, microbatch {d.micro_batch_size}) needs "
         f"{lean.peak_memory_bytes_per_device / GiB:.2f} GiB per device, {excess / GiB:.2f} GiB "
         f"over the {cap / GiB:.2f} GiB of {cluster.accelerator.name}{kept}; largest term: {largest} {gib[largest]} GiB; "
-        f"breakdown (GiB): " + ", ".join(f"{k} {v}" for k, v in gib.items())
-        + "; would fit with: " + "; or ".join(fixes))
-    return InfeasibleError(message, field="memory", value=lean.peak_memory_bytes_per_device, limit=cap, unit="B",
-                           details={"memory_breakdown_bytes": mem, "largest_term": largest,
-                                    "excess_bytes": excess, "fixes": fixes})
+        f"breakdown (GiB): "
+        + ", ".join(f"{k} {v}" for k, v in gib.items())
+        + "; would fit with: "
+        + "; or ".join(fixes)
+    )
+    return InfeasibleError(
+        message,
+        field="memory",
+        value=lean.peak_memory_bytes_per_device,
+        limit=cap,
+        unit="B",
+        details={"memory_breakdown_bytes": mem, "largest_term": largest, "excess_bytes": excess, "fixes": fixes},
+    )

@@ -21,8 +21,8 @@ from nestplan.search.physical import Group
 class Enumerated:
     group: Group
     parts: tuple[int, ...]
-    pipeline_s: float     # (m - 1) * bottleneck + sum of cycles; the proxy adds cost.extras(group, parts)
-    lower_s: float        # max_s (sum of the cycles before s + m * cycle_s): no 1F1B schedule is shorter
+    pipeline_s: float  # (m - 1) * bottleneck + sum of cycles; the proxy adds cost.extras(group, parts)
+    lower_s: float  # max_s (sum of the cycles before s + m * cycle_s): no 1F1B schedule is shorter
 
 
 def compositions(n: int, k: int) -> Iterator[tuple[int, ...]]:
@@ -41,9 +41,9 @@ def enumerate_group(cost, group: Group, capacity: float) -> Iterator[Enumerated]
         fixed = tab.mem_fixed[p - 1, :p]
         for parts in compositions(n, p):
             edges = np.concatenate([[0], np.cumsum(parts)])
-            cycles = [alpha[s] + tab.block_costs[edges[s]:edges[s + 1]].sum() for s in range(p)]
-            memory = [fixed[s] + mem[s, edges[s]:edges[s + 1]].sum() for s in range(p)]
-            if tab.transient is not None:   # blocks of different kinds: each stage's largest transient
+            cycles = [alpha[s] + tab.block_costs[edges[s] : edges[s + 1]].sum() for s in range(p)]
+            memory = [fixed[s] + mem[s, edges[s] : edges[s + 1]].sum() for s in range(p)]
+            if tab.transient is not None:  # blocks of different kinds: each stage's largest transient
                 memory = [held + tab.transient[edges[s], edges[s + 1]] for s, held in enumerate(memory)]
             if max(memory) > capacity:
                 continue

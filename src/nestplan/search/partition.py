@@ -42,9 +42,16 @@ class Split:
     bottleneck: float
 
 
-def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fixed: np.ndarray,
-             capacity: float, start_costs: np.ndarray | None = None,
-             start_memory: np.ndarray | None = None, transient: np.ndarray | None = None) -> Split | None:
+def dp_split(
+    costs: np.ndarray,
+    alpha: np.ndarray,
+    mem_layer: np.ndarray,
+    mem_fixed: np.ndarray,
+    capacity: float,
+    start_costs: np.ndarray | None = None,
+    start_memory: np.ndarray | None = None,
+    transient: np.ndarray | None = None,
+) -> Split | None:
     """Min-max split of blocks ``costs`` (L,) into ``len(alpha)`` stages of >= 1 block.
 
     costs may also be (p, L): a block's cost when held by stage s (a cost model where a
@@ -57,8 +64,9 @@ def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fi
     """
     if len(alpha) > np.shape(costs)[-1]:
         return None
-    return dp_split_matrix(stage_cost_matrix(costs, alpha, mem_layer, mem_fixed, capacity, start_costs, start_memory,
-                                             transient))
+    return dp_split_matrix(
+        stage_cost_matrix(costs, alpha, mem_layer, mem_fixed, capacity, start_costs, start_memory, transient)
+    )
 
 
 # a stage exactly at capacity fits: prefix-sum differences round in the last bits, so memory is compared
@@ -66,9 +74,16 @@ def dp_split(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fi
 FIT_RELATIVE_TOLERANCE = 1e-12
 
 
-def stage_cost_matrix(costs: np.ndarray, alpha: np.ndarray, mem_layer: np.ndarray, mem_fixed: np.ndarray,
-                      capacity: float, start_costs: np.ndarray | None = None,
-                      start_memory: np.ndarray | None = None, transient: np.ndarray | None = None) -> np.ndarray:
+def stage_cost_matrix(
+    costs: np.ndarray,
+    alpha: np.ndarray,
+    mem_layer: np.ndarray,
+    mem_fixed: np.ndarray,
+    capacity: float,
+    start_costs: np.ndarray | None = None,
+    start_memory: np.ndarray | None = None,
+    transient: np.ndarray | None = None,
+) -> np.ndarray:
     """(p, L + 1, L + 1): cost of stage s holding blocks [j, e), inf where it breaks memory
     or holds nothing (the arguments of dp_split)."""
     costs = np.asarray(costs)
@@ -122,7 +137,7 @@ def _backward(stage_costs: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarra
     """The backward recursion over stages p-1 .. last: best suffix bottleneck per start block."""
     p, n1, _ = stage_costs.shape
     best = np.full(n1, INFEASIBLE)
-    best[n1 - 1] = -INFEASIBLE                 # nothing placed yet
+    best[n1 - 1] = -INFEASIBLE  # nothing placed yet
     choice = np.zeros((p, n1), dtype=np.int64)
     rows = np.arange(n1)
     for s in range(p - 1, last - 1, -1):
@@ -130,7 +145,7 @@ def _backward(stage_costs: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarra
         choice[s] = np.argmin(total, axis=1)
         best = total[rows, choice[s]]
         if s > 0:
-            best[0] = INFEASIBLE               # only the first stage may start at block 0
+            best[0] = INFEASIBLE  # only the first stage may start at block 0
     return best, choice
 
 
@@ -156,8 +171,8 @@ def waterfill_bottlenecks(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_bl
     feasible = (cap.sum(axis=1) >= n_blocks) & (depth <= n_blocks) & (depth > 0)
     feasible &= ~np.any((nmax <= 0) & np.isfinite(alpha), axis=1)
     a = np.where(real, alpha, np.inf)
-    tau_min = np.max(np.where(real, alpha + beta, -np.inf), axis=1)          # every stage holds >= 1
-    lo = np.min(np.where(real, alpha, np.inf), axis=1)                         # no stage holds a block
+    tau_min = np.max(np.where(real, alpha + beta, -np.inf), axis=1)  # every stage holds >= 1
+    lo = np.min(np.where(real, alpha, np.inf), axis=1)  # no stage holds a block
     hi = np.max(np.where(real, alpha + np.maximum(nmax, 1) * beta, -np.inf), axis=1)
     lo = np.where(feasible, lo, 0.0)
     hi = np.where(feasible, hi, 0.0)
@@ -167,7 +182,7 @@ def waterfill_bottlenecks(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_bl
         hi = np.where(ok, mid, hi)
         lo = np.where(ok, lo, mid)
     base = _counts(lo, a, beta, cap)
-    gain_at = np.where(base < cap, a + (base + 1) * beta, np.inf)   # where each stage takes one more block
+    gain_at = np.where(base < cap, a + (base + 1) * beta, np.inf)  # where each stage takes one more block
     gain_at.sort(axis=1)
     need = np.clip(n_blocks - base.sum(axis=1).astype(np.int64), 1, gain_at.shape[1])
     tau = np.maximum(gain_at[np.arange(len(need)), need - 1], tau_min)
@@ -180,7 +195,7 @@ def waterfill_split(alpha: np.ndarray, beta: float, nmax: np.ndarray, n_blocks: 
     parts = np.clip(fit, 1, nmax).astype(np.int64)
     excess = int(parts.sum()) - n_blocks
     assert excess >= 0, "tau is not feasible"
-    while excess > 0:   # take blocks back from the most expensive stages, later stages first on ties
+    while excess > 0:  # take blocks back from the most expensive stages, later stages first on ties
         cost = np.where(parts > 1, alpha + parts * beta, -np.inf)
         s = int(len(cost) - 1 - np.argmax(cost[::-1]))
         parts[s] -= 1
@@ -199,7 +214,7 @@ def fitting_depths(memory: PositionMemory, capacity: float, depths: int) -> np.n
     [0, e) for such an e; a middle stage at distance k + 1 then extends ``reach``. O(depths L^2) with NumPy."""
     L = memory.blocks.shape[1]
     below = capacity * (1 + FIT_RELATIVE_TOLERANCE)
-    prefix = np.concatenate([np.zeros((L, 1)), np.cumsum(memory.blocks, axis=1)], axis=1)   # [k - 1, j]
+    prefix = np.concatenate([np.zeros((L, 1)), np.cumsum(memory.blocks, axis=1)], axis=1)  # [k - 1, j]
     transient = memory.transient
     j = np.arange(L + 1)
     depths = min(depths, L)
@@ -216,4 +231,3 @@ def fitting_depths(memory: PositionMemory, capacity: float, depths: int) -> np.n
         holds = memory.middle + row[ends][None, :] - row[:, None] + transient[:, ends] <= below
         reach = (holds & (j[:, None] < ends[None, :])).any(axis=1) & (j >= 1)
     return out
-

@@ -41,21 +41,31 @@ class Group:
 
     def dims(self, pp: int = 1, parts: tuple[int, ...] | None = None) -> ParallelDims:
         c = self.cfg
-        return ParallelDims(tp=c.tp, pp=pp, dp=self.replicas, cp=c.cp, ep=c.ep, sp=c.sp, zero=self.zero,
-                            recompute=c.recompute, micro_batch_size=c.micro_batch_size, layers_per_stage=parts,
-                            etp=c.etp)
+        return ParallelDims(
+            tp=c.tp,
+            pp=pp,
+            dp=self.replicas,
+            cp=c.cp,
+            ep=c.ep,
+            sp=c.sp,
+            zero=self.zero,
+            recompute=c.recompute,
+            micro_batch_size=c.micro_batch_size,
+            layers_per_stage=parts,
+            etp=c.etp,
+        )
 
 
 @dataclass(frozen=True)
 class Tables:
     """Stage tables of one group for depths 1..P (row p-1 = depth p; columns = stage index)."""
 
-    alpha: np.ndarray       # (P, P) seconds; -inf beyond the depth
-    nmax: np.ndarray        # (P, P) most blocks a stage can hold; 0 beyond the depth
-    beta: float             # seconds per block (identical blocks) ...
+    alpha: np.ndarray  # (P, P) seconds; -inf beyond the depth
+    nmax: np.ndarray  # (P, P) most blocks a stage can hold; 0 beyond the depth
+    beta: float  # seconds per block (identical blocks) ...
     block_costs: np.ndarray  # ... or per block (L,)
-    mem_fixed: np.ndarray   # (P, P) bytes per stage besides its blocks
-    constant: np.ndarray    # (P,) sum of alpha + all blocks: the depth-dependent part of sum_s cycle_s
+    mem_fixed: np.ndarray  # (P, P) bytes per stage besides its blocks
+    constant: np.ndarray  # (P,) sum of alpha + all blocks: the depth-dependent part of sum_s cycle_s
     homogeneous: bool
     # blocks of different kinds: (L + 1, L + 1) the largest transient of blocks [j, e), which mem_fixed leaves out
     transient: np.ndarray | None = None
@@ -65,8 +75,9 @@ class PhysicalSearchModel:
     """The search's view of nestplan's evaluator for one (model, cluster, job): the shared stage
     quantities of cost/stage.py arranged per group."""
 
-    def __init__(self, model: ModelSpec, cluster: Any, job: Job, devices: int, capacity_bytes: float | None = None
-                 ) -> None:
+    def __init__(
+        self, model: ModelSpec, cluster: Any, job: Job, devices: int, capacity_bytes: float | None = None
+    ) -> None:
         self.model, self.cluster, self.job, self.devices = model, cluster, job, devices
         # memory a stage may use (the planner's margin taken off the device's capacity)
         self.capacity_bytes = cluster.accelerator.hbm_bytes if capacity_bytes is None else capacity_bytes
@@ -78,23 +89,28 @@ class PhysicalSearchModel:
         self._cycle_sums: dict[tuple, stage.CycleSums] = {}
         self._sync: dict[tuple, SyncContext] = {}
         self._sums: dict[tuple, stage.StageSums] = {}
-        self._feasible: tuple = (None, None)   # the last group's feasible_depths (fits, then lower_bound, ask)
+        self._feasible: tuple = (None, None)  # the last group's feasible_depths (fits, then lower_bound, ask)
         self._feasible_by_key: dict[tuple, np.ndarray | None] = {}
-        self._inflight: dict[int, np.ndarray] = {}   # first_stage_in_flight by microbatches (up to L)
+        self._inflight: dict[int, np.ndarray] = {}  # first_stage_in_flight by microbatches (up to L)
         self._block_kinds = tuple(model.block_kind(i) for i in range(model.num_layers))
         # index of each block's kind in GraphTerms.blocks, whose kinds are in the order they first appear
         order = {kind: n for n, kind in enumerate(dict.fromkeys(self._block_kinds))}
-        self._mixed = len(order) > 1   # blocks of several kinds: a stage's sums depend on where it starts
+        self._mixed = len(order) > 1  # blocks of several kinds: a stage's sums depend on where it starts
         self._kinds = np.array([order[kind] for kind in self._block_kinds], np.int64)
-        self._kind_counts = tuple(int(n) for n in np.bincount(self._kinds))   # blocks of each kind, in that order
+        self._kind_counts = tuple(int(n) for n in np.bincount(self._kinds))  # blocks of each kind, in that order
 
     # ------------------------------------------------------------------ terms
     def _groups(self, g: Group, pp: int) -> dict:
         c = g.cfg
         etp = expert_degrees(c.tp, c.ep, c.etp)[0]
-        return {k: (self.placement.expert_group(c.order, k, c.tp, etp, c.cp, c.ep, g.replicas, pp)
-                    if k in EXPERT_GROUP_KEYS else self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp))
-                for k in TERM_GROUPS}
+        return {
+            k: (
+                self.placement.expert_group(c.order, k, c.tp, etp, c.cp, c.ep, g.replicas, pp)
+                if k in EXPERT_GROUP_KEYS
+                else self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp)
+            )
+            for k in TERM_GROUPS
+        }
 
     def terms(self, g: Group) -> GraphTerms:
         """Node terms; ZeRO-2's per-microbatch reduce-scatters and ZeRO-3's gathers depend on the
@@ -121,18 +137,25 @@ class PhysicalSearchModel:
 
     def _stage_context(self, g: Group) -> stage.StageContext:
         c, acc = g.cfg, self.cluster.accelerator
-        return stage.StageContext(self.job, g.zero, ShardGroups(c.cp * c.ep * g.replicas, c.cp * g.replicas),
-                                  acc.reserved_bytes, self.capacity_bytes)
+        return stage.StageContext(
+            self.job,
+            g.zero,
+            ShardGroups(c.cp * c.ep * g.replicas, c.cp * g.replicas),
+            acc.reserved_bytes,
+            self.capacity_bytes,
+        )
 
     def _sync_context(self, g: Group, pp: int) -> SyncContext:
         key = (g.cfg, g.zero, g.replicas, pp)
         found = self._sync.get(key)
         if found is None:
             c = g.cfg
-            dense, expert = (self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp)
-                             for k in ("cp+ep+dp", "cp+dp"))
-            found = self._sync[key] = SyncContext(self.cluster.topology, self.cluster.accelerator, self.job, g.zero,
-                                                  dense, expert)
+            dense, expert = (
+                self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp) for k in ("cp+ep+dp", "cp+dp")
+            )
+            found = self._sync[key] = SyncContext(
+                self.cluster.topology, self.cluster.accelerator, self.job, g.zero, dense, expert
+            )
         return found
 
     def _tied_sync(self, g: Group, pp: int) -> float:
@@ -158,9 +181,16 @@ class PhysicalSearchModel:
         P = g.max_depth
         bt = self._per_level_transfer(g)[self.placement.level_matrix(g.cfg.order, g.cfg.stage_devices, g.replicas, P)]
         pos = stage.position_tables(ctx, t, blocks, g.microbatches, bt)
-        return Tables(alpha=pos.alpha, nmax=pos.nmax, beta=float(blocks.costs[0]), block_costs=blocks.costs,
-                      mem_fixed=pos.mem_fixed, constant=pos.constant, homogeneous=blocks.homogeneous,
-                      transient=None if blocks.homogeneous else stage.range_transients(blocks.transients))
+        return Tables(
+            alpha=pos.alpha,
+            nmax=pos.nmax,
+            beta=float(blocks.costs[0]),
+            block_costs=blocks.costs,
+            mem_fixed=pos.mem_fixed,
+            constant=pos.constant,
+            homogeneous=blocks.homogeneous,
+            transient=None if blocks.homogeneous else stage.range_transients(blocks.transients),
+        )
 
     # ------------------------------------------------------------------ before the tables
     def feasible_depths(self, g: Group) -> np.ndarray:
@@ -173,12 +203,15 @@ class PhysicalSearchModel:
         # may take; the capacities depend on the memory terms, the ZeRO shards (none below ZeRO 1)
         # and the microbatches in flight, min(k, m) at k <= L. Groups that share those share the
         # answer for every depth up to L, of which each takes its first P.
-        key = (self._terms_key(g) if self._mixed else (g.cfg.shard_key, g.zero), g.replicas if g.zero else 0,
-               min(g.microbatches, self.num_blocks))
+        key = (
+            self._terms_key(g) if self._mixed else (g.cfg.shard_key, g.zero),
+            g.replicas if g.zero else 0,
+            min(g.microbatches, self.num_blocks),
+        )
         every = self._feasible_by_key.get(key)
         if every is None or len(every) < min(g.max_depth, self.num_blocks):
             every = self._feasible_by_key[key] = self._feasible_depths(g)
-        out = every[:g.max_depth]
+        out = every[: g.max_depth]
         self._feasible = (g, out)
         return out
 
@@ -190,7 +223,7 @@ class PhysicalSearchModel:
         inflight = self._inflight.get(m)
         if inflight is None:
             inflight = self._inflight[m] = stage.first_stage_in_flight(m, L, moe_a2a_early(self.job))
-        if self._mixed:   # whether two kinds of block hold the same bytes depends on all their terms
+        if self._mixed:  # whether two kinds of block hold the same bytes depends on all their terms
             t = self.terms(g)
             held = {(ctx.node_state_bytes(b), b.activations, b.transient) for b in t.blocks.values()}
             if len(held) > 1:
@@ -233,8 +266,11 @@ class PhysicalSearchModel:
         deepest = g.max_depth if depths is None or not depths.any() else int(np.flatnonzero(depths)[-1]) + 1
         if deepest < 2:
             return g.microbatches * (ends + sums.blocks) * (1 - 1e-9)
-        bottleneck = max(max(sums.embedding, sums.head) + sums.cheapest_block,
-                         -(-self.num_blocks // deepest) * sums.cheapest_block, (ends + sums.blocks) / deepest)
+        bottleneck = max(
+            max(sums.embedding, sums.head) + sums.cheapest_block,
+            -(-self.num_blocks // deepest) * sums.cheapest_block,
+            (ends + sums.blocks) / deepest,
+        )
         return ((g.microbatches - 1) * bottleneck + ends + sums.blocks) * (1 - 1e-9)
 
     def block_memory(self, g: Group, pp: int) -> np.ndarray:
@@ -246,8 +282,9 @@ class PhysicalSearchModel:
         """X[s, j, e]: exposed sync and optimizer of stage s holding blocks [j, e) (identical blocks),
         and the tied-embedding sync; step_end's max over stages of X is the proxy's step end."""
         t = self.terms(g)
-        x = stage.end_matrices(self._sync_context(g, pp), t, t.blocks[self._block_kinds[0]], self.num_blocks,
-                               self.boundary_times(g, pp))
+        x = stage.end_matrices(
+            self._sync_context(g, pp), t, t.blocks[self._block_kinds[0]], self.num_blocks, self.boundary_times(g, pp)
+        )
         return x, self._tied_sync(g, pp)
 
     def extras(self, g: Group, parts: tuple[int, ...]) -> float:
@@ -266,5 +303,5 @@ class PhysicalSearchModel:
         key = (id(t), s == 0, s == pp - 1, pp > 1, start if self._mixed else 0, n)
         found = self._sums.get(key)
         if found is None:
-            found = self._sums[key] = stage.stage_sums(t, self._block_kinds[start:start + n], s, pp)
+            found = self._sums[key] = stage.stage_sums(t, self._block_kinds[start : start + n], s, pp)
         return found

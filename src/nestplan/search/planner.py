@@ -18,9 +18,9 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 
 INTERLEAVE_CHOICES = (2, 3, 4)
-ENDS_LAYOUT_MAX_V = 8   # most chunks per stage of the end-balanced layouts (Llama 3 and NeMo's 405B run 8)
-POLISHED = 3            # best plans whose split is polished against the evaluator
-POLISH_BUDGET = 64      # evaluations per polished plan
+ENDS_LAYOUT_MAX_V = 8  # most chunks per stage of the end-balanced layouts (Llama 3 and NeMo's 405B run 8)
+POLISHED = 3  # best plans whose split is polished against the evaluator
+POLISH_BUDGET = 64  # evaluations per polished plan
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class PlanResult:
     runners_up: tuple[Prediction, ...]
     stats: SearchStats
     evaluated: int
-    job: Job   # the best plan's job: the one searched, or its variant with the context-parallel exchange chosen
+    job: Job  # the best plan's job: the one searched, or its variant with the context-parallel exchange chosen
 
 
 def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
@@ -62,7 +62,10 @@ def check_job(model: ModelSpec, cluster, job: Job, devices: int) -> None:
         raise ConfigError(
             f"global batch size {job.global_batch_size} cannot occupy {devices} devices: at most "
             f"{job.global_batch_size} replicas x {widest} devices per replica = {job.global_batch_size * widest}",
-            field="global_batch_size", value=job.global_batch_size, limit=-(-devices // widest))
+            field="global_batch_size",
+            value=job.global_batch_size,
+            limit=-(-devices // widest),
+        )
 
 
 Evaluate = Callable[[ParallelDims, tuple[str, ...]], Prediction]
@@ -73,8 +76,9 @@ def _exact(evaluate: Evaluate, cand) -> Prediction:
     return evaluate(g.dims(len(cand.parts), cand.parts), g.cfg.order)
 
 
-def _interleaved(model: ModelSpec, evaluate: Evaluate, pred: Prediction,
-                 worth: Callable[[ParallelDims], bool] = lambda dims: True) -> list[Prediction]:
+def _interleaved(
+    model: ModelSpec, evaluate: Evaluate, pred: Prediction, worth: Callable[[ParallelDims], bool] = lambda dims: True
+) -> list[Prediction]:
     """Interleaved 1F1B variants of a plan (same stages, v chunks each) where Megatron allows them,
     those ``worth`` evaluating."""
     dims, out = pred.plan, []
@@ -105,8 +109,10 @@ def split_backward_variants(model: ModelSpec, pred: Prediction) -> list[Parallel
     # the plan's own split, and the even split, where every stage's layers halve into two chunks
     splits = {dims.stage_layers(model.num_layers), even_split(model.num_layers, dims.pp)}
     for split in sorted(s for s in splits if all(n % 2 == 0 and n > 0 for n in s)):
-        out += [replace(dims, schedule=s, virtual_stages=2, layers_per_stage=split)
-                for s in (Schedule.ZBV, Schedule.DUALPIPEV)]
+        out += [
+            replace(dims, schedule=s, virtual_stages=2, layers_per_stage=split)
+            for s in (Schedule.ZBV, Schedule.DUALPIPEV)
+        ]
     return out
 
 
@@ -130,8 +136,11 @@ def _layout_variants(model: ModelSpec, pred: Prediction) -> list[ParallelDims]:
     if dims.pp < 2 or pred.num_microbatches % dims.pp:
         return []
     layouts = ((v, ends_balanced_layout(model.num_layers, dims.pp, v)) for v in range(2, ENDS_LAYOUT_MAX_V + 1))
-    return [replace(dims, schedule=Schedule.INTERLEAVED, virtual_stages=v, layers_per_stage=layout)
-            for v, layout in layouts if layout is not None]
+    return [
+        replace(dims, schedule=Schedule.INTERLEAVED, virtual_stages=v, layers_per_stage=layout)
+        for v, layout in layouts
+        if layout is not None
+    ]
 
 
 def _kth_fastest(preds: list[Prediction], k: int) -> float:
@@ -143,12 +152,17 @@ def _kth_fastest(preds: list[Prediction], k: int) -> float:
 def _moves(p: int) -> list[tuple[int, int]]:
     """(from, to) stage pairs a layer may move between: every pair up to 8 stages; beyond, the
     neighbours and the end stages (which carry the embedding and the head)."""
-    return [(a, b) for a in range(p) for b in range(p)
-            if a != b and (p <= 8 or abs(a - b) == 1 or {a, b} & {0, p - 1})]
+    return [(a, b) for a in range(p) for b in range(p) if a != b and (p <= 8 or abs(a - b) == 1 or {a, b} & {0, p - 1})]
 
 
-def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int = POLISH_BUDGET,
-            floor: Evaluate | None = None, fits: Callable[[Prediction], bool] = lambda p: p.fits) -> Prediction:
+def _polish(
+    model: ModelSpec,
+    evaluate: Evaluate,
+    pred: Prediction,
+    budget: int = POLISH_BUDGET,
+    floor: Evaluate | None = None,
+    fits: Callable[[Prediction], bool] = lambda p: p.fits,
+) -> Prediction:
     """Steepest descent on the evaluator over one-layer moves between stages.
 
     The search ranks splits by the closed-form proxy; the evaluator simulates the schedule, which
@@ -167,7 +181,7 @@ def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int 
             budget -= 1
             trial_dims = replace(dims, layers_per_stage=tuple(moved))
             if floor is not None and floor(trial_dims, pred.placement.axis_order) >= best.step_time_s * (1 - 1e-12):
-                continue   # its step time is at least this floor: it cannot be accepted
+                continue  # its step time is at least this floor: it cannot be accepted
             trial = evaluate(trial_dims, pred.placement.axis_order)
             if fits(trial) and trial.step_time_s < best.step_time_s * (1 - 1e-12):
                 best = trial
@@ -177,8 +191,15 @@ def _polish(model: ModelSpec, evaluate: Evaluate, pred: Prediction, budget: int 
     return pred
 
 
-def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace | None = None,
-           top: int = 5, progress: Callable[[int], None] | None = None) -> PlanResult:
+def search(
+    model: ModelSpec,
+    cluster,
+    job: Job,
+    devices: int,
+    space: SearchSpace | None = None,
+    top: int = 5,
+    progress: Callable[[int], None] | None = None,
+) -> PlanResult:
     """Find the fastest plan that fits on the first ``devices`` devices of ``cluster``."""
     space = space or SearchSpace()
     capacity = space.capacity_bytes(cluster.accelerator.hbm_bytes)
@@ -187,6 +208,7 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
 
     def fits(pred: Prediction) -> bool:
         return pred.peak_memory_bytes_per_device <= capacity
+
     groups = _groups(model, cluster, job, devices, space)
     finalists = [engine.refine(c) for c in run_best_first(engine, groups, progress)]
 
@@ -199,7 +221,7 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
     exact = [_exact(evaluate, cand) for cand in finalists]
     fitting = sorted((p for p in exact if fits(p)), key=lambda p: p.step_time_s)
     fitting[:POLISHED] = [_polish(model, evaluate, p, floor=floor, fits=fits) for p in fitting[:POLISHED]]
-    seen: set[tuple[ParallelDims, tuple[str, ...]]] = set()   # layouts do not depend on the plan's split
+    seen: set[tuple[ParallelDims, tuple[str, ...]]] = set()  # layouts do not depend on the plan's split
     for pred in list(fitting):
         # a variant slower than 1 + top plans found cannot be returned (the bar only falls): skip
         # it when its floor is; the same split's variants also when the plan's bubble-free step is
@@ -220,20 +242,21 @@ def search(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace
         fitting.extend(p for p in variants if fits(p))
     fitting.sort(key=lambda p: p.step_time_s)
     jobs = {id(p): job for p in fitting}
-    for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[:1 + top], fits):
+    for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[: 1 + top], fits):
         jobs[id(pred)] = variant_job
         fitting.append(pred)
     fitting.sort(key=lambda p: p.step_time_s)
-    for variant_job, pred in _moe_overlap_variants(model, cluster, space, fitting[:1 + top], jobs, fits):
+    for variant_job, pred in _moe_overlap_variants(model, cluster, space, fitting[: 1 + top], jobs, fits):
         jobs[id(pred)] = variant_job
         fitting.append(pred)
     fitting.sort(key=lambda p: p.step_time_s)
     best = fitting[0] if fitting else None
-    return PlanResult(best, tuple(fitting[1:1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
+    return PlanResult(best, tuple(fitting[1 : 1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
 
 
-def cp_exchange_jobs(model: ModelSpec, job: Job, dims: ParallelDims, cp_fanout: tuple[int, ...],
-                     kinds: tuple[CpCommType, ...]) -> list[Job]:
+def cp_exchange_jobs(
+    model: ModelSpec, job: Job, dims: ParallelDims, cp_fanout: tuple[int, ...], kinds: tuple[CpCommType, ...]
+) -> list[Job]:
     """``job`` with each other context-parallel exchange of ``kinds`` that can run at the plan's cp and
     tp (evaluator.cp_comm_conflict); a2a+p2p with its all-to-all inside the lowest network level the
     cp group spans (``cp_fanout``'s first entry), where that leaves a ring across."""
@@ -248,8 +271,14 @@ def cp_exchange_jobs(model: ModelSpec, job: Job, dims: ParallelDims, cp_fanout: 
     return out
 
 
-def _moe_overlap_variants(model: ModelSpec, cluster, space: SearchSpace, preds: list[Prediction],
-                          jobs: dict[int, Job], fits: Callable[[Prediction], bool]) -> Iterator[tuple[Job, Prediction]]:
+def _moe_overlap_variants(
+    model: ModelSpec,
+    cluster,
+    space: SearchSpace,
+    preds: list[Prediction],
+    jobs: dict[int, Job],
+    fits: Callable[[Prediction], bool],
+) -> Iterator[tuple[Job, Prediction]]:
     """The plans of ``preds`` with their expert all-to-alls under another microbatch's compute
     (Job.moe_comm_overlap) where the space allows it and the plan can run it, those that fit (the
     overlap holds one more microbatch in flight)."""
@@ -267,8 +296,9 @@ def _moe_overlap_variants(model: ModelSpec, cluster, space: SearchSpace, preds: 
             yield variant, other
 
 
-def _cp_exchange_variants(model: ModelSpec, cluster, job: Job, space: SearchSpace, preds: list[Prediction],
-                          fits: Callable[[Prediction], bool]) -> Iterator[tuple[Job, Prediction]]:
+def _cp_exchange_variants(
+    model: ModelSpec, cluster, job: Job, space: SearchSpace, preds: list[Prediction], fits: Callable[[Prediction], bool]
+) -> Iterator[tuple[Job, Prediction]]:
     """The plans of ``preds`` with cp > 1 under the other exchanges the space allows, those that fit."""
     if not space.cp_comm_types:
         return

@@ -38,12 +38,17 @@ class SearchSpace:
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
     zero: tuple[ZeroStage, ...] = (ZeroStage.NONE, ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS)
     orders: tuple[tuple[str, ...], ...] = field(default=SEARCH_ORDERS)
-    min_cp_seq_len: int = 8192   # context parallelism is offered from this sequence length on
+    min_cp_seq_len: int = 8192  # context parallelism is offered from this sequence length on
     max_pp: int | None = None
     # pipeline schedules the planner may return: it ranks splits under 1F1B (always in) and tries
     # the others as variants of its finalists (search/planner.py)
-    schedules: tuple[Schedule, ...] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZBV,
-                                       Schedule.DUALPIPEV)
+    schedules: tuple[Schedule, ...] = (
+        Schedule.ONE_F_ONE_B,
+        Schedule.INTERLEAVED,
+        Schedule.ZB_H1,
+        Schedule.ZBV,
+        Schedule.DUALPIPEV,
+    )
     # context parallelism's K/V exchanges the planner may choose (a plan with cp > 1 is ranked under the
     # job's own and tried with the others: search/planner.py); None: the job's only
     cp_comm_types: tuple[CpCommType, ...] | None = None
@@ -54,12 +59,20 @@ class SearchSpace:
     def __post_init__(self) -> None:
         bad = [e for e in self.etp if e is not None and (not isinstance(e, int) or isinstance(e, bool) or e < 1)]
         if bad or not self.etp:
-            raise ConfigError(f"expert tensor parallelism must be 'tp' or positive integers, got {self.etp!r}",
-                              field="etp", value=self.etp, limit="tp or >= 1")
+            raise ConfigError(
+                f"expert tensor parallelism must be 'tp' or positive integers, got {self.etp!r}",
+                field="etp",
+                value=self.etp,
+                limit="tp or >= 1",
+            )
         margin = self.memory_margin
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0.0 <= margin < MAX_MEMORY_MARGIN:
-            raise ConfigError(f"memory margin must be a fraction of device memory in [0, {MAX_MEMORY_MARGIN}), got "
-                              f"{margin!r}", field="memory_margin", value=margin, limit=f"0..{MAX_MEMORY_MARGIN}")
+            raise ConfigError(
+                f"memory margin must be a fraction of device memory in [0, {MAX_MEMORY_MARGIN}), got {margin!r}",
+                field="memory_margin",
+                value=margin,
+                limit=f"0..{MAX_MEMORY_MARGIN}",
+            )
 
     def capacity_bytes(self, hbm_bytes: float) -> float:
         """The memory per device a plan may use: what the margin leaves of ``hbm_bytes``."""
@@ -77,7 +90,7 @@ class SubConfig:
     micro_batch_size: int
     recompute: Recompute
     order: tuple[str, ...]
-    etp: int | None = None   # expert tensor parallelism below tp (parallel folding); None: etp = tp
+    etp: int | None = None  # expert tensor parallelism below tp (parallel folding); None: etp = tp
 
     @property
     def stage_devices(self) -> int:
@@ -106,8 +119,9 @@ def aligned(size: int, unit_sizes: tuple[int, ...]) -> bool:
     return all(u % size == 0 or size % u == 0 for u in unit_sizes)
 
 
-def sub_configs(space: SearchSpace, model: ModelSpec, job: Job, node_devices: int, devices: int,
-                unit_sizes: tuple[int, ...] = ()) -> Iterator[SubConfig]:
+def sub_configs(
+    space: SearchSpace, model: ModelSpec, job: Job, node_devices: int, devices: int, unit_sizes: tuple[int, ...] = ()
+) -> Iterator[SubConfig]:
     """Legal sub-graph configurations; tp, tp x cp and tp x cp x ep are aligned with ``unit_sizes``."""
     cps = [c for c in space.cp if c == 1 or (job.seq_len >= space.min_cp_seq_len and job.seq_len % (2 * c) == 0)]
     eps = [e for e in space.ep if e == 1 or (model.is_moe and model.num_experts % e == 0)]
@@ -149,7 +163,7 @@ def replica_counts(cfg: SubConfig, job: Job, devices: int) -> list[int]:
     limit = devices // cfg.stage_devices
     if job.global_batch_size % per:
         return []
-    quotient = job.global_batch_size // per   # d * per divides the batch: d divides the quotient
+    quotient = job.global_batch_size // per  # d * per divides the batch: d divides the quotient
     small = [d for d in range(1, math.isqrt(quotient) + 1) if quotient % d == 0]
     divisors = sorted(set(small + [quotient // d for d in small]))
     return [d for d in divisors if d <= limit]

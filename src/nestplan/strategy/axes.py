@@ -24,9 +24,9 @@ class Axis(StrEnum):
     __repr__ = str.__repr__
 
 
-AXES: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.PP, Axis.DP)   # ParallelDims' order of the degrees
+AXES: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.PP, Axis.DP)  # ParallelDims' order of the degrees
 
-STAGE_MAJOR: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)     # Megatron-LM's default: stage slowest
-REPLICA_MAJOR: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.PP, Axis.DP)   # each replica's pipeline contiguous
-NAMED_ORDERS = (STAGE_MAJOR, REPLICA_MAJOR)   # the orders the placement answers arithmetically (and the search explores)
+STAGE_MAJOR: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)  # Megatron-LM's default: stage slowest
+REPLICA_MAJOR: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.PP, Axis.DP)  # each replica's pipeline contiguous
+NAMED_ORDERS = (STAGE_MAJOR, REPLICA_MAJOR)  # the orders the placement answers arithmetically (and the search explores)
 DEFAULT_AXIS_ORDER = REPLICA_MAJOR

@@ -81,29 +81,50 @@ class ParallelDims:
         if not isinstance(etp, int) or isinstance(etp, bool) or etp < 1:
             raise _err(f"etp must be a positive integer, got {etp!r}", "etp", etp, ">= 1")
         if self.tp % etp:
-            raise _err(f"expert tensor parallelism etp {etp} must divide tp {self.tp} (etp consecutive ranks of each "
-                       "tensor-parallel group share an expert's shard)", "etp", etp, self.tp)
+            raise _err(
+                f"expert tensor parallelism etp {etp} must divide tp {self.tp} (etp consecutive ranks of each "
+                "tensor-parallel group share an expert's shard)",
+                "etp",
+                etp,
+                self.tp,
+            )
         if etp == self.tp:
-            object.__setattr__(self, "etp", None)   # the default, stored one way
+            object.__setattr__(self, "etp", None)  # the default, stored one way
         elif not self.sp:
-            raise _err(f"expert tensor parallelism etp {etp} below tp {self.tp} needs sequence parallelism (the MoE "
-                       "layer takes each rank's own tokens; Megatron-Core requires sp for MoE with tp > 1)",
-                       "sp", self.sp, True)
+            raise _err(
+                f"expert tensor parallelism etp {etp} below tp {self.tp} needs sequence parallelism (the MoE "
+                "layer takes each rank's own tokens; Megatron-Core requires sp for MoE with tp > 1)",
+                "sp",
+                self.sp,
+                True,
+            )
 
     def _check_schedule(self) -> None:
         v, schedule = self.virtual_stages, self.schedule
         if schedule.v_shaped and v != 2:
-            raise _err(f"the {schedule.value} schedule runs 2 chunks per stage (virtual stages 2), got {v}",
-                       "virtual_stages", v, 2)
+            raise _err(
+                f"the {schedule.value} schedule runs 2 chunks per stage (virtual stages 2), got {v}",
+                "virtual_stages",
+                v,
+                2,
+            )
         if v > 1 and schedule is not Schedule.INTERLEAVED and not schedule.v_shaped:
-            raise _err(f"virtual stages {v} need the interleaved schedule, got {schedule.value}",
-                       "virtual_stages", v, "interleaved")
+            raise _err(
+                f"virtual stages {v} need the interleaved schedule, got {schedule.value}",
+                "virtual_stages",
+                v,
+                "interleaved",
+            )
         if schedule in (Schedule.INTERLEAVED, Schedule.ZBV, Schedule.DUALPIPEV) and self.pp == 1:
             raise _err(f"the {schedule.value} schedule needs pp > 1, got pp 1", "schedule", schedule.value, "pp > 1")
         if schedule.v_shaped and self.layers_per_stage is not None and len(self.layers_per_stage) != self.pp:
-            raise _err(f"the {schedule.value} schedule takes layers per stage ({self.pp} entries, each split in "
-                       f"half between its two chunks), got {len(self.layers_per_stage)} entries", "layers_per_stage",
-                       len(self.layers_per_stage), self.pp)
+            raise _err(
+                f"the {schedule.value} schedule takes layers per stage ({self.pp} entries, each split in "
+                f"half between its two chunks), got {len(self.layers_per_stage)} entries",
+                "layers_per_stage",
+                len(self.layers_per_stage),
+                self.pp,
+            )
 
     # -- derived sizes ---------------------------------------------------------
     @property
@@ -152,16 +173,27 @@ class ParallelDims:
             return _err(
                 f"global batch size {global_batch_size} is not divisible by dp x ep x micro-batch size "
                 f"= {self.dp} x {self.ep} x {self.micro_batch_size} = {per_step}",
-                "global_batch_size", global_batch_size, per_step)
+                "global_batch_size",
+                global_batch_size,
+                per_step,
+            )
         m = global_batch_size // per_step
         if self.schedule is Schedule.INTERLEAVED and m % self.pp:
-            return _err(f"the interleaved schedule needs the {m} microbatches to be a multiple of pp {self.pp}",
-                        "global_batch_size", global_batch_size, self.pp)
+            return _err(
+                f"the interleaved schedule needs the {m} microbatches to be a multiple of pp {self.pp}",
+                "global_batch_size",
+                global_batch_size,
+                self.pp,
+            )
         if self.schedule.v_shaped and m < 2 * self.pp:
             # torchtitan's DualPipeV refuses fewer microbatches than its 2 pp virtual stages; ZB-V fills its
             # V only from 2 pp - 1 on (Qi et al. 2024, arXiv 2405.15362, section 3)
-            return _err(f"the {self.schedule.value} schedule needs at least 2 x pp = {2 * self.pp} microbatches, "
-                        f"got {m}", "global_batch_size", global_batch_size, 2 * self.pp * per_step)
+            return _err(
+                f"the {self.schedule.value} schedule needs at least 2 x pp = {2 * self.pp} microbatches, got {m}",
+                "global_batch_size",
+                global_batch_size,
+                2 * self.pp * per_step,
+            )
         return None
 
     @property
@@ -175,8 +207,8 @@ class ParallelDims:
         if problem is not None:
             raise problem
         if self.per_virtual_stage:
-            chunks = self.virtual_stage_layers(num_layers)   # per-virtual-stage entries: interleaved only
-            return tuple(sum(chunks[s::self.pp]) for s in range(self.pp))
+            chunks = self.virtual_stage_layers(num_layers)  # per-virtual-stage entries: interleaved only
+            return tuple(sum(chunks[s :: self.pp]) for s in range(self.pp))
         if self.layers_per_stage is not None:
             return self.layers_per_stage
         return (num_layers // self.pp,) * self.pp
@@ -210,21 +242,34 @@ class ParallelDims:
         """Why the layers do not split into this plan's stages (an error to raise), or None."""
         if self.layers_per_stage is not None:
             if sum(self.layers_per_stage) != num_layers:
-                return _err(f"layers-per-stage sums to {sum(self.layers_per_stage)} but the model has {num_layers} "
-                            "layers", "layers_per_stage", self.layers_per_stage, num_layers)
+                return _err(
+                    f"layers-per-stage sums to {sum(self.layers_per_stage)} but the model has {num_layers} layers",
+                    "layers_per_stage",
+                    self.layers_per_stage,
+                    num_layers,
+                )
             parts = self.layers_per_stage
         else:
             if self.pp > num_layers:
                 return _err(f"pp {self.pp} exceeds the model's {num_layers} layers", "pp", self.pp, num_layers)
             if num_layers % self.pp:
-                return _err(f"pp {self.pp} does not divide the model's {num_layers} layers; "
-                            "give --layers-per-stage for an uneven split", "pp", self.pp, num_layers)
+                return _err(
+                    f"pp {self.pp} does not divide the model's {num_layers} layers; "
+                    "give --layers-per-stage for an uneven split",
+                    "pp",
+                    self.pp,
+                    num_layers,
+                )
             parts = (num_layers // self.pp,) * self.pp
         if self.virtual_stages > 1 and not self.per_virtual_stage:
             bad = [n for n in parts if n % self.virtual_stages]
             if bad:
-                return _err(f"a stage of {bad[0]} layers does not split into {self.virtual_stages} virtual stages",
-                            "virtual_stages", self.virtual_stages, bad[0])
+                return _err(
+                    f"a stage of {bad[0]} layers does not split into {self.virtual_stages} virtual stages",
+                    "virtual_stages",
+                    self.virtual_stages,
+                    bad[0],
+                )
         return None
 
 
@@ -252,8 +297,10 @@ def layout_problem(counts: Sequence[int], pp: int, virtual_stages: int) -> str |
     if len(counts) == pp and min(counts) < 1:
         return "gives a stage no layer; every stage needs one (per virtual stage, the first and last may hold none)"
     if len(counts) != pp and min(counts[1:-1], default=1) < 1:
-        return ("gives a virtual stage between the first and the last no layer; only the first (embedding) and "
-                "the last (head) may hold none")
+        return (
+            "gives a virtual stage between the first and the last no layer; only the first (embedding) and "
+            "the last (head) may hold none"
+        )
     return None
 
 
@@ -279,14 +326,18 @@ def tp_conflict(model, tp: int) -> ConfigError | None:
     (fewer key-value heads than tp are replicated, Megatron-LM's GQA rule), and tp splits the Mamba
     mixers of a hybrid model (``_mamba_tp_conflict``)."""
     if model.num_heads % tp:
-        return _err(f"tp {tp} does not divide the model's {model.num_heads} attention heads", "tp", tp,
-                    model.num_heads)
+        return _err(f"tp {tp} does not divide the model's {model.num_heads} attention heads", "tp", tp, model.num_heads)
     if model.num_kv_heads % tp and tp % model.num_kv_heads:
-        return _err(f"tp {tp} and the model's {model.num_kv_heads} key-value heads do not divide one another",
-                    "tp", tp, model.num_kv_heads)
+        return _err(
+            f"tp {tp} and the model's {model.num_kv_heads} key-value heads do not divide one another",
+            "tp",
+            tp,
+            model.num_kv_heads,
+        )
     if model.ffn_hidden_size % tp:
-        return _err(f"tp {tp} does not divide the model's FFN size {model.ffn_hidden_size}", "tp", tp,
-                    model.ffn_hidden_size)
+        return _err(
+            f"tp {tp} does not divide the model's FFN size {model.ffn_hidden_size}", "tp", tp, model.ffn_hidden_size
+        )
     return _mamba_tp_conflict(model.mamba if model.mamba_layers else None, tp)
 
 
@@ -311,15 +362,22 @@ def mamba_cp_conflict(m: Mamba1Shape | Mamba2Shape | None, tp: int, cp: int) -> 
     if m is None or cp <= 1:
         return None
     if isinstance(m, Mamba1Shape):
-        return _err(f"cp {cp} cannot split Mamba-1 mixers (Jamba): no framework runs them with context "
-                    "parallelism; use cp 1", "cp", cp, 1)
+        return _err(
+            f"cp {cp} cannot split Mamba-1 mixers (Jamba): no framework runs them with context parallelism; use cp 1",
+            "cp",
+            cp,
+            1,
+        )
     if m.num_heads % (tp * cp):
-        return _err(f"tp x cp = {tp * cp} does not divide the model's {m.num_heads} Mamba heads", "cp", cp,
-                    m.num_heads)
+        return _err(f"tp x cp = {tp * cp} does not divide the model's {m.num_heads} Mamba heads", "cp", cp, m.num_heads)
     groups = m.groups // tp
     if groups % cp and cp % groups:
-        return _err(f"cp {cp} and the {groups} Mamba groups per tp rank (groups / tp) do not divide one another",
-                    "cp", cp, groups)
+        return _err(
+            f"cp {cp} and the {groups} Mamba groups per tp rank (groups / tp) do not divide one another",
+            "cp",
+            cp,
+            groups,
+        )
     return None
 
 
@@ -335,14 +393,28 @@ def model_conflict(dims: ParallelDims, model, seq_len: int) -> ConfigError | Non
         return _err(f"etp {dims.etp} needs a mixture-of-experts model; {model.name} is dense", "etp", dims.etp, dims.tp)
     if model.is_moe and model.num_experts % dims.expert_parallel:
         folded = "" if dims.etp is None else f" (ep {dims.ep} x tp {dims.tp} / etp {dims.etp})"
-        return _err(f"expert parallelism {dims.expert_parallel}{folded} does not divide the model's "
-                    f"{model.num_experts} experts", "ep", dims.expert_parallel, model.num_experts)
+        return _err(
+            f"expert parallelism {dims.expert_parallel}{folded} does not divide the model's "
+            f"{model.num_experts} experts",
+            "ep",
+            dims.expert_parallel,
+            model.num_experts,
+        )
     if model.is_moe and model.moe_ffn_hidden_size % dims.expert_tp:
-        return _err(f"expert tensor parallelism {dims.expert_tp} does not divide the experts' FFN size "
-                    f"{model.moe_ffn_hidden_size}", "etp", dims.expert_tp, model.moe_ffn_hidden_size)
+        return _err(
+            f"expert tensor parallelism {dims.expert_tp} does not divide the experts' FFN size "
+            f"{model.moe_ffn_hidden_size}",
+            "etp",
+            dims.expert_tp,
+            model.moe_ffn_hidden_size,
+        )
     if seq_len % (2 * dims.cp) and dims.cp > 1:
-        return _err(f"cp {dims.cp} needs the sequence length {seq_len} to be a multiple of 2 x cp = {2 * dims.cp}",
-                    "cp", dims.cp, seq_len)
+        return _err(
+            f"cp {dims.cp} needs the sequence length {seq_len} to be a multiple of 2 x cp = {2 * dims.cp}",
+            "cp",
+            dims.cp,
+            seq_len,
+        )
     problem = mamba_cp_conflict(model.mamba if model.mamba_layers else None, dims.tp, dims.cp)
     if problem is not None:
         return problem

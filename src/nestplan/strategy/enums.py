@@ -8,9 +8,9 @@ from enum import Enum, IntEnum
 class ZeroStage(IntEnum):
     """ZeRO (Rajbhandari et al. 2020): what is sharded over the data-parallel group."""
 
-    NONE = 0        # nothing
-    OPTIMIZER = 1   # optimizer state (and fp32 master weights)
-    GRADIENTS = 2   # + gradients
+    NONE = 0  # nothing
+    OPTIMIZER = 1  # optimizer state (and fp32 master weights)
+    GRADIENTS = 2  # + gradients
     PARAMETERS = 3  # + parameters (gathered per layer in forward and backward)
 
 
@@ -19,19 +19,19 @@ class Recompute(str, Enum):
 
     NONE = "none"
     SELECTIVE = "selective"  # recompute the attention core only
-    FULL = "full"            # store each layer's input, re-run its forward in backward
+    FULL = "full"  # store each layer's input, re-run its forward in backward
 
 
 class Schedule(str, Enum):
     """Pipeline schedule."""
 
-    ONE_F_ONE_B = "1f1b"          # PipeDream-Flush (Narayanan et al. 2021)
-    GPIPE = "gpipe"               # all forwards, then all backwards (Huang et al. 2019)
-    INTERLEAVED = "interleaved"   # interleaved 1F1B with virtual stages (Narayanan et al. SC'21)
-    ZB_H1 = "zb-h1"               # 1F1B with the backward split into B and W, W deferred (Qi et al. ICLR 2024)
-    ZBV = "zbv"                   # zero bubble on two chunks per stage in a V (Qi et al. 2024, arXiv 2405.15362)
-    DUALPIPEV = "dualpipev"       # DualPipe cut in half: V chunks, F and B of two microbatches overlapped
-                                  # (DeepSeek-AI 2024, arXiv 2412.19437 section 3.2.1; torchtitan DualPipeV)
+    ONE_F_ONE_B = "1f1b"  # PipeDream-Flush (Narayanan et al. 2021)
+    GPIPE = "gpipe"  # all forwards, then all backwards (Huang et al. 2019)
+    INTERLEAVED = "interleaved"  # interleaved 1F1B with virtual stages (Narayanan et al. SC'21)
+    ZB_H1 = "zb-h1"  # 1F1B with the backward split into B and W, W deferred (Qi et al. ICLR 2024)
+    ZBV = "zbv"  # zero bubble on two chunks per stage in a V (Qi et al. 2024, arXiv 2405.15362)
+    DUALPIPEV = "dualpipev"  # DualPipe cut in half: V chunks, F and B of two microbatches overlapped
+    # (DeepSeek-AI 2024, arXiv 2412.19437 section 3.2.1; torchtitan DualPipeV)
 
     @property
     def splits_backward(self) -> bool:

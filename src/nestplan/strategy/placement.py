@@ -44,9 +44,9 @@ class GroupSpan:
 @dataclass(frozen=True)
 class Placement:
     axis_order: tuple[str, ...]
-    groups: Mapping[str, GroupSpan]         # keys: GROUP_KEYS ("tp", "cp", "ep", "dp", "ep+dp", ...), EXPERT_GROUP_KEYS
-    pp_boundary_levels: tuple[int, ...]     # level of the link between stage i and i+1 (worst over replicas)
-    pp_ends: GroupSpan                      # a rank of the first stage and its peer on the last (worst pair;
+    groups: Mapping[str, GroupSpan]  # keys: GROUP_KEYS ("tp", "cp", "ep", "dp", "ep+dp", ...), EXPERT_GROUP_KEYS
+    pp_boundary_levels: tuple[int, ...]  # level of the link between stage i and i+1 (worst over replicas)
+    pp_ends: GroupSpan  # a rank of the first stage and its peer on the last (worst pair;
     #                                         one member when pp = 1): the tied embeddings' all-reduce group
 
     def levels_spanned(self) -> dict[str, int]:
@@ -92,8 +92,12 @@ def rank_grid(dims: ParallelDims, axis_order: Sequence[str]) -> np.ndarray:
     """Array of ranks indexed [tp, cp, ep, pp, dp] (AXES order) for the given fastest-first axis order."""
     order = tuple(axis_order)
     if sorted(order) != sorted(AXES):
-        raise ConfigError(f"axis order {','.join(order)} must be a permutation of {','.join(AXES)}",
-                          field="axis_order", value=order, limit=AXES)
+        raise ConfigError(
+            f"axis order {','.join(order)} must be a permutation of {','.join(AXES)}",
+            field="axis_order",
+            value=order,
+            limit=AXES,
+        )
     shape_fast_first = [dims.degree(a) for a in order]
     ranks = np.arange(dims.devices).reshape(shape_fast_first[::-1])  # C order: last index fastest
     slowest_first = order[::-1]
@@ -121,16 +125,20 @@ def grid_placement(dims: ParallelDims, topo: Topology, axis_order: Sequence[str]
 
     boundary = tuple(worst_span(topo, np.hstack([stage(s), stage(s + 1)])).level for s in range(dims.pp - 1))
     ends = np.hstack([stage(0), stage(dims.pp - 1)]) if dims.pp > 1 else stage(0)
-    return Placement(axis_order=tuple(axis_order), groups=MappingProxyType(groups), pp_boundary_levels=boundary,
-                     pp_ends=worst_span(topo, ends))
+    return Placement(
+        axis_order=tuple(axis_order),
+        groups=MappingProxyType(groups),
+        pp_boundary_levels=boundary,
+        pp_ends=worst_span(topo, ends),
+    )
 
 
 def expert_rank_groups(grid: np.ndarray, etp: int) -> dict[str, np.ndarray]:
     """The "expert" and "etp" rank groups of a rank grid: its tp coordinate split as (tp / etp, etp),
     etp fastest."""
     tp = grid.shape[0]
-    split = grid.reshape((tp // etp, etp) + grid.shape[1:])   # [tp / etp, etp, cp, ep, pp, dp]
-    ep_axis = 1 + AXES.index(Axis.EP)   # the tp axis (index 0) became two
+    split = grid.reshape((tp // etp, etp) + grid.shape[1:])  # [tp / etp, etp, cp, ep, pp, dp]
+    ep_axis = 1 + AXES.index(Axis.EP)  # the tp axis (index 0) became two
 
     def along(axes: list[int]) -> np.ndarray:
         rest = [i for i in range(split.ndim) if i not in axes]
@@ -148,8 +156,13 @@ def _strides(order: tuple[str, ...], tp: int, cp: int, ep: int, d: int, p: int) 
     else:
         assert order == REPLICA_MAJOR, order
         dp_stride, pp_stride = p * a, a
-    return {Axis.TP: (1, tp), Axis.CP: (tp, cp), Axis.EP: (tp * cp, ep), Axis.DP: (dp_stride, d),
-            Axis.PP: (pp_stride, p)}
+    return {
+        Axis.TP: (1, tp),
+        Axis.CP: (tp, cp),
+        Axis.EP: (tp * cp, ep),
+        Axis.DP: (dp_stride, d),
+        Axis.PP: (pp_stride, p),
+    }
 
 
 def _lattice(strides: Sequence[tuple[int, int]]) -> np.ndarray:
@@ -160,8 +173,9 @@ def _lattice(strides: Sequence[tuple[int, int]]) -> np.ndarray:
     return out
 
 
-def named_group(topo: Topology, order: tuple[str, ...], axes: str, tp: int, cp: int, ep: int, d: int,
-                p: int) -> GroupSpan:
+def named_group(
+    topo: Topology, order: tuple[str, ...], axes: str, tp: int, cp: int, ep: int, d: int, p: int
+) -> GroupSpan:
     """Worst group of ``axes`` (a GROUP_KEYS entry) in a named order: each group is a base (a rank
     whose coordinates along ``axes`` are zero) plus the lattice of the axes' strides."""
     strides = _strides(order, tp, cp, ep, d, p)
@@ -171,8 +185,9 @@ def named_group(topo: Topology, order: tuple[str, ...], axes: str, tp: int, cp: 
     return worst_span(topo, bases[:, None] + offsets[None, :])
 
 
-def named_expert_group(topo: Topology, order: tuple[str, ...], key: str, tp: int, etp: int, cp: int, ep: int,
-                       d: int, p: int) -> GroupSpan:
+def named_expert_group(
+    topo: Topology, order: tuple[str, ...], key: str, tp: int, etp: int, cp: int, ep: int, d: int, p: int
+) -> GroupSpan:
     """Worst "expert" or "etp" group (EXPERT_GROUP_KEYS) in a named order, where tp is the fastest axis:
     within a tp group the etp shard is (stride 1, etp ranks), the folded experts (stride etp, tp / etp)."""
     strides = _strides(order, tp, cp, ep, d, p)
@@ -204,11 +219,11 @@ def named_boundary_levels(topo: Topology, order: tuple[str, ...], a: int, d: int
     if p <= 1:
         return ()
     s = np.arange(p - 1)
-    if order == STAGE_MAJOR:   # stage s: the d * a ranks from s * d * a
+    if order == STAGE_MAJOR:  # stage s: the d * a ranks from s * d * a
         gap = d * a
         low = s * gap
         levels = _pair_levels(topo, low, low + 2 * gap - 1)
-    else:                      # replica r, stage s: the a ranks from r * p * a + s * a
+    else:  # replica r, stage s: the a ranks from r * p * a + s * a
         assert order == REPLICA_MAJOR, order
         low = np.arange(d)[:, None] * p * a + s[None, :] * a
         levels = _pair_levels(topo, low, low + 2 * a - 1).max(axis=0)
@@ -237,12 +252,16 @@ def _named_placement(dims: ParallelDims, topo: Topology, axis_order: Sequence[st
     order = tuple(axis_order)
     tp, cp, ep, d, p = dims.tp, dims.cp, dims.ep, dims.dp, dims.pp
     groups = {key: named_group(topo, order, key, tp, cp, ep, d, p) for key in GROUP_KEYS}
-    groups.update({key: named_expert_group(topo, order, key, tp, dims.expert_tp, cp, ep, d, p)
-                   for key in EXPERT_GROUP_KEYS})
+    groups.update(
+        {key: named_expert_group(topo, order, key, tp, dims.expert_tp, cp, ep, d, p) for key in EXPERT_GROUP_KEYS}
+    )
     a = tp * cp * ep
-    return Placement(axis_order=order, groups=MappingProxyType(groups),
-                     pp_boundary_levels=named_boundary_levels(topo, order, a, d, p),
-                     pp_ends=named_pp_ends(topo, order, a, d, p))
+    return Placement(
+        axis_order=order,
+        groups=MappingProxyType(groups),
+        pp_boundary_levels=named_boundary_levels(topo, order, a, d, p),
+        pp_ends=named_pp_ends(topo, order, a, d, p),
+    )
 
 
 class TopologyPlacements:
@@ -274,7 +293,7 @@ class TopologyPlacements:
 
 
 # ---------------------------------------------------------------- one cached Placement per plan
-_MAX_CACHED_PLACEMENTS = 4096   # distinct (degrees, topology, axis order) kept; a planner run meets a few hundred
+_MAX_CACHED_PLACEMENTS = 4096  # distinct (degrees, topology, axis order) kept; a planner run meets a few hundred
 _placements: dict[tuple, Placement] = {}
 
 
@@ -298,5 +317,9 @@ def place(dims: ParallelDims, topo: Topology, axis_order: Sequence[str] = DEFAUL
 
 def _check_fits(dims: ParallelDims, topo: Topology) -> None:
     if dims.devices > topo.devices:
-        raise ConfigError(f"the plan needs {dims.devices} devices but the cluster has {topo.devices}",
-                          field="devices", value=dims.devices, limit=topo.devices)
+        raise ConfigError(
+            f"the plan needs {dims.devices} devices but the cluster has {topo.devices}",
+            field="devices",
+            value=dims.devices,
+            limit=topo.devices,
+        )

@@ -21,25 +21,31 @@ def _connect(ray, address: str) -> bool:
     elif address == "auto" or address.startswith("ray://") or ":" in address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     else:
-        raise ConfigError(f"--ray must be local, auto, ray://host:port or host:port, got '{address}'",
-                          field="ray", value=address, limit="local | auto | ray://host:port")
+        raise ConfigError(
+            f"--ray must be local, auto, ray://host:port or host:port, got '{address}'",
+            field="ray",
+            value=address,
+            limit="local | auto | ray://host:port",
+        )
     return True
 
 
-def run_on_ray(jobs: list[tuple], address: str, solve: Callable[..., dict],
-               record: Callable[[dict, dict], None]) -> None:
+def run_on_ray(
+    jobs: list[tuple], address: str, solve: Callable[..., dict], record: Callable[[dict, dict], None]
+) -> None:
     """``solve(inputs, model, cluster)`` of every job as a Ray task; ``record(inputs, result)`` as each ends."""
     try:
         import ray
     except ImportError:
-        raise ConfigError("--ray needs Ray: pip install 'nestplan[ray]'", field="ray", value=address,
-                          limit="ray installed") from None
+        raise ConfigError(
+            "--ray needs Ray: pip install 'nestplan[ray]'", field="ray", value=address, limit="ray installed"
+        ) from None
     started = _connect(ray, address)
     try:
         task = ray.remote(num_cpus=1, max_retries=2)(solve)
         shared: dict[int, Any] = {}
 
-        def ref(obj):   # one object-store entry per distinct model or cluster variant
+        def ref(obj):  # one object-store entry per distinct model or cluster variant
             if id(obj) not in shared:
                 shared[id(obj)] = ray.put(obj)
             return shared[id(obj)]
@@ -51,7 +57,7 @@ def run_on_ray(jobs: list[tuple], address: str, solve: Callable[..., dict],
                 inputs = running.pop(r)
                 try:
                     result = ray.get(r)
-                except Exception as exc:   # a worker that died beyond its retries
+                except Exception as exc:  # a worker that died beyond its retries
                     result = {"status": "error", "error": f"ray task failed: {type(exc).__name__}", "solve_time_s": 0.0}
                 record(inputs, result)
     finally:

@@ -27,16 +27,36 @@ from nestplan.sweep.store import Store
 if TYPE_CHECKING:
     import pandas
 
-CSV_FIELDS = ("model", "label", "accelerator", "overrides", "devices", "global_batch_size", "seq_len", "hbm_GiB",
-              "status", "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu", "peak_memory_GiB", "plan",
-              "error", "solve_time_s")
+CSV_FIELDS = (
+    "model",
+    "label",
+    "accelerator",
+    "overrides",
+    "devices",
+    "global_batch_size",
+    "seq_len",
+    "hbm_GiB",
+    "status",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+    "step_time_s",
+    "mfu",
+    "peak_memory_GiB",
+    "plan",
+    "error",
+    "solve_time_s",
+)
 
 
 def read_rows(out_dir: Path) -> list[dict[str, Any]]:
     path = Path(out_dir) / "results.sqlite"
     if not path.is_file():
-        raise ConfigError(f"no sweep results in '{printable(str(out_dir))}' (results.sqlite not found)", field="dir",
-                          value=printable(str(out_dir)), limit="a sweep output folder")
+        raise ConfigError(
+            f"no sweep results in '{printable(str(out_dir))}' (results.sqlite not found)",
+            field="dir",
+            value=printable(str(out_dir)),
+            limit="a sweep output folder",
+        )
     store = Store(path)
     try:
         return store.rows()
@@ -55,9 +75,15 @@ def report_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
         table.add_column(col, justify="right" if col in RIGHT_ALIGNED else "left")
     for r in rows:
         ok = r["status"] == "ok"
-        cells = (r["model"], variant(r), str(r["devices"]), r["status"],
-                 f"{r['tokens_per_s_per_device']:,.0f}" if ok else "-", f"{r['mfu']:.1%}" if ok else "-",
-                 plan_text(r["plan"]))
+        cells = (
+            r["model"],
+            variant(r),
+            str(r["devices"]),
+            r["status"],
+            f"{r['tokens_per_s_per_device']:,.0f}" if ok else "-",
+            f"{r['mfu']:.1%}" if ok else "-",
+            plan_text(r["plan"]),
+        )
         table.add_row(*(Text(printable(cell)) for cell in cells))
     return table
 
@@ -65,16 +91,23 @@ def report_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
 def variant(row: dict[str, Any]) -> str:
     """A cluster variant's name: label, accelerator, level overrides in brackets, device memory."""
     swept = ", ".join(f"{k}={v:g}" for k, v in sorted(row["overrides"].items()))
-    return (row["label"] + (f" {row['accelerator']}" if row["accelerator"] else "") + (f" [{swept}]" if swept else "")
-            + (f" {row['hbm_GiB']:g} GiB" if row["hbm_GiB"] else ""))
+    return (
+        row["label"]
+        + (f" {row['accelerator']}" if row["accelerator"] else "")
+        + (f" [{swept}]" if swept else "")
+        + (f" {row['hbm_GiB']:g} GiB" if row["hbm_GiB"] else "")
+    )
 
 
 def plan_text(plan: dict[str, Any] | None) -> str:
     if not plan:
         return "-"
-    return (f"tp{plan['tp']}{'+sp' if plan['sp'] else ''} pp{plan['pp']} dp{plan['dp']}"
-            + (f" cp{plan['cp']}" if plan["cp"] > 1 else "") + (f" ep{plan['ep']}" if plan["ep"] > 1 else "")
-            + f" mbs{plan['micro_batch_size']} z{plan['zero_stage']}")
+    return (
+        f"tp{plan['tp']}{'+sp' if plan['sp'] else ''} pp{plan['pp']} dp{plan['dp']}"
+        + (f" cp{plan['cp']}" if plan["cp"] > 1 else "")
+        + (f" ep{plan['ep']}" if plan["ep"] > 1 else "")
+        + f" mbs{plan['micro_batch_size']} z{plan['zero_stage']}"
+    )
 
 
 @contextmanager
@@ -83,14 +116,19 @@ def _writing(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise ConfigError(f"sweep report: cannot write '{printable(str(path))}': {printable(exc.strerror or str(exc))}",
-                          field="out", value=printable(str(path)), limit="a writable folder") from None
+        raise ConfigError(
+            f"sweep report: cannot write '{printable(str(path))}': {printable(exc.strerror or str(exc))}",
+            field="out",
+            value=printable(str(path)),
+            limit="a writable folder",
+        ) from None
 
 
 def csv_record(row: dict[str, Any]) -> dict[str, Any]:
     """A store row as results.csv writes it: CSV_FIELDS, the cluster variant and the plan as text."""
-    return {f: variant(row) if f == "overrides" else plan_text(row["plan"]) if f == "plan" else row[f]
-            for f in CSV_FIELDS}
+    return {
+        f: variant(row) if f == "overrides" else plan_text(row["plan"]) if f == "plan" else row[f] for f in CSV_FIELDS
+    }
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:

@@ -36,15 +36,15 @@ from nestplan.sweep.store import Store
 from nestplan.units import GiB_to_bytes, bytes_to_GiB
 
 MAX_ATTEMPTS = 3
-PARENT_CHECK_S = 1.0   # how often a local worker checks that its driver is alive
+PARENT_CHECK_S = 1.0  # how often a local worker checks that its driver is alive
 
 
 @dataclass(frozen=True)
 class SweepSummary:
     total: int
-    skipped: int          # already in the store
-    finished: int         # solved now (ok, infeasible or error)
-    failed: int           # of those, status error
+    skipped: int  # already in the store
+    finished: int  # solved now (ok, infeasible or error)
+    failed: int  # of those, status error
     elapsed_s: float
     store: Path
 
@@ -56,8 +56,13 @@ def build_cluster(case: Case) -> Cluster:
     for name, value in case.overrides:
         level, _, field = name.partition(".")
         if level not in levels:
-            raise ConfigError(f"cluster '{case.cluster_base}' has no level '{level}' (override '{name}'); "
-                              f"levels: {', '.join(map(str, levels))}", field=name, value=level, limit=list(levels))
+            raise ConfigError(
+                f"cluster '{case.cluster_base}' has no level '{level}' (override '{name}'); "
+                f"levels: {', '.join(map(str, levels))}",
+                field=name,
+                value=level,
+                limit=list(levels),
+            )
         levels[level][field] = value
     data["name"] = case.cluster_label
     if case.accelerator is not None:
@@ -66,9 +71,14 @@ def build_cluster(case: Case) -> Cluster:
     if case.hbm_GiB is not None:
         hbm, reserved = GiB_to_bytes(case.hbm_GiB), cluster.accelerator.reserved_bytes
         if hbm <= reserved:
-            raise ConfigError(f"sweep spec: hbm_GiB {case.hbm_GiB:g} is not above the {reserved / GiB_to_bytes(1):g} GiB "
-                              f"{cluster.accelerator.name} reserves for the framework", field="hbm_GiB",
-                              value=case.hbm_GiB, limit=f"> {reserved / GiB_to_bytes(1):g}", unit="GiB")
+            raise ConfigError(
+                f"sweep spec: hbm_GiB {case.hbm_GiB:g} is not above the {reserved / GiB_to_bytes(1):g} GiB "
+                f"{cluster.accelerator.name} reserves for the framework",
+                field="hbm_GiB",
+                value=case.hbm_GiB,
+                limit=f"> {reserved / GiB_to_bytes(1):g}",
+                unit="GiB",
+            )
         cluster = replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=hbm))
     return cluster
 
@@ -79,15 +89,24 @@ def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[st
     try:
         cl = cluster.truncate(inputs["devices"]) if inputs["devices"] <= cluster.devices else None
         if cl is None:
-            raise PlannerError(f"cluster variant has {cluster.devices} devices, fewer than the {inputs['devices']} "
-                               "asked")
-        job = make_job(model, inputs["global_batch_size"], inputs["seq_len"],
-                       dtype=preferred_dtype(cl.accelerator.peak_flops))
+            raise PlannerError(
+                f"cluster variant has {cluster.devices} devices, fewer than the {inputs['devices']} asked"
+            )
+        job = make_job(
+            model, inputs["global_batch_size"], inputs["seq_len"], dtype=preferred_dtype(cl.accelerator.peak_flops)
+        )
         best, data = best_plan(model, cl, job)
-        out = {"status": "ok", "tokens_per_s": best.tokens_per_s,
-               "tokens_per_s_per_device": best.tokens_per_s / inputs["devices"], "step_time_s": best.step_time_s,
-               "mfu": best.mfu, "peak_memory_GiB": bytes_to_GiB(best.peak_memory_bytes_per_device),
-               "plan": data["parallel"], "error": None, "details": _details(data, inputs.get("keep", ()))}
+        out = {
+            "status": "ok",
+            "tokens_per_s": best.tokens_per_s,
+            "tokens_per_s_per_device": best.tokens_per_s / inputs["devices"],
+            "step_time_s": best.step_time_s,
+            "mfu": best.mfu,
+            "peak_memory_GiB": bytes_to_GiB(best.peak_memory_bytes_per_device),
+            "plan": data["parallel"],
+            "error": None,
+            "details": _details(data, inputs.get("keep", ())),
+        }
     except InfeasibleError as exc:
         out = {"status": "infeasible", "error": str(exc)}
     except PlannerError as exc:
@@ -107,16 +126,25 @@ def best_plan(model: ModelSpec, cluster: Cluster, job: Job) -> tuple[Prediction,
     if result.best is None:
         raise infeasible_error(model, cluster, job, cluster.devices, space)
     stats = SearchStats(result.stats.solve_time_s, result.stats.candidates, result.stats.pruned_memory)
-    return result.best, plan_to_dict(result.best, model=model.name, cluster=cluster.name,
-                                     devices_total=cluster.devices, job=result.job,
-                                     level_names=[lv.name for lv in cluster.topology.levels], search=stats)
+    return result.best, plan_to_dict(
+        result.best,
+        model=model.name,
+        cluster=cluster.name,
+        devices_total=cluster.devices,
+        job=result.job,
+        level_names=[lv.name for lv in cluster.topology.levels],
+        search=stats,
+    )
 
 
 def _details(data: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any] | None:
     """The parts of the plan JSON a spec asks to keep."""
-    pick = {"breakdown": lambda: data["prediction"]["breakdown_s"],
-            "memory": lambda: data["prediction"]["memory_breakdown_bytes"],
-            "stages": lambda: data["stages"], "placement": lambda: data["placement"]}
+    pick = {
+        "breakdown": lambda: data["prediction"]["breakdown_s"],
+        "memory": lambda: data["prediction"]["memory_breakdown_bytes"],
+        "stages": lambda: data["stages"],
+        "placement": lambda: data["placement"],
+    }
     return {k: pick[k]() for k in keep} or None
 
 
@@ -131,8 +159,11 @@ def _inputs(cases: list[Case]) -> tuple[dict[str, ModelSpec], dict[tuple, Cluste
             try:
                 clusters[_cluster_key(c)] = build_cluster(c)
             except PlannerError as exc:
-                raise ConfigError(f"sweep spec: cluster '{c.cluster_label}' with {dict(c.overrides)}: {exc}",
-                                  field="clusters", value=dict(c.overrides)) from None
+                raise ConfigError(
+                    f"sweep spec: cluster '{c.cluster_label}' with {dict(c.overrides)}: {exc}",
+                    field="clusters",
+                    value=dict(c.overrides),
+                ) from None
     return models, clusters
 
 
@@ -140,12 +171,17 @@ def _cluster_key(c: Case) -> tuple:
     return (c.cluster_base, c.cluster_label, c.accelerator, c.overrides, c.hbm_GiB)
 
 
-def run_sweep(spec: SweepSpec, out_dir: Path, workers: int = 2, ray_address: str | None = None,
-              progress: Callable[[int, int], None] | None = None) -> SweepSummary:
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: Path,
+    workers: int = 2,
+    ray_address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepSummary:
     """Solve every case of the spec not yet in out_dir/results.sqlite."""
     start = time.perf_counter()
     cases = expand(spec)
-    models, clusters = _inputs(cases)   # before anything is written: a bad spec leaves no trace
+    models, clusters = _inputs(cases)  # before anything is written: a bad spec leaves no trace
     store = Store(Path(out_dir) / "results.sqlite")
     counts = {"todo": 0, "finished": 0, "failed": 0}
 
@@ -157,20 +193,30 @@ def run_sweep(spec: SweepSpec, out_dir: Path, workers: int = 2, ray_address: str
             progress(counts["finished"], counts["todo"])
 
     try:
-        store.check_writable()   # a read-only store fails before any case is solved
+        store.check_writable()  # a read-only store fails before any case is solved
         done = store.keys()
-        jobs = [(dict(c.inputs(), key=c.key, keep=spec.keep), models[c.model], clusters[_cluster_key(c)])
-                for c in cases if c.key not in done]
+        jobs = [
+            (dict(c.inputs(), key=c.key, keep=spec.keep), models[c.model], clusters[_cluster_key(c)])
+            for c in cases
+            if c.key not in done
+        ]
         counts["todo"] = len(jobs)
         if ray_address is not None:
             from nestplan.sweep.ray_executor import run_on_ray
+
             run_on_ray(jobs, ray_address, solve, record)
         else:
             _run_local(jobs, workers, record)
     finally:
         store.close()
-    return SweepSummary(len(cases), len(cases) - counts["todo"], counts["finished"], counts["failed"],
-                        time.perf_counter() - start, store.path)
+    return SweepSummary(
+        len(cases),
+        len(cases) - counts["todo"],
+        counts["finished"],
+        counts["failed"],
+        time.perf_counter() - start,
+        store.path,
+    )
 
 
 def _run_local(jobs: list[tuple], workers: int, record: Callable[[dict, dict], None]) -> None:
@@ -195,7 +241,7 @@ def _run_local(jobs: list[tuple], workers: int, record: Callable[[dict, dict], N
             for key in [k for k, n in attempts.items() if k in pending and n >= MAX_ATTEMPTS]:
                 record(pending.pop(key)[0], {"status": "error", "error": "worker process died", "solve_time_s": 0.0})
         finally:
-            pool.shutdown(cancel_futures=True)   # a driver that stops (a full disk) waits only for running cases
+            pool.shutdown(cancel_futures=True)  # a driver that stops (a full disk) waits only for running cases
 
 
 def exit_with_parent(parent_pid: int) -> None:

@@ -43,25 +43,25 @@ from nestplan.version import __version__
 from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_string, load_object
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN
-from nestplan.network.topology import MAX_DEVICES   # largest device count swept: what one network holds
+from nestplan.network.topology import MAX_DEVICES  # largest device count swept: what one network holds
 
 TOP_KEYS = ("name", "models", "devices", "global_batch_size", "seq_len", "hbm_GiB", "keep", "clusters")
-KEEP_CHOICES = ("breakdown", "memory", "stages", "placement")   # parts of the plan JSON kept per case
+KEEP_CHOICES = ("breakdown", "memory", "stages", "placement")  # parts of the plan JSON kept per case
 CLUSTER_KEYS = ("base", "label", "accelerator", "set", "sweep")
 LEVEL_FIELDS = ("size", "bandwidth_GBps", "latency_us", "oversubscription")
 DEFAULT_GLOBAL_BATCH = 4096
-MAX_CASES = 100_000          # cases one spec may expand to
-MAX_RANGE_VALUES = 10_000    # values one {from, to, step|times} range may give
-MAX_HBM_GiB = 2**20          # device memory
-MAX_LEVEL_VALUE = 2**24      # any level field (units, GB/s, us or a ratio)
+MAX_CASES = 100_000  # cases one spec may expand to
+MAX_RANGE_VALUES = 10_000  # values one {from, to, step|times} range may give
+MAX_HBM_GiB = 2**20  # device memory
+MAX_LEVEL_VALUE = 2**24  # any level field (units, GB/s, us or a ratio)
 
 
 @dataclass(frozen=True)
 class ClusterFamily:
     base: str
     label: str
-    accelerator: str | None                        # catalog name replacing the base's
-    fixed: tuple[tuple[str, Any], ...]            # ("level.field", value)
+    accelerator: str | None  # catalog name replacing the base's
+    fixed: tuple[tuple[str, Any], ...]  # ("level.field", value)
     swept: tuple[tuple[str, tuple[Any, ...]], ...]
 
 
@@ -85,19 +85,26 @@ class Case:
     cluster_base: str
     cluster_label: str
     accelerator: str | None
-    overrides: tuple[tuple[str, Any], ...]        # "level.field" -> value, fixed and swept
-    swept: tuple[str, ...]                        # which overrides are swept (for reports)
+    overrides: tuple[tuple[str, Any], ...]  # "level.field" -> value, fixed and swept
+    swept: tuple[str, ...]  # which overrides are swept (for reports)
     devices: int
     global_batch_size: int
     seq_len: int | None
     hbm_GiB: float | None
 
     def inputs(self) -> dict[str, Any]:
-        return {"model": self.model, "cluster": self.cluster_base, "label": self.cluster_label,
-                "accelerator": self.accelerator,
-                "overrides": {k: v for k, v in self.overrides}, "swept": list(self.swept),
-                "devices": self.devices, "global_batch_size": self.global_batch_size, "seq_len": self.seq_len,
-                "hbm_GiB": self.hbm_GiB}
+        return {
+            "model": self.model,
+            "cluster": self.cluster_base,
+            "label": self.cluster_label,
+            "accelerator": self.accelerator,
+            "overrides": {k: v for k, v in self.overrides},
+            "swept": list(self.swept),
+            "devices": self.devices,
+            "global_batch_size": self.global_batch_size,
+            "seq_len": self.seq_len,
+            "hbm_GiB": self.hbm_GiB,
+        }
 
     @property
     def key(self) -> str:
@@ -116,8 +123,13 @@ def _shown(value: Any) -> str:
 
 def _number_ok(v: Any, integer: bool, minimum: float, maximum: float) -> bool:
     """A finite number in [minimum, maximum], whole where ``integer`` (compared before any conversion)."""
-    return (isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or math.isfinite(v))
-            and minimum <= v <= maximum and (not integer or isinstance(v, int) or v.is_integer()))
+    return (
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and (isinstance(v, int) or math.isfinite(v))
+        and minimum <= v <= maximum
+        and (not integer or isinstance(v, int) or v.is_integer())
+    )
 
 
 def _values(value: Any, key: str) -> list:
@@ -127,8 +139,14 @@ def _values(value: Any, key: str) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def _list(data: Mapping[str, Any], key: str, kind: type, default: list | None = None, minimum: float = 1,
-          maximum: float = math.inf) -> tuple:
+def _list(
+    data: Mapping[str, Any],
+    key: str,
+    kind: type,
+    default: list | None = None,
+    minimum: float = 1,
+    maximum: float = math.inf,
+) -> tuple:
     value = data.get(key, default)
     if value is None:
         raise _fail(f"sweep spec: '{key}' is required", key, None)
@@ -139,8 +157,11 @@ def _list(data: Mapping[str, Any], key: str, kind: type, default: list | None = 
         if kind is str and isinstance(v, str) and v:
             check_string(v, f"'{key}' value", "sweep spec")
         elif kind is str or not _number_ok(v, kind is int, minimum, maximum):
-            what = ("a non-empty string" if kind is str
-                    else f"{'an integer' if kind is int else 'a number'} from {minimum:g} to {maximum:g}")
+            what = (
+                "a non-empty string"
+                if kind is str
+                else f"{'an integer' if kind is int else 'a number'} from {minimum:g} to {maximum:g}"
+            )
             raise _fail(f"sweep spec: '{key}' value {_shown(v)} must be {what}", key, v, what)
     return tuple(kind(v) for v in values)
 
@@ -151,16 +172,31 @@ def _range(table: Mapping[str, Any], key: str) -> list[float]:
     lo, hi = table.get("from"), table.get("to")
     step, times = table.get("step"), table.get("times")
     numbers = [x for x in (lo, hi, step, times) if x is not None]
-    if (lo is None or hi is None or (step is None) == (times is None)
-            or not all(_number_ok(x, False, -math.inf, math.inf) for x in numbers)
-            or hi < lo or (step is not None and step <= 0) or (times is not None and (times <= 1 or lo <= 0))):
-        raise _fail(f"sweep spec: '{key}' range {_shown(dict(table))} needs from <= to and exactly one of "
-                    f"step > 0 or times > 1 (with from > 0)", key, dict(table), "{from, to, step} or {from, to, times}")
+    if (
+        lo is None
+        or hi is None
+        or (step is None) == (times is None)
+        or not all(_number_ok(x, False, -math.inf, math.inf) for x in numbers)
+        or hi < lo
+        or (step is not None and step <= 0)
+        or (times is not None and (times <= 1 or lo <= 0))
+    ):
+        raise _fail(
+            f"sweep spec: '{key}' range {_shown(dict(table))} needs from <= to and exactly one of "
+            f"step > 0 or times > 1 (with from > 0)",
+            key,
+            dict(table),
+            "{from, to, step} or {from, to, times}",
+        )
     out, x = [], lo
     while x <= hi or math.isclose(x, hi, rel_tol=1e-12):
         if len(out) == MAX_RANGE_VALUES:
-            raise _fail(f"sweep spec: '{key}' range {_shown(dict(table))} gives more than {MAX_RANGE_VALUES:,} "
-                        "values", key, dict(table), MAX_RANGE_VALUES)
+            raise _fail(
+                f"sweep spec: '{key}' range {_shown(dict(table))} gives more than {MAX_RANGE_VALUES:,} values",
+                key,
+                dict(table),
+                MAX_RANGE_VALUES,
+            )
         out.append(x)
         x = x + step if step is not None else x * times
     return out
@@ -169,24 +205,34 @@ def _range(table: Mapping[str, Any], key: str) -> list[float]:
 def _unknown(table: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     for key in table:
         if key not in allowed:
-            raise _fail(f"sweep spec: unknown key '{printable(str(key))}' in {where}; allowed: {', '.join(allowed)}",
-                        key, key, list(allowed))
+            raise _fail(
+                f"sweep spec: unknown key '{printable(str(key))}' in {where}; allowed: {', '.join(allowed)}",
+                key,
+                key,
+                list(allowed),
+            )
 
 
 def _level_items(table: Any, where: str, swept: bool) -> tuple:
     if not isinstance(table, Mapping):
-        raise _fail(f"sweep spec: {where} must be a table of \"level.field\" entries", where, table)
+        raise _fail(f'sweep spec: {where} must be a table of "level.field" entries', where, table)
     items = []
     for key, value in table.items():
         level, _, fld = key.partition(".")
         if not level or fld not in LEVEL_FIELDS:
-            raise _fail(f"sweep spec: '{printable(key)}' in {where} must be \"<level name>.<field>\" with field one of "
-                        f"{', '.join(LEVEL_FIELDS)}", key, key, list(LEVEL_FIELDS))
+            raise _fail(
+                f"sweep spec: '{printable(key)}' in {where} must be \"<level name>.<field>\" with field one of "
+                f"{', '.join(LEVEL_FIELDS)}",
+                key,
+                key,
+                list(LEVEL_FIELDS),
+            )
         values = _values(value, key) if swept else [value]
         if not values or not all(_number_ok(v, False, 0, MAX_LEVEL_VALUE) for v in values):
             allowed = f"{'a list of ' if swept else 'one '}number{'s' if swept else ''} from 0 to {MAX_LEVEL_VALUE:,}"
-            raise _fail(f"sweep spec: '{printable(key)}' in {where} must be {allowed}, got {_shown(value)}", key,
-                        value, allowed)
+            raise _fail(
+                f"sweep spec: '{printable(key)}' in {where} must be {allowed}, got {_shown(value)}", key, value, allowed
+            )
         items.append((key, tuple(values)) if swept else (key, value))
     return tuple(items)
 
@@ -197,8 +243,12 @@ def _text(table: Mapping[str, Any], key: str, where: str, default: str | None = 
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise _fail(f"sweep spec: {where}.{key} must be a non-empty string, got {_shown(value)}", key, value,
-                    "a non-empty string")
+        raise _fail(
+            f"sweep spec: {where}.{key} must be a non-empty string, got {_shown(value)}",
+            key,
+            value,
+            "a non-empty string",
+        )
     return check_string(value, f"{where}.{key}", "sweep spec")
 
 
@@ -210,9 +260,13 @@ def _family(table: Any, i: int) -> ClusterFamily:
     base = _text(table, "base", where)
     if base is None:
         raise _fail(f"sweep spec: {where}.base must be a cluster name or file", "base", None)
-    return ClusterFamily(base, _text(table, "label", where, base), _text(table, "accelerator", where),
-                         _level_items(table.get("set", {}), f"{where}.set", False),
-                         _level_items(table.get("sweep", {}), f"{where}.sweep", True))
+    return ClusterFamily(
+        base,
+        _text(table, "label", where, base),
+        _text(table, "accelerator", where),
+        _level_items(table.get("set", {}), f"{where}.set", False),
+        _level_items(table.get("sweep", {}), f"{where}.sweep", True),
+    )
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
@@ -222,24 +276,35 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
     if not isinstance(clusters, list) or not clusters:
         raise _fail("sweep spec: at least one [[clusters]] table is required", "clusters", clusters)
     spec = SweepSpec(
-        name=name, models=_list(data, "models", str), devices=_list(data, "devices", int, maximum=MAX_DEVICES),
+        name=name,
+        models=_list(data, "models", str),
+        devices=_list(data, "devices", int, maximum=MAX_DEVICES),
         global_batch_sizes=_list(data, "global_batch_size", int, [DEFAULT_GLOBAL_BATCH], maximum=MAX_GLOBAL_BATCH_SIZE),
         seq_lens=_list(data, "seq_len", int, maximum=MAX_SEQ_LEN) if "seq_len" in data else (None,),
         hbm_GiB=_list(data, "hbm_GiB", float, minimum=1e-3, maximum=MAX_HBM_GiB) if "hbm_GiB" in data else (None,),
         clusters=tuple(_family(t, i) for i, t in enumerate(clusters)),
-        keep=_keep(data.get("keep", [])))
+        keep=_keep(data.get("keep", [])),
+    )
     cases = case_count(spec)
     if cases > MAX_CASES:
-        raise _fail(f"sweep spec: expands to {cases:,} cases; at most {MAX_CASES:,} allowed (split it into several "
-                    "specs)", "cases", cases, MAX_CASES)
+        raise _fail(
+            f"sweep spec: expands to {cases:,} cases; at most {MAX_CASES:,} allowed (split it into several specs)",
+            "cases",
+            cases,
+            MAX_CASES,
+        )
     return spec
 
 
 def _keep(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or any(v not in KEEP_CHOICES for v in value):
         bad = [v for v in value if v not in KEEP_CHOICES] if isinstance(value, list) else value
-        raise _fail(f"sweep spec: keep {_shown(bad)} must list some of {', '.join(KEEP_CHOICES)}", "keep", bad,
-                    list(KEEP_CHOICES))
+        raise _fail(
+            f"sweep spec: keep {_shown(bad)} must list some of {', '.join(KEEP_CHOICES)}",
+            "keep",
+            bad,
+            list(KEEP_CHOICES),
+        )
     return tuple(value)
 
 
@@ -251,8 +316,14 @@ def load_spec(path: str | Path) -> SweepSpec:
 def case_count(spec: SweepSpec) -> int:
     """How many cases :func:`expand` gives, without building them."""
     variants = sum(math.prod(len(values) for _, values in fam.swept) for fam in spec.clusters)
-    return (len(spec.models) * variants * len(spec.devices) * len(spec.global_batch_sizes) * len(spec.seq_lens)
-            * len(spec.hbm_GiB))
+    return (
+        len(spec.models)
+        * variants
+        * len(spec.devices)
+        * len(spec.global_batch_sizes)
+        * len(spec.seq_lens)
+        * len(spec.hbm_GiB)
+    )
 
 
 def expand(spec: SweepSpec) -> list[Case]:
@@ -262,8 +333,10 @@ def expand(spec: SweepSpec) -> list[Case]:
         names = [k for k, _ in fam.swept]
         for values in itertools.product(*(v for _, v in fam.swept)):
             overrides = tuple(sorted((dict(fam.fixed) | dict(zip(names, values))).items()))
-            for n, gbs, seq, hbm in itertools.product(spec.devices, spec.global_batch_sizes, spec.seq_lens,
-                                                      spec.hbm_GiB):
-                cases.append(Case(model, fam.base, fam.label, fam.accelerator, overrides, tuple(names), n, gbs, seq,
-                                  hbm))
+            for n, gbs, seq, hbm in itertools.product(
+                spec.devices, spec.global_batch_sizes, spec.seq_lens, spec.hbm_GiB
+            ):
+                cases.append(
+                    Case(model, fam.base, fam.label, fam.accelerator, overrides, tuple(names), n, gbs, seq, hbm)
+                )
     return cases

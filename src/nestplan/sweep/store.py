@@ -23,14 +23,43 @@ from typing import Any
 from nestplan.errors import ConfigError, printable
 from nestplan.inputs import parse_text
 
-COLUMNS = ("key", "model", "cluster", "label", "accelerator", "overrides", "devices", "global_batch_size",
-           "seq_len", "hbm_GiB", "status", "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu",
-           "peak_memory_GiB", "plan", "details", "error", "solve_time_s", "finished_at")
-RESULT_FIELDS = ("status", "tokens_per_s", "tokens_per_s_per_device", "step_time_s", "mfu", "peak_memory_GiB",
-                 "plan", "details", "error")   # what a case produces (solve time and finish time aside)
+COLUMNS = (
+    "key",
+    "model",
+    "cluster",
+    "label",
+    "accelerator",
+    "overrides",
+    "devices",
+    "global_batch_size",
+    "seq_len",
+    "hbm_GiB",
+    "status",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+    "step_time_s",
+    "mfu",
+    "peak_memory_GiB",
+    "plan",
+    "details",
+    "error",
+    "solve_time_s",
+    "finished_at",
+)
+RESULT_FIELDS = (
+    "status",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+    "step_time_s",
+    "mfu",
+    "peak_memory_GiB",
+    "plan",
+    "details",
+    "error",
+)  # what a case produces (solve time and finish time aside)
 STATUSES = ("ok", "infeasible", "error")
-PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "sp", "micro_batch_size", "zero_stage")   # what a report shows
-MAX_ROWS = 1_000_000   # rows a store may hold for reading (a spec expands to at most 100,000 cases)
+PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "sp", "micro_batch_size", "zero_stage")  # what a report shows
+MAX_ROWS = 1_000_000  # rows a store may hold for reading (a spec expands to at most 100,000 cases)
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS results (
     key TEXT PRIMARY KEY, model TEXT, cluster TEXT, label TEXT, accelerator TEXT, overrides TEXT, devices INTEGER,
@@ -60,9 +89,12 @@ class Store:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"{self._where}: its folder '{printable(str(folder))}' cannot be made: "
-                              f"{exc.strerror or exc}", field="out", value=printable(str(folder)),
-                              limit="a writable folder") from None
+            raise ConfigError(
+                f"{self._where}: its folder '{printable(str(folder))}' cannot be made: {exc.strerror or exc}",
+                field="out",
+                value=printable(str(folder)),
+                limit="a writable folder",
+            ) from None
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -70,8 +102,12 @@ class Store:
         try:
             yield
         except (OSError, sqlite3.DatabaseError) as exc:
-            raise ConfigError(f"{self._where}: {printable(str(exc))}", field="out", value=printable(str(self.path)),
-                              limit="a writable SQLite file written by nestplan sweep") from None
+            raise ConfigError(
+                f"{self._where}: {printable(str(exc))}",
+                field="out",
+                value=printable(str(self.path)),
+                limit="a writable SQLite file written by nestplan sweep",
+            ) from None
 
     def _check_schema(self) -> None:
         """Create the table in an empty database; refuse any other database (nothing is changed in it)."""
@@ -82,14 +118,18 @@ class Store:
             return
         columns = tuple(row[1] for row in self._db.execute("PRAGMA table_info(results)"))
         if columns != COLUMNS:
-            raise ConfigError(f"{self._where} holds another schema (tables {printable(', '.join(tables))[:200]}); "
-                              "use another --out folder", field="out", value=printable(str(self.path)),
-                              limit="a results table written by nestplan sweep")
+            raise ConfigError(
+                f"{self._where} holds another schema (tables {printable(', '.join(tables))[:200]}); "
+                "use another --out folder",
+                field="out",
+                value=printable(str(self.path)),
+                limit="a results table written by nestplan sweep",
+            )
 
     def check_writable(self) -> None:
         """Fail now, before any case is solved, when the file cannot be written (read-only, locked)."""
         with self._guard():
-            self._db.execute("DELETE FROM results WHERE 0")   # a write that changes nothing
+            self._db.execute("DELETE FROM results WHERE 0")  # a write that changes nothing
             self._db.rollback()
 
     def keys(self) -> set[str]:
@@ -98,17 +138,28 @@ class Store:
 
     def put(self, inputs: dict[str, Any], result: dict[str, Any]) -> bool:
         """Record one finished case (committed at once); False when it was already there."""
-        row = {"key": inputs["key"], "model": inputs["model"], "cluster": inputs["cluster"], "label": inputs["label"],
-               "accelerator": inputs["accelerator"], "overrides": json.dumps(inputs["overrides"], sort_keys=True),
-               "devices": inputs["devices"],
-               "global_batch_size": inputs["global_batch_size"], "seq_len": inputs["seq_len"],
-               "hbm_GiB": inputs["hbm_GiB"], "solve_time_s": result.get("solve_time_s"), "finished_at": time.time()}
+        row = {
+            "key": inputs["key"],
+            "model": inputs["model"],
+            "cluster": inputs["cluster"],
+            "label": inputs["label"],
+            "accelerator": inputs["accelerator"],
+            "overrides": json.dumps(inputs["overrides"], sort_keys=True),
+            "devices": inputs["devices"],
+            "global_batch_size": inputs["global_batch_size"],
+            "seq_len": inputs["seq_len"],
+            "hbm_GiB": inputs["hbm_GiB"],
+            "solve_time_s": result.get("solve_time_s"),
+            "finished_at": time.time(),
+        }
         for f in RESULT_FIELDS:
             value = result.get(f)
             row[f] = json.dumps(value, sort_keys=True) if f in ("plan", "details") and value is not None else value
         with self._guard():
-            cur = self._db.execute(f"INSERT OR IGNORE INTO results ({', '.join(COLUMNS)}) VALUES "
-                                   f"({', '.join('?' for _ in COLUMNS)})", [row[c] for c in COLUMNS])
+            cur = self._db.execute(
+                f"INSERT OR IGNORE INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})",
+                [row[c] for c in COLUMNS],
+            )
             self._db.commit()
         return cur.rowcount == 1
 
@@ -117,10 +168,16 @@ class Store:
         with self._guard():
             (count,) = self._db.execute("SELECT COUNT(*) FROM results").fetchone()
             if count > MAX_ROWS:
-                raise ConfigError(f"{self._where} holds {count:,} rows; at most {MAX_ROWS:,} are read", field="out",
-                                  value=count, limit=MAX_ROWS, unit="rows")
-            cur = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM results "
-                                   "ORDER BY model, label, overrides, devices")
+                raise ConfigError(
+                    f"{self._where} holds {count:,} rows; at most {MAX_ROWS:,} are read",
+                    field="out",
+                    value=count,
+                    limit=MAX_ROWS,
+                    unit="rows",
+                )
+            cur = self._db.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM results ORDER BY model, label, overrides, devices"
+            )
             return [self._decode(dict(zip(COLUMNS, values))) for values in cur]
 
     def _decode(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -137,8 +194,12 @@ class Store:
 
     def _bad(self, origin: str, column: str, value: Any) -> ConfigError:
         shown = printable(repr(value))[:80]
-        return ConfigError(f"{origin}: {column} {shown} is not what nestplan sweep writes", field=column, value=shown,
-                           limit="a row written by nestplan sweep")
+        return ConfigError(
+            f"{origin}: {column} {shown} is not what nestplan sweep writes",
+            field=column,
+            value=shown,
+            limit="a row written by nestplan sweep",
+        )
 
     def close(self) -> None:
         with self._guard():
@@ -153,14 +214,17 @@ def _is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
-ROW_CHECKS = {   # what a report relies on, per column
-    "model": _is_text, "label": _is_text, "status": lambda v: v in STATUSES,
-    "accelerator": lambda v: v is None or _is_text(v), "devices": _is_number,
+ROW_CHECKS = {  # what a report relies on, per column
+    "model": _is_text,
+    "label": _is_text,
+    "status": lambda v: v in STATUSES,
+    "accelerator": lambda v: v is None or _is_text(v),
+    "devices": _is_number,
     "hbm_GiB": lambda v: v is None or _is_number(v),
     "overrides": lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values()),
     "plan": lambda v: v is None or (isinstance(v, dict) and all(isinstance(v.get(k), (int, float)) for k in PLAN_KEYS)),
 }
-OK_ROW_CHECKS = {"tokens_per_s_per_device": _is_number, "mfu": _is_number}   # and for a solved case
+OK_ROW_CHECKS = {"tokens_per_s_per_device": _is_number, "mfu": _is_number}  # and for a solved case
 
 
 def _bad_column(row: dict[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from nestplan.search.space import SEARCH_ORDERS
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 
-TEMPERATURE = 0.05   # relative throughput loss accepted with probability 1/e
+TEMPERATURE = 0.05  # relative throughput loss accepted with probability 1/e
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,30 @@ def _dims(s: State, devices: int, job: Job, mbs: int) -> ParallelDims | None:
     dp = largest_dp(devices, s.tp * s.ep * len(s.parts), job.global_batch_size, s.ep * mbs)
     if dp == 0:
         return None
-    return ParallelDims(tp=s.tp, pp=len(s.parts), dp=dp, ep=s.ep, sp=s.tp > 1, zero=s.zero, recompute=s.recompute,
-                        micro_batch_size=mbs, layers_per_stage=s.parts)
+    return ParallelDims(
+        tp=s.tp,
+        pp=len(s.parts),
+        dp=dp,
+        ep=s.ep,
+        sp=s.tp > 1,
+        zero=s.zero,
+        recompute=s.recompute,
+        micro_batch_size=mbs,
+        layers_per_stage=s.parts,
+    )
 
 
 def _chain(ev: Evaluator, seed: int, budget: int, devices: int, mbs: int, tps, eps) -> Prediction | None:
     rng = np.random.default_rng(seed)
     layers = ev.model.num_layers
-    state = State(tps[rng.integers(len(tps))], eps[rng.integers(len(eps))],
-                  even_split(layers, int(rng.integers(1, min(layers, 16) + 1))), Recompute.FULL, ZeroStage.NONE,
-                  SEARCH_ORDERS[0])
+    state = State(
+        tps[rng.integers(len(tps))],
+        eps[rng.integers(len(eps))],
+        even_split(layers, int(rng.integers(1, min(layers, 16) + 1))),
+        Recompute.FULL,
+        ZeroStage.NONE,
+        SEARCH_ORDERS[0],
+    )
     score, best = 0.0, None
     for _ in range(budget):
         trial = _neighbour(state, rng, tps, eps, layers)
@@ -79,8 +93,16 @@ def _chain(ev: Evaluator, seed: int, budget: int, devices: int, mbs: int, tps, e
     return best
 
 
-def mcmc(model: ModelSpec, cluster, job: Job, devices: int, micro_batch_size: int = 1,
-         chains: int = 10, budget: int = 100, seed: int = 0) -> BaselineResult:
+def mcmc(
+    model: ModelSpec,
+    cluster,
+    job: Job,
+    devices: int,
+    micro_batch_size: int = 1,
+    chains: int = 10,
+    budget: int = 100,
+    seed: int = 0,
+) -> BaselineResult:
     ev = Evaluator(model, cluster, job)
     node = cluster.topology.levels[0].size
     tps = tp_candidates(model, node)

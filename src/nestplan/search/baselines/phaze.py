@@ -17,8 +17,16 @@ from nestplan.search.space import SearchSpace
 def flat_cluster(cluster):
     """The same devices with every level at the node's bandwidth, latency and efficiency."""
     node = cluster.topology.levels[0]
-    levels = tuple(replace(lv, bandwidth_Bps=node.bandwidth_Bps, latency_s=node.latency_s, oversubscription=1.0,
-                           bus_efficiency=node.bus_efficiency) for lv in cluster.topology.levels)
+    levels = tuple(
+        replace(
+            lv,
+            bandwidth_Bps=node.bandwidth_Bps,
+            latency_s=node.latency_s,
+            oversubscription=1.0,
+            bus_efficiency=node.bus_efficiency,
+        )
+        for lv in cluster.topology.levels
+    )
     return replace(cluster, topology=replace(cluster.topology, levels=levels))
 
 
