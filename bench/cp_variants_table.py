@@ -9,12 +9,12 @@ Run: python bench/cp_variants_table.py [--markdown]
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
 from nestplan import api
 from nestplan.errors import ConfigError, InfeasibleError
-from nestplan.job import CpCommType, Job
+from nestplan.job import Job
 from nestplan.search.space import SearchSpace
+from nestplan.settings import CpCommType
 
 CASES = [(8, 65536), (8, 131072), (16, 131072), (32, 131072)]
 CP = (1, 2, 4, 8)
@@ -22,7 +22,7 @@ KINDS = (CpCommType.P2P, CpCommType.A2A, CpCommType.ALLGATHER, CpCommType.A2A_P2
 
 
 def _variant_job(job: Job, kind: CpCommType, cp: int) -> Job:
-    return replace(job, cp_comm_type=kind, cp_a2a_size=2 if kind is CpCommType.A2A_P2P and cp >= 4 else 1)
+    return job.with_settings(cp_comm_type=kind, cp_a2a_size=2 if kind is CpCommType.A2A_P2P and cp >= 4 else 1)
 
 
 def case_rows(devices: int, seq: int) -> list[tuple]:

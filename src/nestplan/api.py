@@ -15,9 +15,8 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction, html_table, plan_text, rank_order
 from nestplan.errors import ConfigError, printable
 from nestplan.job import (
-    CpCommType,
-    Fp8Recipe,
     Job,
+    Optimizer,
     check_context,
     check_fp8,
     default_fp8_recipe,
@@ -27,7 +26,9 @@ from nestplan.job import (
 )
 from nestplan.model import ModelSpec, load_model
 from nestplan.plan import Plan, SearchStats
-from nestplan.strategy.dims import ParallelDims, check_against_model
+from nestplan.settings import CpCommType, Fp8Recipe, RunSettings
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.legality import check_against_model
 from nestplan.strategy.enums import Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 from nestplan.units import GiB, MiB
@@ -60,17 +61,16 @@ def resolve_cluster(cluster: str | Cluster, devices: int | None = None) -> Clust
 
 
 def framework_settings(
-    cluster: Cluster, *, fp8: bool = False, fp8_recipe: Fp8Recipe | None = None, **overlap: bool
+    cluster: Cluster, *, fp8: bool = False, fp8_recipe: Fp8Recipe | None = None, **settings: Any
 ) -> dict[str, Any]:
-    """Job settings for what the framework runs: ``overlap`` (tp_comm_overlap, overlap_grad_reduce,
-    overlap_param_gather, fp8_params) as given; an FP8 recipe when ``fp8`` or ``fp8_recipe`` asks for
-    one, by default the accelerator's (``job.default_fp8_recipe``)."""
+    """Run settings by name (``settings.RunSettings``'s fields) as given, and an FP8 recipe when ``fp8``
+    or ``fp8_recipe`` asks for one, by default the accelerator's (``job.default_fp8_recipe``)."""
     acc = cluster.accelerator
     if fp8_recipe is not None:
         check_fp8(acc.peak_flops)
     elif fp8:
         fp8_recipe = default_fp8_recipe(acc.peak_flops, acc.mx_block_scaling)
-    return {"fp8_recipe": fp8_recipe, **overlap}
+    return {"fp8_recipe": fp8_recipe, **settings}
 
 
 def job_for(
@@ -80,14 +80,17 @@ def job_for(
     seq_len: int | None,
     *,
     dtype: str | None = None,
+    optimizer: Optimizer = Optimizer.ADAM,
     fp8: bool = False,
-    fp8_recipe: Fp8Recipe | None = None,
     **settings: Any,
 ) -> Job:
     """A Job for ``model`` on ``cluster``: ``dtype`` by default the accelerator's (``default_dtype``),
-    the FP8 recipe as ``framework_settings`` resolves it, every other Job field in ``settings``."""
-    framework = framework_settings(cluster, fp8=fp8, fp8_recipe=fp8_recipe)
-    return make_job(model, global_batch_size, seq_len, dtype=dtype or default_dtype(cluster), **framework, **settings)
+    its run settings by name in ``settings`` (each checked; an unknown name refused), the FP8 recipe
+    as ``framework_settings`` resolves it."""
+    run = RunSettings.from_mapping(framework_settings(cluster, fp8=fp8, **settings))
+    return make_job(
+        model, global_batch_size, seq_len, dtype=dtype or default_dtype(cluster), optimizer=optimizer, settings=run
+    )
 
 
 def default_dtype(cluster: Cluster) -> str:

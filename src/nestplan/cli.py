@@ -9,11 +9,14 @@ escaped, and on a pipe rich output never wraps.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import json
 import os
 import re
 import sys
+import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,16 +26,8 @@ from rich.console import Console
 
 from nestplan import __version__, api
 from nestplan.errors import ConfigError, PlannerError, brief, printable
-from nestplan.job import (
-    MAX_CP_A2A_SIZE,
-    MAX_GLOBAL_BATCH_SIZE,
-    MAX_SEQ_LEN,
-    CpCommType,
-    Fp8Recipe,
-    MoeDispatcher,
-    Optimizer,
-    OptimizerState,
-)
+from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Optimizer
+from nestplan.settings import CpCommType, Setting, setting_table
 from nestplan.network.topology import MAX_DEVICES  # --devices, and each parallel degree
 from nestplan.plan import Plan
 from nestplan.search.space import DEFAULT_MEMORY_MARGIN
@@ -58,71 +53,9 @@ app = typer.Typer(
 # -- integers: plain decimal digits within bounds --------------------------------------------------
 _DIGITS = re.compile(r"-?[0-9]+")
 
-# What the framework runs (job settings shared by evaluate and plan; Megatron-LM's flag names)
-GRAD_REDUCE_OPTION = typer.Option(
-    "fp32",
-    "--grad-reduce-dtype",
-    help="gradient buffer and reduction dtype: fp32 "
-    "(Megatron-LM's default) or bf16 (--grad-reduce-in-bf16, NeMo grad_sync_dtype)",
-)
-TP_OVERLAP_OPTION = typer.Option(
-    False,
-    "--tp-comm-overlap/--no-tp-comm-overlap",
-    help="tensor-parallel collectives under the GEMMs (Transformer Engine userbuffers)",
-)
-MOE_OVERLAP_OPTION = typer.Option(
-    False,
-    "--moe-comm-overlap/--no-moe-comm-overlap",
-    help="expert all-to-alls of one microbatch under another's compute (Megatron-Core's "
-    "1F1B A2A overlap; one more microbatch in flight)",
-)
-PLAN_MOE_OVERLAP_OPTION = typer.Option(
-    True,
-    "--moe-comm-overlap/--no-moe-comm-overlap",
-    help="may the plan overlap expert all-to-alls with another microbatch's compute "
-    "(Megatron-Core's 1F1B A2A overlap; tried where it runs)",
-)
-CAPACITY_OPTION = typer.Option(
-    None,
-    "--moe-capacity-factor",
-    min=0.5,
-    max=16.0,
-    help="each expert padded to this many times its balanced share of tokens (Megatron-Core's "
-    "--moe-expert-capacity-factor with padding); default: dropless, costed balanced",
-)
-DISPATCHER_OPTION = typer.Option(
-    MoeDispatcher.ALLTOALL,
-    "--moe-dispatcher",
-    help="alltoall (every token copy sent to its expert's rank) or deepep (each token "
-    "once per node holding its experts, bounded by node-limited routing)",
-)
-OPTIMIZER_STATE_OPTION = typer.Option(
-    OptimizerState.FP32,
-    "--optimizer-state",
-    help="fp32 (master weights and moments), remainders (the master weights' low 16 "
-    "bits beside bf16 parameters: NeMo's distributed Adam, Megatron's "
-    "--use-precision-aware-optimizer) or bf16 (bf16 moments, no master copy: "
-    "NeMo optim.dtype bf16)",
-)
-GRAD_OVERLAP_OPTION = typer.Option(
-    True,
-    "--overlap-grad-reduce/--no-overlap-grad-reduce",
-    help="data-parallel gradient reduction under the backward pass",
-)
-PARAM_OVERLAP_OPTION = typer.Option(
-    True,
-    "--overlap-param-gather/--no-overlap-param-gather",
-    help="distributed optimizer's parameter all-gather under the next forward",
-)
 FP8_OPTION = typer.Option(
     False, "--fp8", help="FP8 GEMMs in the transformer blocks (Transformer Engine), the rest in --dtype"
 )
-FP8_RECIPE_OPTION = typer.Option(
-    None,
-    "--fp8-recipe",
-    help="delayed, tensorwise, blockwise or mxfp8 (implies --fp8; default: mxfp8 on Blackwell, tensorwise before)",
-)
-FP8_PARAMS_OPTION = typer.Option(False, "--fp8-params", help="keep parameters in FP8 (fp8_model_init); needs --fp8")
 
 
 def _shown(text: str, limit: int = 40) -> str:
@@ -241,26 +174,6 @@ def _integer(option: str, low: int, high: int) -> Callable[[object], int]:
 
 
 # context parallelism (job settings shared by evaluate and plan; Megatron-LM's names)
-CP_COMM_OPTION = typer.Option(
-    CpCommType.P2P,
-    "--cp-comm-type",
-    help="context parallelism's K/V exchange: p2p (ring), a2a (Ulysses), allgather or a2a+p2p (with --cp-a2a-size)",
-)
-PLAN_CP_COMM_OPTION = typer.Option(
-    None,
-    "--cp-comm-type",
-    help="context parallelism's K/V exchange (default: "
-    "the fastest of p2p, a2a, allgather and a2a+p2p; with --export: of those the "
-    "framework runs)",
-)
-CP_A2A_OPTION = typer.Option(
-    1,
-    "--cp-a2a-size",
-    parser=_integer("--cp-a2a-size", 1, MAX_CP_A2A_SIZE),
-    help="a2a+p2p: ranks of each all-to-all group (Megatron's first hierarchical cp size)",
-)
-
-
 def _int_list(text: str, option: str, high: int, entries: int) -> tuple[int, ...]:
     """Comma-separated integers in 1..high, at most ``entries`` of them."""
     items = [x.strip() for x in text.split(",")]
@@ -281,6 +194,61 @@ def _int_list(text: str, option: str, high: int, entries: int) -> tuple[int, ...
 DEVICES = _integer("--devices", 1, MAX_DEVICES)
 GLOBAL_BATCH = _integer("--global-batch-size", 1, MAX_GLOBAL_BATCH_SIZE)
 SEQ_LEN = _integer("--seq-len", 1, MAX_SEQ_LEN)
+
+
+# -- run settings: one option per entry of the field table (settings.RunSettings) ------------------
+SEARCHED_HELP = "; plan: the search tries every value that runs, this option narrows it"
+
+
+def _setting_option(entry: Setting, searched: bool) -> tuple[object, object]:
+    """The annotation and typer option of one run setting on ``evaluate`` (``searched`` False: the
+    value costed) or ``plan`` (a searched setting: what the search may try)."""
+    narrows = searched and entry.searched
+    help_text = entry.help + (SEARCHED_HELP if narrows else "")
+    if entry.kind is bool:
+        default = True if narrows else entry.default  # plan: allowed unless --no-...
+        return bool, typer.Option(default, f"{entry.flag}/--no-{entry.flag[2:]}", help=help_text)
+    default = None if narrows else entry.default
+    if entry.kind is int:
+        low, high = entry.bounds
+        parser = _integer(entry.flag, int(low), int(high))
+        return int, typer.Option(default, entry.flag, parser=parser, help=help_text)
+    if entry.kind is float:
+        low, high = entry.bounds
+        return float | None, typer.Option(default, entry.flag, min=low, max=high, help=help_text)
+    kind = str if entry.kind == "dtype" else entry.kind
+    optional = entry.optional or default is None
+    return (kind | None if optional else kind), typer.Option(default, entry.flag, help=help_text)
+
+
+def run_setting_options(searched: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command one option per run setting, after its own; it receives them as one dict,
+    ``run_settings`` (by setting name), in place of its parameter of that name."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(command)
+        own = [
+            p.replace(annotation=hints[p.name])
+            for p in inspect.signature(command).parameters.values()
+            if p.name != "run_settings"
+        ]
+        added = []
+        for entry in setting_table():
+            annotation, option = _setting_option(entry, searched)
+            added.append(
+                inspect.Parameter(entry.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+            )
+
+        @functools.wraps(command)
+        def run(**given: object) -> None:
+            settings = {entry.name: given.pop(entry.name) for entry in setting_table()}
+            command(**given, run_settings=settings)
+
+        run.__signature__ = inspect.Signature(own + added)
+        run.__annotations__ = {p.name: p.annotation for p in own + added}
+        return run
+
+    return decorate
 
 
 # -- output: rich consoles, stderr lines, JSON --------------------------------------------------
@@ -447,6 +415,7 @@ def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> tuple[Parallel
 
 
 @app.command()
+@run_setting_options(searched=False)
 def evaluate(
     model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
     cluster: str = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file"),
@@ -489,24 +458,12 @@ def evaluate(
     ),
     dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
-    optimizer_state: OptimizerState = OPTIMIZER_STATE_OPTION,
-    flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
-    grad_reduce_dtype: str = GRAD_REDUCE_OPTION,
-    tp_comm_overlap: bool = TP_OVERLAP_OPTION,
-    overlap_grad_reduce: bool = GRAD_OVERLAP_OPTION,
-    overlap_param_gather: bool = PARAM_OVERLAP_OPTION,
     fp8: bool = FP8_OPTION,
-    fp8_recipe: Fp8Recipe | None = FP8_RECIPE_OPTION,
-    fp8_params: bool = FP8_PARAMS_OPTION,
-    cp_comm_type: CpCommType = CP_COMM_OPTION,
-    cp_a2a_size: int = CP_A2A_OPTION,
-    moe_comm_overlap: bool = MOE_OVERLAP_OPTION,
-    moe_capacity_factor: float | None = CAPACITY_OPTION,
-    moe_dispatcher: MoeDispatcher = DISPATCHER_OPTION,
     axis_order: str = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
     report: Path | None = REPORT_OPTION,
+    run_settings: dict[str, object] | None = None,
 ) -> None:
     """Predict step time, its breakdown and memory per device of one plan. A plan that does not fit
     is still predicted (exit 0): a warning on stderr, the verdict in the first line, "fits" in JSON."""
@@ -534,28 +491,7 @@ def evaluate(
     )
     plan, note = _from_megatron_dp(plan, devices)
     full = api.resolve_cluster(cluster)
-    job = api.job_for(
-        spec,
-        full,
-        global_batch_size,
-        seq_len,
-        dtype=dtype,
-        optimizer=optimizer,
-        optimizer_state=optimizer_state,
-        flash_attention=flash,
-        grad_dtype=grad_reduce_dtype,
-        tp_comm_overlap=tp_comm_overlap,
-        fp8=fp8,
-        fp8_recipe=fp8_recipe,
-        fp8_params=fp8_params,
-        overlap_grad_reduce=overlap_grad_reduce,
-        overlap_param_gather=overlap_param_gather,
-        cp_comm_type=cp_comm_type,
-        cp_a2a_size=cp_a2a_size,
-        moe_comm_overlap=moe_comm_overlap,
-        moe_capacity_factor=moe_capacity_factor,
-        moe_dispatcher=moe_dispatcher,
-    )
+    job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=_axis_order(axis_order))
     if note:
         _say(note)
@@ -579,6 +515,7 @@ def evaluate(
 
 
 @app.command("plan")
+@run_setting_options(searched=True)
 def plan_command(
     model: str = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json"),
     cluster: str = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file"),
@@ -591,20 +528,7 @@ def plan_command(
     ),
     dtype: str | None = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it"),
     optimizer: Optimizer = typer.Option(Optimizer.ADAM, "--optimizer"),
-    optimizer_state: OptimizerState = OPTIMIZER_STATE_OPTION,
-    flash: bool = typer.Option(True, "--flash/--no-flash", help="fused (flash) attention"),
-    grad_reduce_dtype: str = GRAD_REDUCE_OPTION,
-    tp_comm_overlap: bool = TP_OVERLAP_OPTION,
-    overlap_grad_reduce: bool = GRAD_OVERLAP_OPTION,
-    overlap_param_gather: bool = PARAM_OVERLAP_OPTION,
     fp8: bool = FP8_OPTION,
-    fp8_recipe: Fp8Recipe | None = FP8_RECIPE_OPTION,
-    fp8_params: bool = FP8_PARAMS_OPTION,
-    cp_comm_type: CpCommType | None = PLAN_CP_COMM_OPTION,
-    cp_a2a_size: int = CP_A2A_OPTION,
-    moe_comm_overlap: bool = PLAN_MOE_OVERLAP_OPTION,
-    moe_capacity_factor: float | None = CAPACITY_OPTION,
-    moe_dispatcher: MoeDispatcher = DISPATCHER_OPTION,
     top: int = typer.Option(5, "--top", parser=_integer("--top", 0, api.MAX_TOP), help="runner-up plans to show"),
     as_json: bool = typer.Option(False, "--json", help="print only the plan JSON"),
     plot: Path | None = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here"),
@@ -636,6 +560,7 @@ def plan_command(
         help="calibrate the model's block FLOPs and activations on its traced PyTorch graph first (extra [trace])",
     ),
     report_path: Path | None = REPORT_OPTION,
+    run_settings: dict[str, object] | None = None,
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
     if plot is not None:
@@ -661,10 +586,10 @@ def plan_command(
     space = api.search_space(
         schedules=_schedule_list(schedules),
         export=export,
-        cp_comm_types=None if cp_comm_type is None else (cp_comm_type,),
+        cp_comm_types=None if run_settings["cp_comm_type"] is None else (CpCommType(run_settings["cp_comm_type"]),),
         memory_margin=memory_margin,
         expert_tp=_expert_tp_list(expert_tp),
-        moe_comm_overlap=moe_comm_overlap,
+        moe_comm_overlap=bool(run_settings.pop("moe_comm_overlap")),
         model=spec,
     )
     assert space.cp_comm_types
@@ -675,19 +600,8 @@ def plan_command(
         seq_len,
         dtype=dtype,
         optimizer=optimizer,
-        optimizer_state=optimizer_state,
-        flash_attention=flash,
-        grad_dtype=grad_reduce_dtype,
-        tp_comm_overlap=tp_comm_overlap,
         fp8=fp8,
-        fp8_recipe=fp8_recipe,
-        fp8_params=fp8_params,
-        overlap_grad_reduce=overlap_grad_reduce,
-        overlap_param_gather=overlap_param_gather,
-        cp_comm_type=space.cp_comm_types[0],
-        cp_a2a_size=cp_a2a_size,
-        moe_capacity_factor=moe_capacity_factor,
-        moe_dispatcher=moe_dispatcher,
+        **{**run_settings, "cp_comm_type": space.cp_comm_types[0]},
     )
     with _progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance, space=space)

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from enum import Enum
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -31,13 +30,15 @@ from nestplan.cluster import Cluster, cluster_from_dict, cluster_to_dict, load_c
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, brief, printable
 from nestplan.inputs import check_name, check_string
-from nestplan.job import CpCommType, Fp8Recipe, Job, MoeDispatcher, Optimizer, OptimizerState, check_context
+from nestplan.job import Job, Optimizer, check_context
 from nestplan.model.config import config_dict, load_model, parse_config
 from nestplan.model.layers import active_params, total_params
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
 from nestplan.network.topology import MAX_LEVELS
-from nestplan.strategy.dims import AXES, ParallelDims, check_against_model, layout_problem
+from nestplan.settings import RunSettings, Setting, setting_table
+from nestplan.strategy.dims import AXES, ParallelDims, layout_problem
+from nestplan.strategy.legality import check_against_model
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.units import DTYPE_BYTES
 
@@ -270,10 +271,6 @@ def _check_model(dims: ParallelDims, model: ModelSpec) -> None:
 # writing
 
 
-def _plain(value: Any) -> Any:
-    return value.value if isinstance(value, Enum) else value
-
-
 def sections(
     dims: ParallelDims,
     axis_order: Sequence[str],
@@ -287,7 +284,7 @@ def sections(
     p = predicted
     return {
         "devices_used": dims.devices,
-        "job": {f.name: _plain(getattr(job, f.name)) for f in fields(job)},
+        "job": job.to_dict(),
         "parallel": {
             "tp": dims.tp,
             "pp": dims.pp,
@@ -557,9 +554,6 @@ def _read_dims(data: Any) -> ParallelDims:
     )
 
 
-FRAMEWORK_FLAGS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "fp8_params", "moe_comm_overlap")
-
-
 def _read_layers(par: Mapping[str, Any], pp: int, virtual_stages: int) -> tuple[int, ...]:
     """``parallel.layers_per_stage``: pp counts, or with v > 1 pp x v counts (virtual stages in model
     order, the first and last of which may be 0: ``strategy.dims.layout_problem``)."""
@@ -578,35 +572,38 @@ def _read_layers(par: Mapping[str, Any], pp: int, virtual_stages: int) -> tuple[
 
 
 def _read_job(data: Any, version2: bool) -> Job:
-    """Every job setting; a /1 plan written before the job's gradient dtype, optimizer and flash
-    setting were recorded reads them as ``UNSAVED_JOB_SETTINGS``."""
+    """What is trained and every run setting of the field table; a /1 plan written before the job's
+    gradient dtype, optimizer and flash setting were recorded reads them as ``UNSAVED_JOB_SETTINGS``;
+    a setting recorded later than its plan (absent) takes its default."""
     job = _object(data, "job", "")
+    unsaved = {key: value for key, value in UNSAVED_JOB_SETTINGS.items() if not version2 and key not in job}
+    optimizer = unsaved.get("optimizer") or _choice(job, "optimizer", "job.", [o.value for o in Optimizer])
     settings = {
-        "grad_dtype": lambda: _choice(job, "grad_dtype", "job.", tuple(DTYPE_BYTES)),
-        "optimizer": lambda: _choice(job, "optimizer", "job.", [o.value for o in Optimizer]),
-        "flash_attention": lambda: _bool(job, "flash_attention", "job."),
+        entry.name: unsaved[entry.name] if entry.name in unsaved else _read_setting(job, entry)
+        for entry in setting_table()
+        if entry.name in job or entry.name in unsaved or (version2 and entry.name in UNSAVED_JOB_SETTINGS)
     }
-    read = {key: value() if version2 or key in job else UNSAVED_JOB_SETTINGS[key] for key, value in settings.items()}
-    # what the framework runs (recorded from nestplan 0.2 on; absent: Job's defaults)
-    framework = {key: _bool(job, key, "job.") for key in FRAMEWORK_FLAGS if key in job}
-    if job.get("fp8_recipe") is not None:
-        framework["fp8_recipe"] = _choice(job, "fp8_recipe", "job.", [r.value for r in Fp8Recipe])
-    if "cp_comm_type" in job:
-        framework["cp_comm_type"] = _choice(job, "cp_comm_type", "job.", [t.value for t in CpCommType])
-        framework["cp_a2a_size"] = _int(job, "cp_a2a_size", "job.")
-    if "moe_dispatcher" in job:
-        framework["moe_dispatcher"] = _choice(job, "moe_dispatcher", "job.", [k.value for k in MoeDispatcher])
-    if "optimizer_state" in job:
-        framework["optimizer_state"] = _choice(job, "optimizer_state", "job.", [k.value for k in OptimizerState])
-    if job.get("moe_capacity_factor") is not None:
-        framework["moe_capacity_factor"] = _float(job, "moe_capacity_factor", "job.")
     return Job(
         global_batch_size=_int(job, "global_batch_size", "job."),
         seq_len=_int(job, "seq_len", "job."),
         dtype=_choice(job, "dtype", "job.", tuple(DTYPE_BYTES)),
-        **read,
-        **framework,
+        optimizer=optimizer,
+        settings=RunSettings.from_mapping(settings),
     )
+
+
+def _read_setting(job: Mapping[str, Any], entry: Setting) -> Any:
+    """One run setting of the plan's job object, read by its kind in the field table."""
+    if entry.optional and job.get(entry.name, entry.default) is None:
+        return None
+    if entry.kind is bool:
+        return _bool(job, entry.name, "job.")
+    if entry.kind is int:
+        low, high = entry.bounds or (1, MAX_COUNT)
+        return _int(job, entry.name, "job.", int(low), int(high))
+    if entry.kind is float:
+        return _float(job, entry.name, "job.")
+    return _choice(job, entry.name, "job.", entry.choices)
 
 
 def _read_axis_order(data: Any) -> tuple[str, ...]:

@@ -19,9 +19,10 @@ from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError, PlannerError, brief, printable
 from nestplan.inputs import load_object
-from nestplan.job import Fp8Recipe, Job, OptimizerState, make_job
+from nestplan.job import Job, make_job
 from nestplan.model.config import parse_config
 from nestplan.model.spec import ModelSpec
+from nestplan.settings import Fp8Recipe, OptimizerState, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 
@@ -256,15 +257,17 @@ def _job(row: Mapping[str, Any], label: str, model: ModelSpec, n: Mapping[str, i
         n["global_batch"],
         n["seq_len"],
         dtype="fp16" if precision == "fp16" else "bf16",
-        grad_dtype=_choice(row, "grad_reduce_dtype", label, ("fp32", "bf16"), "fp32"),
-        flash_attention=_flag(row, "flash", label, True),
-        tp_comm_overlap=_flag(row, "tp_comm_overlap", label, False),
-        fp8_recipe=Fp8Recipe(recipe) if precision == "fp8" else None,
-        fp8_params=_flag(row, "fp8_params", label, False),
-        optimizer_state=_choice(
-            row, "optimizer_state", label, [k.value for k in OptimizerState], OptimizerState.FP32.value
+        settings=RunSettings(
+            grad_dtype=_choice(row, "grad_reduce_dtype", label, ("fp32", "bf16"), "fp32"),
+            flash_attention=_flag(row, "flash", label, True),
+            tp_comm_overlap=_flag(row, "tp_comm_overlap", label, False),
+            fp8_recipe=Fp8Recipe(recipe) if precision == "fp8" else None,
+            fp8_params=_flag(row, "fp8_params", label, False),
+            optimizer_state=_choice(
+                row, "optimizer_state", label, [k.value for k in OptimizerState], OptimizerState.FP32.value
+            ),
+            moe_capacity_factor=row.get("moe_capacity_factor"),
         ),
-        moe_capacity_factor=row.get("moe_capacity_factor"),
     )
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from nestplan import api
-from nestplan.job import Fp8Recipe, Job, OptimizerState
+from nestplan.job import Job
 from nestplan.plan import Plan
 from nestplan.search.space import SearchSpace
+from nestplan.settings import Fp8Recipe, OptimizerState
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 
@@ -99,7 +100,7 @@ def planned_plans() -> dict[str, Plan]:
 
 
 def planned(case: Case) -> Plan:
-    job = Job(global_batch_size=case.global_batch_size, seq_len=case.seq_len, **case.job)
+    job = Job.from_flat(case.global_batch_size, case.seq_len, **case.job)
     report = api.plan(case.model, case.cluster, job, devices=case.devices, top=0, space=SearchSpace(**case.space))
     return report.plan
 

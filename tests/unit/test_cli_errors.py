@@ -18,6 +18,7 @@ import nestplan
 from nestplan import api
 from nestplan.errors import ConfigError
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Job
+from nestplan.settings import RunSettings
 
 EVALUATE = [
     "evaluate",
@@ -404,7 +405,7 @@ def test_job_takes_the_optimizer_by_name_and_refuses_others() -> None:
         with pytest.raises(ConfigError, match="optimizer"):
             Job(8, 1024, optimizer=bad)
     with pytest.raises(ConfigError, match="flash_attention"):
-        Job(8, 1024, flash_attention="no")
+        Job(8, 1024, settings=RunSettings(flash_attention="no"))
 
 
 def test_megatron_dp_note_waits_for_the_evaluation(capsys) -> None:

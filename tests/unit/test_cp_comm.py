@@ -4,7 +4,6 @@ and the hierarchical a2a+p2p; their costs, legality, memory, plan JSON and expor
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -12,10 +11,12 @@ from nestplan import api
 from nestplan.cost import comm
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError
-from nestplan.job import CpCommType, Job
+from nestplan.job import Job
 from nestplan.model.layers import Shard
 from nestplan.network import collectives as coll
 from nestplan.plan import Plan
+from nestplan.strategy.legality import cp_exchange_conflict
+from nestplan.settings import CpCommType, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
 from nestplan.strategy.placement import GroupSpan
@@ -37,25 +38,25 @@ def _cp_group(fanout: tuple[int, ...]) -> GroupSpan:
 
 def test_job_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="at least 2"):
-        Job(8, SEQ, cp_comm_type="a2a+p2p")
+        Job(8, SEQ, settings=RunSettings(cp_comm_type="a2a+p2p"))
     with pytest.raises(ConfigError, match="not of p2p"):
-        Job(8, SEQ, cp_a2a_size=4)
+        Job(8, SEQ, settings=RunSettings(cp_a2a_size=4))
     with pytest.raises(ConfigError, match="not one of p2p, a2a, allgather, a2a\\+p2p"):
-        Job(8, SEQ, cp_comm_type="ring")
-    assert Job(8, SEQ, cp_comm_type="a2a").cp_comm_type is CpCommType.A2A
+        Job(8, SEQ, settings=RunSettings(cp_comm_type="ring"))
+    assert Job(8, SEQ, settings=RunSettings(cp_comm_type="a2a")).settings.cp_comm_type is CpCommType.A2A
 
 
 def test_all_to_alls_need_heads_divisible_by_their_group() -> None:
     """Llama 3 8B has 32 query and 8 key/value heads: Ulysses runs at cp 8, not 16 (Transformer Engine
     asserts the heads divisible); a2a+p2p needs its group to divide the heads and cp."""
-    a2a = Job(8, SEQ, cp_comm_type="a2a")
-    assert a2a.cp_comm_conflict(8, 32, 8) is None
-    assert "8 key/value heads over 16" in str(a2a.cp_comm_conflict(16, 32, 8))
-    hybrid = Job(8, SEQ, cp_comm_type="a2a+p2p", cp_a2a_size=8)
-    assert hybrid.cp_comm_conflict(32, 32, 8) is None
-    assert hybrid.cp_comm_conflict(12, 32, 8) is not None  # 8 does not divide 12
-    assert hybrid.cp_comm_conflict(8, 32, 8) is not None  # the ring needs 2 groups or more
-    assert Job(8, SEQ, cp_comm_type="allgather").cp_comm_conflict(64, 32, 8) is None
+    a2a = Job(8, SEQ, settings=RunSettings(cp_comm_type="a2a"))
+    assert cp_exchange_conflict(a2a.settings, 8, 32, 8) is None
+    assert "8 key/value heads over 16" in str(cp_exchange_conflict(a2a.settings, 16, 32, 8))
+    hybrid = Job(8, SEQ, settings=RunSettings(cp_comm_type="a2a+p2p", cp_a2a_size=8))
+    assert cp_exchange_conflict(hybrid.settings, 32, 32, 8) is None
+    assert cp_exchange_conflict(hybrid.settings, 12, 32, 8) is not None  # 8 does not divide 12
+    assert cp_exchange_conflict(hybrid.settings, 8, 32, 8) is not None  # the ring needs 2 groups or more
+    assert cp_exchange_conflict(Job(8, SEQ, settings=RunSettings(cp_comm_type="allgather")).settings, 64, 32, 8) is None
     with pytest.raises(ConfigError, match="key/value heads"):
         api.evaluate(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=1, cp=16), _job("a2a"))
 
@@ -122,7 +123,7 @@ def test_plan_json_and_exports_carry_the_exchange(tmp_path) -> None:
     job = _job("a2a+p2p", 2)
     ev = api.evaluate_full(LLAMA, CLUSTER, ParallelDims(tp=1, pp=1, dp=4, cp=8), job)
     again = Plan.from_dict(json.loads(json.dumps(ev.plan.to_dict())))
-    assert (again.job.cp_comm_type, again.job.cp_a2a_size) == (CpCommType.A2A_P2P, 2)
+    assert (again.job.settings.cp_comm_type, again.job.settings.cp_a2a_size) == (CpCommType.A2A_P2P, 2)
     files, _ = api.export_plan(ev.plan, "megatron", tmp_path / "m")
     script = "\n".join(p.read_text() for p in files)
     assert "--cp-comm-type a2a+p2p" in script and "--hierarchical-context-parallel-sizes 2 4" in script
@@ -191,5 +192,7 @@ def test_ulysses_beats_the_ring_at_cp_8_inside_a_node() -> None:
     dims = ParallelDims(tp=1, cp=8, dp=1, recompute=Recompute.FULL)
     cluster = api.resolve_cluster("dgx-h100", 8)
     ring = evaluate_plan(api.resolve_model("llama3-8b"), cluster, dims, job)
-    ulysses = evaluate_plan(api.resolve_model("llama3-8b"), cluster, dims, replace(job, cp_comm_type=CpCommType.A2A))
+    ulysses = evaluate_plan(
+        api.resolve_model("llama3-8b"), cluster, dims, job.with_settings(cp_comm_type=CpCommType.A2A)
+    )
     assert ulysses.step_time_s < ring.step_time_s

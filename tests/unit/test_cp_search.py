@@ -3,15 +3,15 @@ exchange and tries the others on its finalists with cp > 1; --export keeps what 
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 
 from nestplan import api
-from nestplan.job import CpCommType, Job
+from nestplan.job import Job
 from nestplan.model import load_model
 from nestplan.search.planner import cp_exchange_jobs
 from nestplan.search.space import SearchSpace
+from nestplan.settings import CpCommType
 from nestplan.strategy.dims import ParallelDims
 
 LONG = Job(global_batch_size=16, seq_len=131072)
@@ -24,11 +24,16 @@ def test_exchange_variants_are_the_legal_ones() -> None:
     dims = ParallelDims(tp=2, sp=True, cp=8)
     kinds = tuple(CpCommType)
     inside_node = cp_exchange_jobs(model, LONG, dims, (8,), kinds)
-    assert {j.cp_comm_type for j in inside_node} == {CpCommType.ALLGATHER}  # 4 KV heads per device: no a2a at 8
+    assert {j.settings.cp_comm_type for j in inside_node} == {
+        CpCommType.ALLGATHER
+    }  # 4 KV heads per device: no a2a at 8
     across = cp_exchange_jobs(model, LONG, dims, (4, 2), kinds)
-    assert {(j.cp_comm_type, j.cp_a2a_size) for j in across} == {(CpCommType.ALLGATHER, 1), (CpCommType.A2A_P2P, 4)}
+    assert {(j.settings.cp_comm_type, j.settings.cp_a2a_size) for j in across} == {
+        (CpCommType.ALLGATHER, 1),
+        (CpCommType.A2A_P2P, 4),
+    }
     narrow = cp_exchange_jobs(model, LONG, ParallelDims(cp=4), (4,), kinds)
-    assert {j.cp_comm_type for j in narrow} == {CpCommType.A2A, CpCommType.ALLGATHER}
+    assert {j.settings.cp_comm_type for j in narrow} == {CpCommType.A2A, CpCommType.ALLGATHER}
 
 
 def test_planner_chooses_among_the_exchanges_it_may_use() -> None:
@@ -41,12 +46,15 @@ def test_planner_chooses_among_the_exchanges_it_may_use() -> None:
     only = api.plan(
         "llama3-8b",
         "dgx-h100",
-        replace(LONG, cp_comm_type=CpCommType.ALLGATHER),
+        LONG.with_settings(cp_comm_type=CpCommType.ALLGATHER),
         devices=16,
         top=0,
         space=SearchSpace(cp_comm_types=(CpCommType.ALLGATHER,)),
     )
-    assert only.job.cp_comm_type is CpCommType.ALLGATHER and only.plan.job.cp_comm_type is CpCommType.ALLGATHER
+    assert (
+        only.job.settings.cp_comm_type is CpCommType.ALLGATHER
+        and only.plan.job.settings.cp_comm_type is CpCommType.ALLGATHER
+    )
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ import pytest
 
 from nestplan.errors import ConfigError
 from nestplan.model import load_model
-from nestplan.strategy.dims import ParallelDims, check_against_model
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.legality import check_against_model
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 
 

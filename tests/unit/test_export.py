@@ -16,6 +16,7 @@ from nestplan.export.plan import ExportInput
 from nestplan.job import Job, Optimizer
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
+from nestplan.settings import RunSettings
 
 TABLES = Path(megatron.__file__).parent
 
@@ -107,7 +108,7 @@ def test_deepspeed_refuses_ulysses_inside_a_pipeline(plans, name, tmp_path) -> N
 
 def test_deepspeed_accepts_the_job_settings(tmp_path, deepspeed_config) -> None:
     """SGD (torch.optim.SGD, outside ZeRO's tested optimizers) with bf16 gradient accumulation, ZeRO 1."""
-    job = Job(global_batch_size=4096, seq_len=4096, optimizer=Optimizer.SGD, grad_dtype="bf16")
+    job = Job(global_batch_size=4096, seq_len=4096, optimizer=Optimizer.SGD, settings=RunSettings(grad_dtype="bf16"))
     plan = api.evaluate_full(
         "llama2-7b", "h100-spine-leaf", ParallelDims(tp=2, sp=True, dp=32, zero=1), job, devices=64
     ).plan

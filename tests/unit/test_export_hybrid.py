@@ -34,9 +34,7 @@ SPLIT_FLAGS = (
 
 
 def _plan(dims: ParallelDims, model: str | ModelSpec = "nemotron-h-8b", devices: int = 16, **job) -> Plan:
-    return api.evaluate_full(
-        model, "dgx-h100", dims, Job(global_batch_size=256, seq_len=8192, **job), devices=devices
-    ).plan
+    return api.evaluate_full(model, "dgx-h100", dims, Job.from_flat(256, 8192, **job), devices=devices).plan
 
 
 def _flags(plan: Plan) -> dict[str, object]:

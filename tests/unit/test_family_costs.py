@@ -18,7 +18,8 @@ from nestplan.errors import ConfigError
 from nestplan.model import layers as L
 from nestplan.model.layers import Shard
 from nestplan.network import collectives as coll
-from nestplan.strategy.dims import ParallelDims, model_conflict, tp_conflict
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.legality import model_conflict, tp_conflict
 from nestplan.strategy.enums import Recompute
 from nestplan.strategy.placement import GroupSpan
 
@@ -325,7 +326,7 @@ def test_hybrid_stacks_are_not_exported_as_gpts(capsys, tmp_path, name: str, kin
 def test_the_planner_offers_no_context_parallelism_mamba_cannot_run() -> None:
     """The search space asks cost/evaluator.py ``cp_comm_conflict`` which cp it may try: Jamba none
     (its Mamba-1 mixers have no cp, the plan crashed costing them), Nemotron-H what its groups allow."""
-    from nestplan.cost.evaluator import cp_comm_conflict
+    from nestplan.strategy.legality import cp_comm_conflict
 
     job = api.job_for(JAMBA, CLUSTER, 32, 16384)
     assert "Mamba-1" in str(cp_comm_conflict(job, 2, 1, JAMBA))

@@ -12,8 +12,9 @@ from nestplan.cost import comm
 from nestplan.cost.compute import FP8_COPIES, fp8_cast_bytes
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError
-from nestplan.job import Fp8Recipe, Job, OptimizerState, default_fp8_recipe
+from nestplan.job import Job, default_fp8_recipe
 from nestplan.model.layers import Gemm
+from nestplan.settings import Fp8Recipe, OptimizerState, RunSettings
 from nestplan.strategy.dims import ParallelDims
 
 MODEL = api.resolve_model("llama3-70b")
@@ -34,26 +35,26 @@ def test_overlapped_collective_exposes_its_first_chunk_and_what_outlasts_the_gem
 
 def test_tp_comm_overlap_hides_tensor_parallel_traffic() -> None:
     exposed = _predict(BASE).breakdown_s["tp_comm"]
-    hidden = _predict(replace(BASE, tp_comm_overlap=True)).breakdown_s["tp_comm"]
+    hidden = _predict(BASE.with_settings(tp_comm_overlap=True)).breakdown_s["tp_comm"]
     assert 0 < hidden < exposed / 2
 
 
 def test_tp_comm_overlap_needs_sequence_parallelism() -> None:
     no_sp = replace(PLAN, sp=False)
-    assert _predict(replace(BASE, tp_comm_overlap=True), no_sp).breakdown_s["tp_comm"] == pytest.approx(
+    assert _predict(BASE.with_settings(tp_comm_overlap=True), no_sp).breakdown_s["tp_comm"] == pytest.approx(
         _predict(BASE, no_sp).breakdown_s["tp_comm"]
     )
 
 
 def test_bf16_gradient_reduction_halves_the_gradient_buffer() -> None:
     fp32 = _predict(BASE).memory_breakdown_bytes["gradients"]
-    bf16 = _predict(replace(BASE, grad_dtype="bf16")).memory_breakdown_bytes["gradients"]
+    bf16 = _predict(BASE.with_settings(grad_dtype="bf16")).memory_breakdown_bytes["gradients"]
     assert bf16 == pytest.approx(fp32 / 2)
 
 
 def test_without_overlap_the_step_end_is_charged_in_full() -> None:
     overlapped = _predict(BASE).breakdown_s["dp_sync"]
-    exposed = _predict(replace(BASE, overlap_grad_reduce=False, overlap_param_gather=False)).breakdown_s["dp_sync"]
+    exposed = _predict(BASE.with_settings(overlap_grad_reduce=False, overlap_param_gather=False)).breakdown_s["dp_sync"]
     assert exposed > overlapped
 
 
@@ -61,7 +62,7 @@ def test_fp8_speeds_up_the_gemms_but_less_than_the_peak_ratio() -> None:
     """The FP8 peak is twice BF16's; casts, attention and the rest in bf16 and the lower FP8 ceiling
     leave NeMo's measured 1.2-1.55x (issue 14) within reach, never 2x."""
     bf16 = _predict(BASE)
-    fp8 = _predict(replace(BASE, fp8_recipe=Fp8Recipe.TENSORWISE))
+    fp8 = _predict(BASE.with_settings(fp8_recipe=Fp8Recipe.TENSORWISE))
     speedup = bf16.step_time_s / fp8.step_time_s
     assert 1.15 < speedup < 1.8
 
@@ -77,8 +78,8 @@ def test_fp8_cast_traffic_per_recipe() -> None:
 
 
 def test_fp8_parameters_are_gathered_in_fp8() -> None:
-    job = replace(BASE, fp8_recipe=Fp8Recipe.DELAYED)
-    assert replace(job, fp8_params=True).param_bytes == 1 and job.param_bytes == 2
+    job = BASE.with_settings(fp8_recipe=Fp8Recipe.DELAYED)
+    assert job.with_settings(fp8_params=True).param_bytes == 1 and job.param_bytes == 2
 
 
 def test_dtype_fp8_is_refused_in_one_line_pointing_at_the_flag() -> None:
@@ -89,7 +90,7 @@ def test_dtype_fp8_is_refused_in_one_line_pointing_at_the_flag() -> None:
 
 def test_fp8_params_need_a_recipe() -> None:
     with pytest.raises(ConfigError, match="fp8_params"):
-        Job(global_batch_size=8, seq_len=128, fp8_params=True)
+        Job(global_batch_size=8, seq_len=128, settings=RunSettings(fp8_params=True))
 
 
 def test_default_recipe_follows_the_accelerator() -> None:
@@ -109,8 +110,9 @@ def test_fp8_gemms_use_their_own_ceiling() -> None:
 
 
 def test_cli_records_the_settings_in_the_plan(capsys) -> None:
-    from cli_helpers import run_cli
     import json
+
+    from cli_helpers import run_cli
 
     code, out, err = run_cli(
         capsys,
@@ -147,7 +149,7 @@ def test_cli_records_the_settings_in_the_plan(capsys) -> None:
 def _framework_plan(**settings):
     from nestplan.export.plan import ExportInput
 
-    job = replace(BASE, grad_dtype="bf16", **settings)
+    job = BASE.with_settings(grad_dtype="bf16", **settings)
     plan = api.evaluate_full(MODEL, H100, PLAN, job, devices=64).plan
     return ExportInput(plan, "test")
 
@@ -211,8 +213,8 @@ def test_fp8_weight_copies_are_held_unless_the_parameters_are_fp8() -> None:
     step's microbatches: 2 bytes per block parameter on top of the bf16 weight (not for the
     embedding, which stays bf16), none under fp8_params."""
     bf16 = _predict(BASE).stages[0]
-    fp8 = _predict(replace(BASE, fp8_recipe=Fp8Recipe.DELAYED)).stages[0]
-    fp8_params = _predict(replace(BASE, fp8_recipe=Fp8Recipe.DELAYED, fp8_params=True)).stages[0]
+    fp8 = _predict(BASE.with_settings(fp8_recipe=Fp8Recipe.DELAYED)).stages[0]
+    fp8_params = _predict(BASE.with_settings(fp8_recipe=Fp8Recipe.DELAYED, fp8_params=True)).stages[0]
     embedding = MODEL.vocab_size / PLAN.tp * MODEL.hidden_size  # parameters of the first stage's embedding
     block_params = bf16.memory_bytes["weights"] / 2 - embedding  # bf16 weights: 2 bytes each (ZeRO 1 keeps them)
     assert fp8.memory_bytes["weights"] - bf16.memory_bytes["weights"] == pytest.approx(2 * block_params, rel=1e-9)
@@ -306,13 +308,13 @@ def test_optimizer_state_bytes_per_parameter(state, fp8_params, per_param) -> No
     store_param_remainders for fp32 state beside bf16 parameters, no stored params when the state's dtype
     is the parameters', stored ones under fp8_params)."""
     recipe = Fp8Recipe.DELAYED if fp8_params else None
-    job = replace(BASE, optimizer_state=state, fp8_recipe=recipe, fp8_params=fp8_params)
+    job = BASE.with_settings(optimizer_state=state, fp8_recipe=recipe, fp8_params=fp8_params)
     assert job.optimizer_state_bytes == per_param
 
 
 def test_optimizer_state_shrinks_the_sharded_state_in_memory() -> None:
     fp32 = _predict(BASE).stages[0].memory_bytes["optimizer"]
-    bf16 = _predict(replace(BASE, optimizer_state=OptimizerState.BF16)).stages[0].memory_bytes["optimizer"]
+    bf16 = _predict(BASE.with_settings(optimizer_state=OptimizerState.BF16)).stages[0].memory_bytes["optimizer"]
     assert bf16 == pytest.approx(fp32 * 4 / 12)
 
 
@@ -326,7 +328,10 @@ def test_optimizer_state_shrinks_the_sharded_state_in_memory() -> None:
 )
 def test_optimizer_state_refusals_name_the_conflict(settings, named) -> None:
     with pytest.raises(ConfigError, match=named):
-        replace(BASE, optimizer_state=OptimizerState.REMAINDERS, **settings)
+        job_fields = {k: settings.pop(k) for k in ("optimizer", "dtype") if k in settings}
+        replace(
+            BASE, **job_fields, settings=replace(BASE.settings, optimizer_state=OptimizerState.REMAINDERS, **settings)
+        )
 
 
 def test_megatron_runs_the_optimizer_state_through_its_precision_aware_adam() -> None:
@@ -337,7 +342,7 @@ def test_megatron_runs_the_optimizer_state_through_its_precision_aware_adam() ->
     assert values["--exp-avg-dtype"] == values["--exp-avg-sq-dtype"] == "bf16"
     assert set(values) <= _pinned("megatron_flags.txt")
     zero0 = api.evaluate_full(
-        MODEL, H100, replace(PLAN, zero=0), replace(BASE, optimizer_state=OptimizerState.BF16), devices=64
+        MODEL, H100, replace(PLAN, zero=0), BASE.with_settings(optimizer_state=OptimizerState.BF16), devices=64
     ).plan
     from nestplan.export.plan import ExportInput
 
@@ -351,4 +356,4 @@ def test_plan_json_keeps_the_optimizer_state() -> None:
 
     plan = _framework_plan(optimizer_state=OptimizerState.REMAINDERS).plan
     again = Plan.from_dict(plan.to_dict())
-    assert again.job.optimizer_state is OptimizerState.REMAINDERS and again == plan
+    assert again.job.settings.optimizer_state is OptimizerState.REMAINDERS and again == plan

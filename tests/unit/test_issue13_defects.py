@@ -28,11 +28,12 @@ from nestplan.export.plan import ExportInput
 from nestplan.job import Job, Optimizer
 from nestplan.plan import SCHEMA_V1, Plan
 from nestplan.search.engine import run
-from nestplan.strategy.placement import STAGE_MAJOR
 from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SubConfig
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
+from nestplan.strategy.placement import STAGE_MAJOR
+from nestplan.settings import RunSettings
 
 # the issue's case: the planner leaves 4 of the 16 devices idle (dp 12), which no dgx-a100 truncation allows
 ISSUE_PLAN = [
@@ -108,7 +109,12 @@ def test_plan_json_devices_total_is_checked() -> None:
 
 # ---------------------------------------------------------------- 2. the job's settings in the plan JSON
 
-SGD_EAGER = Job(global_batch_size=12, seq_len=2048, optimizer=Optimizer.SGD, flash_attention=False, grad_dtype="bf16")
+SGD_EAGER = Job(
+    global_batch_size=12,
+    seq_len=2048,
+    optimizer=Optimizer.SGD,
+    settings=RunSettings(flash_attention=False, grad_dtype="bf16"),
+)
 
 
 def test_plan_json_carries_every_job_setting() -> None:
@@ -189,7 +195,7 @@ def test_an_older_plan_without_the_settings_reads_as_adam_with_flash() -> None:
     for key in ("grad_dtype", "optimizer", "flash_attention"):
         del plan["job"][key]
     job = Plan.from_dict(plan).job
-    assert (job.optimizer, job.flash_attention, job.grad_dtype) == (Optimizer.ADAM, True, "fp32")
+    assert (job.optimizer, job.settings.flash_attention, job.settings.grad_dtype) == (Optimizer.ADAM, True, "fp32")
 
 
 @pytest.mark.parametrize(

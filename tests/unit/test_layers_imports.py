@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "inputs": 0,
     "job": 0,
+    "settings": 0,
     "catalog": 0,
     "version": 0,
     "model": 1,

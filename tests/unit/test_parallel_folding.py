@@ -15,8 +15,10 @@ from nestplan.job import Job
 from nestplan.model.layers import Shard, block_gemms, block_params_per_device
 from nestplan.plan import Plan
 from nestplan.search.space import SearchSpace
-from nestplan.strategy.dims import ParallelDims, check_against_model
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.legality import check_against_model
 from nestplan.strategy.placement import place
+from nestplan.settings import RunSettings
 
 QWEN3 = api.resolve_model("qwen3-235b-a22b")
 GROK = api.resolve_model("grok-1")
@@ -115,7 +117,7 @@ def test_grok_1_on_512_h100_with_attention_tp_4_and_expert_tp_1() -> None:
     """The issue's case: NVIDIA's Grok-1 recipe on 512 H100 (tp 4, cp 2, pp 8 x v 8, Megatron's ep 8)
     with expert-TP 1: ep 8 = tp 4 x 2 data-parallel ranks."""
     dims = ParallelDims(tp=4, sp=True, cp=2, pp=8, virtual_stages=8, schedule="interleaved", ep=2, dp=4, etp=1, zero=1)
-    job = Job(global_batch_size=1024, seq_len=8192, grad_dtype="bf16")
+    job = Job(global_batch_size=1024, seq_len=8192, settings=RunSettings(grad_dtype="bf16"))
     pred = api.evaluate_full(GROK, H100, dims, job).prediction
     assert dims.expert_parallel == 8 and pred.fits
     assert pred.breakdown_s["ep_comm"] > 0
@@ -188,9 +190,9 @@ def test_moe_comm_overlap_hides_the_all_to_all_and_holds_one_more_microbatch() -
     """Grok-1 on 512 H100 as NVIDIA's recipe runs it (interleaved): the expert all-to-alls hide under
     the other microbatch's compute; each stage holds one more model chunk of activations."""
     dims = ParallelDims(tp=4, sp=True, cp=2, pp=8, virtual_stages=8, schedule="interleaved", ep=8, zero=1)
-    job = Job(global_batch_size=1024, seq_len=8192, grad_dtype="bf16")
+    job = Job(global_batch_size=1024, seq_len=8192, settings=RunSettings(grad_dtype="bf16"))
     plain = api.evaluate_full(GROK, H100, dims, job).prediction
-    overlapped = api.evaluate_full(GROK, H100, dims, Job(**{**job.__dict__, "moe_comm_overlap": True})).prediction
+    overlapped = api.evaluate_full(GROK, H100, dims, job.with_settings(moe_comm_overlap=True)).prediction
     assert plain.breakdown_s["ep_comm"] > 0 and overlapped.breakdown_s["ep_comm"] < plain.breakdown_s["ep_comm"]
     assert overlapped.step_time_s < plain.step_time_s
     assert overlapped.peak_memory_bytes_per_device > plain.peak_memory_bytes_per_device
@@ -205,7 +207,7 @@ def test_moe_comm_overlap_hides_the_all_to_all_and_holds_one_more_microbatch() -
     ],
 )
 def test_moe_comm_overlap_is_refused_where_megatron_cannot_run_it(dims, field) -> None:
-    job = Job(global_batch_size=256, seq_len=4096, moe_comm_overlap=True)
+    job = Job(global_batch_size=256, seq_len=4096, settings=RunSettings(moe_comm_overlap=True))
     with pytest.raises(ConfigError, match="all-to-all overlap") as err:
         api.evaluate_full(GROK, H100, dims, job, devices=64)
     assert err.value.field == field
@@ -213,11 +215,11 @@ def test_moe_comm_overlap_is_refused_where_megatron_cannot_run_it(dims, field) -
 
 def test_megatron_export_sets_the_overlap(tmp_path) -> None:
     dims = ParallelDims(tp=4, sp=True, ep=2, dp=8, zero=1)
-    job = Job(global_batch_size=256, seq_len=4096, moe_comm_overlap=True)
+    job = Job(global_batch_size=256, seq_len=4096, settings=RunSettings(moe_comm_overlap=True))
     plan = api.evaluate_full(GROK, H100, dims, job, devices=64).plan
     api.export_plan(plan, "megatron", tmp_path)
     assert "--overlap-moe-expert-parallel-comm" in (tmp_path / "launch_megatron.sh").read_text()
-    assert Plan.from_dict(plan.to_dict()).job.moe_comm_overlap
+    assert Plan.from_dict(plan.to_dict()).job.settings.moe_comm_overlap
 
 
 # ---------------------------------------------------------------- the capacity factor
@@ -226,7 +228,7 @@ def test_capacity_factor_pads_the_experts_work_and_traffic(tmp_path) -> None:
     the step slows and uses more memory; Megatron-LM gets the flags; out of range is one error."""
     dims = ParallelDims(tp=4, sp=True, ep=2, dp=8, zero=1)
     plain_job = Job(global_batch_size=256, seq_len=4096)
-    padded_job = Job(global_batch_size=256, seq_len=4096, moe_capacity_factor=1.25)
+    padded_job = Job(global_batch_size=256, seq_len=4096, settings=RunSettings(moe_capacity_factor=1.25))
     shard, padded = Shard(tp=4, sp=True, ep=2, seq_len=4096), Shard(tp=4, sp=True, ep=2, seq_len=4096, capacity=1.25)
     assert block_gemms(GROK, 0, padded)[-1].m == pytest.approx(1.25 * block_gemms(GROK, 0, shard)[-1].m)
     plain = api.evaluate_full(GROK, H100, dims, plain_job, devices=64)
@@ -237,9 +239,9 @@ def test_capacity_factor_pads_the_experts_work_and_traffic(tmp_path) -> None:
     api.export_plan(slow.plan, "megatron", tmp_path)
     script = (tmp_path / "launch_megatron.sh").read_text()
     assert "--moe-expert-capacity-factor 1.25" in script and "--moe-pad-expert-input-to-capacity" in script
-    assert Plan.from_dict(slow.plan.to_dict()).job.moe_capacity_factor == 1.25
+    assert Plan.from_dict(slow.plan.to_dict()).job.settings.moe_capacity_factor == 1.25
     with pytest.raises(ConfigError, match="moe capacity factor") as err:
-        Job(global_batch_size=256, seq_len=4096, moe_capacity_factor=0.1)
+        Job(global_batch_size=256, seq_len=4096, settings=RunSettings(moe_capacity_factor=0.1))
     assert err.value.field == "moe_capacity_factor"
 
 
@@ -271,11 +273,15 @@ def _span(size: int):
 def test_deepep_is_exported_as_megatron_s_flex_dispatcher_and_refuses_padding(tmp_path) -> None:
     dims = ParallelDims(tp=4, sp=True, ep=2, dp=8, zero=1)
     plan = api.evaluate_full(
-        GROK, H100, dims, Job(global_batch_size=256, seq_len=4096, moe_dispatcher="deepep"), devices=64
+        GROK,
+        H100,
+        dims,
+        Job(global_batch_size=256, seq_len=4096, settings=RunSettings(moe_dispatcher="deepep")),
+        devices=64,
     ).plan
     api.export_plan(plan, "megatron", tmp_path)
     assert "--moe-token-dispatcher-type flex" in (tmp_path / "launch_megatron.sh").read_text()
-    assert Plan.from_dict(plan.to_dict()).job.moe_dispatcher.value == "deepep"
+    assert Plan.from_dict(plan.to_dict()).job.settings.moe_dispatcher.value == "deepep"
     with pytest.raises(ConfigError, match="dropless") as err:
-        Job(global_batch_size=256, seq_len=4096, moe_dispatcher="deepep", moe_capacity_factor=1.0)
+        Job(global_batch_size=256, seq_len=4096, settings=RunSettings(moe_dispatcher="deepep", moe_capacity_factor=1.0))
     assert err.value.field == "moe_capacity_factor"

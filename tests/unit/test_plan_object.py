@@ -16,10 +16,11 @@ from nestplan import api
 from nestplan.cluster import cluster_from_dict, cluster_names
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.errors import ConfigError
-from nestplan.job import Fp8Recipe, Job, Optimizer
+from nestplan.job import Job, Optimizer
 from nestplan.model import model_names
 from nestplan.model.config import config_dict
 from nestplan.plan import SCHEMA, SCHEMA_V1, Plan
+from nestplan.settings import Fp8Recipe, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 
@@ -157,23 +158,24 @@ def test_round_trip_a_cluster_cut_to_fewer_devices_than_it_has() -> None:
 
 
 JOBS = [
-    Job(16, 512, dtype=dtype, grad_dtype=grad, optimizer=optimizer, flash_attention=flash)
+    Job(16, 512, dtype=dtype, optimizer=optimizer, settings=RunSettings(grad_dtype=grad, flash_attention=flash))
     for dtype, grad in (("bf16", "fp32"), ("fp16", "fp16"), ("fp32", "fp32"), ("bf16", "bf16"))
     for optimizer in Optimizer
     for flash in (True, False)
 ]
 JOBS += [
-    Job(16, 512, grad_dtype="bf16", tp_comm_overlap=True, fp8_recipe=recipe, fp8_params=True) for recipe in Fp8Recipe
+    Job(16, 512, settings=RunSettings(grad_dtype="bf16", tp_comm_overlap=True, fp8_recipe=recipe, fp8_params=True))
+    for recipe in Fp8Recipe
 ]
-JOBS += [Job(16, 512, overlap_grad_reduce=False, overlap_param_gather=False)]
+JOBS += [Job(16, 512, settings=RunSettings(overlap_grad_reduce=False, overlap_param_gather=False))]
 
 
 @pytest.mark.parametrize(
     "job",
     JOBS,
     ids=lambda j: (
-        f"{j.dtype}-{j.grad_dtype}-{j.optimizer.value}-{j.flash_attention}-"
-        f"{j.fp8_recipe}-{j.tp_comm_overlap}-{j.overlap_grad_reduce}"
+        f"{j.dtype}-{j.settings.grad_dtype}-{j.optimizer.value}-{j.settings.flash_attention}-"
+        f"{j.settings.fp8_recipe}-{j.settings.tp_comm_overlap}-{j.settings.overlap_grad_reduce}"
     ),
 )
 def test_round_trip_every_job_setting(job) -> None:

@@ -248,7 +248,7 @@ def _check_meaning(plan: Plan, cfg: dict, notes: tuple[str, ...], facts: dict) -
     assert (facts["bf16"], facts["fp16"]) == (job.dtype == "bf16", job.dtype == "fp16")
     assert facts["optimizer"] == ds_export.OPTIMIZERS[job.optimizer.value].lower()
     if "data_types" in cfg:
-        assert facts["grad_accum_dtype"] == job.grad_dtype
+        assert facts["grad_accum_dtype"] == job.settings.grad_dtype
     else:  # DeepSpeed cannot accumulate in the costed dtype here (no ZeRO): the note says so
         assert facts["grad_accum_dtype"] is None and any("DeepSpeed accumulates gradients in" in n for n in notes)
     assert facts["sequence_parallel"] == d.cp

@@ -48,8 +48,9 @@ from planned_cases import issue_plans as planned_issue_plans
 from nestplan import api
 from nestplan.export import megatron, rank_order
 from nestplan.export.plan import ExportInput
-from nestplan.job import Job, OptimizerState
+from nestplan.job import Job
 from nestplan.plan import Plan
+from nestplan.settings import OptimizerState
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import AXES, expert_rank_groups, rank_grid
@@ -61,13 +62,12 @@ arguments = pytest.importorskip(
     "megatron.training.arguments",
     reason="megatron-core 0.19.2 (megatron/training) unpacked on PYTHONPATH, and triton, are needed: see .ci/run",
 )
+import torch  # noqa: E402  (megatron-core's own dependency)
 from megatron.core import num_microbatches_calculator, package_info, parallel_state  # noqa: E402
 from megatron.core.models.common.embeddings import rope_utils  # noqa: E402
 from megatron.core.transformer import transformer_config  # noqa: E402
 from megatron.core.transformer.transformer_block import get_num_layers_to_build  # noqa: E402
 from megatron.training.argument_utils import core_transformer_config_from_args  # noqa: E402
-
-import torch  # noqa: E402  (megatron-core's own dependency)
 
 MEGATRON_CORE = "0.19.2"  # the version these tests run and the export's PIN names
 COMPUTE_CAPABILITY = {"h100": (9, 0), "h200": (9, 0), "a100": (8, 0), "b200": (10, 0)}  # NVIDIA's CUDA GPUs table
@@ -224,27 +224,29 @@ def check_model_and_training(args, config, plan: Plan) -> None:
         sigmoid = m.router_bias and not m.linear_bias
         assert config.moe_router_score_function == ("sigmoid" if sigmoid else "softmax")
         assert config.moe_router_pre_softmax == (m.router_scores_all_experts and not sigmoid)
-        assert config.moe_token_dispatcher_type == ("flex" if plan.job.moe_dispatcher.value == "deepep" else "alltoall")
+        assert config.moe_token_dispatcher_type == (
+            "flex" if plan.job.settings.moe_dispatcher.value == "deepep" else "alltoall"
+        )
     expected_recompute = {Recompute.NONE: None, Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
     assert config.recompute_granularity == expected_recompute[d.recompute]
     assert (config.bf16, config.fp16) == (job.dtype == "bf16", job.dtype == "fp16")
-    assert config.fp8 == ("hybrid" if job.fp8_recipe is not None else None)
-    if job.fp8_recipe is not None:
-        assert config.fp8_recipe == job.fp8_recipe.value
-    assert args.fp8_param_gather == job.fp8_params
-    assert config.tp_comm_overlap == (job.tp_comm_overlap and d.sp_active)
-    assert args.overlap_grad_reduce == job.overlap_grad_reduce
+    assert config.fp8 == ("hybrid" if job.settings.fp8_recipe is not None else None)
+    if job.settings.fp8_recipe is not None:
+        assert config.fp8_recipe == job.settings.fp8_recipe.value
+    assert args.fp8_param_gather == job.settings.fp8_params
+    assert config.tp_comm_overlap == (job.settings.tp_comm_overlap and d.sp_active)
+    assert args.overlap_grad_reduce == job.settings.overlap_grad_reduce
     check_model_shape(args, config, plan)
     assert args.use_distributed_optimizer == (int(d.zero) >= 1)  # Megatron-FSDP runs it too
     assert args.use_megatron_fsdp == (int(d.zero) >= 2)
-    aware = job.optimizer_state is not OptimizerState.FP32 and int(d.zero) >= 1
+    aware = job.settings.optimizer_state is not OptimizerState.FP32 and int(d.zero) >= 1
     assert args.use_precision_aware_optimizer == aware  # store_param_remainders is its default
-    moments = torch.bfloat16 if aware and job.optimizer_state is OptimizerState.BF16 else torch.float32
+    moments = torch.bfloat16 if aware and job.settings.optimizer_state is OptimizerState.BF16 else torch.float32
     assert args.exp_avg_dtype == args.exp_avg_sq_dtype == moments
     if int(d.zero) >= 2:
         assert args.data_parallel_sharding_strategy == ("optim_grads" if int(d.zero) == 2 else "optim_grads_params")
     if d.cp > 1:
-        assert config.cp_comm_type == job.cp_comm_type.value
+        assert config.cp_comm_type == job.settings.cp_comm_type.value
 
 
 def check_model_shape(args, config, plan: Plan) -> None:

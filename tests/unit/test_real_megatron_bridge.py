@@ -56,8 +56,9 @@ from nestplan.catalog import entry_path
 from nestplan.errors import ConfigError
 from nestplan.export import check_framework, megatron, nemo
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Fp8Recipe, Job, OptimizerState
+from nestplan.job import Job
 from nestplan.plan import Plan
+from nestplan.settings import CpCommType, Fp8Recipe, OptimizerState
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
 
@@ -320,7 +321,7 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
     _assert_recompute(model, d.recompute)
     assert (model.bf16, model.fp16) == (job.dtype == "bf16", job.dtype == "fp16")
     if job.fp8:
-        assert model.fp8 is not None and model.fp8_recipe == FP8_RECIPE_NAMES[job.fp8_recipe]
+        assert model.fp8 is not None and model.fp8_recipe == FP8_RECIPE_NAMES[job.settings.fp8_recipe]
     else:
         assert model.fp8 is None
     zero = int(d.zero)
@@ -329,10 +330,10 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
     if zero > 1:
         assert cfg.checkpoint.ckpt_format == "fsdp_dtensor"
     assert cfg.ddp.data_parallel_sharding_strategy == {2: "optim_grads", 3: "optim_grads_params"}.get(zero, "no_shard")
-    assert cfg.ddp.overlap_grad_reduce == job.overlap_grad_reduce
-    assert cfg.ddp.overlap_param_gather == (job.overlap_param_gather and zero > 0)
-    assert model.tp_comm_overlap == (job.tp_comm_overlap and d.sp_active)
-    aware = job.optimizer_state is not OptimizerState.FP32 and zero > 0
+    assert cfg.ddp.overlap_grad_reduce == job.settings.overlap_grad_reduce
+    assert cfg.ddp.overlap_param_gather == (job.settings.overlap_param_gather and zero > 0)
+    assert model.tp_comm_overlap == (job.settings.tp_comm_overlap and d.sp_active)
+    aware = job.settings.optimizer_state is not OptimizerState.FP32 and zero > 0
     assert cfg.optimizer.use_precision_aware_optimizer == aware
     assert cfg.optimizer.store_param_remainders or not aware
     if m.is_moe:
@@ -345,9 +346,12 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
     else:
         assert model.num_moe_experts is None
     if d.cp > 1:
-        assert model.cp_comm_type == job.cp_comm_type.value
-        if job.cp_comm_type is CpCommType.A2A_P2P:
-            assert list(model.hierarchical_context_parallel_sizes) == [job.cp_a2a_size, d.cp // job.cp_a2a_size]
+        assert model.cp_comm_type == job.settings.cp_comm_type.value
+        if job.settings.cp_comm_type is CpCommType.A2A_P2P:
+            assert list(model.hierarchical_context_parallel_sizes) == [
+                job.settings.cp_a2a_size,
+                d.cp // job.settings.cp_a2a_size,
+            ]
 
 
 def _assert_recompute(model, recompute: Recompute) -> None:
@@ -366,7 +370,7 @@ def _assert_recompute(model, recompute: Recompute) -> None:
 def check_export(bridge, plan: Plan, folder: Path, monkeypatch) -> None:
     recipe, overrides = launch_arguments(plan, folder)
     assert recipe == nemo.recipe(plan.model)
-    if plan.job.optimizer_state is not OptimizerState.FP32:
+    if plan.job.settings.optimizer_state is not OptimizerState.FP32:
         _stand_in_fused_adam(monkeypatch)
     cfg = run_recipe(bridge, recipe, overrides, plan.cluster.devices, monkeypatch)
     assert_config_is_the_plan(bridge, cfg, plan)
@@ -444,7 +448,7 @@ def test_regression_the_dataset_sequence_length_is_the_plans(bridge, issue_plans
 def test_job_settings_reach_the_config(bridge, settings, tmp_path, monkeypatch) -> None:
     """The job's overlap, cp exchange and precision as Megatron-Bridge parses them (Llama 3 70B's recipe,
     whose own comm_overlap section turns tp overlap on for its tp 4)."""
-    job = Job(global_batch_size=512, seq_len=16384, **settings)
+    job = Job.from_flat(512, 16384, **settings)
     plan = api.evaluate_full(
         "llama3-70b", "dgx-h100", ParallelDims(tp=4, sp=True, cp=4, pp=4, dp=2, zero=1), job, devices=128
     ).plan

@@ -28,6 +28,7 @@ pytest.importorskip("torchtitan", reason="torchtitan 0.3.0 (the version the expo
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from planned_cases import CASES, planned_plans  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 from torchtitan.config.manager import ConfigManager  # noqa: E402
 from torchtitan.distributed import parallel_dims as titan_dims  # noqa: E402
@@ -37,15 +38,14 @@ from torchtitan.distributed.pipeline_parallel import (  # noqa: E402
     _get_pipeline_metadata,
 )
 
-from planned_cases import CASES, planned_plans  # noqa: E402
-
 from nestplan import api  # noqa: E402
 from nestplan.errors import ConfigError  # noqa: E402
 from nestplan.export import build  # noqa: E402
 from nestplan.export.torchtitan import CONFIG_MODULE, SCHEDULES, run_model  # noqa: E402
-from nestplan.job import Fp8Recipe, Job  # noqa: E402
+from nestplan.job import Job  # noqa: E402
 from nestplan.model.layers import total_params  # noqa: E402
 from nestplan.plan import Plan  # noqa: E402
+from nestplan.settings import Fp8Recipe, RunSettings
 from nestplan.strategy.dims import ParallelDims  # noqa: E402
 from nestplan.strategy.enums import Recompute  # noqa: E402
 from nestplan.strategy.placement import rank_grid  # noqa: E402
@@ -153,8 +153,8 @@ def expected_meaning(plan: Plan) -> dict:
         "param_dtype": {"bf16": "bfloat16", "fp32": "float32"}[job.dtype],
         "checkpoint": d.recompute,
         "fp8": job.fp8,
-        "compile": job.tp_comm_overlap and d.tp > 1,
-        "async_tp": job.tp_comm_overlap and d.tp > 1,
+        "compile": job.settings.tp_comm_overlap and d.tp > 1,
+        "async_tp": job.settings.tp_comm_overlap and d.tp > 1,
         "cuda_graphs": False,
         "layers": plan.model.num_layers,
         "hidden": plan.model.hidden_size,
@@ -340,7 +340,9 @@ def test_fp8_and_async_tp_on_where_costed(tmp_path, titan) -> None:
     """A plan costing FP8 GEMMs (delayed scaling) and tp collectives under their GEMMs: torchtitan
     builds float8 linears and compiles with async TP; its rowwise scaling is quoted as nestplan's
     tensorwise prediction."""
-    job = Job(global_batch_size=64, seq_len=8192, fp8_recipe=Fp8Recipe.DELAYED, tp_comm_overlap=True)
+    job = Job(
+        global_batch_size=64, seq_len=8192, settings=RunSettings(fp8_recipe=Fp8Recipe.DELAYED, tp_comm_overlap=True)
+    )
     plan = api.evaluate_full("llama3-8b", "h100-spine-leaf", ParallelDims(tp=8, sp=True, dp=2), job, devices=16).plan
     notes = check_export(plan, tmp_path, titan)  # fp8, compile and async_tp are read back as costed
     assert any("rowwise current scaling" in n and "nestplan predicts step" in n for n in notes)

@@ -18,6 +18,7 @@ from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.strategy.dims import ParallelDims
 from nestplan.units import GiB
+from nestplan.settings import RunSettings
 
 # name: (tp, pp, gpus, global batch, microbatch, interleave)   -- Table 3
 CONFIGS = {
@@ -52,7 +53,7 @@ def _plan(name: str, mode: str) -> tuple:
     tp, pp, gpus, gbs, mbs, v = CONFIGS[name]
     model = api.resolve_model(f"korthikanti-{name.lower()}")
     cluster = api.resolve_cluster("dgx-a100", gpus)
-    job = Job(global_batch_size=gbs, seq_len=2048, dtype="fp16", flash_attention=False)
+    job = Job(global_batch_size=gbs, seq_len=2048, dtype="fp16", settings=RunSettings(flash_attention=False))
     recompute = {"full": "full", "sp_selective": "selective", "none": "none", "sp_none": "none"}[mode]
     dims = ParallelDims(
         tp=tp,

@@ -11,12 +11,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nestplan.job import CpCommType
 from nestplan.model import ssm
 from nestplan.model.layers import Shard, _kv_per_device, boundary_bytes
 from nestplan.model.spec import ModelSpec
 from nestplan.network import collectives as coll
 from nestplan.network.topology import Topology
+from nestplan.settings import CpCommType
 from nestplan.strategy.placement import GroupSpan
 
 
@@ -271,7 +271,7 @@ def expert_all_to_alls(
     its sequence-parallel share of the tokens (padded to the capacity factor), and gets as many back.
 
     ``hidden_under``: the block's (forward, backward) compute seconds where another microbatch's
-    all-to-alls run under them (Megatron-Core's 1F1B A2A overlap, Job.moe_comm_overlap: the forward
+    all-to-alls run under them (Megatron-Core's 1F1B A2A overlap, RunSettings.moe_comm_overlap: the forward
     of microbatch i + 1 and the backward of microbatch i run merged, layer by layer, each one's
     all-to-alls on a communication stream under the other's compute): the forward's all-to-alls
     hide under the backward's compute and the backward's under the forward's, what exceeds it is

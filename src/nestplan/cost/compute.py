@@ -13,15 +13,15 @@ from dataclasses import dataclass
 
 from nestplan.cost.ssm import CHUNK_STATE_GEMM, mamba_elementwise_bytes, selective_scan_time, ssd_gemms, ssd_scan_bytes
 from nestplan.hardware.accelerator import Accelerator
-from nestplan.job import Fp8Recipe, Job
+from nestplan.job import Job
 from nestplan.model.layers import (
     COLUMN,
     INDEX_BYTES,
     MASK_BYTES,
     ROW,
     Gemm,
-    _kv_per_device,
     Shard,
+    _kv_per_device,
     attention_core_flops,
     attention_core_gemms,
     block_gemms,
@@ -31,6 +31,7 @@ from nestplan.model.layers import (
 )
 from nestplan.model.spec import ModelSpec
 from nestplan.model.ssm import Mamba1Shape
+from nestplan.settings import Fp8Recipe
 
 FLASH_BACKWARD_FLOP_RATIO = 2.5  # flash backward: 5 GEMMs vs 2 forward (Dao 2023, FlashAttention-2 section 3.1)
 ELEMENTWISE_BACKWARD_RATIO = 2.0  # a backward elementwise kernel reads input and output grad, writes input grad
@@ -67,7 +68,7 @@ class Precision:
 
     @classmethod
     def of(cls, job: Job) -> Precision:
-        return cls(job.dtype, job.gemm_dtype, job.fp8_recipe)
+        return cls(job.dtype, job.gemm_dtype, job.settings.fp8_recipe)
 
 
 def _gemm_times(acc: Accelerator, gemms: list[Gemm], dtype: str) -> tuple[tuple[float, float], ...]:

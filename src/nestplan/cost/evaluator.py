@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
@@ -10,8 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from nestplan.cost import comm
-from nestplan.cost import stage
+from nestplan.cost import comm, stage
 from nestplan.cost.memory import (
     ShardGroups,
     in_flight_microbatches,
@@ -20,15 +18,16 @@ from nestplan.cost.memory import (
     split_schedule_peak,
 )
 from nestplan.cost.pipeline import pipeline_floor, pipeline_time, split_pipeline_time
-from nestplan.cost.split_schedule import SplitTimes
 from nestplan.cost.prediction import Prediction, StageCost
+from nestplan.cost.split_schedule import SplitTimes
 from nestplan.cost.stepend import StepEnd, SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import GraphTerms, TermCache, shard_of
 from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
-from nestplan.strategy.dims import ParallelDims, check_against_model, mamba_cp_conflict
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.legality import check_against_model, check_cp_comm
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, place
 
@@ -133,44 +132,6 @@ def _least_busy(stages: _Stages, schedule: Schedule) -> list[float]:
     c = stages.chunks
     assert c is not None  # its forward_comm and backward_comm are the communication an F&BW may hide
     return (c.forward + c.backward - c.forward_comm - c.backward_comm).sum(axis=1).tolist()
-
-
-def cp_comm_conflict(job: Job, cp: int, tp: int, model: ModelSpec) -> ConfigError | None:
-    """Why ``job``'s context-parallel exchange cannot run at cp with tp's share of the heads, or why cp
-    cannot split the model's Mamba mixers (strategy/dims.py ``mamba_cp_conflict``), or None."""
-    mamba = mamba_cp_conflict(model.mamba if model.mamba_layers else None, tp, cp)
-    return mamba or job.cp_comm_conflict(cp, model.num_heads // tp, math.ceil(model.num_kv_heads / tp))
-
-
-def check_cp_comm(dims: ParallelDims, model: ModelSpec, job: Job) -> None:
-    problem = cp_comm_conflict(job, dims.cp, dims.tp, model) or moe_overlap_conflict(dims, model, job)
-    if problem is not None:
-        raise problem
-
-
-def moe_overlap_conflict(dims: ParallelDims, model: ModelSpec, job: Job) -> ConfigError | None:
-    """Why ``job``'s MoE all-to-all overlap (Job.moe_comm_overlap) cannot run this plan, or None:
-    Megatron-Core's 1F1B A2A overlap needs expert parallelism, merges a forward with a backward under
-    1F1B (interleaved once pp > 1), and no full recomputation
-    (megatron/core/transformer/transformer_config.py, overlap_moe_expert_parallel_comm checks)."""
-    if not job.moe_comm_overlap:
-        return None
-    why = None
-    if not model.is_moe or dims.expert_parallel < 2:
-        why = ("needs expert parallelism", "ep", dims.expert_parallel, ">= 2")
-    elif dims.schedule.splits_backward or (dims.pp > 1 and dims.schedule is not Schedule.INTERLEAVED):
-        why = ("runs under 1F1B, interleaved once pp > 1", "schedule", dims.schedule.value, "1f1b or interleaved")
-    elif dims.recompute is Recompute.FULL:
-        why = ("keeps activations (no full recomputation)", "recompute", dims.recompute.value, "none or selective")
-    if why is None:
-        return None
-    text, field, value, limit = why
-    return ConfigError(
-        f"the MoE all-to-all overlap (--moe-comm-overlap) {text}; the plan has {field} {value}",
-        field=field,
-        value=value,
-        limit=limit,
-    )
 
 
 @dataclass(frozen=True)

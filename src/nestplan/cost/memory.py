@@ -109,10 +109,10 @@ def in_flight_microbatches(
 
 def moe_a2a_early(job) -> int:
     """Forwards a stage runs ahead of its schedule under Megatron-Core's 1F1B A2A overlap
-    (``Job.moe_comm_overlap``): the forward of microbatch i + 1 runs merged with the backward of
+    (``RunSettings.moe_comm_overlap``): the forward of microbatch i + 1 runs merged with the backward of
     microbatch i, so its activations are stored before that backward frees microbatch i's
     (megatron/core/pipeline_parallel/combined_1f1b.py): one; none otherwise."""
-    return 1 if job.moe_comm_overlap else 0
+    return 1 if job.settings.moe_comm_overlap else 0
 
 
 def weight_gradient_input_bytes(gemms: list[Gemm], dtype_bytes: float, sp_div: int = 1) -> float:

@@ -106,8 +106,8 @@ def stage_end(
     """(exposed sync + gather, optimizer) of one stage; ``drain`` is the time the stages before it
     still run after its last backward (their backwards and transfers)."""
     job = ctx.job
-    hides_sync = backward + drain if job.overlap_grad_reduce else 0.0
-    hides_gather = forward if job.overlap_param_gather else 0.0
+    hides_sync = backward + drain if job.settings.overlap_grad_reduce else 0.0
+    hides_gather = forward if job.settings.overlap_param_gather else 0.0
     exposed = max(0.0, ctx.sync(params) - hides_sync) + max(0.0, ctx.gather(params) - hides_gather)
     return exposed, ctx.optimizer(params)
 

@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import Hashable, Mapping
 
 from nestplan.cost import comm
-from nestplan.cost.memory import weight_gradient_input_bytes
 from nestplan.cost.compute import (
     FP8_BYTES,
     FP8_COPIES,
@@ -25,10 +24,12 @@ from nestplan.cost.compute import (
     mtp_own_time,
     ring_merge_time,
 )
+from nestplan.cost.memory import weight_gradient_input_bytes
 from nestplan.cost.prediction import BREAKDOWN_TERMS
-from nestplan.job import CpCommType, Job, MoeDispatcher
+from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
+from nestplan.settings import CpCommType, MoeDispatcher
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 from nestplan.strategy.placement import GroupSpan
@@ -79,9 +80,9 @@ def shard_of(dims: ParallelDims, job: Job) -> L.Shard:
         micro_batch=dims.micro_batch_size,
         seq_len=job.seq_len,
         dtype_bytes=job.dtype_bytes,
-        flash=job.flash_attention,
+        flash=job.settings.flash_attention,
         etp=dims.etp,
-        capacity=job.moe_capacity_factor or 1.0,
+        capacity=job.settings.moe_capacity_factor or 1.0,
         fp8_gemms=job.fp8,
     )
 
@@ -107,9 +108,9 @@ class _BlockCompute:
 def ring_length(job: Job, cp: int) -> int:
     """Ranks of the ring whose partial attention results a device merges: cp under the p2p exchange, the
     ring across the all-to-all groups of a2a+p2p, none under a2a or allgather."""
-    if job.cp_comm_type is CpCommType.P2P:
+    if job.settings.cp_comm_type is CpCommType.P2P:
         return cp
-    return cp // job.cp_a2a_size if job.cp_comm_type is CpCommType.A2A_P2P else 1
+    return cp // job.settings.cp_a2a_size if job.settings.cp_comm_type is CpCommType.A2A_P2P else 1
 
 
 def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, layer: int, ring: int) -> _BlockCompute:
@@ -131,7 +132,7 @@ def fp8_weight_copies(job: Job) -> float:
     microbatches (row- and column-wise, cost/compute.py FP8_COPIES); none when the parameters are
     themselves FP8 (fp8_params: the weight is the row-wise copy and its transpose takes the bytes
     the bf16 weight would)."""
-    if not job.fp8 or job.fp8_params:
+    if not job.fp8 or job.settings.fp8_params:
         return 0.0
     return FP8_COPIES * FP8_BYTES
 
@@ -179,7 +180,7 @@ def _block(
     transient = b.activations[Recompute.NONE] if dims.recompute is Recompute.FULL else 0.0
     if dims.zero is ZeroStage.PARAMETERS:
         transient += 2 * params.total * job.dtype_bytes  # the gathered layer and the prefetched next one
-    if job.cp_comm_type is CpCommType.ALLGATHER and dims.cp > 1:
+    if job.settings.cp_comm_type is CpCommType.ALLGATHER and dims.cp > 1:
         transient += gathered_kv_bytes(model, shard_of(dims, job), dims.cp)
     return NodeTerms(
         components=_components(
@@ -287,7 +288,7 @@ class TermCache:
             topo, model = self.cluster.topology, self.model
             gather = FP8_BYTES if self.job.fp8 else None  # FP8 operands are cast, then gathered
             cp_comm = comm.CpComm(
-                self.job.cp_comm_type, self.job.cp_a2a_size, self.cluster.accelerator.memory_time(1.0)
+                self.job.settings.cp_comm_type, self.job.settings.cp_a2a_size, self.cluster.accelerator.memory_time(1.0)
             )
             comms = {
                 kind: comm.block_comm(
@@ -298,11 +299,11 @@ class TermCache:
                     groups,
                     blocks[kind].time.attention_forward,
                     blocks[kind].time.gemms,
-                    self.job.tp_comm_overlap,
+                    self.job.settings.tp_comm_overlap,
                     gather,
                     cp_comm,
                     self._a2a_hidden_under(blocks[kind].time),
-                    self.job.moe_dispatcher is MoeDispatcher.DEEPEP,
+                    self.job.settings.moe_dispatcher is MoeDispatcher.DEEPEP,
                 )
                 for kind, i in self._kinds.items()
             }
@@ -311,8 +312,8 @@ class TermCache:
 
     def _a2a_hidden_under(self, time: LayerTime) -> tuple[float, float] | None:
         """The block's (forward, backward) compute another microbatch's expert all-to-alls hide under
-        with Job.moe_comm_overlap (comm.expert_all_to_alls), None without."""
-        return (time.forward, time.backward) if self.job.moe_comm_overlap else None
+        with RunSettings.moe_comm_overlap (comm.expert_all_to_alls), None without."""
+        return (time.forward, time.backward) if self.job.settings.moe_comm_overlap else None
 
     def _assemble(self, dims: ParallelDims, shard: L.Shard, groups: Mapping[str, GroupSpan]) -> GraphTerms:
         model, job = self.model, self.job

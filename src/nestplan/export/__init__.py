@@ -14,9 +14,9 @@ from nestplan.errors import ConfigError
 from nestplan.export import deepspeed, megatron, nemo, torchtitan
 from nestplan.export.common import Export, choose_order
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
+from nestplan.settings import CpCommType
 from nestplan.strategy.enums import Schedule
 
 EXPORTERS = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
@@ -49,7 +49,7 @@ def framework_expert_tp(framework: str) -> tuple[int | None, ...] | None:
 
 def framework_moe_overlap(framework: str, model: ModelSpec) -> bool:
     """Whether ``framework`` runs ``model``'s MoE all-to-alls under another microbatch's compute
-    (Job.moe_comm_overlap)."""
+    (RunSettings.moe_comm_overlap)."""
     return EXPORTERS[framework].moe_comm_overlap(model)
 
 

@@ -23,7 +23,11 @@ from nestplan.export.plan import ExportInput
 from nestplan.plan import Plan
 from nestplan.strategy.placement import (
     REPLICA_MAJOR as REPLICA_MAJOR,
+)
+from nestplan.strategy.placement import (
     STAGE_MAJOR as STAGE_MAJOR,
+)
+from nestplan.strategy.placement import (
     consecutive_span_level,
 )
 from nestplan.units import GiB

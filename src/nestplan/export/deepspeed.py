@@ -44,9 +44,11 @@ from nestplan.export.common import (
     shell_word,
 )
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Job, MoeDispatcher, OptimizerState
+from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
+from nestplan.strategy.legality import cp_exchange_conflict
+from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.units import GiB
@@ -91,7 +93,7 @@ def config(plan: Plan) -> dict:
     if job.optimizer.value not in ZERO_TESTED and d.zero:
         cfg["zero_allow_untested_optimizer"] = True
     if _grad_accumulation_expressible(plan):
-        cfg["data_types"] = {"grad_accum_dtype": job.grad_dtype}
+        cfg["data_types"] = {"grad_accum_dtype": job.settings.grad_dtype}
     if d.tp > 1 and d.pp == 1:
         cfg["tensor_parallel"] = {"autotp_size": d.tp}
     if d.cp > 1:
@@ -129,7 +131,7 @@ def _model_dtype(plan: Plan) -> str:
 def _grad_accumulation_expressible(plan: Plan) -> bool:
     """DeepSpeed accumulates gradients in ``data_types.grad_accum_dtype`` (fp32, fp16 or bf16); without
     ZeRO only in the model's own dtype (DeepSpeedEngine._do_optimizer_sanity_check)."""
-    grad = plan.job.grad_dtype
+    grad = plan.job.settings.grad_dtype
     return grad in ("fp32", "fp16", "bf16") and (plan.dims.zero >= 1 or grad == _model_dtype(plan))
 
 
@@ -175,7 +177,7 @@ def check(plan: Plan, heads: int) -> None:
             d.cp,
             1,
         )
-    ulysses = _ulysses(plan.job).cp_comm_conflict(d.cp, heads, plan.model.num_kv_heads)
+    ulysses = cp_exchange_conflict(_ulysses(plan.job).settings, d.cp, heads, plan.model.num_kv_heads)
     if ulysses is not None:
         raise refuse(
             TITLE,
@@ -184,16 +186,16 @@ def check(plan: Plan, heads: int) -> None:
             "cp",
             d.cp,
         )
-    if plan.job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+    if plan.job.settings.moe_dispatcher is not MoeDispatcher.ALLTOALL:
         raise refuse(
             TITLE,
-            f"DeepSpeed's MoE layer dispatches with all-to-alls, not the {plan.job.moe_dispatcher.value} "
+            f"DeepSpeed's MoE layer dispatches with all-to-alls, not the {plan.job.settings.moe_dispatcher.value} "
             "dispatcher the plan costed",
             "moe_dispatcher",
-            plan.job.moe_dispatcher.value,
+            plan.job.settings.moe_dispatcher.value,
             "alltoall",
         )
-    if plan.job.moe_comm_overlap:
+    if plan.job.settings.moe_comm_overlap:
         raise refuse(
             TITLE,
             "DeepSpeed's MoE layer runs each microbatch's all-to-alls exposed: the plan's overlap of "
@@ -237,7 +239,7 @@ def notes_for(inp: ExportInput) -> list[str]:
     if d.cp > 1:
         notes.append(_ulysses_note(inp.plan))
     if d.ep > 1:
-        capacity = inp.plan.job.moe_capacity_factor
+        capacity = inp.plan.job.settings.moe_capacity_factor
         extra = "" if capacity is None else f", capacity_factor={capacity}, drop_tokens=True"
         notes.append(f"your code must build its MoE layers with deepspeed.moe.layer.MoE(ep_size={d.ep}{extra}, ...)")
     if d.recompute is Recompute.SELECTIVE:
@@ -289,17 +291,17 @@ def _ulysses_note(plan: Plan) -> str:
         "ulysses_sp.UlyssesSPDataLoaderAdapter (which shards each sequence over the group): DeepSpeed's own "
         f"sequence-parallel groups, ZeRO and gradients over the {d.cp * d.dp * d.ep} cp x dp ranks"
     )
-    if job.cp_comm_type in CP_EXCHANGES:
+    if job.settings.cp_comm_type in CP_EXCHANGES:
         return note + " (the all-to-all nestplan costed)"
     return (
-        note + f"; it exchanges heads by all-to-all where nestplan costed {job.cp_comm_type.value}: under "
+        note + f"; it exchanges heads by all-to-all where nestplan costed {job.settings.cp_comm_type.value}: under "
         f"a2a {_prediction_under(plan, job=_ulysses(job))}"
     )
 
 
 def _ulysses(job: Job) -> Job:
     """The job with context parallelism's exchange as DeepSpeed-Ulysses runs it (all-to-alls over the cp ranks)."""
-    return replace(job, cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
+    return job.with_settings(cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
 
 
 def _prediction_under(plan: Plan, dims: ParallelDims | None = None, job: Job | None = None) -> str:
@@ -324,9 +326,9 @@ def _job_notes(plan: Plan) -> list[str]:
     if not _grad_accumulation_expressible(plan):
         notes.append(
             f"DeepSpeed accumulates gradients in fp32, fp16 or bf16, without ZeRO in the model's "
-            f"{_model_dtype(plan)} only: not in {plan.job.grad_dtype} as nestplan costed"
+            f"{_model_dtype(plan)} only: not in {plan.job.settings.grad_dtype} as nestplan costed"
         )
-    if not plan.job.flash_attention:
+    if not plan.job.settings.flash_attention:
         notes.append(
             "nestplan costed attention without a fused kernel (the score matrices stored): your model "
             "code decides which attention runs"
@@ -334,17 +336,17 @@ def _job_notes(plan: Plan) -> list[str]:
     job = plan.job
     if job.fp8:
         notes.append(
-            f"nestplan costed FP8 GEMMs ({job.fp8_recipe.value} scaling): DeepSpeed has no FP8 setting; "
+            f"nestplan costed FP8 GEMMs ({job.settings.fp8_recipe.value} scaling): DeepSpeed has no FP8 setting; "
             "your model code must run its linear layers in FP8 (Transformer Engine's fp8_autocast)"
         )
-    if job.tp_comm_overlap and plan.dims.tp > 1:
+    if job.settings.tp_comm_overlap and plan.dims.tp > 1:
         notes.append(
             "nestplan costed tp collectives overlapped with their GEMMs: your model code's tensor-parallel "
             "layers decide whether they are"
         )
-    if job.optimizer_state is not OptimizerState.FP32:
+    if job.settings.optimizer_state is not OptimizerState.FP32:
         notes.append(
-            f"nestplan costed the {job.optimizer_state.value} optimizer state: DeepSpeed's bf16 optimizer and "
+            f"nestplan costed the {job.settings.optimizer_state.value} optimizer state: DeepSpeed's bf16 optimizer and "
             f"ZeRO keep fp32 master weights and moments"
         )
     return notes

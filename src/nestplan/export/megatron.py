@@ -35,10 +35,11 @@ from nestplan.export.common import (
     torchrun_prologue,
 )
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Job, MoeDispatcher, OptimizerState
+from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.model.ssm import Mamba1Shape
 from nestplan.plan import Plan
+from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 
@@ -154,8 +155,8 @@ def layout(plan: Plan) -> str:
 def _overlaps(plan: Plan, gather: bool) -> Flags:
     """The step end's overlaps as costed (the parameter all-gather only where parameters are sharded)."""
     job = plan.job
-    flags: Flags = [("--overlap-grad-reduce", None)] if job.overlap_grad_reduce else []
-    return flags + ([("--overlap-param-gather", None)] if gather and job.overlap_param_gather else [])
+    flags: Flags = [("--overlap-grad-reduce", None)] if job.settings.overlap_grad_reduce else []
+    return flags + ([("--overlap-param-gather", None)] if gather and job.settings.overlap_param_gather else [])
 
 
 def _zero(plan: Plan) -> tuple[Flags, list[str]]:
@@ -183,14 +184,14 @@ def framework_flags(plan: Plan) -> tuple[Flags, list[str]]:
     parallelism (nestplan costs no overlap without it either)."""
     job, d = plan.job, plan.dims
     flags: Flags = []
-    if job.fp8_recipe is not None:
-        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", job.fp8_recipe.value)]
-    if job.fp8_params:
+    if job.settings.fp8_recipe is not None:
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", job.settings.fp8_recipe.value)]
+    if job.settings.fp8_params:
         flags.append(("--fp8-param-gather", None))
     notes = []
-    if job.tp_comm_overlap and d.sp_active:
+    if job.settings.tp_comm_overlap and d.sp_active:
         flags.append(("--tp-comm-overlap", None))
-    elif job.tp_comm_overlap and d.tp > 1:
+    elif job.settings.tp_comm_overlap and d.tp > 1:
         notes.append(
             "tp communication overlap needs sequence parallelism in Megatron-LM: not set, and nestplan "
             "costed the tp collectives exposed"
@@ -305,9 +306,11 @@ def _one_process_per_task() -> str:
 def _cp_flags(job: Job, cp: int) -> Flags:
     """The context-parallel exchange nestplan costs (job.CpCommType), by Megatron-LM's own names;
     the hierarchical kind names its all-to-all and ring sizes, innermost first."""
-    flags: Flags = [("--cp-comm-type", job.cp_comm_type.value)]
-    if job.cp_comm_type is CpCommType.A2A_P2P:
-        flags.append(("--hierarchical-context-parallel-sizes", (job.cp_a2a_size, cp // job.cp_a2a_size)))
+    flags: Flags = [("--cp-comm-type", job.settings.cp_comm_type.value)]
+    if job.settings.cp_comm_type is CpCommType.A2A_P2P:
+        flags.append(
+            ("--hierarchical-context-parallel-sizes", (job.settings.cp_a2a_size, cp // job.settings.cp_a2a_size))
+        )
     return flags
 
 
@@ -327,11 +330,11 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     if d.expert_parallel > 1 or d.etp is not None:  # Megatron's expert grid: etp x expert_parallel x edp x pp
         flags += [("--expert-model-parallel-size", d.expert_parallel), ("--expert-tensor-parallel-size", d.expert_tp)]
     # Megatron-Core's 1F1B A2A overlap, as costed (cost/comm.py expert_all_to_alls); none in a HybridModel (hybrid_notes)
-    if inp.plan.job.moe_comm_overlap and not inp.model.is_hybrid:
+    if inp.plan.job.settings.moe_comm_overlap and not inp.model.is_hybrid:
         flags.append(("--overlap-moe-expert-parallel-comm", None))
-    if inp.plan.job.moe_capacity_factor is not None:  # each expert padded to its capacity, as costed
+    if inp.plan.job.settings.moe_capacity_factor is not None:  # each expert padded to its capacity, as costed
         flags += [
-            ("--moe-expert-capacity-factor", inp.plan.job.moe_capacity_factor),
+            ("--moe-expert-capacity-factor", inp.plan.job.settings.moe_capacity_factor),
             ("--moe-pad-expert-input-to-capacity", None),
         ]
     zero, zero_notes = _zero(inp.plan)
@@ -476,13 +479,13 @@ def hybrid_flags(plan: Plan) -> Flags:
     (megatron/training/arguments.py in megatron-core 0.19.2; --mamba-num-heads given, so d = H P)."""
     flags: Flags = [("--hybrid-layer-pattern", hybrid_pattern(plan)), ("--spec", HYBRID_SPEC)]
     shape = plan.model.mamba
-    if shape is not None and plan.job.fp8_recipe is not None and shape.in_proj_width % FP8_IN_PROJ_MULTIPLE:
+    if shape is not None and plan.job.settings.fp8_recipe is not None and shape.in_proj_width % FP8_IN_PROJ_MULTIPLE:
         raise refuse(
             TITLE,
             f"Megatron-core's MambaMixer runs FP8 only where in_proj's output width is a multiple "
             f"of {FP8_IN_PROJ_MULTIPLE}; {plan.model.name}'s is {shape.in_proj_width}",
             "fp8",
-            plan.job.fp8_recipe.value,
+            plan.job.settings.fp8_recipe.value,
         )
     if shape is not None:
         flags += [
@@ -506,9 +509,9 @@ def hybrid_notes(plan: Plan) -> list[str]:
             f"Megatron-core's MambaMixer scans in chunks of {MIXER_CHUNK_SIZE} tokens; nestplan costed "
             f"{plan.model.name}'s {shape.chunk_size}"
         )
-    if job.moe_comm_overlap:
+    if job.settings.moe_comm_overlap:
         other = evaluate_plan(
-            plan.model, plan.cluster, plan.dims, replace(job, moe_comm_overlap=False), plan.axis_order
+            plan.model, plan.cluster, plan.dims, job.with_settings(moe_comm_overlap=False), plan.axis_order
         )
         notes.append(
             f"Megatron-core overlaps MoE all-to-alls (--overlap-moe-expert-parallel-comm) in GPT models only: "
@@ -538,7 +541,7 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
         ("--max-position-embeddings", max(m.max_position_embeddings, job.seq_len)),
         ("--position-embedding-type", position_embedding_type(m)),
         ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
-        ("--attention-backend", "flash" if job.flash_attention else "unfused"),
+        ("--attention-backend", "flash" if job.settings.flash_attention else "unfused"),
     ]
     if m.gated_mlp:
         flags.append(("--swiglu", None))
@@ -638,7 +641,7 @@ def _attention_flags(m: ModelSpec) -> Flags:
 def dispatcher(job: Job) -> str:
     """Megatron-Core's token dispatcher for the one nestplan costed: the flex dispatcher's backend
     defaults to DeepEP (TransformerConfig.moe_flex_dispatcher_backend)."""
-    return "flex" if job.moe_dispatcher is MoeDispatcher.DEEPEP else "alltoall"
+    return "flex" if job.settings.moe_dispatcher is MoeDispatcher.DEEPEP else "alltoall"
 
 
 def _moe_flags(m: ModelSpec, plan: Plan) -> Flags:
@@ -679,14 +682,14 @@ def training_flags(plan: Plan) -> tuple[Flags, list[str]]:
         flags.append((f"--{job.dtype}", None))
     flags.append(("--optimizer", job.optimizer.value))
     notes = []
-    if job.grad_dtype == "fp32":
+    if job.settings.grad_dtype == "fp32":
         flags.append(("--accumulate-allreduce-grads-in-fp32", None))
-    elif job.grad_dtype == job.dtype == "bf16":
+    elif job.settings.grad_dtype == job.dtype == "bf16":
         flags.append(("--grad-reduce-in-bf16", None))
-    elif job.grad_dtype != job.dtype:
+    elif job.settings.grad_dtype != job.dtype:
         notes.append(
             f"Megatron-LM accumulates gradients in fp32 or in the training dtype ({job.dtype}), "
-            f"not in {job.grad_dtype} as nestplan costed"
+            f"not in {job.settings.grad_dtype} as nestplan costed"
         )
     state, state_notes = optimizer_state_flags(plan)
     return flags + state, notes + state_notes
@@ -696,7 +699,7 @@ def run_master_bytes(job: Job) -> int:
     """Bytes per parameter of the master copy Megatron-Core's precision-aware optimizer keeps: the 16-bit
     remainders beside bf16 parameters (OptimizerConfig.store_param_remainders, on by default), an fp32
     copy beside FP8 ones."""
-    return 4 if job.fp8_params else 2
+    return 4 if job.settings.fp8_params else 2
 
 
 def optimizer_state_flags(plan: Plan) -> tuple[Flags, list[str]]:
@@ -705,24 +708,24 @@ def optimizer_state_flags(plan: Plan) -> tuple[Flags, list[str]]:
     (megatron/core/optimizer/__init__.py): the master weights' remainders, and bf16 moments for
     OptimizerState.BF16. Where it cannot, a note says what Megatron keeps instead."""
     job = plan.job
-    if job.optimizer_state is OptimizerState.FP32:
+    if job.settings.optimizer_state is OptimizerState.FP32:
         return [], []
     if plan.dims.zero == 0:
-        more = replace(job, optimizer_state=OptimizerState.FP32).optimizer_state_bytes - job.optimizer_state_bytes
+        more = job.with_settings(optimizer_state=OptimizerState.FP32).optimizer_state_bytes - job.optimizer_state_bytes
         return [], [
-            f"Megatron-LM's precision-aware optimizer, which keeps the {job.optimizer_state.value} optimizer "
+            f"Megatron-LM's precision-aware optimizer, which keeps the {job.settings.optimizer_state.value} optimizer "
             f"state nestplan costed, needs the distributed optimizer (ZeRO 1 or more): not set, so Megatron "
             f"keeps fp32 master weights and moments, {more} bytes per parameter more"
         ]
     flags: Flags = [("--use-precision-aware-optimizer", None)]
     notes = []
-    if job.optimizer_state is OptimizerState.BF16:
+    if job.settings.optimizer_state is OptimizerState.BF16:
         flags += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     more = run_master_bytes(job) - job.master_bytes
     if more > 0:
         notes.append(
             f"Megatron-Core's precision-aware optimizer keeps {run_master_bytes(job)} bytes of master weight "
-            f"per parameter, {more} more than the {job.optimizer_state.value} state nestplan costed"
+            f"per parameter, {more} more than the {job.settings.optimizer_state.value} state nestplan costed"
         )
     return flags, notes
 

@@ -27,9 +27,9 @@ from nestplan.export.common import (
     torchrun_prologue,
 )
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Fp8Recipe, OptimizerState
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
+from nestplan.settings import CpCommType, Fp8Recipe, OptimizerState
 from nestplan.strategy.enums import Recompute
 
 NAME = "megatron-bridge"
@@ -123,9 +123,9 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
         ("model.sequence_parallel", d.sp_active),
         ("model.expert_model_parallel_size", d.expert_parallel),
         ("model.expert_tensor_parallel_size", d.expert_tp if inp.model.is_moe else 1),
-        ("model.overlap_moe_expert_parallel_comm", job.moe_comm_overlap),
-        ("model.moe_expert_capacity_factor", job.moe_capacity_factor),
-        ("model.moe_pad_expert_input_to_capacity", job.moe_capacity_factor is not None),
+        ("model.overlap_moe_expert_parallel_comm", job.settings.moe_comm_overlap),
+        ("model.moe_expert_capacity_factor", job.settings.moe_capacity_factor),
+        ("model.moe_pad_expert_input_to_capacity", job.settings.moe_capacity_factor is not None),
         ("model.seq_length", job.seq_len),
         ("dataset.seq_length", job.seq_len),
         ("train.global_batch_size", job.global_batch_size),
@@ -133,9 +133,14 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
         ("mixed_precision", _precision_recipe(job)),
     ]
     if d.cp > 1:
-        out.append(("model.cp_comm_type", job.cp_comm_type.value))
-        if job.cp_comm_type is CpCommType.A2A_P2P:
-            out.append(("model.hierarchical_context_parallel_sizes", [job.cp_a2a_size, d.cp // job.cp_a2a_size]))
+        out.append(("model.cp_comm_type", job.settings.cp_comm_type.value))
+        if job.settings.cp_comm_type is CpCommType.A2A_P2P:
+            out.append(
+                (
+                    "model.hierarchical_context_parallel_sizes",
+                    [job.settings.cp_a2a_size, d.cp // job.settings.cp_a2a_size],
+                )
+            )
     notes += _model_notes(inp.model, job.seq_len)
     out += _pipeline_split(p) + model_fields(inp.model, p) + _recompute(p) + _zero(p, notes) + _job(p, notes)
     out += _framework(p, notes)
@@ -188,7 +193,7 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
         ("model.add_qkv_bias", m.linear_bias or m.qkv_bias),
         ("model.qk_layernorm", attention.qk_layernorm),
         ("model.window_size", None if attention.window is None else list(attention.window)),
-        ("model.attention_backend", "flash" if plan.job.flash_attention else "unfused"),
+        ("model.attention_backend", "flash" if plan.job.settings.flash_attention else "unfused"),
     ]
     if not m.learned_position_embeddings:
         items.append(("model.rotary_percent", m.rotary_fraction))
@@ -246,7 +251,7 @@ def _moe_fields(m: ModelSpec, plan: Plan) -> Items:
 
 
 def _precision_recipe(job) -> str:
-    return f"{job.dtype}_{FP8_RECIPES[job.fp8_recipe]}_mixed" if job.fp8 else f"{job.dtype}_mixed"
+    return f"{job.dtype}_{FP8_RECIPES[job.settings.fp8_recipe]}_mixed" if job.fp8 else f"{job.dtype}_mixed"
 
 
 def _framework(plan: Plan, notes: list[str]) -> Items:
@@ -255,18 +260,18 @@ def _framework(plan: Plan, notes: list[str]) -> Items:
     comm_overlap section is dropped: its TP-overlap buffers are sized for the recipe's own tp and
     sequence, and it would overwrite the data-parallel overlap settings below with its own."""
     job, d = plan.job, plan.dims
-    if job.fp8_recipe is Fp8Recipe.TENSORWISE:
+    if job.settings.fp8_recipe is Fp8Recipe.TENSORWISE:
         notes.append(
             "Megatron-Bridge's current-scaling FP8 recipe keeps the first and last transformer layers in "
             "bf16 (first_last_layers_bf16); nestplan costed every block's GEMMs in FP8"
         )
-    if job.fp8_params:
+    if job.settings.fp8_params:
         notes.append(
             "nestplan costed parameters kept and all-gathered in FP8: set fp8_param_gather in your "
             "recipe's mixed_precision"
         )
-    overlap = job.tp_comm_overlap and d.sp_active
-    if job.tp_comm_overlap and not overlap and d.tp > 1:
+    overlap = job.settings.tp_comm_overlap and d.sp_active
+    if job.settings.tp_comm_overlap and not overlap and d.tp > 1:
         notes.append(
             "tp communication overlap needs sequence parallelism: not set, and nestplan costed the tp "
             "collectives exposed"
@@ -301,10 +306,10 @@ def _job(plan: Plan, notes: list[str]) -> Items:
     not the dtype costed."""
     job = plan.job
     recipe_grads = "fp16" if job.dtype == "fp16" else "fp32"
-    if job.grad_dtype != recipe_grads:
+    if job.settings.grad_dtype != recipe_grads:
         notes.append(
             f"Megatron-Bridge's mixed-precision recipe for {job.dtype} keeps gradients in {recipe_grads}; "
-            f"nestplan costed {job.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)"
+            f"nestplan costed {job.settings.grad_dtype} (set grad_reduce_in_fp32 in your recipe's mixed_precision)"
         )
     return [("optimizer.optimizer", job.optimizer.value)] + _optimizer_state(plan, notes)
 
@@ -317,7 +322,7 @@ def _optimizer_state(plan: Plan, notes: list[str]) -> Items:
     notes += state_notes
     if not flags:
         return []
-    if plan.job.optimizer_state is OptimizerState.BF16:
+    if plan.job.settings.optimizer_state is OptimizerState.BF16:
         notes.append(
             "nestplan costed bf16 Adam moments: set optimizer.exp_avg_dtype and optimizer.exp_avg_sq_dtype "
             "to torch.bfloat16 in your recipe"
@@ -328,8 +333,8 @@ def _optimizer_state(plan: Plan, notes: list[str]) -> Items:
 def _zero(plan: Plan, notes: list[str]) -> Items:
     zero, job = int(plan.dims.zero), plan.job
     overlaps: Items = [
-        ("ddp.overlap_grad_reduce", job.overlap_grad_reduce),
-        ("ddp.overlap_param_gather", job.overlap_param_gather and zero > 0),
+        ("ddp.overlap_grad_reduce", job.settings.overlap_grad_reduce),
+        ("ddp.overlap_param_gather", job.settings.overlap_param_gather and zero > 0),
     ]
     if zero == 0:
         return [

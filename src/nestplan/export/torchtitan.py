@@ -39,9 +39,10 @@ from nestplan.export.common import (
 )
 from nestplan.export.megatron import hybrid_stack
 from nestplan.export.plan import ExportInput
-from nestplan.job import CpCommType, Fp8Recipe, Job, MoeDispatcher, OptimizerState
+from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
+from nestplan.settings import CpCommType, Fp8Recipe, MoeDispatcher, OptimizerState
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 
@@ -251,51 +252,51 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
             f"{dims.ep * dims.tp} ranks (etp 1), where nestplan costed them split {dims.expert_tp} ways"
         )
         dims = replace(dims, etp=1)
-    if job.moe_dispatcher is not MoeDispatcher.ALLTOALL:
+    if job.settings.moe_dispatcher is not MoeDispatcher.ALLTOALL:
         changes.append(
-            f"torchtitan 0.3.0 dispatches every token copy with all-to-alls, not the {job.moe_dispatcher.value} "
+            f"torchtitan 0.3.0 dispatches every token copy with all-to-alls, not the {job.settings.moe_dispatcher.value} "
             "dispatcher nestplan costed"
         )
-        job = replace(job, moe_dispatcher=MoeDispatcher.ALLTOALL)
-    if job.moe_capacity_factor is not None:
+        job = job.with_settings(moe_dispatcher=MoeDispatcher.ALLTOALL)
+    if job.settings.moe_capacity_factor is not None:
         changes.append(
             f"torchtitan 0.3.0's experts are dropless: they process the routed tokens as routed, not "
-            f"padded to the capacity factor {job.moe_capacity_factor} nestplan costed"
+            f"padded to the capacity factor {job.settings.moe_capacity_factor} nestplan costed"
         )
-        job = replace(job, moe_capacity_factor=None)
-    if job.moe_comm_overlap:
+        job = job.with_settings(moe_capacity_factor=None)
+    if job.settings.moe_comm_overlap:
         changes.append(
             "torchtitan 0.3.0 runs each microbatch's expert all-to-alls exposed: it has no "
             "cross-microbatch overlap, which nestplan costed"
         )
-        job = replace(job, moe_comm_overlap=False)
+        job = job.with_settings(moe_comm_overlap=False)
     if dims.pp > 1 and dims.schedule in RUNS_AS:
         changes.append(
             "torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
             f"the {dims.schedule.value} plan as {SCHEDULES[RUNS_AS[dims.schedule]]}"
         )
         dims = replace(dims, schedule=RUNS_AS[dims.schedule])
-    if dims.cp > 1 and job.cp_comm_type not in CP_EXCHANGES:
+    if dims.cp > 1 and job.settings.cp_comm_type not in CP_EXCHANGES:
         changes.append(
             f"torchtitan 0.3.0's context parallelism all-gathers K/V (FlexAttention); it has no "
-            f"{job.cp_comm_type.value} exchange, which nestplan costed"
+            f"{job.settings.cp_comm_type.value} exchange, which nestplan costed"
         )
-        job = replace(job, cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
-    if job.fp8 and job.fp8_recipe is not Fp8Recipe.TENSORWISE:
+        job = job.with_settings(cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
+    if job.fp8 and job.settings.fp8_recipe is not Fp8Recipe.TENSORWISE:
         changes.append(
             f"torchtitan's float8 linears (torchao, rowwise current scaling) replace the "
-            f"{job.fp8_recipe.value} scaling nestplan costed (costed here as tensorwise)"
+            f"{job.settings.fp8_recipe.value} scaling nestplan costed (costed here as tensorwise)"
         )
-        job = replace(job, fp8_recipe=Fp8Recipe.TENSORWISE)
-    if job.fp8_params:
+        job = job.with_settings(fp8_recipe=Fp8Recipe.TENSORWISE)
+    if job.settings.fp8_params:
         changes.append("torchtitan keeps parameters in float32 with bfloat16 compute, not in FP8 as nestplan costed")
-        job = replace(job, fp8_params=False)
-    if job.optimizer_state is not OptimizerState.FP32:
+        job = job.with_settings(fp8_params=False)
+    if job.settings.optimizer_state is not OptimizerState.FP32:
         changes.append(
             f"torchtitan's Adam keeps float32 moments beside float32 parameters, not the "
-            f"{job.optimizer_state.value} optimizer state nestplan costed"
+            f"{job.settings.optimizer_state.value} optimizer state nestplan costed"
         )
-        job = replace(job, optimizer_state=OptimizerState.FP32)
+        job = job.with_settings(optimizer_state=OptimizerState.FP32)
     return model, dims, job, changes
 
 
@@ -314,7 +315,7 @@ def _run_note(plan: Plan) -> list[str]:
 def _compile(plan: Plan) -> tuple[Flags, list[str]]:
     """torch.compile and async tensor parallelism, on only where nestplan costed tp collectives under
     their GEMMs (torchtitan's async TP needs torch.compile)."""
-    if plan.job.tp_comm_overlap and plan.dims.tp > 1:
+    if plan.job.settings.tp_comm_overlap and plan.dims.tp > 1:
         return [("--compile.enable", None), ("--compile.enable-async-tensor-parallel", None)], [
             "nestplan costed tp collectives overlapped with their GEMMs: torchtitan runs async tensor parallelism, "
             "which needs torch.compile; compile also fuses elementwise kernels nestplan costs unfused"
@@ -332,15 +333,15 @@ def _job_notes(plan: Plan) -> list[str]:
             f"torchtitan's optimizers are Adam and AdamW: nestplan costed {job.optimizer.value} (less "
             "optimizer state); AdamW will hold more memory than predicted"
         )
-    if not job.flash_attention:
+    if not job.settings.flash_attention:
         notes.append(
             "torchtitan runs attention as a fused kernel (FlexAttention): nestplan costed "
             "attention without one (the score matrices stored), so the run takes less memory and time"
         )
-    if job.grad_dtype != "fp32":
+    if job.settings.grad_dtype != "fp32":
         notes.append(
             f"torchtitan reduces gradients in float32 (--training.mixed-precision-reduce); nestplan costed "
-            f"{job.grad_dtype} gradients"
+            f"{job.settings.grad_dtype} gradients"
         )
     if job.fp8 and plan.model.is_moe:
         notes.append(

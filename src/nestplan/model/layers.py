@@ -48,8 +48,8 @@ class Shard:
     dtype_bytes: int = 2
     flash: bool = True
     etp: int | None = None  # expert tensor parallelism when folded (strategy.ParallelDims.etp); None: tp
-    capacity: float = 1.0  # each expert's token copies over its balanced share (Job.moe_capacity_factor)
-    fp8_gemms: bool = False  # the GEMMs run in FP8 (Job.fp8_recipe): they keep FP8 copies of their inputs
+    capacity: float = 1.0  # each expert's token copies over its balanced share (RunSettings.moe_capacity_factor)
+    fp8_gemms: bool = False  # the GEMMs run in FP8 (RunSettings.fp8_recipe): they keep FP8 copies of their inputs
 
     @property
     def gemm_input_bytes(self) -> int:
@@ -559,7 +559,7 @@ def routed_copies(spec: ModelSpec, shard: Shard) -> float:
     ``block_gemms``): top-k of each of the T / tp tokens of a sequence-parallel share, all-gathered
     over the etp ranks of an expert's shard after the expert all-to-all
     (MoEAlltoAllTokenDispatcher.dispatch_postprocess): T k without folding (etp = tp); padded to
-    ``shard.capacity`` times that (Job.moe_capacity_factor)."""
+    ``shard.capacity`` times that (RunSettings.moe_capacity_factor)."""
     return shard.tokens * spec.experts_per_token * shard.expert_tp / shard.tp * shard.capacity
 
 

@@ -18,8 +18,6 @@ import html
 import json
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
-from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
@@ -148,10 +146,6 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.2f}"
 
 
-def _plain(value: object) -> object:
-    return value.value if isinstance(value, Enum) else value
-
-
 # -- the plan's sections --------------------------------------------------------------------------
 def _summary(plan: Plan) -> str:
     job, p = plan.job, plan.predicted
@@ -182,7 +176,7 @@ def _plan_section(plan: Plan) -> str:
     ]
     spans = [(f"{axis} {d.degree(axis)}", names[p.levels_spanned[axis]]) for axis in AXES if d.degree(axis) > 1]
     boundaries = ", ".join(names[level] for level in p.pp_boundary_levels) or "none (one stage)"
-    job = [(f.name, _plain(getattr(plan.job, f.name))) for f in fields(plan.job)]
+    job = list(plan.job.to_dict().items())
     return (
         f"<h3>Parallelism and schedule</h3>{_pairs(degrees)}"
         f"<h3>Placement</h3><p>rank order {_e('-'.join(plan.axis_order))} (fastest axis first); the network "

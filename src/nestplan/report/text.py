@@ -15,10 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from nestplan.cost.prediction import Prediction
-from nestplan.model.layers import active_params, total_params
 from nestplan.errors import printable
-from nestplan.strategy.enums import Schedule
+from nestplan.model.layers import active_params, total_params
 from nestplan.plan import Plan, PredictionSummary
+from nestplan.strategy.enums import Schedule
 from nestplan.units import GiB
 
 
@@ -67,8 +67,10 @@ def render_plan(console: Console, plan: Plan) -> None:
     )
     exchange = ""
     if d.cp > 1:
-        sizes = f" {job.cp_a2a_size} x {d.cp // job.cp_a2a_size}" if job.cp_a2a_size > 1 else ""
-        exchange = f" ({job.cp_comm_type.value}{sizes})"
+        sizes = (
+            f" {job.settings.cp_a2a_size} x {d.cp // job.settings.cp_a2a_size}" if job.settings.cp_a2a_size > 1 else ""
+        )
+        exchange = f" ({job.settings.cp_comm_type.value}{sizes})"
     folded = f" (etp {d.etp}: experts over {d.expert_parallel} ranks)" if d.etp is not None else ""
     console.print(
         f"plan: tp {d.tp}{' +sp' if d.sp_active else ''}, cp {d.cp}{exchange}, ep {d.ep}{folded}, "

@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from nestplan.cost.evaluator import cp_comm_conflict, evaluate_plan, moe_overlap_conflict, step_floor_s
-from nestplan.cost.terms import TermCache
+from nestplan.cost.evaluator import evaluate_plan, step_floor_s
+from nestplan.strategy.legality import cp_comm_conflict, moe_overlap_conflict
 from nestplan.cost.prediction import Prediction
+from nestplan.cost.terms import TermCache
 from nestplan.errors import ConfigError
-from nestplan.job import CpCommType, Job
+from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.engine import Engine, SearchStats, run_best_first
 from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs
+from nestplan.settings import CpCommType
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 
@@ -263,9 +265,9 @@ def cp_exchange_jobs(
     out = []
     for kind in kinds:
         size = cp_fanout[0] if kind is CpCommType.A2A_P2P else 1
-        if kind is job.cp_comm_type or (kind is CpCommType.A2A_P2P and not 1 < size < dims.cp):
+        if kind is job.settings.cp_comm_type or (kind is CpCommType.A2A_P2P and not 1 < size < dims.cp):
             continue
-        variant = replace(job, cp_comm_type=kind, cp_a2a_size=size)
+        variant = job.with_settings(cp_comm_type=kind, cp_a2a_size=size)
         if cp_comm_conflict(variant, dims.cp, dims.tp, model) is None:
             out.append(variant)
     return out
@@ -280,15 +282,15 @@ def _moe_overlap_variants(
     fits: Callable[[Prediction], bool],
 ) -> Iterator[tuple[Job, Prediction]]:
     """The plans of ``preds`` with their expert all-to-alls under another microbatch's compute
-    (Job.moe_comm_overlap) where the space allows it and the plan can run it, those that fit (the
+    (RunSettings.moe_comm_overlap) where the space allows it and the plan can run it, those that fit (the
     overlap holds one more microbatch in flight)."""
     if not (space.moe_comm_overlap and model.is_moe):
         return
     caches: dict[Job, TermCache] = {}
     for pred in preds:
         job = jobs[id(pred)]
-        variant = replace(job, moe_comm_overlap=True)
-        if job.moe_comm_overlap or moe_overlap_conflict(pred.plan, model, variant) is not None:
+        variant = job.with_settings(moe_comm_overlap=True)
+        if job.settings.moe_comm_overlap or moe_overlap_conflict(pred.plan, model, variant) is not None:
             continue
         terms = caches.setdefault(variant, TermCache(model, cluster, variant))
         other = evaluate_plan(model, cluster, pred.plan, variant, pred.placement.axis_order, terms=terms)

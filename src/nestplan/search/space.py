@@ -6,11 +6,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from nestplan.cost.evaluator import cp_comm_conflict
+from nestplan.strategy.legality import cp_comm_conflict
 from nestplan.errors import ConfigError
-from nestplan.job import CpCommType, Job
+from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
-from nestplan.strategy.dims import tp_conflict
+from nestplan.settings import CpCommType
+from nestplan.strategy.legality import tp_conflict
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.strategy.placement import NAMED_ORDERS as SEARCH_ORDERS
 
@@ -32,7 +33,7 @@ class SearchSpace:
     # whole on one rank with tp folded into expert parallelism (Megatron-Core's recommendation for
     # fine-grained experts)
     etp: tuple[int | None, ...] = (None, 1)
-    # the MoE all-to-all overlap (Job.moe_comm_overlap) tried on the finalists where it can run (search/planner.py)
+    # the MoE all-to-all overlap (RunSettings.moe_comm_overlap) tried on the finalists where it can run (search/planner.py)
     moe_comm_overlap: bool = True
     micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)

@@ -12,7 +12,8 @@ from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.placement import STAGE_MAJOR
 from nestplan.search.space import even_split as even_split  # re-exported for the baselines
-from nestplan.strategy.dims import ParallelDims, model_conflict, tp_conflict
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.legality import model_conflict, tp_conflict
 
 
 @dataclass(frozen=True)
