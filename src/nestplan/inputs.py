@@ -4,7 +4,8 @@ Every file nestplan reads (a Hugging Face ``config.json``, a cluster TOML/JSON f
 spec, a plan JSON, a NEST solver input, a runs file) goes through :func:`load_file` or
 :func:`parse_text`, which turn every size, encoding, syntax, nesting, finiteness and
 control-character problem into one :class:`ConfigError` naming the file. The typed readers
-above it then check fields and ranges, naming the field and the allowed values.
+above it then check fields and ranges, naming the field and the allowed values: :class:`Fields`
+reads one mapping's fields that way.
 
 Strings that may reach a generated script or a terminal are checked here too: no control
 character (a newline would end a comment line in a launch script; an escape sequence would
@@ -18,9 +19,9 @@ import math
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from nestplan.errors import ConfigError, printable
+from nestplan.errors import ConfigError, brief, printable
 
 MAX_FILE_BYTES = 16 * 2**20  # the largest input file read: 16 MiB (configs and plans are a few kB)
 MAX_DEPTH = 64  # nesting of JSON/TOML tables and arrays (configs and plans nest 4 deep)
@@ -175,3 +176,123 @@ def load_object(path: str | Path, what: str, kind: str | None = None) -> dict[st
             limit="object",
         )
     return data
+
+
+MISSING: Any = object()  # a getter's default when the field is required
+
+
+class Fields:
+    """Typed, bounded access to the fields of one mapping (a config.json, a table of a file). Each
+    getter checks one field's type and range and records it as read; an absent or null field takes
+    the getter's default and is an error where it has none. Every error is one ConfigError whose
+    line starts with ``origin`` and which names the field (prefixed by ``where`` inside a nested
+    object, as ``levels[1].``), its value and the allowed values."""
+
+    def __init__(self, data: Mapping[str, Any], origin: str, where: str = "") -> None:
+        self.data = data
+        self.origin = origin
+        self.where = where
+        self.read: set[str] = set()
+
+    def error(self, message: str, key: str | None = None, value: Any = None, limit: Any = None) -> ConfigError:
+        return ConfigError(f"{self.origin}: {message}", field=key, value=value, limit=limit)
+
+    def name(self, key: str) -> str:
+        """``key`` as errors name it: with the nested object's prefix."""
+        return f"{self.where}{key}"
+
+    def has(self, key: str) -> bool:
+        self.read.add(key)
+        return self.data.get(key) is not None
+
+    def raw(self, key: str, default: Any = MISSING) -> Any:
+        self.read.add(key)
+        value = self.data.get(key)
+        if value is None:
+            if default is MISSING:
+                raise self.error(f"missing field '{self.name(key)}'", self.name(key))
+            return default
+        return value
+
+    def _refuse(self, key: str, wanted: str, value: Any, limit: Any) -> ConfigError:
+        return self.error(
+            f"field '{self.name(key)}' must be {wanted}, got {brief(value)}", self.name(key), brief(value), limit
+        )
+
+    def integer(self, key: str, maximum: int, default: Any = MISSING, minimum: int = 1) -> int:
+        """A JSON integer (not a bool, not ``2.0``) in ``minimum..maximum``."""
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise self._refuse(key, f"an integer in {minimum}..{maximum}", value, f"{minimum}..{maximum}")
+        return value
+
+    def number(self, key: str, minimum: float, maximum: float, default: Any = MISSING) -> float:
+        """A number (not a bool) in the closed range ``[minimum, maximum]``."""
+        value = self.raw(key, default)
+        allowed = f"[{minimum:g}, {maximum:g}]"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+            raise self._refuse(key, f"a number in {allowed}", value, allowed)
+        return float(value)
+
+    def probability(self, key: str, default: Any = MISSING) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise self._refuse(key, "a probability in [0, 1]", value, "[0, 1]")
+        return float(value)
+
+    def fraction(self, key: str, default: Any = MISSING) -> float:
+        """A number in (0, 1] (not a bool)."""
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+            raise self._refuse(key, "a number in (0, 1]", value, "(0, 1]")
+        return float(value)
+
+    def flag(self, key: str, default: Any = MISSING) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self._refuse(key, "true or false", value, "true, false")
+        return value
+
+    def string(self, key: str, default: Any = MISSING) -> str:
+        """A non-empty string without control characters, at most ``MAX_STRING_CHARS`` long."""
+        value = self.raw(key, default)
+        if not isinstance(value, str) or not value.strip():
+            raise self._refuse(key, "a non-empty string", value, "a non-empty string")
+        return check_string(value, self.name(key), self.origin)
+
+    def choice(self, key: str, allowed: Sequence[str], default: Any = MISSING) -> str:
+        """One of the strings ``allowed``."""
+        value = self.raw(key, default)
+        if not isinstance(value, str) or value not in allowed:
+            raise self.error(
+                f"field '{self.name(key)}' is {brief(value)}; allowed: {', '.join(allowed)}",
+                self.name(key),
+                brief(value),
+                list(allowed),
+            )
+        return value
+
+    def items(self, key: str, maximum: int, default: Any = MISSING) -> list[Any]:
+        """A list of at most ``maximum`` entries (each checked by the caller)."""
+        value = self.raw(key, default)
+        if not isinstance(value, list) or len(value) > maximum:
+            raise self._refuse(key, f"a list of at most {maximum} entries", value, f"0..{maximum} entries")
+        return value
+
+    def table(self, key: str, default: Any = MISSING) -> Fields:
+        """The nested object ``key``, read with the same origin, its fields named ``key.field``."""
+        value = self.raw(key, default)
+        if not isinstance(value, Mapping):
+            raise self._refuse(key, "an object", value, "an object")
+        return Fields(value, self.origin, f"{self.name(key)}.")
+
+    def refuse_unknown(self, allowed: Sequence[str]) -> None:
+        """Refuse, by name, the first key that is not in ``allowed``."""
+        for key in self.data:
+            if key not in allowed:
+                raise self.error(
+                    f"unknown field '{printable(self.name(str(key)))}'; allowed: {', '.join(allowed)}",
+                    self.name(str(key)),
+                    brief(self.data[key]),
+                    list(allowed),
+                )

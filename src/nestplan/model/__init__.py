@@ -2,7 +2,8 @@
 measures a PyTorch model's per-block FLOPs and saved activations (extra [trace], imported lazily)."""
 
 from nestplan.model.config import load_model, model_names, parse_config
-from nestplan.model.spec import SUPPORTED_FAMILIES, ModelSpec
+from nestplan.model.families import SUPPORTED_FAMILIES
+from nestplan.model.spec import ModelSpec
 
 __all__ = ["ModelSpec", "SUPPORTED_FAMILIES", "from_module", "load_model", "model_names", "parse_config"]
 

@@ -6,33 +6,6 @@ from dataclasses import dataclass, field
 
 from nestplan.model.ssm import MambaShape
 
-SUPPORTED_FAMILIES = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "phi3",
-    "olmo2",
-    "gemma2",
-    "gemma3",
-    "gemma3_text",
-    "nemotron",
-    "nemotron_h",
-    "jamba",
-    "gpt2",
-    "gpt_neox",
-    "bert",
-    "deepseek_v2",
-    "deepseek_v3",
-    "llama4",
-    "llama4_text",
-    "gpt_oss",
-    "falcon",
-)
-
 # QK-norm variants (``ModelSpec.qk_norm``): none; one norm of head_dim weights shared by every query
 # (and one by every key) head (Qwen3, Gemma 3); one norm over the full query (and key) projection
 # width (OLMo 2, whose q_norm is RMSNorm(num_heads * head_dim)); an L2 norm of each head without

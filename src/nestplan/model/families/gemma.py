@@ -1,0 +1,59 @@
+"""Gemma 2 and Gemma 3 (text): local sliding-window layers between global ones (``layer_types``
+names them where given). Logit soft-capping is harmless: a tanh on the scores and logits that adds
+no parameter, FLOP or stored byte nestplan counts (Gemma 2 report, Gemma Team 2024, arXiv 2408.00118
+section 2; with flash attention it runs inside the kernel)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nestplan.model.families.common import (
+    MAX_FFN,
+    MAX_LAYERS,
+    ConfigFields,
+    Family,
+    layer_types,
+    rotary_decoder,
+    rotary_fields,
+    windows,
+)
+from nestplan.model.spec import ModelSpec
+
+
+def _read_gemma(f: ConfigFields, name: str) -> ModelSpec:
+    """Gemma 2 and Gemma 3 (text): four RMSNorms per block (before and after attention and the MLP),
+    a gated GeLU MLP, tied embeddings, ``head_dim`` explicit (default 256), local sliding-window layers
+    between global ones: Gemma 2 every other layer from the first (HF Gemma2Config layer_types:
+    sliding where (i + 1) % 2), Gemma 3 all but every ``sliding_window_pattern``-th (default 6: 5 local
+    to 1 global, Gemma 3 report arXiv 2503.19786 section 2.2), window default 4096; Gemma 3 adds QK-norm
+    of head_dim (HF modeling_gemma3 q_norm/k_norm). The embedding scale by sqrt(hidden) and soft-capping
+    add no parameters and no FLOPs worth counting."""
+    fields = rotary_decoder(f, name, head_dim_default=256) | {
+        "tied_embeddings": f.flag("tie_word_embeddings", True),
+        "block_norms": 4,
+    }
+    window = f.window(4096)
+    if f.family == "gemma2":
+        layers = f.sliding_layers(fields["num_layers"], lambda i: (i + 1) % 2 != 0)
+    else:
+        pattern = f.integer("sliding_window_pattern", MAX_LAYERS, default=6)
+        layers = f.sliding_layers(fields["num_layers"], lambda i: (i + 1) % pattern != 0)
+        fields["qk_norm"] = "head"
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | windows(window, layers))
+
+
+def _gemma_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        **rotary_fields(spec),
+        "intermediate_size": spec.ffn_hidden_size,
+        "sliding_window": spec.sliding_window,
+        "layer_types": layer_types(spec),
+    }
+
+
+_SOFTCAPPING = ("attn_logit_softcapping", "final_logit_softcapping")
+FAMILIES = (
+    Family("gemma2", _read_gemma, _gemma_fields, 8192, harmless_keys=_SOFTCAPPING),
+    Family("gemma3", _read_gemma, _gemma_fields, 131072, harmless_keys=_SOFTCAPPING),
+    Family("gemma3_text", _read_gemma, _gemma_fields, 131072, harmless_keys=_SOFTCAPPING),
+)

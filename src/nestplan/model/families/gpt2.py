@@ -1,0 +1,139 @@
+"""GPT-2, GPT-NeoX and BERT: LayerNorm, a GeLU MLP and biases everywhere, MHA; GPT-2 and BERT learn
+their positions (GPT-NeoX rotates them), BERT attends both ways and adds token types. Dropout
+defaults to 0.1 in GPT-2 and BERT, 0.0 in GPT-NeoX. GPT-NeoX's parallel residual (x + attn(ln1(x)) +
+mlp(ln2(x))) has the sequential block's GEMMs and norms, and rotary_pct changes only which channels
+RoPE rotates: both harmless."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nestplan.model.families.common import (
+    MAX_FFN,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    MAX_VOCAB,
+    ConfigFields,
+    Family,
+    attention_shape,
+    dropout_fields,
+)
+from nestplan.model.spec import ModelSpec
+
+
+def _read_gpt2(f: ConfigFields, name: str) -> ModelSpec:
+    hidden, heads, _, head_dim = attention_shape(f, "n_embd", "n_head", None, None)
+    return ModelSpec(
+        name=name,
+        family=f.family,
+        hidden_size=hidden,
+        num_layers=f.integer("n_layer", MAX_LAYERS),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=head_dim,
+        ffn_hidden_size=f.integer("n_inner", MAX_FFN, default=4 * hidden),
+        gated_mlp=False,
+        vocab_size=f.integer("vocab_size", MAX_VOCAB),
+        tied_embeddings=f.flag("tie_word_embeddings", True),
+        max_position_embeddings=f.integer("n_positions", MAX_POSITIONS, default=f.max_positions),
+        learned_position_embeddings=True,
+        norm="layernorm",
+        linear_bias=True,
+        dropout=f.any_dropout({"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}),
+    )
+
+
+def _read_encoder_style(
+    f: ConfigFields,
+    name: str,
+    *,
+    tied: bool,
+    learned_positions: bool,
+    dropouts: dict[str, float],
+    causal: bool = True,
+    token_types: bool = False,
+) -> ModelSpec:
+    """gpt_neox and bert: LayerNorm, GeLU MLP of ``intermediate_size``, biases, MHA."""
+    hidden, heads, _, head_dim = attention_shape(f, "hidden_size", "num_attention_heads", None, None)
+    return ModelSpec(
+        name=name,
+        family=f.family,
+        hidden_size=hidden,
+        num_layers=f.integer("num_hidden_layers", MAX_LAYERS),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=head_dim,
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        gated_mlp=False,
+        vocab_size=f.integer("vocab_size", MAX_VOCAB),
+        tied_embeddings=f.flag("tie_word_embeddings", tied),
+        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS, default=f.max_positions),
+        learned_position_embeddings=learned_positions,
+        norm="layernorm",
+        linear_bias=True,
+        dropout=f.any_dropout(dropouts),
+        causal=causal,
+        type_vocab_size=f.integer("type_vocab_size", MAX_VOCAB, default=2, minimum=0) if token_types else 0,
+    )
+
+
+def _read_gpt_neox(f: ConfigFields, name: str) -> ModelSpec:
+    return _read_encoder_style(
+        f, name, tied=False, learned_positions=False, dropouts={"attention_dropout": 0.0, "hidden_dropout": 0.0}
+    )
+
+
+def _read_bert(f: ConfigFields, name: str) -> ModelSpec:
+    return _read_encoder_style(
+        f,
+        name,
+        tied=True,
+        learned_positions=True,
+        causal=False,
+        token_types=True,
+        dropouts={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
+    )
+
+
+def _gpt2_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        "n_embd": spec.hidden_size,
+        "n_head": spec.num_heads,
+        "n_layer": spec.num_layers,
+        "n_inner": spec.ffn_hidden_size,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tied_embeddings,
+        "n_positions": spec.max_position_embeddings,
+        **dropout_fields(spec, "resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    }
+
+
+def _encoder_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": spec.num_heads,
+        "num_hidden_layers": spec.num_layers,
+        "intermediate_size": spec.ffn_hidden_size,
+        "vocab_size": spec.vocab_size,
+        "tie_word_embeddings": spec.tied_embeddings,
+        "max_position_embeddings": spec.max_position_embeddings,
+    }
+
+
+def _gpt_neox_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {**_encoder_fields(spec), **dropout_fields(spec, "attention_dropout", "hidden_dropout")}
+
+
+def _bert_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        **_encoder_fields(spec),
+        "type_vocab_size": spec.type_vocab_size,
+        **dropout_fields(spec, "hidden_dropout_prob", "attention_probs_dropout_prob"),
+    }
+
+
+FAMILIES = (
+    Family("gpt2", _read_gpt2, _gpt2_fields, 1024),
+    Family("gpt_neox", _read_gpt_neox, _gpt_neox_fields, 2048, harmless_keys=("use_parallel_residual", "rotary_pct")),
+    Family("bert", _read_bert, _bert_fields, 512),
+)

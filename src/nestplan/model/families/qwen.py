@@ -1,0 +1,135 @@
+"""Qwen2, Qwen3 and their MoE variants.
+
+* Qwen2 and Qwen2-MoE have biases on the Q, K and V projections only: ``qkv_bias``
+  (``linear_bias=False``); Qwen3 and Qwen3-MoE read ``attention_bias``.
+* Qwen MoE families fill ``ffn_hidden_size`` from ``intermediate_size`` (used by the layers listed
+  in ``mlp_only_layers`` or skipped by ``decoder_sparse_step``); when every layer is MoE the field
+  may be absent and then equals the expert width.
+* ``moe_layers``: the layers ``i`` with ``i not in mlp_only_layers`` and ``(i + 1) %
+  decoder_sparse_step == 0`` (as in ``transformers``' Qwen2MoE/Qwen3MoE decoder layers).
+* Qwen2-MoE has one shared expert of ``shared_expert_intermediate_size`` (``num_shared_experts`` =
+  1, or 0 when that size is 0).
+* Sliding windows where ``use_sliding_window``, from ``max_window_layers`` on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nestplan.inputs import MISSING
+from nestplan.model.families.common import (
+    MAX_FFN,
+    MAX_LAYERS,
+    ConfigFields,
+    Family,
+    expert_counts,
+    layer_types,
+    rotary_decoder,
+    rotary_fields,
+    windows,
+)
+from nestplan.model.spec import ModelSpec
+
+
+def _qwen_windows(f: ConfigFields, num_layers: int) -> dict[str, Any]:
+    """Qwen2/Qwen3 (dense and MoE): ``sliding_window`` (default 4096) only where ``use_sliding_window``
+    (default false), in the layers from ``max_window_layers`` (default 28) on, or those ``layer_types``
+    names (HF Qwen2Config: layer_types "sliding_attention" where i >= max_window_layers)."""
+    window = f.window(4096)
+    first = f.integer("max_window_layers", MAX_LAYERS, default=28, minimum=0)
+    layers = f.sliding_layers(num_layers, lambda i: i >= first)
+    return windows(window if f.flag("use_sliding_window", False) else None, layers)
+
+
+def _read_qwen2(f: ConfigFields, name: str) -> ModelSpec:
+    """Qwen2: biases on the Q, K and V projections, none elsewhere (HF modeling_qwen2, Qwen2Attention)."""
+    fields = rotary_decoder(f, name) | {"qkv_bias": True}
+    return ModelSpec(
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _qwen_windows(f, fields["num_layers"])
+    )
+
+
+def _read_qwen3(f: ConfigFields, name: str) -> ModelSpec:
+    """Qwen3 dense: the Llama block with QK-norm, an RMSNorm of head_dim on each query and key head
+    before RoPE (HF modeling_qwen3, Qwen3Attention q_norm/k_norm), ``head_dim`` explicit (default 128);
+    ``attention_bias`` puts biases on the attention projections (recorded as linear_bias, as for Llama)."""
+    fields = rotary_decoder(f, name, head_dim_default=128) | {
+        "qk_norm": "head",
+        "linear_bias": f.flag("attention_bias", False),
+    }
+    return ModelSpec(
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _qwen_windows(f, fields["num_layers"])
+    )
+
+
+def _read_qwen_moe(f: ConfigFields, name: str) -> ModelSpec:
+    """qwen2_moe (one shared expert, Q/K/V biases) and qwen3_moe (no shared expert, QK-norm)."""
+    fields = rotary_decoder(f, name)
+    num_layers = fields["num_layers"]
+    experts, top_k = expert_counts(f, "num_experts")
+    expert_ffn = f.integer("moe_intermediate_size", MAX_FFN)
+    step = f.integer("decoder_sparse_step", MAX_LAYERS, default=1)
+    dense_only = f.layer_indices("mlp_only_layers", num_layers)
+    moe_layers = tuple(i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0)
+    has_dense = len(moe_layers) < num_layers
+    dense_ffn = f.integer("intermediate_size", MAX_FFN, default=MISSING if has_dense else expert_ffn)
+    shared_ffn = 0
+    fields |= _qwen_windows(f, num_layers)
+    if f.family == "qwen2_moe":
+        shared_ffn = f.integer("shared_expert_intermediate_size", MAX_FFN, minimum=0)
+        fields["qkv_bias"] = True  # HF modeling_qwen2_moe, Qwen2MoeAttention: q, k, v biased
+        # HF Qwen2MoeSparseMoeBlock: a softmax over every expert before the top-k; shared_expert_gate
+        fields |= {"router_scores_all_experts": True, "shared_expert_gate": shared_ffn > 0}
+    else:  # Qwen3-MoE: QK-norm as dense Qwen3 (HF modeling_qwen3_moe, Qwen3MoeAttention q_norm/k_norm)
+        fields |= {"linear_bias": f.flag("attention_bias", False), "qk_norm": "head"}
+    return ModelSpec(
+        ffn_hidden_size=dense_ffn,
+        num_experts=experts,
+        experts_per_token=top_k,
+        moe_ffn_hidden_size=expert_ffn,
+        num_shared_experts=1 if shared_ffn > 0 else 0,
+        shared_expert_ffn_hidden_size=shared_ffn,
+        moe_layers=moe_layers,
+        **fields,
+    )
+
+
+def _qwen_window_fields(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        "use_sliding_window": spec.sliding_window is not None,
+        "sliding_window": spec.sliding_window,
+        "layer_types": layer_types(spec),
+    }
+
+
+def _qwen_dense_fields(spec: ModelSpec) -> dict[str, Any]:
+    out = {**rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, **_qwen_window_fields(spec)}
+    if spec.family == "qwen3":
+        out["attention_bias"] = spec.linear_bias
+    return out
+
+
+def _qwen_moe_fields(spec: ModelSpec) -> dict[str, Any]:
+    out = {
+        **rotary_fields(spec),
+        "intermediate_size": spec.ffn_hidden_size,
+        "num_experts": spec.num_experts,
+        "num_experts_per_tok": spec.experts_per_token,
+        "moe_intermediate_size": spec.moe_ffn_hidden_size,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [i for i in range(spec.num_layers) if i not in spec.moe_layers],
+        **_qwen_window_fields(spec),
+    }
+    if spec.family == "qwen2_moe":
+        out["shared_expert_intermediate_size"] = spec.shared_expert_ffn_hidden_size
+    else:
+        out["attention_bias"] = spec.linear_bias
+    return out
+
+
+FAMILIES = (
+    Family("qwen2", _read_qwen2, _qwen_dense_fields, 32768),
+    Family("qwen2_moe", _read_qwen_moe, _qwen_moe_fields, 32768),
+    Family("qwen3", _read_qwen3, _qwen_dense_fields, 32768),
+    Family("qwen3_moe", _read_qwen_moe, _qwen_moe_fields, 32768),
+)
