@@ -34,6 +34,15 @@ class Schedule(str, Enum):
     # (DeepSeek-AI 2024, arXiv 2412.19437 section 3.2.1; torchtitan DualPipeV)
 
     @property
+    def chunks(self) -> int | None:
+        """Model chunks per stage (virtual stages) the schedule runs: 2 for the V-shaped ones, any
+        number (None) for interleaved, 1 otherwise. The plan's legality (ParallelDims) reads it, the
+        schedule's class (cost/schedules) everything it runs."""
+        if self.v_shaped:
+            return 2
+        return None if self is Schedule.INTERLEAVED else 1
+
+    @property
     def splits_backward(self) -> bool:
         """The backward runs as B (input gradients) and W (weight gradients), scheduled apart."""
         return self in (Schedule.ZB_H1, Schedule.ZBV, Schedule.DUALPIPEV)
