@@ -181,11 +181,13 @@ class _SplitBackward(PipelineSchedule):
         return self.order(stage, pp, m)
 
     def warmup_forwards(self, stage: int | np.ndarray, pp: int | np.ndarray, m: int, virtual: int) -> np.ndarray:
-        """The forwards its order runs before its first operation of another kind."""
+        """Read off its order as Megatron-LM counts them: the forwards before the first operation of
+        another kind, less the one that opens the steady state (all of them where every forward runs first)."""
 
         def count(s: int, p: int) -> int:
             kinds = [op.kind for op in self.operations(s, p, m, virtual)]
-            return next((i for i, kind in enumerate(kinds) if kind != FORWARD), len(kinds))
+            leading = next((i for i, kind in enumerate(kinds) if kind != FORWARD), len(kinds))
+            return leading if leading == m * virtual else leading - 1
 
         return np.vectorize(count, otypes=[int])(stage, pp)
 
