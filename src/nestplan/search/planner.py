@@ -74,7 +74,7 @@ def _exact(evaluate: Evaluate, cand) -> Prediction:
     return evaluate(g.dims(len(cand.parts), cand.parts), g.cfg.order)
 
 
-def schedule_variants(
+def _schedule_variants(
     model: ModelSpec, space: SearchSpace, pred: Prediction, global_batch_size: int
 ) -> list[ParallelDims]:
     """The variants of a 1F1B plan under the space's other schedules that the registry's classes
@@ -174,7 +174,7 @@ def search(
             seen.add((dims, order))
             if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
                 fitting.extend(p for p in [evaluate(dims, order)] if fits(p))
-        for dims in schedule_variants(model, space, pred, job.global_batch_size):
+        for dims in _schedule_variants(model, space, pred, job.global_batch_size):
             bounded = family(dims.schedule).bounded_by_bubble_free_step
             if bounded and pred.bubble_free_step_s > _kth_fastest(fitting, 1 + top):
                 continue
