@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction, html_table, plan_text, rank_order
+from nestplan.cost.schedules import family as schedule_family
 from nestplan.errors import ConfigError, printable
 from nestplan.job import (
     Job,
@@ -373,7 +374,7 @@ class PlanReport:
         dims = replace(best.plan, layers_per_stage=tuple(s.last_layer - s.first_layer + 1 for s in best.stages))
         out = []
         for schedule in Schedule:
-            v = 1 if schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.ZB_H1) else 2
+            v = schedule_family(schedule).shown_virtual_stages
             if schedule is best.plan.schedule:
                 out.append(ScheduleAlternative(schedule, best.plan.virtual_stages, best, ""))
                 continue

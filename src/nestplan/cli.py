@@ -25,6 +25,7 @@ import typer
 from rich.console import Console
 
 from nestplan import __version__, api
+from nestplan.cost.schedules import named as named_schedule
 from nestplan.errors import ConfigError, PlannerError, brief, printable
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, Optimizer
 from nestplan.settings import CpCommType, Setting, setting_table
@@ -444,7 +445,10 @@ def evaluate(
     mbs: int = typer.Option(1, "--mbs", parser=_integer("--mbs", 1, MAX_MICRO_BATCH), help="microbatch size"),
     schedule: Schedule = typer.Option(Schedule.ONE_F_ONE_B, "--schedule"),
     virtual_stages: int = typer.Option(
-        1, "--virtual-stages", parser=_integer("--virtual-stages", 1, MAX_VIRTUAL_STAGES)
+        1,
+        "--virtual-stages",
+        parser=_integer("--virtual-stages", 1, MAX_VIRTUAL_STAGES),
+        help="model chunks per stage; v > 1 with --schedule 1f1b (the default) runs interleaved 1F1B",
     ),
     layers_per_stage: str | None = typer.Option(
         None,
@@ -472,8 +476,7 @@ def evaluate(
     if report is not None:
         _check_output("--report", report, folder=False)
     spec = api.resolve_model(model)
-    if schedule is Schedule.ONE_F_ONE_B and virtual_stages > 1:
-        schedule = Schedule.INTERLEAVED
+    schedule = named_schedule(schedule, virtual_stages)  # the registry's rule: 1f1b with v > 1 is interleaved
     plan = ParallelDims(
         tp=tp,
         pp=pp,

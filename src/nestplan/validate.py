@@ -17,6 +17,7 @@ from typing import Any
 
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.schedules import named as named_schedule
 from nestplan.errors import ConfigError, PlannerError, brief, printable
 from nestplan.inputs import load_object
 from nestplan.job import Job, make_job
@@ -244,7 +245,7 @@ def _dims(row: Mapping[str, Any], label: str, n: Mapping[str, int]) -> ParallelD
         recompute=Recompute(_choice(row, "recompute", label, [r.value for r in Recompute])),
         micro_batch_size=n["mbs"],
         virtual_stages=n["vp"],
-        schedule=Schedule.INTERLEAVED if n["vp"] > 1 else Schedule.ONE_F_ONE_B,
+        schedule=named_schedule(Schedule.ONE_F_ONE_B, n["vp"]),  # Megatron-LM runs interleaved 1F1B with vp > 1
         layers_per_stage=tuple(layers) if layers is not None else None,
     )
 

@@ -20,7 +20,7 @@ from cli_helpers import run_cli
 from nestplan import api
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.memory import in_flight_microbatches
-from nestplan.cost.schedule import FORWARD, simulate
+from nestplan.cost.schedules.periodic import FORWARD, simulate
 from nestplan.cost.terms import graph_terms
 from nestplan.errors import ConfigError
 from nestplan.export import deepspeed, megatron, nemo, torchtitan

@@ -1,4 +1,4 @@
-"""Pipeline schedule simulation (cost/schedule.py): closed forms where they are exact, the
+"""Pipeline schedule simulation (cost/schedules/periodic.py): closed forms where they are exact, the
 fast-forward path against the full recording, and the operation order of every schedule."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nestplan.cost.pipeline import pipeline_time
-from nestplan.cost.schedule import BACKWARD, FORWARD, simulate
+from nestplan.cost.schedules.periodic import BACKWARD, FORWARD, simulate
 from nestplan.strategy.enums import Schedule
 
 SCHEDULES = [(Schedule.ONE_F_ONE_B, 1), (Schedule.GPIPE, 1), (Schedule.INTERLEAVED, 2), (Schedule.INTERLEAVED, 4)]

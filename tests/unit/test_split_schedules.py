@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from nestplan import api
-from nestplan.cost.memory import in_flight_microbatches, split_schedule_peak
-from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, stage_operations
-from nestplan.cost.schedule import simulate
-from nestplan.cost.split_schedule import SplitTimes, simulate_split
+from nestplan.cost.memory import in_flight_microbatches
+from nestplan.cost.schedules import stage_operations
+from nestplan.cost.schedules.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD
+from nestplan.cost.schedules.periodic import simulate
+from nestplan.cost.schedules.walk import SplitTimes, activation_peak, simulate_operations
 from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.strategy.dims import ParallelDims, virtual_stage_index
@@ -27,7 +28,7 @@ def _times(p: int, v: int, f: float, b: float, w: float, comm: float = 0.0) -> S
 
 def _makespan(schedule: Schedule, p: int, m: int, f: float, b: float, w: float) -> float:
     v = 2 if schedule.v_shaped else 1
-    return simulate_split(schedule, _times(p, v, f, b, w), m).makespan_s
+    return simulate_operations(schedule, _times(p, v, f, b, w), m).makespan_s
 
 
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 13), (8, 32), (8, 64)])
@@ -60,9 +61,9 @@ def test_dualpipev_overlap_hides_communication_under_compute() -> None:
     """An F&BW costs the longer of its compute and its communication, so communication up to the
     compute is free there and the step is shorter than with the same times unoverlapped."""
     p, m = 4, 16
-    quiet = simulate_split(Schedule.DUALPIPEV, _times(p, 2, 1.0, 1.0, 1.0), m).makespan_s
-    talking = simulate_split(Schedule.DUALPIPEV, _times(p, 2, 1.4, 1.4, 1.0, comm=0.4), m).makespan_s
-    zbv = simulate_split(Schedule.ZBV, _times(p, 2, 1.4, 1.4, 1.0, comm=0.4), m).makespan_s
+    quiet = simulate_operations(Schedule.DUALPIPEV, _times(p, 2, 1.0, 1.0, 1.0), m).makespan_s
+    talking = simulate_operations(Schedule.DUALPIPEV, _times(p, 2, 1.4, 1.4, 1.0, comm=0.4), m).makespan_s
+    zbv = simulate_operations(Schedule.ZBV, _times(p, 2, 1.4, 1.4, 1.0, comm=0.4), m).makespan_s
     assert talking < zbv
     assert quiet < talking < quiet * 1.4
 
@@ -75,10 +76,10 @@ def test_memory_of_each_schedule() -> None:
     p, m = 8, 32
     one = [in_flight_microbatches(Schedule.ONE_F_ONE_B, s, p, m, 1) for s in range(p)]
     assert one == [p - s for s in range(p)]
-    zb = [split_schedule_peak(Schedule.ZB_H1, s, p, m, [1.0], [0.4]) for s in range(p)]
+    zb = [activation_peak(Schedule.ZB_H1, s, p, m, [1.0], [0.4]) for s in range(p)]
     assert zb[0] == p and max(zb) == p and all(zb[s] >= one[s] for s in range(p))
-    assert [split_schedule_peak(Schedule.ZBV, s, p, m, [0.5, 0.5], [0.2, 0.2]) for s in range(p)] == [p] * p
-    assert [split_schedule_peak(Schedule.DUALPIPEV, s, p, m, [0.5, 0.5], [0.2, 0.2]) for s in range(p)] == [
+    assert [activation_peak(Schedule.ZBV, s, p, m, [0.5, 0.5], [0.2, 0.2]) for s in range(p)] == [p] * p
+    assert [activation_peak(Schedule.DUALPIPEV, s, p, m, [0.5, 0.5], [0.2, 0.2]) for s in range(p)] == [
         (2 * p + 1) * 0.5
     ] * p
 
@@ -111,11 +112,11 @@ def test_simulated_memory_equals_the_in_flight_rule_stage_by_stage(schedule) -> 
     v = 2 if schedule.v_shaped else 1
     rng = np.random.default_rng(7)
     times = SplitTimes(*(rng.uniform(0.5, 1.5, (p, v)) for _ in range(3)), np.zeros((p, v)), np.zeros((p, v)))
-    run = simulate_split(schedule, times, m)
+    run = simulate_operations(schedule, times, m)
     chunk_bytes, kept = [3.0, 2.0][:v], [1.0, 0.5][:v]
     for s in range(p):
         assert _timeline_peak(run, s, chunk_bytes, kept) == pytest.approx(
-            split_schedule_peak(schedule, s, p, m, chunk_bytes, kept)
+            activation_peak(schedule, s, p, m, chunk_bytes, kept)
         )
 
 
@@ -123,7 +124,7 @@ def test_simulated_memory_equals_the_in_flight_rule_stage_by_stage(schedule) -> 
 def test_every_operation_runs_once_after_its_inputs(schedule) -> None:
     p, m = 4, 9
     v = 2 if schedule.v_shaped else 1
-    run = simulate_split(schedule, _times(p, v, 1.0, 1.0, 0.5), m)
+    run = simulate_operations(schedule, _times(p, v, 1.0, 1.0, 0.5), m)
     seen = {}
     for s in range(p):
         for op, start, end in zip(run.ops[s], run.start_s[s], run.end_s[s]):
@@ -183,7 +184,7 @@ def test_orders_equal_torch_pipelining(name) -> None:
         for m in (2 * p, 2 * p + 1, 3 * p, 16):
             for s in range(p):
                 ours = []
-                for op in stage_operations(schedule, s, p, m):
+                for op in stage_operations(schedule, s, p, m, local):
                     vs = virtual_stage_index(schedule, s, op.chunk, p)
                     if op.kind == OVERLAPPED:
                         ours.append(

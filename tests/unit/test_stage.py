@@ -14,8 +14,9 @@ import pytest
 from nestplan import api
 from nestplan.cost import stage
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.cost.memory import in_flight_microbatches, live_activation_peak, warmup_forwards
-from nestplan.cost.schedule import FORWARD, simulate
+from nestplan.cost.memory import in_flight_microbatches, live_activation_peak
+from nestplan.cost.schedules import warmup_forwards
+from nestplan.cost.schedules.periodic import FORWARD, simulate
 from nestplan.job import Job
 from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SubConfig
@@ -170,7 +171,7 @@ def test_step_floor_never_exceeds_the_step_of_uneven_layouts(name, devices, tp, 
     """Layers per virtual stage (random, the first and last virtual stage sometimes holding only the
     embedding or the head; and the end-balanced layout the planner tries): the floor still bounds."""
     from nestplan.cost.evaluator import step_floor_s
-    from nestplan.search.planner import ends_balanced_layout
+    from nestplan.cost.schedules.families import ends_balanced_layout
     from nestplan.strategy.dims import ParallelDims
 
     model = api.resolve_model(name)

@@ -17,15 +17,15 @@ from cli_helpers import run_cli
 from nestplan import api
 from nestplan.cli import MAX_STAGES, _layers
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.cost.memory import warmup_forwards
-from nestplan.cost.schedule import BACKWARD, FORWARD, simulate
+from nestplan.cost.schedules import warmup_forwards
+from nestplan.cost.schedules.periodic import BACKWARD, FORWARD, simulate
 from nestplan.errors import ConfigError
 from nestplan.export import deepspeed, megatron, nemo, torchtitan
 from nestplan.export.plan import ExportInput
 from nestplan.export.torchtitan import titan_split
 from nestplan.job import Job
 from nestplan.plan import Plan
-from nestplan.search.planner import ends_balanced_layout
+from nestplan.cost.schedules.families import ends_balanced_layout
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 

@@ -15,11 +15,11 @@ from nestplan.cost.memory import (
     in_flight_microbatches,
     live_activation_peak,
     moe_a2a_early,
-    split_schedule_peak,
 )
 from nestplan.cost.pipeline import pipeline_floor, pipeline_time, split_pipeline_time
 from nestplan.cost.prediction import Prediction, StageCost
-from nestplan.cost.split_schedule import SplitTimes
+from nestplan.cost.schedules import family
+from nestplan.cost.schedules.walk import SplitTimes, activation_peak
 from nestplan.cost.stepend import StepEnd, SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import GraphTerms, TermCache, shard_of
 from nestplan.errors import ConfigError
@@ -127,7 +127,7 @@ def step_floor_s(
 def _least_busy(stages: _Stages, schedule: Schedule) -> list[float]:
     """Per stage, the least time one microbatch of all its chunks keeps it busy: its cycle, or under
     DualPipeV, whose overlapped operations may hide its expert all-to-alls and transfers, the rest."""
-    if schedule is not Schedule.DUALPIPEV:
+    if not family(schedule).hides_communication:
         return list(stages.cycles)
     c = stages.chunks
     assert c is not None  # its forward_comm and backward_comm are the communication an F&BW may hide
@@ -247,7 +247,7 @@ def _stage_memory(ctx: stage.StageContext, dims: ParallelDims, st: _Stages, i: i
         in_flight = in_flight_microbatches(dims.schedule, i, dims.pp, m, dims.virtual_stages, moe_a2a_early(ctx.job))
         return stage.stage_memory_breakdown(ctx, st.sums[i], in_flight)
     if dims.schedule.splits_backward:
-        live = split_schedule_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i], st.chunks.kept[i])
+        live = activation_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i], st.chunks.kept[i])
         return stage.chunked_memory_breakdown(ctx, st.sums[i], live)
     live = live_activation_peak(dims.schedule, i, dims.pp, m, st.chunks.activations[i], moe_a2a_early(ctx.job))
     return stage.chunked_memory_breakdown(ctx, st.sums[i], live)

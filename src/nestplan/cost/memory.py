@@ -16,11 +16,11 @@ peak = weights + gradients + optimizer state   (each divided over the ZeRO shard
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, operation_arrays
+from nestplan.cost.schedules import warmup_forwards
+from nestplan.cost.schedules.operations import forward_chunk
 from nestplan.model.layers import COLUMN, Gemm, ParamCount
 from nestplan.strategy.enums import Schedule, ZeroStage
 
@@ -35,41 +35,16 @@ class ShardGroups:
     expert: int
 
 
-def warmup_forwards(
-    schedule: Schedule, stage: int | np.ndarray, pp: int | np.ndarray, m: int, virtual: int
-) -> np.ndarray:
-    """Forwards (of model chunks) a stage runs before its first backward, at most all m v of them.
-
-    Megatron-LM's counts (schedules.py): GPipe all m v; 1F1B pp - stage - 1; interleaved 1F1B
-    (forward_backward_pipelining_with_interleaving) (pp - stage - 1) * 2 + (v - 1) * pp, or all
-    m v when m == pp (every forward runs first). The schedule simulation (cost/schedule.py) runs
-    this order and :func:`in_flight_microbatches` charges its memory. ``stage`` and ``pp`` may be
-    arrays (elementwise)."""
-    total = m * virtual
-    stage, pp = np.asarray(stage), np.asarray(pp)
-    if schedule is Schedule.GPIPE:
-        warmup = np.full(np.broadcast(stage, pp).shape, total)
-    elif schedule is Schedule.INTERLEAVED:
-        warmup = np.where(pp == m, total, (pp - stage - 1) * 2 + (virtual - 1) * pp)
-    else:
-        warmup = pp - stage - 1
-    return np.minimum(warmup, total)
-
-
-def forward_chunk(k: int | np.ndarray, pp: int, virtual: int) -> int | np.ndarray:
-    """The model chunk a stage's k-th forward runs in Megatron-LM's interleaved order
-    (schedules.py, get_model_chunk_id: microbatches in groups of pp per chunk): (k mod pp v) div pp;
-    its k-th backward runs chunk v - 1 minus that. Without interleaving, chunk 0."""
-    return (k % (pp * virtual)) // pp
-
-
 def live_activation_peak(
     schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: np.ndarray, early: int = 0
 ) -> float:
     """The most activation bytes a stage holds at once, its v chunks storing ``chunk_bytes[c]`` per
     microbatch (chunk c of the stage; they may differ).
 
-    The exact rule: the stage runs forwards 0 .. w - 1 (w = :func:`warmup_forwards`), then forward
+    The fast path of Megatron-LM's orders (1F1B, GPipe, interleaved) for the memory walk over
+    operation lists (cost/schedules/walk.py ``activation_peak``; tests/unit/test_schedule_registry.py
+    checks they agree). The exact rule: the stage runs forwards 0 .. w - 1 (w = its schedule's
+    warm-up forwards, cost/schedules ``warmup_forwards``), then forward
     w + j before backward j for j = 0, 1, ...; forward k stores its chunk's bytes, backward k frees
     chunk v - 1 - :func:`forward_chunk` (k)'s. Only forwards add, so the peak follows a forward:
     max_j [ sum_{k <= w + j} a(forward_chunk(k)) - sum_{k < j} a(v - 1 - forward_chunk(k)) ]. Both
@@ -96,7 +71,7 @@ def in_flight_microbatches(
 ) -> float | np.ndarray:
     """Microbatches whose activations a stage holds at its peak, in units of the whole stage.
 
-    A stage runs w warm-up forwards (:func:`warmup_forwards`), then one more before its first
+    A stage runs w warm-up forwards (cost/schedules ``warmup_forwards``), then one more before its first
     backward, and from then on alternates, so it holds at most min(w + 1, m v) model chunks of
     1/v of the stage each (:func:`live_activation_peak` with equal chunks). ``early`` forwards more
     run ahead where the schedule merges the forward of the next microbatch with the backward of the
@@ -121,28 +96,6 @@ def weight_gradient_input_bytes(gemms: list[Gemm], dtype_bytes: float, sp_div: i
     section 2.1: W needs less memory than B). An input sequence parallelism gathers is kept as the
     device's 1/tp share (Korthikanti et al. 2022, section 4.2.2), gathered again for W."""
     return sum(g.count * g.m * g.k * dtype_bytes / (sp_div if g.gathered == COLUMN else 1) for g in gemms)
-
-
-def split_schedule_peak(
-    schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: Sequence[float], kept_bytes: Sequence[float]
-) -> float:
-    """The most activation bytes a stage holds at once under a schedule that splits the backward
-    (cost/operations.py, the order the simulation runs): a forward of chunk c stores
-    ``chunk_bytes[c]``; its B frees all but ``kept_bytes[c]`` (the GEMM inputs W reads,
-    :func:`weight_gradient_input_bytes`), its W the rest, a full backward all of it. An
-    overlapped F&BW holds the forward's bytes before the backward frees its own. Only forwards
-    add, so the peak follows one."""
-    kind, chunk, chunk2 = operation_arrays(schedule, stage, pp, m)
-    a, kept = np.asarray(chunk_bytes, float), np.asarray(kept_bytes, float)
-    stores = np.isin(kind, (FORWARD, OVERLAPPED))
-    added = np.where(stores, a[chunk], 0.0)
-    freed = np.select(
-        [kind == INPUT_GRAD, kind == WEIGHT_GRAD, kind == FULL_BACKWARD, kind == OVERLAPPED],
-        [a[chunk] - kept[chunk], kept[chunk], a[chunk], a[np.maximum(chunk2, 0)]],
-        0.0,
-    )
-    live_after = np.cumsum(added - freed)
-    return float((live_after + freed)[stores].max())
 
 
 def model_state_bytes(

@@ -1,7 +1,7 @@
 """Step time of a pipeline schedule over heterogeneous stages.
 
 Stage i takes F_i forward and B_i backward per microbatch (its sends included), C_i = F_i + B_i.
-The evaluator simulates the schedule (cost/schedule.py). For p equal stages the simulation
+The evaluator simulates the schedule (cost/schedules). For p equal stages the simulation
 gives the textbook closed forms, (m + p - 1) C under 1F1B and GPipe (Narayanan et al. 2021,
 PipeDream-Flush; Huang et al. 2019) and m C + (p - 1) C / v interleaved (Narayanan et al. SC'21,
 section 2.2.2). The search ranks by the closed form generalised to unequal stages,
@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from nestplan.cost.schedule import chunk_times, simulate
-from nestplan.cost.split_schedule import SplitTimes, simulate_split
+from nestplan.cost.schedules.periodic import chunk_times, simulate
+from nestplan.cost.schedules.walk import SplitTimes, simulate_operations
 from nestplan.strategy.enums import Schedule
 
 Times = Sequence[float] | np.ndarray  # per stage (p,), or per stage and chunk (p, v): cost/schedule.chunk_times
@@ -67,10 +67,10 @@ def pipeline_floor(forward_s: Times, backward_s: Times, num_microbatches: int, v
 def split_pipeline_time(
     times: SplitTimes, num_microbatches: int, schedule: Schedule
 ) -> tuple[float, float, int, float]:
-    """``pipeline_time`` for the schedules that split the backward (cost/split_schedule.py), and the
+    """``pipeline_time`` for the schedules that split the backward (cost/schedules/walk.py), and the
     busy seconds of the bottleneck stage: the stage that computes longest (the sum of its
     operations' durations, overlapped ones counted once) is the bottleneck, idle the rest."""
-    run = simulate_split(schedule, times, num_microbatches)
+    run = simulate_operations(schedule, times, num_microbatches)
     busy = [float((end - start).sum()) for start, end in zip(run.start_s, run.end_s)]
     slowest = max(range(len(busy)), key=lambda i: busy[i])
     bubble = max(0.0, run.makespan_s - busy[slowest])

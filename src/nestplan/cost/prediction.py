@@ -48,7 +48,7 @@ class StageCost:
     # takes 1/v of forward_s and backward_s)
     chunk_forward_s: tuple[float, ...] = ()
     chunk_backward_s: tuple[float, ...] = ()
-    # per chunk, under a schedule that splits the backward (cost/split_schedule.py SplitTimes): the
+    # per chunk, under a schedule that splits the backward (cost/schedules/walk.py SplitTimes): the
     # weight-gradient part of chunk_backward_s, and the communication part of forward and backward
     chunk_weight_grad_s: tuple[float, ...] = ()
     chunk_forward_comm_s: tuple[float, ...] = ()

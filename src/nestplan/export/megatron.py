@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.schedules import named as named_schedule
 from nestplan.export import rank_order
 from nestplan.export.common import (
     REPLICA_MAJOR,
@@ -65,17 +66,11 @@ def orders(plan: Plan) -> list[tuple[str, ...]]:
     return list(ORDERS)
 
 
-# The schedule Megatron-LM runs for one it lacks (it has 1F1B and interleaved 1F1B, no zero-bubble or
-# DualPipe schedule): GPipe and ZB-H1 as 1F1B on the same stages, the V-shaped ones (two chunks per
-# stage) as interleaved 1F1B with two chunks per stage, placed round-robin
-# (megatron/core/pipeline_parallel/schedules.py).
-RUNS_AS = {
-    Schedule.GPIPE: Schedule.ONE_F_ONE_B,
-    Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
-    Schedule.ZBV: Schedule.INTERLEAVED,
-    Schedule.DUALPIPEV: Schedule.INTERLEAVED,
-}
-COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)  # what it runs as nestplan costs it
+# The schedules Megatron-LM runs as nestplan costs them (megatron/core/pipeline_parallel/schedules.py): 1F1B
+# and interleaved 1F1B, no zero-bubble or DualPipe schedule. One it lacks runs as 1F1B with the plan's
+# chunks per stage (cost/schedules ``named``): GPipe and ZB-H1 as 1F1B on the same stages, the V-shaped ones
+# (two chunks per stage) as interleaved 1F1B with two chunks per stage, placed round-robin.
+COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
 CP_EXCHANGES = tuple(CpCommType)  # --cp-comm-type takes every exchange
 EXPERT_TP = None  # --expert-tensor-parallel-size takes any divisor of tp (parallel folding): no restriction
 
@@ -95,7 +90,7 @@ def run_dims(plan: Plan) -> ParallelDims:
     if d.schedule in COSTED_SCHEDULES:
         return d
     split = d.stage_layers(plan.model.num_layers) if d.layers_per_stage is not None else None
-    return replace(d, schedule=RUNS_AS[d.schedule], layers_per_stage=split)
+    return replace(d, schedule=named_schedule(Schedule.ONE_F_ONE_B, d.virtual_stages), layers_per_stage=split)
 
 
 def schedule_note(plan: Plan) -> str | None:

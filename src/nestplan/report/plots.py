@@ -17,15 +17,15 @@ import numpy as np
 
 from nestplan.cost.memory import MEMORY_TERMS
 from nestplan.cost.prediction import Prediction
-from nestplan.cost.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD
-from nestplan.cost.schedule import Timeline, simulate
-from nestplan.cost.split_schedule import SplitTimes, simulate_split
+from nestplan.cost.schedules.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD
+from nestplan.cost.schedules.periodic import Timeline, simulate
+from nestplan.cost.schedules.walk import SplitTimes, simulate_operations
 from nestplan.network.topology import Topology
 from nestplan.strategy.dims import AXES
 from nestplan.strategy.placement import rank_grid
 from nestplan.units import GiB
 
-# operation kinds (cost/operations.py; FORWARD and INPUT_GRAD are cost/schedule.py's FORWARD and BACKWARD)
+# operation kinds (cost/schedules/operations.py; FORWARD and INPUT_GRAD are cost/schedules/periodic.py's FORWARD and BACKWARD)
 OPERATION_STYLES = (
     (FORWARD, "Blues", "forward"),
     (INPUT_GRAD, "Oranges", "backward"),
@@ -55,7 +55,7 @@ def step_timeline(pred: Prediction) -> StepTimeline:
     step_end = pred.breakdown_s["dp_sync"] + pred.breakdown_s["optimizer"]
     if dims.schedule.splits_backward:
         return StepTimeline(
-            simulate_split(dims.schedule, _split_times(pred), pred.num_microbatches).timeline(), step_end
+            simulate_operations(dims.schedule, _split_times(pred), pred.num_microbatches).timeline(), step_end
         )
     if pred.stages[0].chunk_forward_s:  # an uneven interleaved layout: per (stage, chunk) times
         forward = np.array([s.chunk_forward_s for s in pred.stages])

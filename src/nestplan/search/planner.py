@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from nestplan.cost.evaluator import evaluate_plan, step_floor_s
-from nestplan.strategy.legality import cp_comm_conflict, moe_overlap_conflict
+from nestplan.cost.schedules import family, layout_variants, variants
 from nestplan.cost.prediction import Prediction
 from nestplan.cost.terms import TermCache
 from nestplan.errors import ConfigError
@@ -17,10 +17,8 @@ from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs
 from nestplan.settings import CpCommType
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.enums import Schedule
+from nestplan.strategy.legality import cp_comm_conflict, moe_overlap_conflict
 
-INTERLEAVE_CHOICES = (2, 3, 4)
-ENDS_LAYOUT_MAX_V = 8  # most chunks per stage of the end-balanced layouts (Llama 3 and NeMo's 405B run 8)
 POLISHED = 3  # best plans whose split is polished against the evaluator
 POLISH_BUDGET = 64  # evaluations per polished plan
 
@@ -78,71 +76,15 @@ def _exact(evaluate: Evaluate, cand) -> Prediction:
     return evaluate(g.dims(len(cand.parts), cand.parts), g.cfg.order)
 
 
-def _interleaved(
-    model: ModelSpec, evaluate: Evaluate, pred: Prediction, worth: Callable[[ParallelDims], bool] = lambda dims: True
-) -> list[Prediction]:
-    """Interleaved 1F1B variants of a plan (same stages, v chunks each) where Megatron allows them,
-    those ``worth`` evaluating."""
-    dims, out = pred.plan, []
-    if dims.pp < 2 or pred.num_microbatches % dims.pp:
-        return out
-    for v in INTERLEAVE_CHOICES:
-        if any(n % v for n in dims.stage_layers(model.num_layers)):
-            continue
-        variant = replace(dims, schedule=Schedule.INTERLEAVED, virtual_stages=v)
-        if worth(variant):
-            out.append(evaluate(variant, pred.placement.axis_order))
-    return out
-
-
-SPLIT_BACKWARD_SCHEDULES = (Schedule.ZB_H1, Schedule.ZBV, Schedule.DUALPIPEV)
-
-
-def split_backward_variants(model: ModelSpec, pred: Prediction) -> list[ParallelDims]:
-    """The zero-bubble and DualPipeV variants of a 1F1B plan where they are legal: zb-h1 on any
-    pipeline; zbv and dualpipev with at least 2 pp microbatches (ParallelDims.batch_conflict) on
-    the plan's split and on the even split, where every stage's layers halve (two equal chunks)."""
+def _schedule_variants(
+    model: ModelSpec, space: SearchSpace, pred: Prediction, global_batch_size: int
+) -> list[ParallelDims]:
+    """The variants of a 1F1B plan under the space's other schedules that the registry's classes
+    propose and the plan allows (cost/schedules ``variants``): on the plan's split, and those with
+    chunks of their own also on the even split."""
     dims = pred.plan
-    if dims.pp < 2 or dims.schedule is not Schedule.ONE_F_ONE_B:
-        return []
-    out = [replace(dims, schedule=Schedule.ZB_H1)]
-    if pred.num_microbatches < 2 * dims.pp:
-        return out
-    # the plan's own split, and the even split, where every stage's layers halve into two chunks
-    splits = {dims.stage_layers(model.num_layers), even_split(model.num_layers, dims.pp)}
-    for split in sorted(s for s in splits if all(n % 2 == 0 and n > 0 for n in s)):
-        out += [
-            replace(dims, schedule=s, virtual_stages=2, layers_per_stage=split)
-            for s in (Schedule.ZBV, Schedule.DUALPIPEV)
-        ]
-    return out
-
-
-def ends_balanced_layout(num_layers: int, pp: int, v: int) -> tuple[int, ...] | None:
-    """Layers per virtual stage (pp x v, model order) with the embedding and the head each counted
-    as one layer, where they divide evenly: k = (L + 2) / (pp v) per virtual stage, k - 1 on the
-    first and the last (NeMo's account_for_embedding/loss_in_pipeline_split; Llama 3 405B's
-    0, 1 x 126, 0 over pp 16 x v 8, Dubey et al. 2024 section 3.3.2; NeMo's 1, 2 x 62, 1 over
-    pp 8 x v 8). None where pp v does not divide L + 2."""
-    stages = pp * v
-    if v < 2 or (num_layers + 2) % stages:
-        return None
-    k = (num_layers + 2) // stages
-    return (k - 1,) + (k,) * (stages - 2) + (k - 1,)
-
-
-def _layout_variants(model: ModelSpec, pred: Prediction) -> list[ParallelDims]:
-    """Interleaved variants of a plan's degrees whose virtual stages balance the embedding and the
-    head (:func:`ends_balanced_layout`), v = 2 .. ENDS_LAYOUT_MAX_V, where Megatron allows them."""
-    dims = pred.plan
-    if dims.pp < 2 or pred.num_microbatches % dims.pp:
-        return []
-    layouts = ((v, ends_balanced_layout(model.num_layers, dims.pp, v)) for v in range(2, ENDS_LAYOUT_MAX_V + 1))
-    return [
-        replace(dims, schedule=Schedule.INTERLEAVED, virtual_stages=v, layers_per_stage=layout)
-        for v, layout in layouts
-        if layout is not None
-    ]
+    splits = sorted({dims.stage_layers(model.num_layers), even_split(model.num_layers, dims.pp)})
+    return variants(space.schedules, dims, model.num_layers, global_batch_size, splits)
 
 
 def _kth_fastest(preds: list[Prediction], k: int) -> float:
@@ -226,22 +168,20 @@ def search(
     seen: set[tuple[ParallelDims, tuple[str, ...]]] = set()  # layouts do not depend on the plan's split
     for pred in list(fitting):
         # a variant slower than 1 + top plans found cannot be returned (the bar only falls): skip
-        # it when its floor is; the same split's variants also when the plan's bubble-free step is
+        # it when its floor is; a variant on the plan's split also when the plan's bubble-free step is
         order = pred.placement.axis_order
-        for dims in _layout_variants(model, pred) if Schedule.INTERLEAVED in space.schedules else ():
+        for dims in layout_variants(space.schedules, pred.plan, model.num_layers, job.global_batch_size):
             if (dims, order) in seen:
                 continue
             seen.add((dims, order))
             if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
                 fitting.extend(p for p in [evaluate(dims, order)] if fits(p))
-        for dims in split_backward_variants(model, pred):
-            if dims.schedule in space.schedules and floor(dims, order) <= _kth_fastest(fitting, 1 + top):
+        for dims in _schedule_variants(model, space, pred, job.global_batch_size):
+            bounded = family(dims.schedule).bounded_by_bubble_free_step
+            if bounded and pred.bubble_free_step_s > _kth_fastest(fitting, 1 + top):
+                continue
+            if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
                 fitting.extend(p for p in [evaluate(dims, order)] if fits(p))
-        limit = _kth_fastest(fitting, 1 + top)
-        if pred.bubble_free_step_s > limit or Schedule.INTERLEAVED not in space.schedules:
-            continue
-        variants = _interleaved(model, evaluate, pred, lambda dims: floor(dims, order) <= limit)
-        fitting.extend(p for p in variants if fits(p))
     fitting.sort(key=lambda p: p.step_time_s)
     jobs = {id(p): job for p in fitting}
     for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[: 1 + top], fits):

@@ -99,22 +99,23 @@ class ParallelDims:
             )
 
     def _check_schedule(self) -> None:
-        v, schedule = self.virtual_stages, self.schedule
-        if schedule.v_shaped and v != 2:
+        """The schedule's chunks per stage (``Schedule.chunks``) against the virtual stages and pp."""
+        v, schedule, chunks = self.virtual_stages, self.schedule, self.schedule.chunks
+        if chunks is not None and chunks > 1 and v != chunks:
             raise _err(
-                f"the {schedule.value} schedule runs 2 chunks per stage (virtual stages 2), got {v}",
+                f"the {schedule.value} schedule runs {chunks} chunks per stage (virtual stages {chunks}), got {v}",
                 "virtual_stages",
                 v,
-                2,
+                chunks,
             )
-        if v > 1 and schedule is not Schedule.INTERLEAVED and not schedule.v_shaped:
+        if chunks == 1 and v > 1:
             raise _err(
                 f"virtual stages {v} need the interleaved schedule, got {schedule.value}",
                 "virtual_stages",
                 v,
                 "interleaved",
             )
-        if schedule in (Schedule.INTERLEAVED, Schedule.ZBV, Schedule.DUALPIPEV) and self.pp == 1:
+        if chunks != 1 and self.pp == 1:
             raise _err(f"the {schedule.value} schedule needs pp > 1, got pp 1", "schedule", schedule.value, "pp > 1")
         if schedule.v_shaped and self.layers_per_stage is not None and len(self.layers_per_stage) != self.pp:
             raise _err(

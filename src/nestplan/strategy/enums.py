@@ -34,6 +34,21 @@ class Schedule(str, Enum):
     # (DeepSeek-AI 2024, arXiv 2412.19437 section 3.2.1; torchtitan DualPipeV)
 
     @property
+    def chunks(self) -> int | None:
+        """Model chunks per stage (virtual stages) the schedule runs: 2 for the V-shaped ones, any
+        number (None) for interleaved, 1 otherwise. The plan's legality (ParallelDims) reads it, the
+        schedule's class (cost/schedules) everything it runs."""
+        if self.v_shaped:
+            return 2
+        return None if self is Schedule.INTERLEAVED else 1
+
+    def runs_moe_a2a_overlap(self, pp: int) -> bool:
+        """Megatron-core's MoE all-to-all overlap merges a forward with a full backward of 1F1B's order:
+        under 1F1B (or GPipe) without a pipeline, under interleaved at any depth, never under the schedules
+        that split the backward (megatron/core/transformer/transformer_config.py)."""
+        return self is Schedule.INTERLEAVED or (pp == 1 and not self.splits_backward)
+
+    @property
     def splits_backward(self) -> bool:
         """The backward runs as B (input gradients) and W (weight gradients), scheduled apart."""
         return self in (Schedule.ZB_H1, Schedule.ZBV, Schedule.DUALPIPEV)

@@ -12,7 +12,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.model.ssm import Mamba1Shape, Mamba2Shape
 from nestplan.settings import CpCommType, RunSettings
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.enums import Recompute
 
 
 def _err(message: str, field: str, value: object, limit: object = None) -> ConfigError:
@@ -179,7 +179,7 @@ def moe_overlap_conflict(dims: ParallelDims, model: ModelSpec, job: Job) -> Conf
     why = None
     if not model.is_moe or dims.expert_parallel < 2:
         why = ("needs expert parallelism", "ep", dims.expert_parallel, ">= 2")
-    elif dims.schedule.splits_backward or (dims.pp > 1 and dims.schedule is not Schedule.INTERLEAVED):
+    elif not dims.schedule.runs_moe_a2a_overlap(dims.pp):
         why = ("runs under 1F1B, interleaved once pp > 1", "schedule", dims.schedule.value, "1f1b or interleaved")
     elif dims.recompute is Recompute.FULL:
         why = ("keeps activations (no full recomputation)", "recompute", dims.recompute.value, "none or selective")

@@ -1,5 +1,6 @@
-"""Event simulation of a pipeline schedule: when every forward and backward of every
-microbatch runs on every stage.
+"""The fast path of the event simulation for Megatron-LM's schedules (1F1B, GPipe, interleaved):
+when every forward and backward of every microbatch runs on every stage. It gives the makespan of
+the general walk over the same operations (cost/schedules/walk.py; tests/unit/test_schedule_registry.py).
 
 Each device runs its operations in the order its schedule prescribes (Megatron-LM
 schedules.py: GPipe-style all-forward-all-backward; 1F1B, PipeDream-Flush, Narayanan et al.
@@ -20,7 +21,7 @@ periods differ by one constant (a max-plus linear system; Baccelli et al. 1992, 
 that is observed, whole periods are skipped by adding the constant, which keeps the evaluator
 O(p^2) instead of O(m p) operations. Finish times are kept in a ring of the last few periods,
 so memory does not grow with the microbatches either. GPipe, whose forward phase drifts at a
-different rate on every stage (no common period), has a closed form instead (``_gpipe_makespan``).
+different rate on every stage (no common period), has a closed form instead (its class's ``closed_form``).
 ``simulate(..., record=True)`` runs every operation (for the timeline plot; at most
 ``MAX_RECORDED_OPERATIONS``) and gives the same makespan.
 """
@@ -32,7 +33,8 @@ from typing import Sequence
 
 import numpy as np
 
-from nestplan.cost.memory import forward_chunk, warmup_forwards
+from nestplan.cost.schedules import family, warmup_forwards
+from nestplan.cost.schedules.operations import forward_chunk
 from nestplan.errors import ConfigError
 from nestplan.strategy.enums import Schedule
 
@@ -132,12 +134,6 @@ def _max_offset(pt: _Pattern, first_col: int) -> int:
     return int(np.where(pt.dep_stage >= 0, cols - pt.dep_pos, 0).max())
 
 
-def _period(schedule: Schedule, p: int, v: int) -> int:
-    """Positions after which a device's steady-state sequence repeats (a forward and a backward
-    per microbatch; interleaved: every chunk of p microbatches)."""
-    return 2 * p * v if schedule is Schedule.INTERLEAVED else 2
-
-
 def chunk_times(stage_s: Sequence[float] | np.ndarray, virtual_stages: int) -> np.ndarray:
     """(p, v) seconds per microbatch of every stage's every chunk: given per stage (p,), each of its
     v chunks takes 1/v of it; given per chunk (p, v), as is (chunk c of stage s is virtual stage
@@ -170,9 +166,10 @@ def simulate(
     fwd_s, bwd_s = chunk_times(forward_s, v), chunk_times(backward_s, v)
     if record:
         return _record(w, p, m, v, fwd_s, bwd_s)
-    if schedule is Schedule.GPIPE:
-        return _gpipe_makespan(fwd_s.sum(axis=1), bwd_s.sum(axis=1), m), None
-    period = _period(schedule, p, v)
+    cls = family(schedule)
+    if cls.closed_form is not None:
+        return cls.closed_form(fwd_s.sum(axis=1), bwd_s.sum(axis=1), m), None
+    period = cls.period(p, v)
     first, last, lag = _steady_window(w, p, m, v, period)
     block = n if first >= n else max(period, 32)
     end = _Ring(p, min(n, lag + period + block + 1))
@@ -222,23 +219,6 @@ def _durations(pt: _Pattern, fwd_s: np.ndarray, bwd_s: np.ndarray) -> np.ndarray
     """Seconds of every operation of ``pt``: its stage's forward or backward time of its chunk."""
     rows = np.arange(fwd_s.shape[0])[:, None]
     return np.where(pt.kind == FORWARD, fwd_s[rows, pt.chunk], bwd_s[rows, pt.chunk])
-
-
-def _gpipe_makespan(fwd_s: np.ndarray, bwd_s: np.ndarray, m: int) -> float:
-    """GPipe's makespan in closed form (a flow shop of m identical jobs, forward then backward).
-
-    Forward j ends on stage s at sum_{u <= s} F_u + j max_{u <= s} F_u: the longest staircase path
-    spends its j extra jobs on the slowest stage it crosses. Stage t starts its backwards when its
-    last forward ends, R_t; backward m - 1 ends on stage s at
-    max_{t >= s} R_t + sum_{s <= u <= t} B_u + (m - 1) max_{s <= u <= t} B_u by the same argument
-    (checked against the operation-by-operation run in tests/unit/test_schedule.py)."""
-    p = len(fwd_s)
-    release = np.cumsum(fwd_s) + (m - 1) * np.maximum.accumulate(fwd_s)
-    finish = 0.0
-    for s in range(p):
-        path = np.cumsum(bwd_s[s:]) + (m - 1) * np.maximum.accumulate(bwd_s[s:])
-        finish = max(finish, float((release[s:] + path).max()))
-    return finish
 
 
 class _Ring:

@@ -1,9 +1,10 @@
-"""The operation order of the schedules that split the backward (B: input gradients, W: weight
-gradients), per pipeline stage: what the stage runs, one operation after another.
+"""The operation order of every pipeline schedule, per pipeline stage: what the stage runs, one
+operation after another (F: forward, B: input gradients, W: weight gradients, BW: both at once).
 
-Each order is stated from its published algorithm; the simulation (cost/split_schedule.py) runs
-it and the memory model (cost/memory.py ``split_schedule_peak``) walks the same list, so both see
-one order.
+Each order is stated from its published algorithm; the general simulation (cost/schedules/walk.py)
+runs it and the memory walk (``activation_peak``, same module) walks the same list, so both see
+one order. Megatron-LM's own schedules (1F1B, GPipe, interleaved 1F1B) follow one rule,
+:func:`megatron_order`; the schedules that split the backward have one order each:
 
 - ``zb-h1`` (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 2.1, ZB-H1; torch
   ``ScheduleInterleavedZeroBubble`` with one chunk): 1F1B's warm-up of p - s - 1 forwards and its
@@ -25,12 +26,9 @@ one order.
 from __future__ import annotations
 
 from collections import deque
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
-
-from nestplan.strategy.enums import Schedule
 
 FORWARD, INPUT_GRAD, WEIGHT_GRAD, FULL_BACKWARD, OVERLAPPED = range(5)
 KIND_NAMES = ("F", "B", "W", "BW", "F&BW")
@@ -103,29 +101,32 @@ class _Counter:
         return self.next.get((chunk, what), 0)
 
 
-@lru_cache(maxsize=4096)
-def stage_operations(schedule: Schedule, stage: int, pp: int, m: int) -> tuple[Op, ...]:
-    """Stage ``stage``'s operations, in order, for ``m`` microbatches over ``pp`` stages."""
-    return tuple(_operations(schedule, stage, pp, m))
+def forward_chunk(k: int | np.ndarray, pp: int, virtual: int) -> int | np.ndarray:
+    """The model chunk a stage's k-th forward runs in Megatron-LM's interleaved order
+    (schedules.py, get_model_chunk_id: microbatches in groups of pp per chunk): (k mod pp v) div pp;
+    its k-th backward runs chunk v - 1 minus that. Without interleaving, chunk 0."""
+    return (k % (pp * virtual)) // pp
 
 
-@lru_cache(maxsize=4096)
-def operation_arrays(schedule: Schedule, stage: int, pp: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`stage_operations` as arrays (kind, chunk, chunk2), for the vectorised memory walk and
-    the simulation's program."""
-    ops = stage_operations(schedule, stage, pp, m)
-    return tuple(np.array([getattr(op, f) for op in ops], dtype=np.int64) for f in ("kind", "chunk", "chunk2"))
+def megatron_order(warmup: int, pp: int, m: int, virtual: int) -> list[Op]:
+    """Megatron-LM's order (schedules.py: GPipe-style all-forward-all-backward, 1F1B, interleaved
+    1F1B) for a stage with ``warmup`` warm-up forwards: forwards 0 .. w - 1, then forward w + j and
+    full backward j for j = 0, 1, ..., then the remaining backwards; forward k runs chunk
+    :func:`forward_chunk` (k), backward k chunk v - 1 minus that, both on microbatch
+    (k div p v) p + k mod p."""
+    total = m * virtual
+
+    def op(kind: int, k: int) -> Op:
+        chunk = forward_chunk(k, pp, virtual)
+        return Op(kind, chunk if kind == FORWARD else virtual - 1 - chunk, (k // (pp * virtual)) * pp + k % pp)
+
+    ops = [op(FORWARD, k) for k in range(warmup)]
+    for j in range(total - warmup):
+        ops += [op(FORWARD, warmup + j), op(FULL_BACKWARD, j)]
+    return ops + [op(FULL_BACKWARD, j) for j in range(total - warmup, total)]
 
 
-def _operations(schedule: Schedule, stage: int, pp: int, m: int) -> list[Op]:
-    assert schedule.splits_backward and 0 <= stage < pp and m >= 1, (schedule, stage, pp, m)
-    if schedule is Schedule.ZB_H1:
-        return _zb_h1(stage, pp, m)
-    assert m >= 2 * pp, "V schedules need 2 pp microbatches (ParallelDims.batch_conflict)"
-    return _zbv(stage, pp, m) if schedule is Schedule.ZBV else _dualpipev(stage, pp, m)
-
-
-def _zb_h1(s: int, p: int, m: int) -> list[Op]:
+def zb_h1_order(s: int, p: int, m: int) -> list[Op]:
     c = _Counter()
     warmup = min(p - s - 1, m)
     for _ in range(warmup):
@@ -141,7 +142,7 @@ def _zb_h1(s: int, p: int, m: int) -> list[Op]:
     return c.ops
 
 
-def _zbv(s: int, p: int, m: int) -> list[Op]:
+def zbv_order(s: int, p: int, m: int) -> list[Op]:
     c = _Counter()
     for _ in range(2 * (p - s) - 1):
         c.forward(0)
@@ -169,7 +170,7 @@ def _zbv(s: int, p: int, m: int) -> list[Op]:
     return c.ops
 
 
-def _dualpipev(s: int, p: int, m: int) -> list[Op]:
+def dualpipev_order(s: int, p: int, m: int) -> list[Op]:
     c = _Counter()
     for _ in range(2 * (p - s - 1)):
         c.forward(0)

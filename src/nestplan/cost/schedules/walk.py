@@ -1,7 +1,7 @@
-"""Event simulation of the schedules that split the backward into B and W (zb-h1, zbv, dualpipev).
+"""The one event simulation and the one memory walk over any schedule's operation lists.
 
-Every stage runs its operations (cost/operations.py ``stage_operations``) in order; an operation
-starts when its stage is free and its inputs have arrived:
+Every stage runs its operations (cost/schedules ``stage_operations``: its class's order) in order;
+an operation starts when its stage is free and its inputs have arrived:
     F (i, j)   after F (i - 1, j)              (i: virtual stage in model order, j: microbatch)
     B (i, j)   after B (i + 1, j), or after F (i, j) for the last virtual stage
     W (i, j)   after B (i, j)                   (same stage, earlier in its order)
@@ -25,21 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from nestplan.cost.schedule import Timeline
-from nestplan.cost.operations import (
-    FORWARD,
-    FULL_BACKWARD,
-    INPUT_GRAD,
-    OVERLAPPED,
-    WEIGHT_GRAD,
-    Op,
-    operation_arrays,
-    stage_operations,
-)
+from nestplan.cost.schedules import family, operation_arrays, stage_operations
+from nestplan.cost.schedules.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, Op
+from nestplan.cost.schedules.periodic import Timeline
 from nestplan.strategy.dims import virtual_stage_index
 from nestplan.strategy.enums import Schedule
 
@@ -84,7 +77,7 @@ class SplitRun:
         return max(float(e[-1]) for e in self.end_s if len(e))
 
     def timeline(self) -> Timeline:
-        """Every operation as the timeline plot draws it; ``kind`` is cost/operations.py's
+        """Every operation as the timeline plot draws it; ``kind`` is cost/schedules/operations.py's
         (F, B, W, BW or F&BW; an F&BW under its forward's chunk and microbatch)."""
         ops = [op for order in self.ops for op in order]
         return Timeline(
@@ -99,7 +92,7 @@ class SplitRun:
 
 @dataclass(frozen=True)
 class _Program:
-    """A schedule's operations for (pp, m) in one order that respects every dependency (found once,
+    """A schedule's operations for (pp, m, v) in one order that respects every dependency (found once,
     whatever the durations): per operation its stage, the one or two operations of other stages it
     waits for (-1: none), and what its duration is made of."""
 
@@ -114,11 +107,11 @@ class _Program:
 
 
 @lru_cache(maxsize=256)
-def _program(schedule: Schedule, p: int, m: int) -> _Program:
-    orders = tuple(stage_operations(schedule, s, p, m) for s in range(p))
+def _program(schedule: Schedule, p: int, m: int, v: int) -> _Program:
+    orders = tuple(stage_operations(schedule, s, p, m, v) for s in range(p))
     offsets = np.concatenate([[0], np.cumsum([len(o) for o in orders])]).astype(int).tolist()
-    chunks = 2 * p if schedule.v_shaped else p
-    where = [[virtual_stage_index(schedule, s, c, p) for c in range(2)] for s in range(p)]
+    chunks = p * v
+    where = [[virtual_stage_index(schedule, s, c, p) for c in range(v)] for s in range(p)]
     placed: dict[tuple[str, int, int], int] = {}  # ("F" or "B", virtual stage, microbatch) -> operation id
     n = offsets[-1]
     deps = np.full((n, 2), -1)
@@ -138,8 +131,9 @@ def _program(schedule: Schedule, p: int, m: int) -> _Program:
                 order.append(i)
                 k += 1
             position[s] = k
-        assert len(order) > before, "a split-backward order waits for itself (cost/operations.py)"
-    kind, chunk, chunk2 = (np.concatenate(a) for a in zip(*(operation_arrays(schedule, s, p, m) for s in range(p))))
+        assert len(order) > before, "a schedule's order waits for itself (cost/schedules/operations.py)"
+    arrays = (operation_arrays(schedule, s, p, m, v) for s in range(p))
+    kind, chunk, chunk2 = (np.concatenate(a) for a in zip(*arrays))
     return _Program(
         orders, np.array(offsets), np.array(order), np.repeat(np.arange(p), np.diff(offsets)), deps, kind, chunk, chunk2
     )
@@ -185,11 +179,12 @@ def _durations(prog: _Program, t: SplitTimes) -> np.ndarray:
     )
 
 
-def simulate_split(schedule: Schedule, times: SplitTimes, num_microbatches: int) -> SplitRun:
-    """Run ``schedule`` for ``num_microbatches`` over the stages of ``times``."""
+def simulate_operations(schedule: Schedule, times: SplitTimes, num_microbatches: int) -> SplitRun:
+    """Run ``schedule`` for ``num_microbatches`` over the stages and chunks of ``times`` (a schedule
+    that does not split the backward runs B + W as one full backward)."""
     p, v = times.forward.shape
-    assert v == (2 if schedule.v_shaped else 1), (schedule, v)
-    prog = _program(schedule, p, num_microbatches)
+    assert family(schedule).chunks in (None, v), (schedule, v)
+    prog = _program(schedule, p, num_microbatches, v)
     duration = _durations(prog, times).tolist()
     stage, deps = prog.stage.tolist(), prog.deps.tolist()
     start, end = [0.0] * len(duration), [0.0] * len(duration)
@@ -200,3 +195,24 @@ def simulate_split(schedule: Schedule, times: SplitTimes, num_microbatches: int)
         end[i] = free[stage[i]] = start[i] + duration[i]
     cut = prog.offsets[1:-1]
     return SplitRun(prog.orders, tuple(np.split(np.array(start), cut)), tuple(np.split(np.array(end), cut)))
+
+
+def activation_peak(
+    schedule: Schedule, stage: int, pp: int, m: int, chunk_bytes: Sequence[float], kept_bytes: Sequence[float]
+) -> float:
+    """The most activation bytes a stage holds at once, walking its operations in the order the
+    simulation runs them: a forward of chunk c stores ``chunk_bytes[c]``; its B frees all but
+    ``kept_bytes[c]`` (the GEMM inputs W reads, cost/memory.py ``weight_gradient_input_bytes``), its
+    W the rest, a full backward all of it. An overlapped F&BW holds the forward's bytes before the
+    backward frees its own. Only forwards add, so the peak follows one."""
+    kind, chunk, chunk2 = operation_arrays(schedule, stage, pp, m, len(chunk_bytes))
+    a, kept = np.asarray(chunk_bytes, float), np.asarray(kept_bytes, float)
+    stores = np.isin(kind, (FORWARD, OVERLAPPED))
+    added = np.where(stores, a[chunk], 0.0)
+    freed = np.select(
+        [kind == INPUT_GRAD, kind == WEIGHT_GRAD, kind == FULL_BACKWARD, kind == OVERLAPPED],
+        [a[chunk] - kept[chunk], kept[chunk], a[chunk], a[np.maximum(chunk2, 0)]],
+        0.0,
+    )
+    live_after = np.cumsum(added - freed)
+    return float((live_after + freed)[stores].max())
