@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.cost.prediction import Prediction, html_table, plan_text, rank_order
+from nestplan.cost.prediction import Prediction, html_table, rank_order
 from nestplan.errors import ConfigError, printable
 from nestplan.job import (
     CpCommType,
@@ -27,6 +27,7 @@ from nestplan.job import (
 )
 from nestplan.model import ModelSpec, load_model
 from nestplan.plan import Plan, SearchStats
+from nestplan.strategy.describe import describe
 from nestplan.strategy.dims import ParallelDims, check_against_model
 from nestplan.strategy.enums import Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
@@ -141,7 +142,7 @@ def _short(name: str, width: int = NAME_WIDTH) -> str:
 def _summary(model: ModelSpec, cluster: Cluster, pred: Prediction) -> str:
     """One line: what ran where, the plan and its headline figures."""
     return (
-        f"{_short(model.name)} on {_short(cluster.name)}: {plan_text(pred.plan)}, step {pred.step_time_s:.4g} s, "
+        f"{_short(model.name)} on {_short(cluster.name)}: {describe(pred.plan)}, step {pred.step_time_s:.4g} s, "
         f"{pred.tokens_per_s:,.0f} tokens/s, MFU {pred.mfu:.1%}, {'fits' if pred.fits else 'does NOT fit'}"
     )
 
@@ -388,7 +389,7 @@ class PlanReport:
         rows = [
             (
                 rank,
-                plan_text(p.plan),
+                describe(p.plan),
                 rank_order(p.placement),
                 f"{p.step_time_s:.4g}",
                 f"{p.tokens_per_s:,.0f}",

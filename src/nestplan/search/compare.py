@@ -7,11 +7,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from nestplan.errors import ConfigError
+from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.baselines import BASELINES
 from nestplan.search.planner import search
 from nestplan.search.space import SearchSpace
+from nestplan.strategy.describe import describe
 
 if TYPE_CHECKING:
     import pandas
@@ -35,13 +37,9 @@ class CompareRow:
         return asdict(self)
 
 
-def describe(pred) -> str:
-    if pred is None:
-        return "-"
-    d = pred.plan
-    text = f"tp{d.tp}{'+sp' if d.sp_active else ''} pp{d.pp} dp{d.dp}"
-    text += (f" ep{d.ep}" if d.ep > 1 else "") + (f" cp{d.cp}" if d.cp > 1 else "")
-    return text + f" z{int(d.zero)} {d.recompute.value}" + (f" v{d.virtual_stages}" if d.virtual_stages > 1 else "")
+def plan_cell(pred: Prediction | None) -> str:
+    """A comparison row's plan: its short description, ``-`` where the planner found none."""
+    return "-" if pred is None else describe(pred.plan)
 
 
 def _nestplan(model, cluster, job, devices, mbs) -> tuple[object, float]:
@@ -65,7 +63,7 @@ def compare_case(model: ModelSpec, cluster, job: Job, mbs: int, baselines: Seque
             best is not None,
             best.tokens_per_s if best else 0.0,
             secs,
-            describe(best),
+            plan_cell(best),
         )
     )
     for name in baselines:
@@ -80,7 +78,7 @@ def compare_case(model: ModelSpec, cluster, job: Job, mbs: int, baselines: Seque
                 r.feasible,
                 r.tokens_per_s,
                 r.solve_time_s,
-                describe(r.prediction),
+                plan_cell(r.prediction),
             )
         )
     return rows
