@@ -41,7 +41,6 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the
     from nestplan.export.common import Export
     from nestplan.model.trace import TraceResult
     from nestplan.search.compare import CompareRow
-    from nestplan.search.engine import SearchStats as SearchCounts
     from nestplan.search.space import SearchSpace
     from nestplan.sweep.run import SweepSummary
     from nestplan.validate import RowResult
@@ -333,7 +332,7 @@ class PlanReport:
     job: Job
     best: Prediction
     runners_up: tuple[Prediction, ...]
-    stats: SearchCounts
+    stats: SearchStats
 
     @property
     def plan(self) -> Plan:

@@ -37,6 +37,7 @@ from nestplan.model.layers import active_params, total_params
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
 from nestplan.network.topology import MAX_LEVELS
+from nestplan.search.engine import SearchStats
 from nestplan.strategy.dims import AXES, ParallelDims, check_against_model, layout_problem
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.units import DTYPE_BYTES
@@ -55,15 +56,6 @@ _PARALLEL_INTS = ("tp", "pp", "dp", "cp", "ep", "micro_batch_size", "num_microba
 
 # ---------------------------------------------------------------------------------------------
 # the plan
-
-
-@dataclass(frozen=True)
-class SearchStats:
-    """What the search did (an evaluation: its time, one candidate, nothing pruned)."""
-
-    solve_time_s: float
-    candidates: int
-    pruned_memory: int
 
 
 @dataclass(frozen=True)
