@@ -37,7 +37,7 @@ from nestplan.model.layers import active_params, total_params
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
 from nestplan.network.topology import MAX_LEVELS
-from nestplan.search.engine import SearchStats
+from nestplan.search.stats import SearchStats
 from nestplan.strategy.dims import AXES, ParallelDims, check_against_model, layout_problem
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.units import DTYPE_BYTES

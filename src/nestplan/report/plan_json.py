@@ -12,7 +12,7 @@ from typing import Any
 from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
 from nestplan.plan import SCHEMA_V1, PredictionSummary, sections
-from nestplan.search.engine import SearchStats
+from nestplan.search.stats import SearchStats
 
 __all__ = ["SearchStats", "plan_to_dict"]
 

@@ -11,9 +11,10 @@ from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError
 from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
-from nestplan.search.engine import Engine, SearchStats, run_best_first
+from nestplan.search.engine import Engine, run_best_first
 from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs
+from nestplan.search.stats import SearchStats
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 
@@ -44,7 +45,7 @@ def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
                 m = job.global_batch_size // (d * cfg.ep * cfg.micro_batch_size)
                 group = Group(cfg, zero, d, m, depth)
                 key = (cfg.tp, cfg.sp, cfg.cp, cfg.ep, cfg.micro_batch_size, cfg.recompute.value, cfg.order)
-                yield key, key + (int(zero), d), group, zero
+                yield key, key + (zero, d), group, zero
 
 
 def count_groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> int:
