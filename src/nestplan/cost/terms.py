@@ -114,7 +114,7 @@ def ring_length(job: Job, cp: int) -> int:
 
 def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, layer: int, ring: int) -> _BlockCompute:
     acts = model.traced_activation_scale  # 1 unless a trace calibrated it
-    stored = {rc: acts * L.block_activation_bytes(model, layer, shard, L.Recomputation(rc.value)) for rc in Recompute}
+    stored = {rc: acts * L.block_activation_bytes(model, layer, shard, rc) for rc in Recompute}
     # W reads the inputs' FP8 column-wise copies under an FP8 recipe (cost/compute.py FP8_COPIES)
     kept_bytes = FP8_BYTES if precision.fp8_recipe is not None else shard.dtype_bytes
     kept = weight_gradient_input_bytes(L.block_gemms(model, layer, shard), kept_bytes, shard.sp_div)

@@ -14,9 +14,30 @@ from nestplan.search.baselines import BASELINES
 from nestplan.search.planner import search
 from nestplan.search.space import SearchSpace
 from nestplan.strategy.describe import describe
+from nestplan.units import GiB, MiB
 
 if TYPE_CHECKING:
     import pandas
+
+
+# The NEST paper's comparison (section 5): each model's sequence length, the device counts of each cluster
+PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
+PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
+PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))  # Figure 6
+PAPER_ZERO_ABLATION = (("llama3-70b", 24 * GiB), ("bert-large", 120 * MiB))  # Table 7: device memory, bytes
+
+PaperCase = tuple[str, str, tuple[int, ...], tuple[int, ...], int, float | None]
+
+
+def paper_grid() -> list[PaperCase]:
+    """The NEST paper's comparison, Figure 5's grid, Figure 6's microbatch sweep and Table 7's small devices:
+    (model, cluster, device counts, microbatch sizes, sequence length, device memory in bytes or None), the
+    fields of ``api.CompareCase``."""
+    cases: list[PaperCase] = [(m, c, ns, (1,), seq, None) for c, ns in PAPER_GRID for m, seq in PAPER_MODELS.items()]
+    models, cluster, devices, sweep_mbs = PAPER_MBS_SWEEP
+    cases += [(m, cluster, devices, sweep_mbs, PAPER_MODELS[m], None) for m in models]
+    cases += [(m, "tpuv4-fattree", (1024,), (1,), PAPER_MODELS[m], float(hbm)) for m, hbm in PAPER_ZERO_ABLATION]
+    return cases
 
 
 @dataclass(frozen=True)
