@@ -30,7 +30,7 @@ from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims, check_against_model, mamba_cp_conflict
 from nestplan.strategy.enums import Recompute, Schedule
-from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, place
+from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, Placement, place
 
 if TYPE_CHECKING:
     from nestplan.cluster import Cluster
@@ -319,16 +319,43 @@ def _exposed(components: dict[str, float], m: int, busy_s: float) -> dict[str, f
     return out
 
 
-def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Prediction:
+def _stage_costs(ctx: stage.StageContext, dims: ParallelDims, st: _Stages, m: int) -> tuple[StageCost, ...]:
+    """Every stage of one replica: what it holds, its times per microbatch and its memory per device."""
+    head_stage = dims.virtual_stage_position(dims.pp * dims.virtual_stages - 1)[0]  # stage 0 under a V schedule
+    stages = []
+    for i, (first, n_layers, comp) in enumerate(zip(st.starts, st.layers, st.components)):
+        memory = _stage_memory(ctx, dims, st, i, m)
+        stages.append(
+            StageCost(
+                index=i,
+                first_layer=first,
+                last_layer=first + n_layers - 1,
+                has_embedding=i == 0,
+                has_head=i == head_stage,
+                devices=dims.stage_devices,
+                forward_s=st.forward[i],
+                backward_s=st.cycles[i] - st.forward[i],
+                cycle_s=st.cycles[i],
+                components_s=MappingProxyType(comp),
+                memory_bytes=MappingProxyType(memory),
+                chunk_forward_s=() if st.chunks is None else tuple(st.chunks.forward[i].tolist()),
+                chunk_backward_s=() if st.chunks is None else tuple(st.chunks.backward[i].tolist()),
+                **_split_fields(dims, st, i),
+            )
+        )
+    return tuple(stages)
+
+
+def _assemble(
+    model: ModelSpec,
+    cluster: Cluster,
+    dims: ParallelDims,
+    job: Job,
+    placement: Placement,
+    terms: GraphTerms,
+    m: int,
+) -> Prediction:
     st = _stages(model, cluster, dims, job, placement, terms)
-    layers, starts, sums, components, forward, cycles = (
-        st.layers,
-        st.starts,
-        st.sums,
-        st.components,
-        st.forward,
-        st.cycles,
-    )
     v = dims.virtual_stages
     acc = cluster.accelerator
     ctx = stage.StageContext(
@@ -343,38 +370,16 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
         pipe_s, bubble_s, slowest, busy_s = split_pipeline_time(st.chunks.split_times(), m, dims.schedule)
     else:
         pipe_s, bubble_s, slowest = pipeline_time(*st.times(), m, dims.schedule, v)
-        busy_s = m * cycles[slowest]
+        busy_s = m * st.cycles[slowest]
     end, tied = _step_end(model, cluster, dims, job, placement, st)
-    stages = []
-    head_stage = dims.virtual_stage_position(dims.pp * v - 1)[0]  # stage 0 under a V schedule
-    for i, (first, n_layers, part, comp) in enumerate(zip(starts, layers, sums, components)):
-        memory = _stage_memory(ctx, dims, st, i, m)
-        stages.append(
-            StageCost(
-                index=i,
-                first_layer=first,
-                last_layer=first + n_layers - 1,
-                has_embedding=i == 0,
-                has_head=i == head_stage,
-                devices=dims.stage_devices,
-                forward_s=forward[i],
-                backward_s=cycles[i] - forward[i],
-                cycle_s=cycles[i],
-                components_s=MappingProxyType(comp),
-                memory_bytes=MappingProxyType(memory),
-                chunk_forward_s=() if st.chunks is None else tuple(st.chunks.forward[i].tolist()),
-                chunk_backward_s=() if st.chunks is None else tuple(st.chunks.backward[i].tolist()),
-                **_split_fields(dims, st, i),
-            )
-        )
-    breakdown = _exposed(components[slowest], m, busy_s)
+    breakdown = _exposed(st.components[slowest], m, busy_s)
     breakdown["pipeline_bubble"] = bubble_s
     breakdown["dp_sync"] = end.exposed_s + tied
     breakdown["optimizer"] = end.optimizer_s
     step = pipe_s + end.exposed_s + tied + end.optimizer_s
     assert abs(sum(breakdown.values()) - step) <= 1e-9 * step
     model_flops, hw_flops = _model_flops(model, job.seq_len, job.global_batch_size, dims.recompute)
-    pred = Prediction(
+    return Prediction(
         step_time_s=step,
         breakdown_s=MappingProxyType(breakdown),
         tokens_per_s=job.tokens_per_step / step,
@@ -384,9 +389,8 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
         peak_flops_per_device=cluster.accelerator.peak(job.dtype),
         memory_capacity_bytes=cluster.accelerator.hbm_bytes,
         num_microbatches=m,
-        stages=tuple(stages),
+        stages=_stage_costs(ctx, dims, st, m),
         bottleneck_stage=slowest,
         plan=dims,
         placement=placement,
     )
-    return pred

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
+from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import cp_comm_conflict, evaluate_plan, moe_overlap_conflict, step_floor_s
 from nestplan.cost.terms import TermCache
 from nestplan.cost.prediction import Prediction
@@ -241,7 +242,23 @@ def search(
             continue
         variants = _interleaved(model, evaluate, pred, lambda dims: floor(dims, order) <= limit)
         fitting.extend(p for p in variants if fits(p))
-    fitting.sort(key=lambda p: p.step_time_s)
+    fitting, jobs = _with_job_variants(model, cluster, job, space, fitting, top, fits)
+    best = fitting[0] if fitting else None
+    return PlanResult(best, tuple(fitting[1 : 1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
+
+
+def _with_job_variants(
+    model: ModelSpec,
+    cluster: Cluster,
+    job: Job,
+    space: SearchSpace,
+    fitting: list[Prediction],
+    top: int,
+    fits: Callable[[Prediction], bool],
+) -> tuple[list[Prediction], dict[int, Job]]:
+    """The plans that fit with the fastest ones' variants under another context-parallel exchange, then
+    another MoE overlap, fastest first, and the job of each (by the prediction's id)."""
+    fitting = sorted(fitting, key=lambda p: p.step_time_s)
     jobs = {id(p): job for p in fitting}
     for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[: 1 + top], fits):
         jobs[id(pred)] = variant_job
@@ -251,8 +268,7 @@ def search(
         jobs[id(pred)] = variant_job
         fitting.append(pred)
     fitting.sort(key=lambda p: p.step_time_s)
-    best = fitting[0] if fitting else None
-    return PlanResult(best, tuple(fitting[1 : 1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
+    return fitting, jobs
 
 
 def cp_exchange_jobs(
