@@ -13,7 +13,6 @@ import numpy as np
 from nestplan.cost import comm
 from nestplan.cost import stage
 from nestplan.cost.memory import (
-    ShardGroups,
     in_flight_microbatches,
     live_activation_peak,
     moe_a2a_early,
@@ -84,12 +83,16 @@ def evaluate_plan(
     return _assemble(model, cluster, dims, job, placement, cache.graph_terms(dims, placement.groups), m)
 
 
-def _boundary_times(model, cluster, dims, job, placement) -> list[float]:
+def _boundary_times(
+    model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, placement: Placement
+) -> list[float]:
     shard = shard_of(dims, job)
     return [comm.boundary_time(cluster.topology, model, shard, lv) for lv in placement.pp_boundary_levels]
 
 
-def _step_end(model, cluster, dims, job, placement, st: _Stages) -> tuple[StepEnd, float]:
+def _step_end(
+    model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, placement: Placement, st: _Stages
+) -> tuple[StepEnd, float]:
     """The step end of the stages (exposed sync and optimizer step) and the tied-embedding sync."""
     sync = SyncContext(
         cluster.topology, cluster.accelerator, job, dims.zero, placement.groups["cp+ep+dp"], placement.groups["cp+dp"]
@@ -216,7 +219,9 @@ class _Stages:
         return self.forward, [c - f for c, f in zip(self.cycles, self.forward)]
 
 
-def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
+def _stages(
+    model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, placement: Placement, terms: GraphTerms
+) -> _Stages:
     bounds = _boundary_times(model, cluster, dims, job, placement)
     wrap = max(bounds, default=0.0)  # interleaved chunks also pass from the last stage back to the first
     v = dims.virtual_stages
@@ -357,14 +362,8 @@ def _assemble(
 ) -> Prediction:
     st = _stages(model, cluster, dims, job, placement, terms)
     v = dims.virtual_stages
-    acc = cluster.accelerator
-    ctx = stage.StageContext(
-        job,
-        dims.zero,
-        ShardGroups(dense=placement.groups["cp+ep+dp"].size, expert=placement.groups["cp+dp"].size),
-        acc.reserved_bytes,
-        acc.hbm_bytes,
-    )
+    dense, expert = placement.groups["cp+ep+dp"].size, placement.groups["cp+dp"].size
+    ctx = stage.StageContext.on(job, dims.zero, dense, expert, cluster.accelerator)
     if dims.schedule.splits_backward:
         assert st.chunks is not None
         pipe_s, bubble_s, slowest, busy_s = split_pipeline_time(st.chunks.split_times(), m, dims.schedule)

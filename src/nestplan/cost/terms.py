@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Hashable, Mapping
 
+from nestplan.cluster import Cluster
 from nestplan.cost import comm
 from nestplan.cost.memory import weight_gradient_input_bytes
 from nestplan.cost.compute import (
@@ -231,7 +232,9 @@ def _sum(*nodes: NodeTerms) -> NodeTerms:
     )
 
 
-def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:
+def graph_terms(
+    model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]
+) -> GraphTerms:
     """Terms of every node kind under ``dims`` (pp and dp only matter through ``groups``)."""
     return TermCache(model, cluster, job).graph_terms(dims, groups)
 
@@ -246,7 +249,7 @@ class TermCache:
     pay for each part once. Results are identical to computing them afresh.
     """
 
-    def __init__(self, model: ModelSpec, cluster, job: Job) -> None:
+    def __init__(self, model: ModelSpec, cluster: Cluster, job: Job) -> None:
         self.model, self.cluster, self.job = model, cluster, job
         # one representative layer per kind of block (``ModelSpec.block_kind``; the last of each), in
         # the order the kinds first appear: GraphTerms.blocks keeps that order

@@ -6,6 +6,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from nestplan.cluster import Cluster
 from nestplan.errors import ConfigError
 from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
@@ -63,13 +64,13 @@ def plan_cell(pred: Prediction | None) -> str:
     return "-" if pred is None else describe(pred.plan)
 
 
-def _nestplan(model, cluster, job, devices, mbs) -> tuple[object, float]:
+def _nestplan(model: ModelSpec, cluster: Cluster, job: Job, devices: int, mbs: int) -> tuple[Prediction | None, float]:
     start = time.perf_counter()
     found = search(model, cluster, job, devices, SearchSpace(micro_batch_sizes=(mbs,)), top=0)
     return found.best, time.perf_counter() - start
 
 
-def compare_case(model: ModelSpec, cluster, job: Job, mbs: int, baselines: Sequence[str]) -> list[CompareRow]:
+def compare_case(model: ModelSpec, cluster: Cluster, job: Job, mbs: int, baselines: Sequence[str]) -> list[CompareRow]:
     """nestplan and each baseline on one (cluster size, microbatch size)."""
     n = cluster.devices
     rows = []
@@ -130,7 +131,7 @@ def check_baselines(names: Sequence[str]) -> list[str]:
 
 def run_compare(
     model: ModelSpec,
-    load_cluster: Callable[[int], object],
+    load_cluster: Callable[[int], Cluster],
     job: Job,
     devices: Sequence[int],
     micro_batch_sizes: Sequence[int],

@@ -34,7 +34,7 @@ class PlanResult:
     job: Job  # the best plan's job: the one searched, or its variant with the context-parallel exchange chosen
 
 
-def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
+def _groups(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
     topo = cluster.topology
     units = tuple(topo.unit_devices(i) for i in range(topo.num_levels))
     for cfg in sub_configs(space, model, job, topo.levels[0].size, devices, units):
@@ -49,12 +49,12 @@ def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
                 yield key, key + (zero, d), group, zero
 
 
-def count_groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> int:
+def count_groups(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> int:
     """How many groups a search visits at most (for a progress bar)."""
     return sum(1 for _ in _groups(model, cluster, job, devices, space))
 
 
-def check_job(model: ModelSpec, cluster, job: Job, devices: int) -> None:
+def check_job(model: ModelSpec, cluster: Cluster, job: Job, devices: int) -> None:
     """Bad input for planning: the batch cannot occupy the devices even with the most model parallelism."""
     node = cluster.topology.levels[0].size
     widest = min(node, 8) * model.num_layers * (8 if job.seq_len >= SearchSpace().min_cp_seq_len else 1)
@@ -195,7 +195,7 @@ def _polish(
 
 def search(
     model: ModelSpec,
-    cluster,
+    cluster: Cluster,
     job: Job,
     devices: int,
     space: SearchSpace | None = None,
@@ -290,7 +290,7 @@ def cp_exchange_jobs(
 
 def _moe_overlap_variants(
     model: ModelSpec,
-    cluster,
+    cluster: Cluster,
     space: SearchSpace,
     preds: list[Prediction],
     jobs: dict[int, Job],
