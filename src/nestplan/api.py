@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.cost.prediction import Prediction, html_table, plan_text, rank_order
 from nestplan.cost.schedules import family as schedule_family
+from nestplan.cost.prediction import Prediction, html_table, rank_order
 from nestplan.errors import ConfigError, printable
 from nestplan.job import (
     Job,
@@ -30,7 +30,8 @@ from nestplan.plan import Plan, SearchStats
 from nestplan.settings import CpCommType, Fp8Recipe, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.legality import check_against_model
-from nestplan.strategy.enums import Schedule
+from nestplan.strategy.describe import describe
+from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 from nestplan.units import GiB, MiB
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the
     from nestplan.export.common import Export
     from nestplan.model.trace import TraceResult
     from nestplan.search.compare import CompareRow
-    from nestplan.search.engine import SearchStats as SearchCounts
     from nestplan.search.space import SearchSpace
     from nestplan.sweep.run import SweepSummary
     from nestplan.validate import RowResult
@@ -145,7 +145,7 @@ def _short(name: str, width: int = NAME_WIDTH) -> str:
 def _summary(model: ModelSpec, cluster: Cluster, pred: Prediction) -> str:
     """One line: what ran where, the plan and its headline figures."""
     return (
-        f"{_short(model.name)} on {_short(cluster.name)}: {plan_text(pred.plan)}, step {pred.step_time_s:.4g} s, "
+        f"{_short(model.name)} on {_short(cluster.name)}: {describe(pred.plan)}, step {pred.step_time_s:.4g} s, "
         f"{pred.tokens_per_s:,.0f} tokens/s, MFU {pred.mfu:.1%}, {'fits' if pred.fits else 'does NOT fit'}"
     )
 
@@ -336,7 +336,7 @@ class PlanReport:
     job: Job
     best: Prediction
     runners_up: tuple[Prediction, ...]
-    stats: SearchCounts
+    stats: SearchStats
 
     @property
     def plan(self) -> Plan:
@@ -392,7 +392,7 @@ class PlanReport:
         rows = [
             (
                 rank,
-                plan_text(p.plan),
+                describe(p.plan),
                 rank_order(p.placement),
                 f"{p.step_time_s:.4g}",
                 f"{p.tokens_per_s:,.0f}",
@@ -514,12 +514,6 @@ def plan(
     return PlanReport(spec, cl, result.job, result.best, result.runners_up, result.stats)
 
 
-PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
-PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
-PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))  # Figure 6
-PAPER_ZERO_ABLATION = (("llama3-70b", 24 * GiB), ("bert-large", 120 * MiB))  # Table 7: device memory, bytes
-
-
 @dataclass(frozen=True)
 class CompareCase:
     """One model on one cluster of a comparison, planned at each device count and microbatch size.
@@ -571,14 +565,11 @@ class Comparison:
 
 
 def paper_cases() -> list[CompareCase]:
-    """The NEST paper's comparison: Figure 5's grid, Figure 6's microbatch sweep, Table 7's small devices."""
-    cases = [CompareCase(m, c, ns, seq_len=seq) for c, ns in PAPER_GRID for m, seq in PAPER_MODELS.items()]
-    models, cluster, devices, sweep_mbs = PAPER_MBS_SWEEP
-    cases += [CompareCase(m, cluster, devices, sweep_mbs, PAPER_MODELS[m]) for m in models]
-    cases += [
-        CompareCase(m, "tpuv4-fattree", (1024,), (1,), PAPER_MODELS[m], float(hbm)) for m, hbm in PAPER_ZERO_ABLATION
-    ]
-    return cases
+    """The NEST paper's comparison (``search.compare.paper_grid``): Figure 5's grid, Figure 6's microbatch
+    sweep, Table 7's small devices."""
+    from nestplan.search.compare import paper_grid
+
+    return [CompareCase(*case) for case in paper_grid()]
 
 
 def compare(
@@ -697,7 +688,7 @@ def trace(
     with the closed-form formulas: (TraceResult, rows of traced and closed-form figures)."""
     from nestplan.catalog import entry_path
     from nestplan.inputs import load_object
-    from nestplan.model.layers import Recomputation, Shard, block_activation_bytes, block_model_flops
+    from nestplan.model.layers import Shard, block_activation_bytes, block_model_flops
     from nestplan.model.trace import trace_config
 
     spec = resolve_model(model)
@@ -710,7 +701,7 @@ def trace(
     rows = []
     for b in result.blocks:
         flops = 3 * block_model_flops(spec, b.index, s, s)
-        saved = block_activation_bytes(spec, b.index, Shard(seq_len=s), Recomputation.NONE)
+        saved = block_activation_bytes(spec, b.index, Shard(seq_len=s), Recompute.NONE)
         rows.append(
             {
                 "block": b.index,

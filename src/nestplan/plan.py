@@ -39,6 +39,7 @@ from nestplan.network.topology import MAX_LEVELS
 from nestplan.settings import RunSettings, Setting, setting_table
 from nestplan.strategy.dims import AXES, ParallelDims, layout_problem
 from nestplan.strategy.legality import check_against_model
+from nestplan.search.stats import SearchStats
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.units import DTYPE_BYTES
 
@@ -56,15 +57,6 @@ _PARALLEL_INTS = ("tp", "pp", "dp", "cp", "ep", "micro_batch_size", "num_microba
 
 # ---------------------------------------------------------------------------------------------
 # the plan
-
-
-@dataclass(frozen=True)
-class SearchStats:
-    """What the search did (an evaluation: its time, one candidate, nothing pruned)."""
-
-    solve_time_s: float
-    candidates: int
-    pruned_memory: int
 
 
 @dataclass(frozen=True)

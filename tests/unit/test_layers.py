@@ -6,6 +6,7 @@ import pytest
 
 from nestplan.model import layers as L
 from nestplan.model import load_model
+from nestplan.strategy.enums import Recompute
 
 
 def test_gpt_layer_params_are_12h2_plus_13h() -> None:
@@ -59,9 +60,9 @@ def test_ep_keeps_expert_flops_per_device() -> None:
 
 def test_flash_attention_drops_score_memory() -> None:
     m = load_model("llama2-7b")
-    eager = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=False), L.Recomputation.NONE)
-    flash = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=True), L.Recomputation.NONE)
-    selective = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=False), L.Recomputation.SELECTIVE)
+    eager = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=False), Recompute.NONE)
+    flash = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=True), Recompute.NONE)
+    selective = L.block_activation_bytes(m, 0, L.Shard(seq_len=4096, flash=False), Recompute.SELECTIVE)
     assert flash == pytest.approx(selective)
     assert eager - flash == pytest.approx(2 * m.num_heads * 4096 * 4096)  # softmax output only: no dropout
 
@@ -69,13 +70,13 @@ def test_flash_attention_drops_score_memory() -> None:
 def test_full_recompute_keeps_layer_input_only() -> None:
     m = load_model("llama3-8b")
     shard = L.Shard(tp=4, sp=True, seq_len=8192, micro_batch=2)
-    assert L.block_activation_bytes(m, 0, shard, L.Recomputation.FULL) == 2 * 2 * 8192 * m.hidden_size / 4
+    assert L.block_activation_bytes(m, 0, shard, Recompute.FULL) == 2 * 2 * 8192 * m.hidden_size / 4
 
 
 def test_cp_divides_activations() -> None:
     m = load_model("llama3-8b")
-    one = L.block_activation_bytes(m, 0, L.Shard(seq_len=8192), L.Recomputation.NONE)
-    two = L.block_activation_bytes(m, 0, L.Shard(seq_len=8192, cp=2), L.Recomputation.NONE)
+    one = L.block_activation_bytes(m, 0, L.Shard(seq_len=8192), Recompute.NONE)
+    two = L.block_activation_bytes(m, 0, L.Shard(seq_len=8192, cp=2), Recompute.NONE)
     assert two == pytest.approx(one / 2)
 
 
@@ -104,10 +105,8 @@ def test_fp8_gemms_keep_fp8_copies_of_their_inputs() -> None:
     fp8 = L.Shard(tp=t, sp=True, seq_len=T, fp8_gemms=True)
     h, f, out_in = m.hidden_size, m.ffn_hidden_size, m.num_heads * m.head_dim / t
     saved = 2 * (T * h / t) + T * f / t - T * out_in  # 1 byte fewer each, 1 byte more for the copy
-    for rc in (L.Recomputation.NONE, L.Recomputation.SELECTIVE):
+    for rc in (Recompute.NONE, Recompute.SELECTIVE):
         assert L.block_activation_bytes(m, 0, bf16, rc) - L.block_activation_bytes(m, 0, fp8, rc) == pytest.approx(
             saved
         )
-    assert L.block_activation_bytes(m, 0, fp8, L.Recomputation.FULL) == L.block_activation_bytes(
-        m, 0, bf16, L.Recomputation.FULL
-    )
+    assert L.block_activation_bytes(m, 0, fp8, Recompute.FULL) == L.block_activation_bytes(m, 0, bf16, Recompute.FULL)

@@ -11,6 +11,7 @@ from nestplan.errors import ConfigError
 from nestplan.model import load_model, parse_config
 from nestplan.model import layers as L
 from nestplan.model.config import config_dict
+from nestplan.strategy.enums import Recompute
 
 NEW_CATALOG = ["qwen3-8b", "qwen3-32b", "phi3-mini", "phi3-medium", "olmo2-7b", "gemma2-9b", "gemma2-27b", "gemma3-27b"]
 
@@ -179,7 +180,7 @@ def test_gemma2_global_and_local_layers_differ():
     local, global_ = L.attention_core_flops(spec, shard, 0), L.attention_core_flops(spec, shard, 1)
     assert local / global_ == pytest.approx((4096 * 8192 - 4096**2 / 2) / (8192**2 / 2))  # 0.75
     # flash attention stores no score tensor, and unfused attention stores all s x s scores: windows change nothing
-    for recompute in L.Recomputation:
+    for recompute in Recompute:
         stored = [
             L.block_activation_bytes(spec, i, dataclasses.replace(shard, flash=f), recompute)
             for i in (0, 1)

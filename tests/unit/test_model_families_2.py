@@ -19,6 +19,7 @@ from nestplan.model import load_model, parse_config
 from nestplan.model import layers as L
 from nestplan.model.config import config_dict
 from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Recompute
 from tests.unit.cli_helpers import run_cli
 
 NEW_CATALOG = [
@@ -207,10 +208,10 @@ def test_mla_activations_by_hand():
     shard = L.Shard(seq_len=4096)
     h, a = 7168, 128
     per_token = 4 * h + 2 * (1536 + 512) + a * (2 * 192 + 2 * 128) + 3 * 18432
-    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.NONE) == 2 * 4096 * per_token
+    assert L.block_activation_bytes(spec, 0, shard, Recompute.NONE) == 2 * 4096 * per_token
     sp = L.Shard(seq_len=4096, tp=8, sp=True)
     split = 4 * h / 8 + 2 * (1536 + 512) / 8 + a * (2 * 192 + 2 * 128) / 8 + 3 * 18432 / 8
-    assert L.block_activation_bytes(spec, 0, sp, L.Recomputation.NONE) == pytest.approx(2 * 4096 * split)
+    assert L.block_activation_bytes(spec, 0, sp, Recompute.NONE) == pytest.approx(2 * 4096 * split)
 
 
 def test_deepseek_blocks_keep_dense_and_moe_kinds_apart():
@@ -270,10 +271,10 @@ def test_llama4_l2_qk_norm_has_no_weights_and_stores_its_inputs_on_rotary_layers
     plain = dataclasses.replace(scout, qk_norm="none")
     assert L.block_params(scout, 0).total == L.block_params(plain, 0).total
     shard = L.Shard(seq_len=8192)
-    normed = L.block_activation_bytes(scout, 0, shard, L.Recomputation.NONE)
-    assert normed - L.block_activation_bytes(plain, 0, shard, L.Recomputation.NONE) == 2 * 8192 * (5120 + 1024)
-    assert L.block_activation_bytes(scout, 3, shard, L.Recomputation.NONE) == L.block_activation_bytes(
-        plain, 3, shard, L.Recomputation.NONE
+    normed = L.block_activation_bytes(scout, 0, shard, Recompute.NONE)
+    assert normed - L.block_activation_bytes(plain, 0, shard, Recompute.NONE) == 2 * 8192 * (5120 + 1024)
+    assert L.block_activation_bytes(scout, 3, shard, Recompute.NONE) == L.block_activation_bytes(
+        plain, 3, shard, Recompute.NONE
     )
 
 
@@ -377,7 +378,7 @@ def test_falcon_parallel_block_stores_its_shared_input_once():
     spec = load_model("falcon-40b")
     shard = L.Shard(seq_len=2048)
     sequential = dataclasses.replace(spec, parallel_block=False)
-    none = L.Recomputation.NONE
+    none = Recompute.NONE
     one_less = L.block_activation_bytes(sequential, 0, shard, none) - L.block_activation_bytes(spec, 0, shard, none)
     assert one_less == 2 * 2048 * 8192  # the block input, read by both norms
     old = {

@@ -14,7 +14,8 @@ from nestplan import api
 from nestplan.catalog import entry_path
 from nestplan.model import layers as L
 from nestplan.model.config import parse_config
-from nestplan.model.layers import Recomputation, Shard
+from nestplan.model.layers import Shard
+from nestplan.strategy.enums import Recompute
 
 NO_EXTRA = "needs the [trace] extra (torch and transformers): pip install -e '.[trace]'"
 
@@ -238,7 +239,7 @@ def _traced_and_formula(config: dict, seq: int) -> tuple[float, float]:
 
     spec = parse_config(config, "tiny")
     block = trace_config(config, seq_len=seq).blocks[0]
-    return block.saved_bytes, L.block_activation_bytes(spec, 0, Shard(seq_len=seq), Recomputation.NONE)
+    return block.saved_bytes, L.block_activation_bytes(spec, 0, Shard(seq_len=seq), Recompute.NONE)
 
 
 @pytest.mark.parametrize("change", [{"num_experts_per_tok": 4}, {"num_local_experts": 16}, {"intermediate_size": 1024}])
@@ -284,7 +285,7 @@ def test_moe_block_saved_bytes_match_the_trace(name, trace_extra) -> None:
     moe = [b for b in trace_config(CONFIGS[name](), seq_len=seq).blocks if spec.is_moe_layer(b.index)]
     assert moe, name
     for block in moe:
-        formula = L.block_activation_bytes(spec, block.index, Shard(seq_len=seq), Recomputation.NONE)
+        formula = L.block_activation_bytes(spec, block.index, Shard(seq_len=seq), Recompute.NONE)
         assert block.saved_bytes == pytest.approx(formula, rel=0.05), name
 
 

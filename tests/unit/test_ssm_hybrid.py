@@ -17,6 +17,7 @@ from nestplan.model import layers as L
 from nestplan.model import ssm
 from nestplan.model.config import config_dict
 from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Recompute
 
 PATTERN_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 
@@ -200,12 +201,12 @@ def test_mamba_stored_bytes():
     shard = L.Shard(tp=2, sp=True, seq_len=4096)
     T, B, h, d, G, N, H = 4096, 2, 4096, 8192, 8, 128, 128
     expected = 2 * B * T * h / 2 + B * T * (2 * d + 2 * G * N + H + 2 * d) / 2 + 4 * T * G / 2
-    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.NONE) == pytest.approx(expected)
-    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.SELECTIVE) == pytest.approx(expected)
-    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.FULL) == B * T * h / 2
+    assert L.block_activation_bytes(spec, 0, shard, Recompute.NONE) == pytest.approx(expected)
+    assert L.block_activation_bytes(spec, 0, shard, Recompute.SELECTIVE) == pytest.approx(expected)
+    assert L.block_activation_bytes(spec, 0, shard, Recompute.FULL) == B * T * h / 2
     # an MLP-only block stores its norm's and MLP's inputs and the up-projection's output and down's input
     mlp = 2 * B * T * h / 2 + B * T * 2 * 21504 / 2
-    assert L.block_activation_bytes(spec, 1, shard, L.Recomputation.NONE) == pytest.approx(mlp)
+    assert L.block_activation_bytes(spec, 1, shard, Recompute.NONE) == pytest.approx(mlp)
 
 
 # ---------------------------------------------------------------- round trip and refusals
@@ -447,7 +448,7 @@ def test_mamba1_stored_bytes_and_scan_time():
     T, B, h, d, N, R = 4096, 2, 4096, 8192, 16, 256
     mixer = 2 * B * T * h / 2 + T * (B * (5 * d / 2 + 2 * (R + 2 * N)) + 4 * 3)
     mlp = 2 * B * T * h / 2 + B * T * 3 * 14336 / 2
-    assert L.block_activation_bytes(spec, 0, shard, L.Recomputation.NONE) == pytest.approx(mixer + mlp)
+    assert L.block_activation_bytes(spec, 0, shard, Recompute.NONE) == pytest.approx(mixer + mlp)
     acc = load_accelerator("h100-sxm-80gb")
     forward, backward = _mixer_core(acc, spec, 0, shard, "bf16")
     assert 0.0 < forward and backward == pytest.approx(2 * forward)

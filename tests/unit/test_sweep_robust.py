@@ -221,7 +221,7 @@ def test_report_table_shows_names_and_swept_values_literally() -> None:
     text = _render(report_table([ok, dict(ok, overrides={"fabric.bandwidth_GBps": 200}), odd], "sweep [/]out: 3"))
     assert "a100 [fabric.bandwidth_GBps=100]" in text and "a100 [fabric.bandwidth_GBps=200]" in text
     assert "m[/]x" in text and "[bold]loud" in text and "sweep [/]out: 3" in text
-    assert "tp8+sp pp2 dp1 mbs1 z1" in text and "41.0%" in text
+    assert "tp8+sp pp2 dp1 mbs1 zero1" in text and "41.0%" in text
 
 
 def _children(pid: int) -> list[int]:

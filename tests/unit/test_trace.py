@@ -11,8 +11,9 @@ import pytest
 from nestplan import api
 from nestplan.catalog import entry_path
 from nestplan.errors import ConfigError
-from nestplan.model.layers import Recomputation, Shard, block_activation_bytes, block_model_flops
+from nestplan.model.layers import Shard, block_activation_bytes, block_model_flops
 from nestplan.model.trace import trace_config
+from nestplan.strategy.enums import Recompute
 
 NO_EXTRA = "needs the [trace] extra (torch and transformers): pip install -e '.[trace]'"
 
@@ -51,7 +52,7 @@ def test_trace_agrees_with_the_closed_forms(name, seq, trace_extra) -> None:
     assert len(result.blocks) == 2
     for block in result.blocks:
         flops = 3 * block_model_flops(spec, block.index, seq, seq)  # forward + backward (2x)
-        saved = block_activation_bytes(spec, block.index, Shard(seq_len=seq), Recomputation.NONE)
+        saved = block_activation_bytes(spec, block.index, Shard(seq_len=seq), Recompute.NONE)
         assert block.flops == pytest.approx(flops, rel=0.02), name
         assert block.saved_bytes == pytest.approx(saved, rel=0.10), name
     assert result.total_flops > sum(b.flops for b in result.blocks)  # embedding and head besides

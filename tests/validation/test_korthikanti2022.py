@@ -19,6 +19,7 @@ from nestplan.model import layers as L
 from nestplan.strategy.dims import ParallelDims
 from nestplan.units import GiB
 from nestplan.settings import RunSettings
+from nestplan.strategy.enums import Recompute
 
 # name: (tp, pp, gpus, global batch, microbatch, interleave)   -- Table 3
 CONFIGS = {
@@ -119,7 +120,7 @@ def test_figure1_memory(name: str) -> None:
     assert abs(act_sel / FIG1_ACT_SP_SEL[name] - 1) <= MEMORY_TOLERANCE, (act_sel, FIG1_ACT_SP_SEL[name])
 
 
-def _layer_activations(name: str, sp: bool, recompute: L.Recomputation) -> float:
+def _layer_activations(name: str, sp: bool, recompute: Recompute) -> float:
     tp, _, _, _, mbs, _ = CONFIGS[name]
     model = api.resolve_model(f"korthikanti-{name.lower()}")
     shard = L.Shard(tp=tp, sp=sp, micro_batch=mbs, seq_len=2048, dtype_bytes=2, flash=False)
@@ -128,12 +129,12 @@ def _layer_activations(name: str, sp: bool, recompute: L.Recomputation) -> float
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_figure7_activation_ratios(name: str) -> None:
-    base = _layer_activations(name, False, L.Recomputation.NONE)
+    base = _layer_activations(name, False, Recompute.NONE)
     ours = {
-        "sequence_parallel": _layer_activations(name, True, L.Recomputation.NONE),
-        "selective": _layer_activations(name, False, L.Recomputation.SELECTIVE),
-        "sequence_parallel_selective": _layer_activations(name, True, L.Recomputation.SELECTIVE),
-        "full": _layer_activations(name, False, L.Recomputation.FULL),
+        "sequence_parallel": _layer_activations(name, True, Recompute.NONE),
+        "selective": _layer_activations(name, False, Recompute.SELECTIVE),
+        "sequence_parallel_selective": _layer_activations(name, True, Recompute.SELECTIVE),
+        "full": _layer_activations(name, False, Recompute.FULL),
     }
     for key, value in ours.items():
         percent = 100.0 * value / base
@@ -146,10 +147,10 @@ def test_korthikanti_per_layer_formula_exact() -> None:
     s, b, h, a, t = 2048, 1, model.hidden_size, model.num_heads, 8
     tp_only = L.Shard(tp=t, micro_batch=b, seq_len=s, flash=False)
     tp_sp = L.Shard(tp=t, sp=True, micro_batch=b, seq_len=s, flash=False)
-    assert L.block_activation_bytes(model, 0, tp_only, L.Recomputation.NONE) == pytest.approx(
+    assert L.block_activation_bytes(model, 0, tp_only, Recompute.NONE) == pytest.approx(
         s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
     )
-    assert L.block_activation_bytes(model, 0, tp_sp, L.Recomputation.NONE) == pytest.approx(
+    assert L.block_activation_bytes(model, 0, tp_sp, Recompute.NONE) == pytest.approx(
         s * b * h / t * (34 + 5 * a * s / h)
     )
-    assert L.block_activation_bytes(model, 0, tp_sp, L.Recomputation.SELECTIVE) == pytest.approx(s * b * h / t * 34)
+    assert L.block_activation_bytes(model, 0, tp_sp, Recompute.SELECTIVE) == pytest.approx(s * b * h / t * 34)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nestplan.compat.schema import NestGraph, NestInput, NestNetwork, NestOptimizer
+from nestplan.search.engine import SearchCostModel, StageTables
 
 GRAD_AND_WEIGHT = 2.0  # weights + gradients, per parameter byte
 ADAM_STATE = 6.0  # the authors' extra with Adam
@@ -46,23 +47,6 @@ class NestGroup:
     microbatches: int  # per replica: ceil(mbsInBatch / d)
     max_depth: int  # floor(floor(N / d) / a), at most the node count
     zero: bool = False
-
-
-@dataclass(frozen=True)
-class NestTables:
-    """Stage tables of one group for depths 1..P (engine protocol, search/engine.py)."""
-
-    alpha: np.ndarray
-    nmax: np.ndarray
-    beta: float
-    block_costs: np.ndarray  # (P, P, L): block cost when held by stage s of depth p
-    start_costs: np.ndarray  # (P, P, L): transfer into stage s when it starts at block j
-    start_memory: np.ndarray  # (P, P, L): recomputation stash of that edge
-    mem_fixed: np.ndarray
-    constant: np.ndarray
-    weight: np.ndarray  # (P,): ceil(m / d) + p - 1, inf beyond the group's depth
-    split_key: tuple
-    homogeneous: bool = False
 
 
 def crossing_level(network: NestNetwork, boundary: int) -> int:
@@ -120,7 +104,7 @@ def first_stage_members(replicas: int, depth: int, stage_devices: int) -> list[i
     return [r * span + (depth - 1) * stage_devices for r in range(replicas)]
 
 
-class NestCostModel:
+class NestCostModel(SearchCostModel):
     """The engine's view (search/engine.py SearchCostModel) of the authors' semantics."""
 
     def __init__(self, inp: NestInput) -> None:
@@ -198,23 +182,24 @@ class NestCostModel:
         return 2.0 * (replicas - 1) / replicas * params / net.bandwidth_Bps[level]
 
     # --------------------------------------------------------------- protocol
-    def tables(self, group: NestGroup) -> NestTables:
+    def tables(self, group: NestGroup) -> StageTables:
         zero_replicas = group.replicas if group.zero else 0
         costs, start, stash = self._shared(group.width, zero_replicas)
         depth = costs.shape[0]
         p = np.arange(1, depth + 1, dtype=float)
         weight = np.where(p <= group.max_depth, group.microbatches + p - 1, np.inf)
         zeros = np.zeros((depth, depth))
-        return NestTables(
+        return StageTables(
             alpha=zeros,
             nmax=np.zeros((depth, depth), dtype=np.int64),
             beta=0.0,
-            block_costs=costs,
-            start_costs=start,
-            start_memory=stash,
+            block_costs=costs,  # (P, P, L): block cost when held by stage s of depth p
+            start_costs=start,  # (P, P, L): transfer into stage s when it starts at block j
+            start_memory=stash,  # (P, P, L): recomputation stash of that edge
             mem_fixed=zeros,
             constant=np.zeros(depth),
-            weight=weight,
+            weight=weight,  # (P,): ceil(m / d) + p - 1, inf beyond the group's depth
+            homogeneous=False,
             split_key=(group.width, zero_replicas),
         )
 

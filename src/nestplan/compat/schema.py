@@ -1,6 +1,6 @@
 """The NEST authors' solver input (``dp_input.json``), read and validated.
 
-Format (the authors' artifact, scai-tech/Nest; see DESIGN.md section 7): ``nodes`` and
+Format (the authors' artifact, scai-tech/Nest; see docs/design.md section 7, "Reference data"): ``nodes`` and
 ``edges`` per offered tensor-parallel width, the network as ``devices_per_level`` /
 ``bws`` (bytes/s) / ``latency_per_level`` (s), ``maxDevices``, ``maxMemoryPerDevice``
 (bytes), ``mbsInBatch``, ``ep_degree``, ``cp_degree``, ``sp_enabled``,

@@ -17,6 +17,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.network import collectives as coll
 from nestplan.network.topology import Topology
 from nestplan.settings import CpCommType
+from nestplan.strategy.enums import ZeroStage
 from nestplan.strategy.placement import GroupSpan
 
 
@@ -411,7 +412,7 @@ def boundary_time(topo: Topology, spec: ModelSpec, shard: Shard, level: int) -> 
     return coll.send_recv(topo, level, boundary_bytes(spec, shard))
 
 
-def grad_sync_time(topo: Topology, group: GroupSpan, grad_bytes: float, param_bytes: float, zero: int) -> float:
+def grad_sync_time(topo: Topology, group: GroupSpan, grad_bytes: float, param_bytes: float, zero: ZeroStage) -> float:
     """Data-parallel gradient synchronisation of one stage's gradients at the end of a step.
 
     ZeRO 0: all-reduce. ZeRO 1: reduce-scatter of the gradients (the parameter all-gather
@@ -419,16 +420,16 @@ def grad_sync_time(topo: Topology, group: GroupSpan, grad_bytes: float, param_by
     gradients, so they are reduce-scattered every microbatch (cost/terms.py); nothing is
     left for the step's end.
     """
-    if group.size <= 1 or zero >= 2:
+    if group.size <= 1 or zero >= ZeroStage.GRADIENTS:
         return 0.0
-    if zero == 0:
+    if zero == ZeroStage.NONE:
         return coll.all_reduce(topo, group.fanout, grad_bytes)
     return coll.reduce_scatter(topo, group.fanout, grad_bytes)
 
 
-def param_gather_time(topo: Topology, group: GroupSpan, param_bytes: float, zero: int) -> float:
+def param_gather_time(topo: Topology, group: GroupSpan, param_bytes: float, zero: ZeroStage) -> float:
     """ZeRO 1/2: all-gather of the updated parameters after the optimizer step."""
-    if group.size <= 1 or zero not in (1, 2):
+    if group.size <= 1 or zero not in (ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS):
         return 0.0
     return coll.all_gather(topo, group.fanout, param_bytes)
 

@@ -11,7 +11,6 @@ import numpy as np
 
 from nestplan.cost import comm, stage
 from nestplan.cost.memory import (
-    ShardGroups,
     in_flight_microbatches,
     live_activation_peak,
     moe_a2a_early,
@@ -29,7 +28,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.legality import check_against_model, check_cp_comm
 from nestplan.strategy.enums import Recompute, Schedule
-from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, place
+from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, Placement, place
 
 if TYPE_CHECKING:
     from nestplan.cluster import Cluster
@@ -83,12 +82,16 @@ def evaluate_plan(
     return _assemble(model, cluster, dims, job, placement, cache.graph_terms(dims, placement.groups), m)
 
 
-def _boundary_times(model, cluster, dims, job, placement) -> list[float]:
+def _boundary_times(
+    model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, placement: Placement
+) -> list[float]:
     shard = shard_of(dims, job)
     return [comm.boundary_time(cluster.topology, model, shard, lv) for lv in placement.pp_boundary_levels]
 
 
-def _step_end(model, cluster, dims, job, placement, st: _Stages) -> tuple[StepEnd, float]:
+def _step_end(
+    model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, placement: Placement, st: _Stages
+) -> tuple[StepEnd, float]:
     """The step end of the stages (exposed sync and optimizer step) and the tied-embedding sync."""
     sync = SyncContext(
         cluster.topology, cluster.accelerator, job, dims.zero, placement.groups["cp+ep+dp"], placement.groups["cp+dp"]
@@ -177,7 +180,9 @@ class _Stages:
         return self.forward, [c - f for c, f in zip(self.cycles, self.forward)]
 
 
-def _stages(model, cluster, dims, job, placement, terms: GraphTerms) -> _Stages:
+def _stages(
+    model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, placement: Placement, terms: GraphTerms
+) -> _Stages:
     bounds = _boundary_times(model, cluster, dims, job, placement)
     wrap = max(bounds, default=0.0)  # interleaved chunks also pass from the last stage back to the first
     v = dims.virtual_stages
@@ -280,35 +285,11 @@ def _exposed(components: dict[str, float], m: int, busy_s: float) -> dict[str, f
     return out
 
 
-def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Prediction:
-    st = _stages(model, cluster, dims, job, placement, terms)
-    layers, starts, sums, components, forward, cycles = (
-        st.layers,
-        st.starts,
-        st.sums,
-        st.components,
-        st.forward,
-        st.cycles,
-    )
-    v = dims.virtual_stages
-    acc = cluster.accelerator
-    ctx = stage.StageContext(
-        job,
-        dims.zero,
-        ShardGroups(dense=placement.groups["cp+ep+dp"].size, expert=placement.groups["cp+dp"].size),
-        acc.reserved_bytes,
-        acc.hbm_bytes,
-    )
-    if dims.schedule.splits_backward:
-        assert st.chunks is not None
-        pipe_s, bubble_s, slowest, busy_s = split_pipeline_time(st.chunks.split_times(), m, dims.schedule)
-    else:
-        pipe_s, bubble_s, slowest = pipeline_time(*st.times(), m, dims.schedule, v)
-        busy_s = m * cycles[slowest]
-    end, tied = _step_end(model, cluster, dims, job, placement, st)
+def _stage_costs(ctx: stage.StageContext, dims: ParallelDims, st: _Stages, m: int) -> tuple[StageCost, ...]:
+    """Every stage of one replica: what it holds, its times per microbatch and its memory per device."""
+    head_stage = dims.virtual_stage_position(dims.pp * dims.virtual_stages - 1)[0]  # stage 0 under a V schedule
     stages = []
-    head_stage = dims.virtual_stage_position(dims.pp * v - 1)[0]  # stage 0 under a V schedule
-    for i, (first, n_layers, part, comp) in enumerate(zip(starts, layers, sums, components)):
+    for i, (first, n_layers, comp) in enumerate(zip(st.starts, st.layers, st.components)):
         memory = _stage_memory(ctx, dims, st, i, m)
         stages.append(
             StageCost(
@@ -318,9 +299,9 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
                 has_embedding=i == 0,
                 has_head=i == head_stage,
                 devices=dims.stage_devices,
-                forward_s=forward[i],
-                backward_s=cycles[i] - forward[i],
-                cycle_s=cycles[i],
+                forward_s=st.forward[i],
+                backward_s=st.cycles[i] - st.forward[i],
+                cycle_s=st.cycles[i],
                 components_s=MappingProxyType(comp),
                 memory_bytes=MappingProxyType(memory),
                 chunk_forward_s=() if st.chunks is None else tuple(st.chunks.forward[i].tolist()),
@@ -328,14 +309,37 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
                 **_split_fields(dims, st, i),
             )
         )
-    breakdown = _exposed(components[slowest], m, busy_s)
+    return tuple(stages)
+
+
+def _assemble(
+    model: ModelSpec,
+    cluster: Cluster,
+    dims: ParallelDims,
+    job: Job,
+    placement: Placement,
+    terms: GraphTerms,
+    m: int,
+) -> Prediction:
+    st = _stages(model, cluster, dims, job, placement, terms)
+    v = dims.virtual_stages
+    dense, expert = placement.groups["cp+ep+dp"].size, placement.groups["cp+dp"].size
+    ctx = stage.StageContext.on(job, dims.zero, dense, expert, cluster.accelerator)
+    if dims.schedule.splits_backward:
+        assert st.chunks is not None
+        pipe_s, bubble_s, slowest, busy_s = split_pipeline_time(st.chunks.split_times(), m, dims.schedule)
+    else:
+        pipe_s, bubble_s, slowest = pipeline_time(*st.times(), m, dims.schedule, v)
+        busy_s = m * st.cycles[slowest]
+    end, tied = _step_end(model, cluster, dims, job, placement, st)
+    breakdown = _exposed(st.components[slowest], m, busy_s)
     breakdown["pipeline_bubble"] = bubble_s
     breakdown["dp_sync"] = end.exposed_s + tied
     breakdown["optimizer"] = end.optimizer_s
     step = pipe_s + end.exposed_s + tied + end.optimizer_s
     assert abs(sum(breakdown.values()) - step) <= 1e-9 * step
     model_flops, hw_flops = _model_flops(model, job.seq_len, job.global_batch_size, dims.recompute)
-    pred = Prediction(
+    return Prediction(
         step_time_s=step,
         breakdown_s=MappingProxyType(breakdown),
         tokens_per_s=job.tokens_per_step / step,
@@ -345,9 +349,8 @@ def _assemble(model, cluster, dims, job, placement, terms: GraphTerms, m) -> Pre
         peak_flops_per_device=cluster.accelerator.peak(job.dtype),
         memory_capacity_bytes=cluster.accelerator.hbm_bytes,
         num_microbatches=m,
-        stages=tuple(stages),
+        stages=_stage_costs(ctx, dims, st, m),
         bottleneck_stage=slowest,
         plan=dims,
         placement=placement,
     )
-    return pred

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.describe import describe
 from nestplan.strategy.placement import Placement
 from nestplan.units import TERA, GiB
 
@@ -106,7 +106,7 @@ class Prediction:
 
     def __repr__(self) -> str:
         return (
-            f"Prediction({plan_text(self.plan)}: step {self.step_time_s:.4g} s, {self.tokens_per_s:,.0f} tokens/s, "
+            f"Prediction({describe(self.plan)}: step {self.step_time_s:.4g} s, {self.tokens_per_s:,.0f} tokens/s, "
             f"MFU {self.mfu:.1%}, memory {self.memory_text}, {'fits' if self.fits else 'does NOT fit'})"
         )
 
@@ -116,7 +116,7 @@ class Prediction:
 
     def headline_html(self) -> str:
         rows = [
-            ("plan", plan_text(self.plan)),
+            ("plan", describe(self.plan)),
             ("rank order", rank_order(self.placement)),
             ("devices", f"{self.devices_used:,}"),
             ("microbatches", f"{self.num_microbatches:,}"),
@@ -221,19 +221,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return [plain(item) for item in value]
     return value
-
-
-def plan_text(dims: ParallelDims) -> str:
-    """A plan's degrees and settings in one short line: ``tp8+sp pp4 dp2 interleaved v2 mbs1 zero1 recompute full``
-    (a folded MoE plan adds ``etp1 (experts over 32)``: expert tensor parallelism and expert parallelism)."""
-    text = f"tp{dims.tp}{'+sp' if dims.sp_active else ''} pp{dims.pp} dp{dims.dp}"
-    text += "".join(f" {axis}{getattr(dims, axis)}" for axis in ("cp", "ep") if getattr(dims, axis) > 1)
-    if dims.etp is not None:  # parallel folding: the experts' own degrees
-        text += f" etp{dims.etp} (experts over {dims.expert_parallel})"
-    text += f" {dims.schedule.value}" if dims.schedule is not Schedule.ONE_F_ONE_B else ""
-    text += f" v{dims.virtual_stages}" if dims.virtual_stages > 1 else ""
-    text += f" mbs{dims.micro_batch_size} zero{int(dims.zero)}"
-    return text + (f" recompute {dims.recompute.value}" if dims.recompute is not Recompute.NONE else "")
 
 
 def rank_order(placement: Placement) -> str:

@@ -47,6 +47,7 @@ from nestplan.cost.memory import (
 from nestplan.cost.prediction import BREAKDOWN_TERMS
 from nestplan.cost.stepend import SyncContext
 from nestplan.cost.terms import GraphTerms, NodeTerms
+from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.strategy.enums import Schedule, ZeroStage
@@ -64,6 +65,22 @@ class StageContext:
     shards: ShardGroups
     reserved_bytes: float
     capacity_bytes: float
+
+    @classmethod
+    def on(
+        cls,
+        job: Job,
+        zero: ZeroStage,
+        dense_ranks: int,
+        expert_ranks: int,
+        accelerator: Accelerator,
+        capacity_bytes: float | None = None,
+    ) -> StageContext:
+        """The context of a stage whose dense states shard over ``dense_ranks`` (its cp x ep x dp group)
+        and expert states over ``expert_ranks`` (cp x dp) on ``accelerator``: its reserve, and its memory
+        unless a search plans with less (``capacity_bytes``, the planner's margin taken off)."""
+        capacity = accelerator.hbm_bytes if capacity_bytes is None else capacity_bytes
+        return cls(job, zero, ShardGroups(dense=dense_ranks, expert=expert_ranks), accelerator.reserved_bytes, capacity)
 
     def states(self, params: L.ParamCount) -> dict[str, float]:
         """Weights, gradients and optimizer state of ``params`` on one device."""

@@ -69,14 +69,13 @@ class SyncContext:
     def _sync(self, params: L.ParamCount) -> float:
         j = self.job
         return sum(
-            comm.grad_sync_time(self.topo, g, n * j.grad_bytes, n * j.dtype_bytes, int(self.zero))
+            comm.grad_sync_time(self.topo, g, n * j.grad_bytes, n * j.dtype_bytes, self.zero)
             for g, n in self._pairs(params)
         )
 
     def _gather(self, params: L.ParamCount) -> float:
         return sum(
-            comm.param_gather_time(self.topo, g, n * self.job.param_bytes, int(self.zero))
-            for g, n in self._pairs(params)
+            comm.param_gather_time(self.topo, g, n * self.job.param_bytes, self.zero) for g, n in self._pairs(params)
         )
 
     def _optimizer(self, params: L.ParamCount) -> float:

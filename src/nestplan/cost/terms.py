@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Hashable, Mapping
 
+from nestplan.cluster import Cluster
 from nestplan.cost import comm
 from nestplan.cost.compute import (
     FP8_BYTES,
@@ -115,7 +116,7 @@ def ring_length(job: Job, cp: int) -> int:
 
 def _block_compute(model: ModelSpec, acc, shard: L.Shard, precision: Precision, layer: int, ring: int) -> _BlockCompute:
     acts = model.traced_activation_scale  # 1 unless a trace calibrated it
-    stored = {rc: acts * L.block_activation_bytes(model, layer, shard, L.Recomputation(rc.value)) for rc in Recompute}
+    stored = {rc: acts * L.block_activation_bytes(model, layer, shard, rc) for rc in Recompute}
     # W reads the inputs' FP8 column-wise copies under an FP8 recipe (cost/compute.py FP8_COPIES)
     kept_bytes = FP8_BYTES if precision.fp8_recipe is not None else shard.dtype_bytes
     kept = weight_gradient_input_bytes(L.block_gemms(model, layer, shard), kept_bytes, shard.sp_div)
@@ -232,7 +233,9 @@ def _sum(*nodes: NodeTerms) -> NodeTerms:
     )
 
 
-def graph_terms(model: ModelSpec, cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]) -> GraphTerms:
+def graph_terms(
+    model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, groups: Mapping[str, GroupSpan]
+) -> GraphTerms:
     """Terms of every node kind under ``dims`` (pp and dp only matter through ``groups``)."""
     return TermCache(model, cluster, job).graph_terms(dims, groups)
 
@@ -247,7 +250,7 @@ class TermCache:
     pay for each part once. Results are identical to computing them afresh.
     """
 
-    def __init__(self, model: ModelSpec, cluster, job: Job) -> None:
+    def __init__(self, model: ModelSpec, cluster: Cluster, job: Job) -> None:
         self.model, self.cluster, self.job = model, cluster, job
         # one representative layer per kind of block (``ModelSpec.block_kind``; the last of each), in
         # the order the kinds first appear: GraphTerms.blocks keeps that order

@@ -21,6 +21,7 @@ from pathlib import Path
 from nestplan.errors import ConfigError, printable
 from nestplan.export.plan import ExportInput
 from nestplan.plan import Plan
+from nestplan.strategy.describe import describe
 from nestplan.strategy.placement import (
     REPLICA_MAJOR as REPLICA_MAJOR,
 )
@@ -94,17 +95,14 @@ def counts_text(counts: Sequence[int]) -> str:
 
 
 def dims_text(plan: Plan) -> str:
+    """The header's parallelism: the plan's degrees and settings (the long form of every report), its
+    microbatches per step and its layers per stage."""
     d = plan.dims
-    virtual = f" x {d.virtual_stages} virtual" if d.virtual_stages > 1 else ""
     if d.per_virtual_stage:
         split = f"layers per virtual stage {counts_text(d.layers_per_stage or ())}"
     else:
         split = f"layers per stage {','.join(map(str, d.layers_per_stage or ()))}"
-    return (
-        f"tp {d.tp}{' (sp)' if d.sp_active else ''} x cp {d.cp} x ep {d.ep} x pp {d.pp} x dp {d.dp}; "
-        f"ZeRO {int(d.zero)}; recompute {d.recompute.value}; microbatch {d.micro_batch_size} x "
-        f"{plan.num_microbatches}; schedule {d.schedule.value}{virtual}; {split}"
-    )
+    return f"{describe(d, long=True)}; {plan.num_microbatches} microbatches; {split}"
 
 
 def prediction_text(plan: Plan) -> str:

@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 
 from nestplan.model import ssm
 from nestplan.model.spec import ModelSpec
+from nestplan.strategy.enums import Recompute
 
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, section 4.1)
 FP8_INPUT_BYTES = 1  # an FP8 element: what an FP8 GEMM keeps of its input (Shard.gemm_input_bytes)
-
-
-class Recomputation(str, Enum):
-    """Mirror of strategy.Recompute for the model layer (the model knows nothing of plans)."""
-
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
 
 
 def expert_degrees(tp: int, ep: int, etp: int | None) -> tuple[int, int]:
@@ -472,7 +464,7 @@ def score_elements(spec: ModelSpec, shard: Shard) -> float:
     return spec.num_heads / shard.tp * shard.micro_batch * (shard.seq_len / shard.cp) * shard.seq_len
 
 
-def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute: Recomputation) -> float:
+def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute: Recompute) -> float:
     """Bytes a block stores for its backward pass, per microbatch, on one device.
 
     Korthikanti et al. 2022 section 4 / Table 2: sbh(34 + 5as/h) without parallelism,
@@ -488,7 +480,7 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
     B, T, h = shard.dtype_bytes, shard.tokens, spec.hidden_size
     G = shard.gemm_input_bytes
     rep = T * h / shard.sp_div  # a replicated (or, with sp, sequence-split) hidden-sized tensor, in elements
-    if recompute is Recomputation.FULL:
+    if recompute is Recompute.FULL:
         return B * rep
     t = shard.tp
     mask = MASK_BYTES if spec.dropout else 0
@@ -506,7 +498,7 @@ def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute:
         mlp_norms -= B * rep + (mlp_in if spec.block_norms == 1 else 0.0)
     else:
         attn += max(0, spec.block_norms - 2) * B * rep  # post-norm inputs (Gemma 2/3: attention and MLP outputs)
-    if not (shard.flash or recompute is Recomputation.SELECTIVE):
+    if not (shard.flash or recompute is Recompute.SELECTIVE):
         per_score = B + (mask + B if spec.dropout else 0)  # softmax output, dropout mask and output
         attn += per_score * score_elements(spec, shard)
     mlp = mlp_norms + mask * rep  # norm input, MLP input, dropout mask

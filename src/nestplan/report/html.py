@@ -28,7 +28,8 @@ from nestplan.export import FRAMEWORKS, build
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.plan import Plan, StageSummary
 from nestplan.report.text import fit_verdict, why_lost
-from nestplan.search.compare import CompareRow, describe
+from nestplan.search.compare import CompareRow
+from nestplan.strategy.describe import describe
 from nestplan.strategy.dims import AXES
 from nestplan.units import GiB
 from nestplan.version import __version__
@@ -267,7 +268,7 @@ def _pictures(draw: Callable[[Path], list[tuple[str, Path]]]) -> str:
 def _runners_up_section(best: Prediction, runners_up: Sequence[Prediction]) -> str:
     rows = [
         (
-            describe(pred) + f" mbs{pred.plan.micro_batch_size} {'-'.join(pred.placement.axis_order)}",
+            describe(pred.plan, pred.placement.axis_order, long=True),
             f"{pred.step_time_s:.3f}",
             f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
             why_lost(best, pred),

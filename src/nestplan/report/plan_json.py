@@ -11,7 +11,8 @@ from typing import Any
 
 from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
-from nestplan.plan import SCHEMA_V1, PredictionSummary, SearchStats, sections
+from nestplan.plan import SCHEMA_V1, PredictionSummary, sections
+from nestplan.search.stats import SearchStats
 
 __all__ = ["SearchStats", "plan_to_dict"]
 

@@ -17,8 +17,8 @@ from rich.text import Text
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import printable
 from nestplan.model.layers import active_params, total_params
+from nestplan.strategy.describe import describe
 from nestplan.plan import Plan, PredictionSummary
-from nestplan.strategy.enums import Schedule
 from nestplan.units import GiB
 
 
@@ -114,22 +114,6 @@ def render_plan(console: Console, plan: Plan) -> None:
         console.print(verdict)
 
 
-def _describe(pred: Prediction) -> str:
-    d = pred.plan
-    parts = [f"tp {d.tp}{'+sp' if d.sp_active else ''}", f"pp {d.pp}", f"dp {d.dp}"]
-    if d.cp > 1:
-        parts.append(f"cp {d.cp}")
-    if d.ep > 1:
-        parts.append(f"ep {d.ep}")
-    if d.etp is not None:
-        parts.append(f"etp {d.etp}")
-    parts += [f"mbs {d.micro_batch_size}", f"ZeRO {int(d.zero)}", f"rc {d.recompute.value}"]
-    if d.pp > 1 and d.schedule is not Schedule.ONE_F_ONE_B:
-        parts.append(d.schedule.value + (f" v {d.virtual_stages}" if d.virtual_stages > 1 else ""))
-    parts.append("-".join(pred.placement.axis_order))
-    return ", ".join(parts)
-
-
 def why_lost(best: Prediction, other: Prediction) -> str:
     """The step-time term that grew most against the best plan."""
     if other.step_time_s <= best.step_time_s * (1 + 1e-9):
@@ -147,7 +131,7 @@ def render_runners_up(console: Console, best: Prediction, others: tuple[Predicti
         table.add_column(col, justify="right" if col != "plan" else "left")
     for pred in others:
         table.add_row(
-            _describe(pred),
+            describe(pred.plan, pred.placement.axis_order, long=True),
             f"{pred.step_time_s:.3f}",
             f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
             why_lost(best, pred),

@@ -6,15 +6,39 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from nestplan.cluster import Cluster
 from nestplan.errors import ConfigError
+from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.baselines import BASELINES
 from nestplan.search.planner import search
 from nestplan.search.space import SearchSpace
+from nestplan.strategy.describe import describe
+from nestplan.units import GiB, MiB
 
 if TYPE_CHECKING:
     import pandas
+
+
+# The NEST paper's comparison (section 5): each model's sequence length, the device counts of each cluster
+PAPER_MODELS = {"bert-large": 512, "llama2-7b": 4096, "llama3-70b": 4096, "gpt3-175b": 2048, "mixtral-8x7b": 4096}
+PAPER_GRID = (("tpuv4-fattree", (64, 128, 256, 512, 1024)), ("h100-spine-leaf", (128, 256, 512, 1024)))
+PAPER_MBS_SWEEP = (("bert-large", "llama2-7b", "llama3-70b"), "tpuv4-fattree", (256,), (1, 2, 4, 8))  # Figure 6
+PAPER_ZERO_ABLATION = (("llama3-70b", 24 * GiB), ("bert-large", 120 * MiB))  # Table 7: device memory, bytes
+
+PaperCase = tuple[str, str, tuple[int, ...], tuple[int, ...], int, float | None]
+
+
+def paper_grid() -> list[PaperCase]:
+    """The NEST paper's comparison, Figure 5's grid, Figure 6's microbatch sweep and Table 7's small devices:
+    (model, cluster, device counts, microbatch sizes, sequence length, device memory in bytes or None), the
+    fields of ``api.CompareCase``."""
+    cases: list[PaperCase] = [(m, c, ns, (1,), seq, None) for c, ns in PAPER_GRID for m, seq in PAPER_MODELS.items()]
+    models, cluster, devices, sweep_mbs = PAPER_MBS_SWEEP
+    cases += [(m, cluster, devices, sweep_mbs, PAPER_MODELS[m], None) for m in models]
+    cases += [(m, "tpuv4-fattree", (1024,), (1,), PAPER_MODELS[m], float(hbm)) for m, hbm in PAPER_ZERO_ABLATION]
+    return cases
 
 
 @dataclass(frozen=True)
@@ -35,22 +59,18 @@ class CompareRow:
         return asdict(self)
 
 
-def describe(pred) -> str:
-    if pred is None:
-        return "-"
-    d = pred.plan
-    text = f"tp{d.tp}{'+sp' if d.sp_active else ''} pp{d.pp} dp{d.dp}"
-    text += (f" ep{d.ep}" if d.ep > 1 else "") + (f" cp{d.cp}" if d.cp > 1 else "")
-    return text + f" z{int(d.zero)} {d.recompute.value}" + (f" v{d.virtual_stages}" if d.virtual_stages > 1 else "")
+def plan_cell(pred: Prediction | None) -> str:
+    """A comparison row's plan: its short description, ``-`` where the planner found none."""
+    return "-" if pred is None else describe(pred.plan)
 
 
-def _nestplan(model, cluster, job, devices, mbs) -> tuple[object, float]:
+def _nestplan(model: ModelSpec, cluster: Cluster, job: Job, devices: int, mbs: int) -> tuple[Prediction | None, float]:
     start = time.perf_counter()
     found = search(model, cluster, job, devices, SearchSpace(micro_batch_sizes=(mbs,)), top=0)
     return found.best, time.perf_counter() - start
 
 
-def compare_case(model: ModelSpec, cluster, job: Job, mbs: int, baselines: Sequence[str]) -> list[CompareRow]:
+def compare_case(model: ModelSpec, cluster: Cluster, job: Job, mbs: int, baselines: Sequence[str]) -> list[CompareRow]:
     """nestplan and each baseline on one (cluster size, microbatch size)."""
     n = cluster.devices
     rows = []
@@ -65,7 +85,7 @@ def compare_case(model: ModelSpec, cluster, job: Job, mbs: int, baselines: Seque
             best is not None,
             best.tokens_per_s if best else 0.0,
             secs,
-            describe(best),
+            plan_cell(best),
         )
     )
     for name in baselines:
@@ -80,7 +100,7 @@ def compare_case(model: ModelSpec, cluster, job: Job, mbs: int, baselines: Seque
                 r.feasible,
                 r.tokens_per_s,
                 r.solve_time_s,
-                describe(r.prediction),
+                plan_cell(r.prediction),
             )
         )
     return rows
@@ -111,7 +131,7 @@ def check_baselines(names: Sequence[str]) -> list[str]:
 
 def run_compare(
     model: ModelSpec,
-    load_cluster: Callable[[int], object],
+    load_cluster: Callable[[int], Cluster],
     job: Job,
     devices: Sequence[int],
     micro_batch_sizes: Sequence[int],

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Any, Callable, Hashable, Iterable, Protocol
 
 import numpy as np
 
@@ -30,9 +30,35 @@ from nestplan.search.partition import (
     waterfill_bottlenecks,
     waterfill_split,
 )
+from nestplan.search.stats import SearchStats
 
 
-def stage_cycles(tab, parts: tuple[int, ...]) -> np.ndarray:
+@dataclass(frozen=True)
+class StageTables:
+    """Stage tables of one group for depths 1..P (row p - 1 = depth p; columns = stage index): what the
+    engine splits. The fields after ``homogeneous`` generalise nestplan's physical model
+    (search/physical.py, which leaves them None) to the NEST authors' (compat/model.py)."""
+
+    alpha: np.ndarray  # (P, P) seconds; -inf beyond the depth
+    nmax: np.ndarray  # (P, P) most blocks a stage can hold; 0 beyond the depth
+    beta: float  # seconds per block (identical blocks) ...
+    block_costs: np.ndarray  # ... or per block (L,), or (P, P, L): a block's cost depends on the stage holding it
+    mem_fixed: np.ndarray  # (P, P) bytes per stage besides its blocks
+    constant: np.ndarray  # (P,) sum of alpha + all blocks: the depth-dependent part of sum_s cycle_s
+    homogeneous: bool  # identical blocks: the closed-form split (water-filling) instead of the dynamic program
+    # blocks of different kinds: (L + 1, L + 1) the largest transient of blocks [j, e), which mem_fixed leaves out
+    transient: np.ndarray | None = None
+    # (P, P, L): what a stage costs, and holds, for the edge entering its first block j
+    start_costs: np.ndarray | None = None
+    start_memory: np.ndarray | None = None
+    # (P,): replaces the pipeline's bottleneck multiplier m - 1 (inf for a depth the group cannot take), so
+    # that depth p ranks by weight[p - 1] * bottleneck + constant[p - 1] + extras (the NEST authors'
+    # (m + p - 1) * bottleneck)
+    weight: np.ndarray | None = None
+    split_key: Hashable | None = None  # groups with the same key share one solve of every depth
+
+
+def stage_cycles(tab: StageTables, parts: tuple[int, ...]) -> np.ndarray:
     """Per-microbatch cycle of every stage of a split."""
     p = len(parts)
     edges = np.concatenate([[0], np.cumsum(parts)])
@@ -40,23 +66,35 @@ def stage_cycles(tab, parts: tuple[int, ...]) -> np.ndarray:
 
 
 class SearchCostModel(Protocol):
-    """What the engine needs of a cost model (nestplan's physical one, or the NEST authors').
-
-    ``tables(group)`` returns per-depth stage tables (search/physical.py's ``Tables``).
-    Optional generalisations, absent from the physical model: ``block_costs`` may be
-    (P, P, L) (a block's cost depends on the stage holding it); ``start_costs`` and
-    ``start_memory`` (P, P, L) add what a stage costs for the edge entering its first block;
-    a ``weight`` array (P,) replaces the pipeline's bottleneck multiplier m - 1 (inf for a
-    depth the group cannot take), so that depth p ranks by weight[p - 1] * bottleneck +
-    constant[p - 1] + extras (the NEST authors' (m + p - 1) * bottleneck, compat/model.py);
-    ``split_key`` lets groups with the same stage tables share one solve of every depth.
-    """
+    """What the engine needs of a cost model (nestplan's physical one, or the NEST authors'): its
+    stage tables, block memory and step-end extras, and four answers a model may leave to their
+    defaults here (a cost model states it implements this protocol by subclassing it)."""
 
     num_blocks: int
 
-    def tables(self, group): ...
-    def block_memory(self, group, pp: int) -> np.ndarray: ...
-    def extras(self, group, parts: tuple[int, ...]) -> float: ...
+    def tables(self, group: Any) -> StageTables: ...
+
+    def block_memory(self, group: Any, pp: int) -> np.ndarray: ...
+
+    def extras(self, group: Any, parts: tuple[int, ...]) -> float: ...
+
+    def feasible_depths(self, group: Any) -> np.ndarray | None:
+        """Per depth 1..P, whether some split fits in memory, ahead of the tables; None: no such check."""
+        return None
+
+    def fits(self, group: Any) -> bool | None:
+        """Whether some depth has a split that fits in memory, without the tables; None: the tables say."""
+        return None
+
+    def lower_bound(self, group: Any, fitted: bool = True) -> float:
+        """A lower bound of the proxy of every split of every depth (with ``fitted``: of the depths where
+        a split fits in memory); the best-first search visits groups in its order. 0 bounds every proxy."""
+        return 0.0
+
+    def end_matrices(self, group: Any, pp: int) -> tuple[np.ndarray, float] | None:
+        """X[s, j, e], the step end of stage s holding blocks [j, e) (identical blocks), and the
+        tied-embedding sync, for the exact proxy optimum (``Engine.refine``); None: no refinement."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -65,25 +103,6 @@ class Candidate:
     key: tuple
     group: object
     parts: tuple[int, ...]
-
-
-@dataclass
-class SearchStats:
-    configurations: int = 0  # sub-graph configurations (tp, sp, cp, ep, microbatch, recomputation, rank order)
-    groups: int = 0  # groups searched (their tables built, every depth solved)
-    skipped_zero: int = 0  # groups not searched: a lower ZeRO stage fits their configuration
-    skipped_memory: int = 0  # groups not searched: no split of any depth fits in memory
-    skipped_bound: int = 0  # groups not searched: their lower bound cannot enter the K best
-    depths: int = 0  # (group, depth) pairs considered
-    pruned_memory: int = 0  # depths where no split fits in memory
-    pruned_bound: int = 0  # depths dominated by the K best before their step end was costed
-    candidates: int = 0  # splits whose full proxy was computed
-    solve_time_s: float = 0.0
-
-    @property
-    def enumerated(self) -> int:
-        """Groups of the space (a configuration with a ZeRO stage and a replica count): searched or skipped."""
-        return self.groups + self.skipped_zero + self.skipped_memory + self.skipped_bound
 
 
 @dataclass
@@ -108,12 +127,14 @@ class Engine:
         elif item > self._heap[0]:
             heapq.heapreplace(self._heap, item)
 
-    def _splits(self, group, tab, hopeless: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, Split]]:
+    def _splits(
+        self, group, tab: StageTables, hopeless: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict[int, Split]]:
         """Bottleneck and split per depth; shared by groups whose tables name the same
         ``split_key`` (stage tables that do not depend on what differs between them). ``hopeless``
         (no shared key): depths the dynamic program skips, whose proxy cannot enter the K best
         whatever their split (``_hopeless``): they get no split."""
-        key = getattr(tab, "split_key", None)
+        key = tab.split_key
         assert hopeless is None or key is None, "a shared split serves groups of other places"
         if key is not None and key in self._split_cache:
             return self._split_cache[key]
@@ -126,7 +147,7 @@ class Engine:
             self._split_cache[key] = result
         return result
 
-    def _hopeless(self, group, tab, order: int) -> np.ndarray:
+    def _hopeless(self, group, tab: StageTables, order: int) -> np.ndarray:
         """Per depth, whether even its best split cannot enter the K best: the bottleneck is at least
         the mean cycle, constant / p (every cycle together is ``tab.constant``), so the proxy is at
         least weight x constant / p + constant (the extras are >= 0); judged at rank 0, the best a
@@ -134,12 +155,14 @@ class Engine:
         least = self._pipeline_times(group, tab, tab.constant / np.arange(1, len(tab.constant) + 1))
         return np.array([self.dominated(float(x) * (1 - 1e-9), order, 0) for x in least])
 
-    def _dp_splits(self, group, tab, hopeless: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, Split]]:
+    def _dp_splits(
+        self, group, tab: StageTables, hopeless: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict[int, Split]]:
         taus = np.full(len(tab.constant), INFEASIBLE)
         found: dict[int, Split] = {}
-        start_costs, start_memory = getattr(tab, "start_costs", None), getattr(tab, "start_memory", None)
+        start_costs, start_memory = tab.start_costs, tab.start_memory
         # depths where no split fits (the cost model's exact memory check, where it has one) have none to find
-        fitting = self.model.feasible_depths(group) if hasattr(self.model, "feasible_depths") else None
+        fitting = self.model.feasible_depths(group)
         for p in range(1, len(tab.constant) + 1):
             if (fitting is not None and not fitting[p - 1]) or (hopeless is not None and hopeless[p - 1]):
                 continue
@@ -152,17 +175,16 @@ class Engine:
                 self.capacity_bytes,
                 None if start_costs is None else start_costs[p - 1, :p],
                 None if start_memory is None else start_memory[p - 1, :p],
-                getattr(tab, "transient", None),
+                tab.transient,
             )
             if split is not None:
                 taus[p - 1], found[p] = split.bottleneck, split
         return taus, found
 
-    def _pipeline_times(self, group, tab, taus: np.ndarray) -> np.ndarray:
+    def _pipeline_times(self, group, tab: StageTables, taus: np.ndarray) -> np.ndarray:
         """weight * bottleneck + constant per depth (inf where no split fits or the depth is barred)."""
         finite = np.isfinite(taus)
-        weight = getattr(tab, "weight", None)
-        weight = group.microbatches - 1 if weight is None else weight  # inf: a depth the group cannot take
+        weight = group.microbatches - 1 if tab.weight is None else tab.weight  # inf: a depth the group cannot take
         with np.errstate(invalid="ignore"):
             return np.where(
                 finite & np.isfinite(weight), weight * np.where(finite, taus, 0.0) + tab.constant, INFEASIBLE
@@ -170,7 +192,7 @@ class Engine:
 
     def fits(self, group) -> bool:
         """What run_group returns for this group, from the cost model's memory-only check where it has one."""
-        verdict = self.model.fits(group) if hasattr(self.model, "fits") else None
+        verdict = self.model.fits(group)
         if verdict is None:
             tab = self.model.tables(group)
             verdict = bool(np.isfinite(self._pipeline_times(group, tab, self._splits(group, tab)[0])).any())
@@ -187,7 +209,7 @@ class Engine:
         self.stats.groups += 1
         tab = self.model.tables(group)
         hopeless = None
-        if given and not tab.homogeneous and getattr(tab, "split_key", None) is None:
+        if given and not tab.homogeneous and tab.split_key is None:
             hopeless = self._hopeless(group, tab, order)
         taus, found = self._splits(group, tab, hopeless)
         pipe = self._pipeline_times(group, tab, taus)
@@ -196,8 +218,8 @@ class Engine:
         feasible = np.isfinite(pipe)
         skipped = 0  # depths not split as hopeless that fit: pruned by the bound, not by memory
         if hopeless is not None:
-            fitting = self.model.feasible_depths(group) if hasattr(self.model, "feasible_depths") else True
-            skipped = int((hopeless & fitting).sum())
+            fitting = self.model.feasible_depths(group)
+            skipped = int((hopeless if fitting is None else hopeless & fitting).sum())
         self.stats.pruned_bound += skipped
         self.stats.pruned_memory += int(depths - feasible.sum()) - skipped
         by_time = np.argsort(pipe, kind="stable")
@@ -216,7 +238,7 @@ class Engine:
             self._push(Candidate(total, key + (p,) + split.parts, group, split.parts), order, rank)
         return bool(feasible.any())
 
-    def proxy(self, group, tab, parts: tuple[int, ...]) -> float:
+    def proxy(self, group, tab: StageTables, parts: tuple[int, ...]) -> float:
         """The proxy step time of one split (the objective the search ranks by)."""
         cycles = stage_cycles(tab, parts)
         return float((group.microbatches - 1) * cycles.max() + cycles.sum() + self.model.extras(group, parts))
@@ -233,9 +255,10 @@ class Engine:
         group, parts = cand.group, cand.parts
         p = len(parts)
         tab = self.model.tables(group)
-        if p < 2 or not tab.homogeneous or not hasattr(self.model, "end_matrices"):
+        ends = self.model.end_matrices(group, p) if p >= 2 and tab.homogeneous else None
+        if ends is None:
             return cand
-        x_mats, tied = self.model.end_matrices(group, p)
+        x_mats, tied = ends
         alpha, beta, nmax = tab.alpha[p - 1, :p], tab.beta, tab.nmax[p - 1, :p]
         n1 = self.model.num_blocks + 1
         n = np.arange(n1)[None, :] - np.arange(n1)[:, None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import InfeasibleError
@@ -16,7 +17,7 @@ from nestplan.strategy.enums import Recompute, ZeroStage
 from nestplan.units import GiB
 
 
-def leanest(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> Prediction | None:
+def leanest(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> Prediction | None:
     """The plan of the space with the least memory per device: widest stages, deepest pipeline,
     full recomputation, the highest ZeRO stage, microbatch 1."""
     topo = cluster.topology
@@ -44,7 +45,7 @@ def leanest(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
     return lean
 
 
-def infeasible_error(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> InfeasibleError:
+def infeasible_error(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> InfeasibleError:
     lean = leanest(model, cluster, job, devices, space)
     if lean is None:
         return InfeasibleError(

@@ -10,19 +10,19 @@ or memory term of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
+from nestplan.cluster import Cluster
 from nestplan.cost import comm
 from nestplan.cost import stage
-from nestplan.cost.memory import ShardGroups, moe_a2a_early
+from nestplan.cost.memory import moe_a2a_early
 from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import TERM_GROUPS, GraphTerms, TermCache, shard_of, terms_zero
 from nestplan.job import Job
 from nestplan.model.layers import expert_degrees
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.placement import EXPERT_GROUP_KEYS, TopologyPlacements
+from nestplan.search.engine import SearchCostModel, StageTables
 from nestplan.search.partition import fitting_depths
 from nestplan.search.space import SubConfig
 from nestplan.strategy.dims import ParallelDims
@@ -56,27 +56,12 @@ class Group:
         )
 
 
-@dataclass(frozen=True)
-class Tables:
-    """Stage tables of one group for depths 1..P (row p-1 = depth p; columns = stage index)."""
-
-    alpha: np.ndarray  # (P, P) seconds; -inf beyond the depth
-    nmax: np.ndarray  # (P, P) most blocks a stage can hold; 0 beyond the depth
-    beta: float  # seconds per block (identical blocks) ...
-    block_costs: np.ndarray  # ... or per block (L,)
-    mem_fixed: np.ndarray  # (P, P) bytes per stage besides its blocks
-    constant: np.ndarray  # (P,) sum of alpha + all blocks: the depth-dependent part of sum_s cycle_s
-    homogeneous: bool
-    # blocks of different kinds: (L + 1, L + 1) the largest transient of blocks [j, e), which mem_fixed leaves out
-    transient: np.ndarray | None = None
-
-
-class PhysicalSearchModel:
+class PhysicalSearchModel(SearchCostModel):
     """The search's view of nestplan's evaluator for one (model, cluster, job): the shared stage
     quantities of cost/stage.py arranged per group."""
 
     def __init__(
-        self, model: ModelSpec, cluster: Any, job: Job, devices: int, capacity_bytes: float | None = None
+        self, model: ModelSpec, cluster: Cluster, job: Job, devices: int, capacity_bytes: float | None = None
     ) -> None:
         self.model, self.cluster, self.job, self.devices = model, cluster, job, devices
         # memory a stage may use (the planner's margin taken off the device's capacity)
@@ -136,14 +121,9 @@ class PhysicalSearchModel:
         return self._memory_terms[key]
 
     def _stage_context(self, g: Group) -> stage.StageContext:
-        c, acc = g.cfg, self.cluster.accelerator
-        return stage.StageContext(
-            self.job,
-            g.zero,
-            ShardGroups(c.cp * c.ep * g.replicas, c.cp * g.replicas),
-            acc.reserved_bytes,
-            self.capacity_bytes,
-        )
+        c = g.cfg
+        dense, expert = c.cp * c.ep * g.replicas, c.cp * g.replicas  # the cp+ep+dp and cp+dp groups
+        return stage.StageContext.on(self.job, g.zero, dense, expert, self.cluster.accelerator, self.capacity_bytes)
 
     def _sync_context(self, g: Group, pp: int) -> SyncContext:
         key = (g.cfg, g.zero, g.replicas, pp)
@@ -173,7 +153,7 @@ class PhysicalSearchModel:
         levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
         return self._per_level_transfer(g)[list(levels)]
 
-    def tables(self, g: Group) -> Tables:
+    def tables(self, g: Group) -> StageTables:
         t = self.terms(g)
         ctx = self._stage_context(g)
         blocks = stage.block_arrays(ctx, t, self._kinds)
@@ -181,7 +161,7 @@ class PhysicalSearchModel:
         P = g.max_depth
         bt = self._per_level_transfer(g)[self.placement.level_matrix(g.cfg.order, g.cfg.stage_devices, g.replicas, P)]
         pos = stage.position_tables(ctx, t, blocks, g.microbatches, bt)
-        return Tables(
+        return StageTables(
             alpha=pos.alpha,
             nmax=pos.nmax,
             beta=float(blocks.costs[0]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
+from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import evaluate_plan, step_floor_s
 from nestplan.cost.schedules import family, layout_variants, variants
 from nestplan.cost.prediction import Prediction
@@ -12,9 +13,10 @@ from nestplan.cost.terms import TermCache
 from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
-from nestplan.search.engine import Engine, SearchStats, run_best_first
+from nestplan.search.engine import Engine, run_best_first
 from nestplan.search.physical import Group, PhysicalSearchModel
 from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs
+from nestplan.search.stats import SearchStats
 from nestplan.settings import CpCommType
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.legality import cp_comm_conflict, moe_overlap_conflict
@@ -32,7 +34,7 @@ class PlanResult:
     job: Job  # the best plan's job: the one searched, or its variant with the context-parallel exchange chosen
 
 
-def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
+def _groups(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
     topo = cluster.topology
     units = tuple(topo.unit_devices(i) for i in range(topo.num_levels))
     for cfg in sub_configs(space, model, job, topo.levels[0].size, devices, units):
@@ -44,15 +46,15 @@ def _groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpac
                 m = job.global_batch_size // (d * cfg.ep * cfg.micro_batch_size)
                 group = Group(cfg, zero, d, m, depth)
                 key = (cfg.tp, cfg.sp, cfg.cp, cfg.ep, cfg.micro_batch_size, cfg.recompute.value, cfg.order)
-                yield key, key + (int(zero), d), group, zero
+                yield key, key + (zero, d), group, zero
 
 
-def count_groups(model: ModelSpec, cluster, job: Job, devices: int, space: SearchSpace) -> int:
+def count_groups(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> int:
     """How many groups a search visits at most (for a progress bar)."""
     return sum(1 for _ in _groups(model, cluster, job, devices, space))
 
 
-def check_job(model: ModelSpec, cluster, job: Job, devices: int) -> None:
+def check_job(model: ModelSpec, cluster: Cluster, job: Job, devices: int) -> None:
     """Bad input for planning: the batch cannot occupy the devices even with the most model parallelism."""
     node = cluster.topology.levels[0].size
     widest = min(node, 8) * model.num_layers * (8 if job.seq_len >= SearchSpace().min_cp_seq_len else 1)
@@ -137,7 +139,7 @@ def _polish(
 
 def search(
     model: ModelSpec,
-    cluster,
+    cluster: Cluster,
     job: Job,
     devices: int,
     space: SearchSpace | None = None,
@@ -182,7 +184,23 @@ def search(
                 continue
             if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
                 fitting.extend(p for p in [evaluate(dims, order)] if fits(p))
-    fitting.sort(key=lambda p: p.step_time_s)
+    fitting, jobs = _with_job_variants(model, cluster, job, space, fitting, top, fits)
+    best = fitting[0] if fitting else None
+    return PlanResult(best, tuple(fitting[1 : 1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
+
+
+def _with_job_variants(
+    model: ModelSpec,
+    cluster: Cluster,
+    job: Job,
+    space: SearchSpace,
+    fitting: list[Prediction],
+    top: int,
+    fits: Callable[[Prediction], bool],
+) -> tuple[list[Prediction], dict[int, Job]]:
+    """The plans that fit with the fastest ones' variants under another context-parallel exchange, then
+    another MoE overlap, fastest first, and the job of each (by the prediction's id)."""
+    fitting = sorted(fitting, key=lambda p: p.step_time_s)
     jobs = {id(p): job for p in fitting}
     for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[: 1 + top], fits):
         jobs[id(pred)] = variant_job
@@ -192,8 +210,7 @@ def search(
         jobs[id(pred)] = variant_job
         fitting.append(pred)
     fitting.sort(key=lambda p: p.step_time_s)
-    best = fitting[0] if fitting else None
-    return PlanResult(best, tuple(fitting[1 : 1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
+    return fitting, jobs
 
 
 def cp_exchange_jobs(
@@ -215,7 +232,7 @@ def cp_exchange_jobs(
 
 def _moe_overlap_variants(
     model: ModelSpec,
-    cluster,
+    cluster: Cluster,
     space: SearchSpace,
     preds: list[Prediction],
     jobs: dict[int, Job],

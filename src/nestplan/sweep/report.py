@@ -22,6 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 from nestplan.errors import ConfigError, printable
+from nestplan.strategy.describe import describe
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.sweep.store import Store
 
 if TYPE_CHECKING:
@@ -100,14 +103,37 @@ def variant(row: dict[str, Any]) -> str:
 
 
 def plan_text(plan: dict[str, Any] | None) -> str:
-    if not plan:
-        return "-"
-    return (
-        f"tp{plan['tp']}{'+sp' if plan['sp'] else ''} pp{plan['pp']} dp{plan['dp']}"
-        + (f" cp{plan['cp']}" if plan["cp"] > 1 else "")
-        + (f" ep{plan['ep']}" if plan["ep"] > 1 else "")
-        + f" mbs{plan['micro_batch_size']} z{plan['zero_stage']}"
-    )
+    """A stored plan (the plan JSON's parallel section) in the short form of every report; ``-`` for none."""
+    return "-" if not plan else describe(stored_dims(plan))
+
+
+def stored_dims(plan: dict[str, Any]) -> ParallelDims:
+    """The degrees of a stored plan; a field a row lacks (written before it existed) takes its default.
+    One ConfigError where the values are no plan nestplan sweep writes."""
+    tp = plan["tp"]
+    try:
+        return ParallelDims(
+            tp=tp,
+            pp=plan["pp"],
+            dp=plan["dp"],
+            cp=plan["cp"],
+            ep=plan["ep"],
+            sp=bool(plan["sp"]),
+            zero=ZeroStage(plan["zero_stage"]),
+            recompute=Recompute(plan.get("recompute", Recompute.NONE)),
+            micro_batch_size=plan["micro_batch_size"],
+            schedule=Schedule(plan.get("schedule", Schedule.ONE_F_ONE_B)),
+            virtual_stages=plan.get("virtual_stages", 1),
+            etp=plan.get("etp", tp),
+        )
+    except (ConfigError, ValueError) as exc:
+        shown = printable(repr(plan))[:80]
+        raise ConfigError(
+            f"sweep report: stored plan {shown} is not what nestplan sweep writes ({printable(str(exc))})",
+            field="plan",
+            value=shown,
+            limit="a row written by nestplan sweep",
+        ) from None
 
 
 @contextmanager

@@ -6,6 +6,7 @@ the paper describes; if nothing fits it reports no plan."""
 
 from __future__ import annotations
 
+from nestplan.cluster import Cluster
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.baselines.common import BaselineResult, Evaluator, tp_candidates
@@ -13,7 +14,7 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
 
 
-def alpa(model: ModelSpec, cluster, job: Job, devices: int, micro_batch_size: int = 1) -> BaselineResult:
+def alpa(model: ModelSpec, cluster: Cluster, job: Job, devices: int, micro_batch_size: int = 1) -> BaselineResult:
     ev = Evaluator(model, cluster, job)
     node = cluster.topology.levels[0].size
     options = []  # (pp, tp, dp, prediction)

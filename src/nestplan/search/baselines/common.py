@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
@@ -37,7 +38,7 @@ class BaselineResult:
 class Evaluator:
     """Counts evaluations; returns None for plans the rules of a framework refuse."""
 
-    def __init__(self, model: ModelSpec, cluster, job: Job) -> None:
+    def __init__(self, model: ModelSpec, cluster: Cluster, job: Job) -> None:
         self.model, self.cluster, self.job = model, cluster, job
         self.count = 0
         self.start = time.perf_counter()

@@ -4,6 +4,7 @@ MoE models put experts where tp would go (ep fills the node, tp 1), as the paper
 
 from __future__ import annotations
 
+from nestplan.cluster import Cluster
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.baselines.common import BaselineResult, Evaluator, largest_dp, tp_candidates
@@ -13,7 +14,7 @@ from nestplan.strategy.enums import Recompute
 RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 
 
-def manual(model: ModelSpec, cluster, job: Job, devices: int, micro_batch_size: int = 1) -> BaselineResult:
+def manual(model: ModelSpec, cluster: Cluster, job: Job, devices: int, micro_batch_size: int = 1) -> BaselineResult:
     ev = Evaluator(model, cluster, job)
     node = cluster.topology.levels[0].size
     if model.is_moe:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from nestplan.cluster import Cluster
 from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
@@ -95,7 +96,7 @@ def _chain(ev: Evaluator, seed: int, budget: int, devices: int, mbs: int, tps, e
 
 def mcmc(
     model: ModelSpec,
-    cluster,
+    cluster: Cluster,
     job: Job,
     devices: int,
     micro_batch_size: int = 1,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
@@ -14,7 +15,7 @@ from nestplan.search.planner import search
 from nestplan.search.space import SearchSpace
 
 
-def flat_cluster(cluster):
+def flat_cluster(cluster: Cluster) -> Cluster:
     """The same devices with every level at the node's bandwidth, latency and efficiency."""
     node = cluster.topology.levels[0]
     levels = tuple(
@@ -30,7 +31,7 @@ def flat_cluster(cluster):
     return replace(cluster, topology=replace(cluster.topology, levels=levels))
 
 
-def phaze(model: ModelSpec, cluster, job: Job, devices: int, micro_batch_size: int = 1) -> BaselineResult:
+def phaze(model: ModelSpec, cluster: Cluster, job: Job, devices: int, micro_batch_size: int = 1) -> BaselineResult:
     start = time.perf_counter()
     space = SearchSpace(micro_batch_sizes=(micro_batch_size,))
     found = search(model, flat_cluster(cluster), job, devices, space, top=0)
