@@ -36,7 +36,7 @@ from nestplan.export.common import (
     sbatch_lines,
     torchrun_prologue,
 )
-from nestplan.export.megatron import hybrid_stack
+from nestplan.export.megatron_hybrid import hybrid_stack
 from nestplan.export.plan import ExportInput
 from nestplan.export.torchtitan_model import (
     CONFIG_FUNCTION,
