@@ -52,7 +52,6 @@ from nestplan.export.megatron_model import (
     moe_flags,
     position_embedding_type,
 )
-from nestplan.export.megatron_model import dispatcher as dispatcher  # re-exported: Megatron-Bridge's export reads it
 from nestplan.export.megatron_placement import (
     node_order_lines,
     one_process_per_task,
@@ -60,15 +59,16 @@ from nestplan.export.megatron_placement import (
     rank_placement_lines,
 )
 from nestplan.export.megatron_training import framework_flags, training_flags
-from nestplan.export.megatron_training import (
-    optimizer_state_flags as optimizer_state_flags,
-)  # re-exported: Megatron-Bridge's export reads it
 from nestplan.export.plan import ExportInput
 from nestplan.job import CpCommType, Job
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
+
+# re-exported: the Megatron-Bridge export reads them from here
+from nestplan.export.megatron_model import dispatcher as dispatcher
+from nestplan.export.megatron_training import optimizer_state_flags as optimizer_state_flags
 
 NAME = "megatron"
 TITLE = "Megatron-LM"
