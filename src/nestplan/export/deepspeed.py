@@ -45,10 +45,10 @@ from nestplan.export.common import (
 )
 from nestplan.export.plan import ExportInput
 from nestplan.job import Job
-from nestplan.model.spec import ModelSpec
-from nestplan.plan import Plan
 from nestplan.strategy.legality import cp_exchange_conflict
 from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState
+from nestplan.model.spec import ModelSpec
+from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.units import GiB
@@ -140,87 +140,106 @@ def check_model(m: ModelSpec) -> None:
 
 
 def check(plan: Plan, heads: int) -> None:
+    """Refuse a plan DeepSpeed cannot run as costed (``heads``: its model's query heads): the first of
+    ``_refusals`` that applies."""
+    for bad, what, field, value, limit in _refusals(plan, heads):
+        if bad:
+            raise refuse(TITLE, what, field, value, limit)
+
+
+Refusal = tuple[bool, str, str, object, object]  # (whether the plan has it, why not, the field, its value, the limit)
+
+
+def _refusals(plan: Plan, heads: int) -> list[Refusal]:
+    """What DeepSpeed cannot run, in the order ``check`` asks."""
     d, optimizer = plan.dims, plan.job.optimizer.value
-    if optimizer not in OPTIMIZERS:
-        raise refuse(
-            TITLE,
-            f"the optimizers exported are {' and '.join(OPTIMIZERS)}, not {optimizer}",
-            "optimizer",
-            optimizer,
-            list(OPTIMIZERS),
-        )
-    if d.per_virtual_stage:
-        raise refuse(
-            TITLE,
+    first = (
+        optimizer not in OPTIMIZERS,
+        f"the optimizers exported are {' and '.join(OPTIMIZERS)}, not {optimizer}",
+        "optimizer",
+        optimizer,
+        list(OPTIMIZERS),
+    )
+    last = (
+        d.zero >= 2 and d.pp > 1,
+        f"DeepSpeed's pipeline engine supports ZeRO 0 and 1 only, the plan has ZeRO {int(d.zero)} with pp {d.pp}",
+        "zero_stage",
+        int(d.zero),
+        1,
+    )
+    return [first, *_layout_refusals(plan, heads), *_moe_refusals(plan), last]
+
+
+def _layout_refusals(plan: Plan, heads: int) -> list[Refusal]:
+    """Virtual stages, and Ulysses beside a pipeline, beside AutoTP, or over heads it cannot split."""
+    d, kv_heads = plan.dims, plan.model.num_kv_heads
+    return [
+        (
+            d.per_virtual_stage,
             "DeepSpeed's pipeline engine runs one contiguous part per stage (PipelineModule, 1F1B) "
             f"and cannot place layers per virtual stage ({d.pp} x {d.virtual_stages} chunks)",
             "layers_per_stage",
             len(d.layers_per_stage or ()),
             d.pp,
-        )
-    if d.cp > 1 and d.pp > 1:
-        raise refuse(
-            TITLE,
+        ),
+        (
+            d.cp > 1 and d.pp > 1,
             f"DeepSpeed's pipeline topology (pipe, data, model) has no sequence axis: Ulysses of "
             f"cp {d.cp} cannot run with pp {d.pp} (its ranks would count as data parallel)",
             "cp",
             d.cp,
             1,
-        )
-    if d.cp > 1 and d.tp > 1:
-        raise refuse(
-            TITLE,
+        ),
+        (
+            d.cp > 1 and d.tp > 1,
             f"DeepSpeed's Ulysses groups (parallel_state_sp) and AutoTP's each put their group on "
             f"consecutive ranks and count the rest as data parallel: cp {d.cp} with tp {d.tp} would share "
             "ranks between the sequence and the tensor groups",
             "cp",
             d.cp,
             1,
-        )
-    ulysses = cp_exchange_conflict(_ulysses(plan.job).settings, d.cp, heads, plan.model.num_kv_heads)
-    if ulysses is not None:
-        raise refuse(
-            TITLE,
+        ),
+        (
+            cp_exchange_conflict(_ulysses(plan.job).settings, d.cp, heads, kv_heads) is not None,
             f"cp {d.cp} runs as DeepSpeed-Ulysses, whose all-to-all splits the {heads} query and "
-            f"{plan.model.num_kv_heads} key/value heads over the {d.cp} ranks: they must divide both",
+            f"{kv_heads} key/value heads over the {d.cp} ranks: they must divide both",
             "cp",
             d.cp,
-        )
-    if plan.job.settings.moe_dispatcher is not MoeDispatcher.ALLTOALL:
-        raise refuse(
-            TITLE,
-            f"DeepSpeed's MoE layer dispatches with all-to-alls, not the {plan.job.settings.moe_dispatcher.value} "
+            None,
+        ),
+    ]
+
+
+def _moe_refusals(plan: Plan) -> list[Refusal]:
+    """The MoE settings DeepSpeed's MoE layer cannot run: another dispatcher, overlapped all-to-alls,
+    experts folded over tp."""
+    d, job = plan.dims, plan.job
+    return [
+        (
+            job.settings.moe_dispatcher is not MoeDispatcher.ALLTOALL,
+            f"DeepSpeed's MoE layer dispatches with all-to-alls, not the {job.settings.moe_dispatcher.value} "
             "dispatcher the plan costed",
             "moe_dispatcher",
-            plan.job.settings.moe_dispatcher.value,
+            job.settings.moe_dispatcher.value,
             "alltoall",
-        )
-    if plan.job.settings.moe_comm_overlap:
-        raise refuse(
-            TITLE,
+        ),
+        (
+            job.settings.moe_comm_overlap,
             "DeepSpeed's MoE layer runs each microbatch's all-to-alls exposed: the plan's overlap of "
             "them with another microbatch's compute cannot run",
             "moe_comm_overlap",
             True,
             False,
-        )
-    if d.etp is not None:
-        raise refuse(
-            TITLE,
+        ),
+        (
+            d.etp is not None,
             f"DeepSpeed's MoE layer draws expert parallelism from the data-parallel ranks only: the "
             f"plan's experts folded over tp (etp {d.etp} below tp {d.tp}) cannot run",
             "etp",
             d.etp,
             d.tp,
-        )
-    if d.zero >= 2 and d.pp > 1:
-        raise refuse(
-            TITLE,
-            f"DeepSpeed's pipeline engine supports ZeRO 0 and 1 only, the plan has ZeRO {int(d.zero)} with pp {d.pp}",
-            "zero_stage",
-            int(d.zero),
-            1,
-        )
+        ),
+    ]
 
 
 def notes_for(inp: ExportInput) -> list[str]:

@@ -27,7 +27,6 @@ from nestplan.export.common import (
     Export,
     ExportFile,
     bash_array,
-    comment_text,
     counts_text,
     expert_group_note,
     flag_pairs,
@@ -37,12 +36,22 @@ from nestplan.export.common import (
     sbatch_lines,
     torchrun_prologue,
 )
-from nestplan.export.megatron import hybrid_stack
+from nestplan.export.megatron_hybrid import hybrid_stack
 from nestplan.export.plan import ExportInput
+from nestplan.export.torchtitan_model import (
+    CONFIG_FUNCTION,
+    CONFIG_MODULE,
+    MODEL_CONFIGS,
+    _differences,
+    config_module,
+    llama_stand_in,
+)
+from nestplan.export.torchtitan_split import layers_per_stage_flag, listed_split, stage_weights
+from nestplan.export.torchtitan_split import titan_split as titan_split  # re-exported: the split lives there
 from nestplan.job import Job
+from nestplan.settings import CpCommType, Fp8Recipe, MoeDispatcher, OptimizerState
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
-from nestplan.settings import CpCommType, Fp8Recipe, MoeDispatcher, OptimizerState
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 
@@ -64,17 +73,6 @@ COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)  # what it run
 CP_EXCHANGES = (CpCommType.ALLGATHER,)  # 0.3.0's context parallelism all-gathers K/V (FlexAttention)
 EXPERT_TP = (1,)  # 0.3.0's experts have no tensor parallelism: expert parallelism borrows the tp ranks
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}  # TrainingConfig.mixed_precision_param's choices
-# catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
-# Hugging Face assets folder); the 405B takes the 70B's settings: torchtitan's llama3_405b builds FP8
-# linears and compiles (torchtitan/models/llama3/config_registry.py)
-MODEL_CONFIGS = {
-    "llama3-8b": ("llama3_8b", "8B", "./assets/hf/Llama-3.1-8B"),
-    "llama3-70b": ("llama3_70b", "70B", "./assets/hf/Llama-3.1-70B"),
-    "llama3.1-405b": ("llama3_70b", "405B", "./assets/hf/Llama-3.1-405B"),
-}
-SWIGLU_MULTIPLE = 256  # Llama's FFN sizes are multiples of 256 (Touvron et al. 2023, Llama 2's multiple_of)
-CONFIG_MODULE = "nestplan_torchtitan"  # the config module the export writes next to its launch script
-CONFIG_FUNCTION = "nestplan_plan"
 Flags = list[tuple[str, object]]
 
 
@@ -120,54 +118,6 @@ def _data_parallel(plan: Plan) -> tuple[Flags, list[str]]:
     ], notes
 
 
-def titan_split(num_layers: int, stages: int, first_less: int, last_less: int) -> list[int] | None:
-    """Transformer layers per (virtual) stage as torchtitan 0.3.0 splits them
-    (``generate_llm_fqn_per_model_part``): num_layers + first_less + last_less effective layers
-    spread evenly, the remainder one each to the first stages, the first stage giving up
-    ``first_less`` and the last ``last_less`` layers to the embedding and the head. None where
-    torchtitan refuses the numbers."""
-    effective = num_layers + first_less + last_less
-    per, extra = divmod(effective, stages)
-    if stages > effective or per == 0 or first_less > per or last_less > per:
-        return None
-    counts = [per + (1 if k < extra else 0) for k in range(stages)]
-    counts[0] -= first_less
-    counts[-1] -= last_less
-    return counts
-
-
-def _stage_weights(target: list[int]) -> tuple[int, int] | None:
-    """The (first_less, last_less) for which torchtitan's split equals ``target``, if any."""
-    for first in range(max(target) + 1):
-        for last in range(max(target) + 1):
-            if titan_split(sum(target), len(target), first, last) == target:
-                return first, last
-    return None
-
-
-def _layers_per_stage_flag(target: list[int], weights: tuple[int, int]) -> int | None:
-    """torchtitan's --parallelism.pipeline-parallel-layers-per-stage that makes ``len(target)`` stages
-    (it makes ceil(effective layers / layers-per-stage)), or None where none does."""
-    lps = max(target)
-    return lps if -(-(sum(target) + sum(weights)) // lps) == len(target) else None
-
-
-def listed_split(plan: Plan) -> list[int] | None:
-    """The layers per (virtual) stage where torchtitan's split flags cannot give the costed split, which
-    the config module then lists module by module (``module_fqns_per_model_part``); None where the
-    flags give it."""
-    d = plan.dims
-    if d.pp == 1:
-        return None
-    target = list(d.virtual_stage_layers(plan.model.num_layers))  # virtual stage i runs on rank i % pp
-    weights = _stage_weights(target)
-    if weights is None or (
-        d.virtual_stages > 1 and _layers_per_stage_flag(target, weights) is None and d.virtual_stages != 2
-    ):
-        return target
-    return None
-
-
 def _pipeline(plan: Plan) -> tuple[Flags, list[str]]:
     d = plan.dims
     if d.pp == 1:
@@ -184,9 +134,9 @@ def _pipeline(plan: Plan) -> tuple[Flags, list[str]]:
             f"{CONFIG_MODULE}.py lists each stage's modules (parallelism.module_fqns_per_model_part)"
         ]
     target = list(d.virtual_stage_layers(plan.model.num_layers))
-    weights = _stage_weights(target)
+    weights = stage_weights(target)
     assert weights is not None, "listed_split lists every split the weights cannot give"
-    lps = _layers_per_stage_flag(target, weights)
+    lps = layers_per_stage_flag(target, weights)
     if d.virtual_stages > 1 and lps is not None:
         flags.append(("--parallelism.pipeline-parallel-layers-per-stage", lps))
     flags += [
@@ -194,23 +144,6 @@ def _pipeline(plan: Plan) -> tuple[Flags, list[str]]:
         ("--parallelism.pipeline-parallel-last-stage-less-layers", weights[1]),
     ]
     return flags, []
-
-
-def _stages_source(counts: list[int]) -> tuple[str, str]:
-    """(the function listing each stage's modules, the line that sets it) for a listed split."""
-    function = (
-        f"STAGE_LAYERS = [{', '.join(str(int(c)) for c in counts)}]   # per (virtual) stage, as costed\n\n\n"
-        "def nestplan_stages():\n"
-        '    """Each (virtual) stage\'s modules: the embedding first, the norm and head last."""\n'
-        "    parts, first = [], 0\n"
-        "    for count in STAGE_LAYERS:\n"
-        '        parts.append([f"layers.{i}" for i in range(first, first + count)])\n'
-        "        first += count\n"
-        '    parts[0].insert(0, "tok_embeddings")\n'
-        '    parts[-1] += ["norm", "lm_head"]\n'
-        "    return parts\n\n\n"
-    )
-    return function, "    config.parallelism.module_fqns_per_model_part = nestplan_stages()\n"
 
 
 def _checkpoint(plan: Plan) -> tuple[str, list[str]]:
@@ -233,13 +166,35 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
     0.3.0 has no ring or all-to-all option); its float8 linears (torchao) scale from the current amax
     (rowwise; nestplan's closest recipe is tensorwise current scaling) and keep parameters in the
     training dtype."""
-    model, dims, job, changes = run_model(plan.model), plan.dims, plan.job, []
+    model, changes = run_model(plan.model), []
     if model != plan.model:
         changes.append(
             f"torchtitan 0.3.0 has no {plan.model.family} architecture "
             f"({', '.join(_differences(plan.model))}): it builds a Llama-architecture decoder of "
             f"{plan.model.name}'s sizes (SwiGLU hidden {model.ffn_hidden_size}, untied head, no dropout)"
         )
+    dims, sharding = _run_sharding(plan)
+    job, moe = _run_moe(plan.job)
+    changes += sharding + moe
+    if dims.pp > 1 and dims.schedule in RUNS_AS:
+        changes.append(
+            "torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
+            f"the {dims.schedule.value} plan as {SCHEDULES[RUNS_AS[dims.schedule]]}"
+        )
+        dims = replace(dims, schedule=RUNS_AS[dims.schedule])
+    if dims.cp > 1 and job.settings.cp_comm_type not in CP_EXCHANGES:
+        changes.append(
+            f"torchtitan 0.3.0's context parallelism all-gathers K/V (FlexAttention); it has no "
+            f"{job.settings.cp_comm_type.value} exchange, which nestplan costed"
+        )
+        job = job.with_settings(cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
+    job, precision = _run_precision(job)
+    return model, dims, job, changes + precision
+
+
+def _run_sharding(plan: Plan) -> tuple[ParallelDims, list[str]]:
+    """The degrees FSDP2 runs (``_run_job``): ZeRO 1 without pp as ZeRO 2, experts without tensor parallelism."""
+    dims, changes = plan.dims, []
     if dims.zero == 1 and dims.pp == 1:
         changes.append(
             "torchtitan's FSDP2 has no optimizer-only sharding: ZeRO 1 runs as FSDP without resharding "
@@ -252,6 +207,12 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
             f"{dims.ep * dims.tp} ranks (etp 1), where nestplan costed them split {dims.expert_tp} ways"
         )
         dims = replace(dims, etp=1)
+    return dims, changes
+
+
+def _run_moe(job: Job) -> tuple[Job, list[str]]:
+    """The MoE settings torchtitan 0.3.0 runs (``_run_job``): all-to-alls, dropless experts, no overlap."""
+    changes = []
     if job.settings.moe_dispatcher is not MoeDispatcher.ALLTOALL:
         changes.append(
             f"torchtitan 0.3.0 dispatches every token copy with all-to-alls, not the {job.settings.moe_dispatcher.value} "
@@ -270,18 +231,12 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
             "cross-microbatch overlap, which nestplan costed"
         )
         job = job.with_settings(moe_comm_overlap=False)
-    if dims.pp > 1 and dims.schedule in RUNS_AS:
-        changes.append(
-            "torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
-            f"the {dims.schedule.value} plan as {SCHEDULES[RUNS_AS[dims.schedule]]}"
-        )
-        dims = replace(dims, schedule=RUNS_AS[dims.schedule])
-    if dims.cp > 1 and job.settings.cp_comm_type not in CP_EXCHANGES:
-        changes.append(
-            f"torchtitan 0.3.0's context parallelism all-gathers K/V (FlexAttention); it has no "
-            f"{job.settings.cp_comm_type.value} exchange, which nestplan costed"
-        )
-        job = job.with_settings(cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
+    return job, changes
+
+
+def _run_precision(job: Job) -> tuple[Job, list[str]]:
+    """The precision torchtitan runs (``_run_job``): rowwise float8 linears, float32 parameters and moments."""
+    changes = []
     if job.fp8 and job.settings.fp8_recipe is not Fp8Recipe.TENSORWISE:
         changes.append(
             f"torchtitan's float8 linears (torchao, rowwise current scaling) replace the "
@@ -297,7 +252,7 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
             f"{job.settings.optimizer_state.value} optimizer state nestplan costed"
         )
         job = job.with_settings(optimizer_state=OptimizerState.FP32)
-    return model, dims, job, changes
+    return job, changes
 
 
 def _run_note(plan: Plan) -> list[str]:
@@ -455,29 +410,6 @@ def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
     return flags, ckpt, notes + ep_notes + dp_notes + pipe_notes + ckpt_notes + compile_notes + _job_notes(p)
 
 
-def _differences(m: ModelSpec) -> list[str]:
-    """How ``m`` differs from what torchtitan 0.3.0 builds: Llama-architecture decoders (RMSNorm, SwiGLU,
-    rotary positions, no biases, no dropout, untied head) and, for MoE, Qwen3-MoE blocks (every layer
-    MoE, no shared experts)."""
-    checks = [
-        (m.norm != "rmsnorm", m.norm),
-        (not m.gated_mlp, "a non-gated MLP"),
-        (m.linear_bias, "linear biases"),
-        (m.learned_position_embeddings, "learned position embeddings"),
-        (m.rotary_fraction != 1.0, "partial rotary embeddings"),
-        (m.tied_embeddings, "tied embeddings"),
-        (m.dropout, "dropout"),
-        (m.qkv_bias, "query/key/value biases"),
-        (m.qk_norm != "none", "query/key norms"),
-        (m.block_norms != 2, f"{m.block_norms} norms per block"),
-        (any(m.window_of(i) is not None for i in range(m.num_layers)), "sliding-window attention"),
-        (m.attention_sinks, "attention sinks"),
-        (m.router_bias, "a router bias"),
-        (m.parallel_block, "attention and MLP in parallel"),
-    ]
-    return [what for bad, what in checks if bad]
-
-
 def check_model(m: ModelSpec) -> None:
     """A model torchtitan 0.3.0 has nothing close to (``run_model``): refused."""
     run_model(m)
@@ -485,8 +417,8 @@ def check_model(m: ModelSpec) -> None:
 
 def run_model(m: ModelSpec) -> ModelSpec:
     """The model torchtitan 0.3.0 builds for ``m``: ``m`` itself where it is of torchtitan's architecture,
-    else a Llama-architecture decoder of ``m``'s sizes (a non-gated MLP's parameters kept by a SwiGLU of
-    2/3 its hidden size, rounded to a multiple of 256 as Llama's sizes are, so tp degrees still divide it). Refused where torchtitan has nothing close: an encoder, MoE with shared experts
+    else a Llama-architecture decoder of ``m``'s sizes (``llama_stand_in``). Refused where torchtitan has
+    nothing close: an encoder, MoE with shared experts
     or dense layers between, heads that do not tile the hidden size, latent or chunked attention, a hybrid
     stack of Mamba layers (Nemotron-H, Jamba: torchtitan has no Mamba mixer)."""
     blockers = [
@@ -509,114 +441,13 @@ def run_model(m: ModelSpec) -> ModelSpec:
         )
     if not _differences(m):
         return m
-    ffn = m.ffn_hidden_size if m.gated_mlp else SWIGLU_MULTIPLE * round(2 * m.ffn_hidden_size / 3 / SWIGLU_MULTIPLE)
-    return replace(
-        m,
-        name=f"{m.name} as llama",
-        norm="rmsnorm",
-        gated_mlp=True,
-        ffn_hidden_size=ffn,
-        linear_bias=False,
-        learned_position_embeddings=False,
-        rotary_fraction=1.0,
-        tied_embeddings=False,
-        dropout=False,
-        qkv_bias=False,
-        qk_norm="none",
-        block_norms=2,
-        sliding_window=None,
-        sliding_window_layers=(),
-        attention_sinks=False,
-        router_bias=False,
-        parallel_block=False,
-    )
-
-
-def _model_source(m: ModelSpec, fp8: bool, compiled: bool) -> tuple[str, str]:
-    """(imports, body of ``nestplan_model``) for torchtitan 0.3.0 building ``m``: its own Llama 3 flavor
-    where it ships one, else its Llama 3 (dense) or Qwen3-MoE (MoE, query/key norms removed) layers
-    at ``m``'s sizes, resized from a shipped flavor that lends the initialisation and rotary settings."""
-    converter = f'Float8LinearConverter.Config(filter_fqns=["lm_head"], model_compile_enabled={compiled})'
-    imports = "from torchtitan.components.quantization import Float8LinearConverter\n" if fp8 else ""
-    if m.name in MODEL_CONFIGS:
-        _, flavor, _ = MODEL_CONFIGS[m.name]
-        return imports, f'    return model_registry("{flavor}"{f", converters=[{converter}]" if fp8 else ""})\n'
-    imports = "from dataclasses import replace\n\n" + imports
-    sizes = (
-        f"n_layers={int(m.num_layers)}, dim={int(m.hidden_size)}, n_heads={int(m.num_heads)}, "
-        f"n_kv_heads={int(m.num_kv_heads)}"
-    )
-    if m.is_moe:
-        imports += (
-            "from torchtitan.models.qwen3 import _build_qwen3_moe_layers\n"
-            "from torchtitan.models.qwen3 import model_registry as qwen3_registry\n"
-        )
-        layers = (
-            f"    layers = _build_qwen3_moe_layers(\n        {sizes}, head_dim={int(m.head_dim)},\n"
-            f"        moe_hidden_dim={int(m.moe_ffn_hidden_size)}, num_experts={int(m.num_experts)}, "
-            f"top_k={int(m.experts_per_token)},\n"
-            '        attn_backend="flex", moe_comm_backend="standard", rope=replace(rope, '
-            f"dim={int(m.head_dim)}))\n"
-            "    layers = [replace(b, attention=replace(b.attention, qk_norm=None)) for b in layers]\n"
-        )
-        spec = '    spec = qwen3_registry("30B-A3B")   # Qwen3-MoE blocks: softmax top-k router, renormalised\n'
-    else:
-        imports += "from torchtitan.models.llama3 import _build_llama3_layers\n"
-        layers = (
-            f"    layers = _build_llama3_layers(\n        {sizes},\n        hidden_dim={int(m.ffn_hidden_size)}, "
-            f'attn_backend="flex", rope=replace(rope, dim={int(m.head_dim)}))\n'
-        )
-        spec = '    spec = model_registry("8B")   # Llama 3 blocks\n'
-    vocab, dim = int(m.vocab_size), int(m.hidden_size)
-    body = (
-        spec
-        + "    base = spec.model\n    rope = base.layers[0].attention.rope\n"
-        + layers
-        + f"    model = replace(base, dim={dim}, vocab_size={vocab}, layers=layers,\n"
-        f"                    tok_embeddings=replace(base.tok_embeddings, num_embeddings={vocab}, "
-        f"embedding_dim={dim}),\n"
-        f"                    norm=replace(base.norm, normalized_shape={dim}),\n"
-        f"                    lm_head=replace(base.lm_head, in_features={dim}, out_features={vocab}))\n"
-        + (f"    model = {converter}.build().convert(model)\n" if fp8 else "")
-        + '    return replace(spec, flavor="nestplan", model=model)\n'
-    )
-    return imports, body
-
-
-def config_module(inp: ExportInput, compiled: bool) -> str:
-    """The text of ``nestplan_torchtitan.py``: torchtitan 0.3.0's config for the plan (the model nestplan
-    costed, FP8 linears only where it costed them), read by ``--module nestplan_torchtitan --config
-    nestplan_plan``. Every value in it is an integer of the validated model or a fixed name."""
-    m, job = run_model(inp.model), inp.plan.job
-    imports, body = _model_source(m, job.fp8, compiled)
-    base, _, assets = MODEL_CONFIGS.get(m.name, ("llama3_70b", "", ""))
-    assets_line = f'    config.hf_assets_path = "{assets}"\n' if assets else ""
-    listed = listed_split(inp.plan)
-    stages, stages_line = _stages_source(listed) if listed is not None else ("", "")
-    return (
-        '"""torchtitan 0.3.0 config written by nestplan: the model it builds for the plan and its precision.'
-        "\n\nThe launch script puts this folder on PYTHONPATH and passes --module "
-        f'{CONFIG_MODULE} --config {CONFIG_FUNCTION};\nits flags set the parallelism, batch and sequence."""\n'
-        f"# nestplan {comment_text(inp.version)}\n# model: {comment_text(m.name)}, {int(m.num_layers)} layers, hidden {int(m.hidden_size)}"
-        f"{f', {int(m.num_experts)} experts (top {int(m.experts_per_token)})' if m.is_moe else ''}"
-        f"; FP8 linears: {'yes' if job.fp8 else 'no'}\n\n"
-        + imports
-        + "from torchtitan.models.common.config_utils import decoder_vocab_size\n"
-        "from torchtitan.models.llama3 import config_registry, model_registry\n\n\n"
-        "def nestplan_model():\n" + body + "\n\n" + stages + f"def {CONFIG_FUNCTION}():\n"
-        f"    config = config_registry.{base}()   # torchtitan's run settings (data, optimizer, checkpoints)\n"
-        "    config.model_spec = nestplan_model()\n"
-        "    config.loss.loss_fn.global_vocab_size = decoder_vocab_size(config.model_spec)\n"
-        + assets_line
-        + stages_line
-        + "    return config\n"
-    )
+    return llama_stand_in(m)
 
 
 def export(inp: ExportInput) -> Export:
     flags, ckpt, notes = all_flags(inp)
     remap = node_order(inp)
-    module = config_module(inp, ("--compile.enable", None) in flags)
+    module = config_module(inp, run_model(inp.model), ("--compile.enable", None) in flags)
     text = (
         "#!/usr/bin/env bash\n"
         + sbatch_lines(inp)

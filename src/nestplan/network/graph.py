@@ -1,5 +1,34 @@
 """Levels of an arbitrary link graph, derived by widest (bottleneck) paths: :func:`from_graph`.
 
+Derivation:
+
+1. For every device pair, the widest path is the one whose narrowest link (its
+   bottleneck bandwidth) is widest; its latency is the smallest total latency of
+   the paths that achieve that bottleneck.
+2. The distinct bottleneck bandwidths over device pairs, widest first (values
+   within ``rel_tol`` are equal), are the levels' bandwidths b_0 > b_1 > ...
+3. A level-i unit is a set of devices connected by paths whose links are all at
+   least b_i wide (a connected component of the links >= b_i, restricted to
+   devices). Such units nest; all units of a level must hold the same number of
+   devices, otherwise a ConfigError names the sizes found.
+4. The latency of level i is the largest widest-path latency between two devices
+   of one level-i unit (so it never falls below level i-1's).
+5. Ranks are ordered so that every unit is a contiguous block: units are ordered
+   by their smallest device id, devices inside the innermost unit by id.
+6. When the innermost units (of 3 or more devices) are full meshes, every pair of their
+   devices joined by a direct link at least b_0 wide (8 MI300X on Infinity Fabric), level 0
+   is a mesh: ``mesh_link_Bps`` = b_0 and ``bandwidth_Bps`` = (size - 1) * b_0, so that a
+   collective over g of its devices uses their g - 1 links (``Level.group_bandwidth_Bps``),
+   not one.
+
+Bottleneck classes come from a Kruskal-style union-find sweep over the links,
+widest first (O(E log E)); latencies from a NumPy Bellman-Ford from all devices
+per level (O(levels * D * E * hop-diameter), a few seconds for thousands of nodes).
+Oversubscription is not derived from a graph: every level gets 1. Ids are below
+``MAX_GRAPH_NODES``, links at most ``MAX_GRAPH_EDGES``, and a graph whose latencies
+would take more than ``MAX_RELAXATIONS`` Bellman-Ford cells is refused (ConfigError): at once
+when a hop count shows it, else when the sweep runs out of its budget.
+
 Re-exported from ``nestplan.network.builders`` and ``nestplan.network``.
 """
 
@@ -386,34 +415,7 @@ def from_graph(
     Ids ``0 .. num_devices-1`` are devices; any larger id is a switch. Links are
     undirected; parallel links are not aggregated (give a bonded link as one edge).
 
-    Derivation:
-
-    1. For every device pair, the widest path is the one whose narrowest link (its
-       bottleneck bandwidth) is widest; its latency is the smallest total latency of
-       the paths that achieve that bottleneck.
-    2. The distinct bottleneck bandwidths over device pairs, widest first (values
-       within ``rel_tol`` are equal), are the levels' bandwidths b_0 > b_1 > ...
-    3. A level-i unit is a set of devices connected by paths whose links are all at
-       least b_i wide (a connected component of the links >= b_i, restricted to
-       devices). Such units nest; all units of a level must hold the same number of
-       devices, otherwise a ConfigError names the sizes found.
-    4. The latency of level i is the largest widest-path latency between two devices
-       of one level-i unit (so it never falls below level i-1's).
-    5. Ranks are ordered so that every unit is a contiguous block: units are ordered
-       by their smallest device id, devices inside the innermost unit by id.
-    6. When the innermost units (of 3 or more devices) are full meshes, every pair of their
-       devices joined by a direct link at least b_0 wide (8 MI300X on Infinity Fabric), level 0
-       is a mesh: ``mesh_link_Bps`` = b_0 and ``bandwidth_Bps`` = (size - 1) * b_0, so that a
-       collective over g of its devices uses their g - 1 links (``Level.group_bandwidth_Bps``),
-       not one.
-
-    Bottleneck classes come from a Kruskal-style union-find sweep over the links,
-    widest first (O(E log E)); latencies from a NumPy Bellman-Ford from all devices
-    per level (O(levels * D * E * hop-diameter), a few seconds for thousands of nodes).
-    Oversubscription is not derived from a graph: every level gets 1. Ids are below
-    ``MAX_GRAPH_NODES``, links at most ``MAX_GRAPH_EDGES``, and a graph whose latencies
-    would take more than ``MAX_RELAXATIONS`` Bellman-Ford cells is refused (ConfigError): at once
-    when a hop count shows it, else when the sweep runs out of its budget.
+    Derivation, limits and cost: the module docstring.
 
     Returns a :class:`GraphTopology`: the topology over ranks and ``device_order``
     (rank -> graph device id).

@@ -1,0 +1,120 @@
+"""A model's shape as Megatron-LM flags: attention (grouped queries, MLA, QK-norm, windows, sinks) and
+experts (router, shared experts, dispatcher, MTP), for ``nestplan.export.megatron.model_flags``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nestplan.job import Job
+from nestplan.settings import MoeDispatcher
+from nestplan.model.spec import ModelSpec
+from nestplan.plan import Plan
+
+Flags = list[tuple[str, object]]  # (flag, value or None for a switch), as export.common.flag_pairs writes them
+
+
+def position_embedding_type(m: ModelSpec) -> str:
+    """Megatron's --position-embedding-type: learned, none where no head has rotary positions
+    (Nemotron-H's attention), else RoPE (on --rotary-percent of each head)."""
+    if m.learned_position_embeddings:
+        return "learned_absolute"
+    return "none" if m.rotary_fraction == 0 else "rope"
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """What Megatron-core's TransformerConfig sets for a model's attention beyond its shape:
+    Q/K/V biases (``add_qkv_bias``), a per-head RMSNorm of queries and keys (``qk_layernorm``), a
+    sliding window on every layer (``window_size`` = (w - 1, 0): a query sees itself and the w - 1
+    keys before it, FlashAttention's convention), and notes for what it cannot build."""
+
+    qkv_bias: bool
+    qk_layernorm: bool
+    window: tuple[int, int] | None
+    notes: tuple[str, ...]
+
+
+def attention_options(m: ModelSpec) -> AttentionOptions:
+    notes = []
+    if m.qk_norm == "full":
+        notes.append(
+            f"{m.name} normalises the whole query and key width (OLMo 2); Megatron-core's qk_layernorm "
+            "normalises per head (the same FLOPs and memory to nestplan's precision, other weights)"
+        )
+    windowed = {m.window_of(i) for i in range(m.num_layers)}
+    window = None
+    if len(windowed) == 1 and None not in windowed:
+        w = min(windowed.pop(), 2**30)
+        window = (w - 1, 0)
+    elif len(windowed) > 1:
+        notes.append(
+            f"{m.name} mixes sliding-window and full-attention layers; this export gives Megatron-core "
+            "no window, so every layer attends to the whole sequence (slower than costed at long sequences)"
+        )
+    return AttentionOptions(m.qkv_bias and not m.linear_bias, m.qk_norm != "none", window, tuple(notes))
+
+
+def mla_flags(m: ModelSpec) -> Flags:
+    """Multi-head latent attention (megatron/training/arguments.py _add_mla_args; MLATransformerConfig):
+    qk_head_dim is the part of a query/key head without rotary positions."""
+    flags: Flags = [("--multi-latent-attention", None)]
+    if m.q_lora_rank:
+        flags.append(("--q-lora-rank", m.q_lora_rank))
+    return flags + [
+        ("--kv-lora-rank", m.kv_lora_rank),
+        ("--qk-head-dim", m.head_dim - m.qk_rope_head_dim),
+        ("--qk-pos-emb-head-dim", m.qk_rope_head_dim),
+        ("--v-head-dim", m.value_head_dim),
+    ]
+
+
+def attention_flags(m: ModelSpec) -> Flags:
+    opts = attention_options(m)
+    flags: Flags = [("--add-qkv-bias", None)] if opts.qkv_bias else []
+    if opts.qk_layernorm:
+        flags.append(("--qk-layernorm", None))
+    if m.qk_norm == "l2":  # Llama 4's weightless QK-norm (TransformerConfig.qk_l2_norm)
+        flags.append(("--qk-l2-norm", None))
+    if m.nope_layers:  # 1: a layer without rotary positions (arguments.py --no-rope-freq)
+        flags.append(
+            ("--no-rope-freq", f"[{','.join('1' if i in m.nope_layers else '0' for i in range(m.num_layers))}]")
+        )
+    if m.attention_sinks:  # a learned logit per head in the softmax (TransformerConfig.softmax_type)
+        flags.append(("--softmax-type", "learnable"))
+    if opts.window is not None:
+        flags.append(("--window-size", f"{opts.window[0]},{opts.window[1]}"))
+    return flags
+
+
+def dispatcher(job: Job) -> str:
+    """Megatron-Core's token dispatcher for the one nestplan costed: the flex dispatcher's backend
+    defaults to DeepEP (TransformerConfig.moe_flex_dispatcher_backend)."""
+    return "flex" if job.settings.moe_dispatcher is MoeDispatcher.DEEPEP else "alltoall"
+
+
+def moe_flags(m: ModelSpec, plan: Plan) -> Flags:
+    flags: Flags = [
+        ("--num-experts", m.num_experts),
+        ("--moe-router-topk", m.experts_per_token),
+        ("--moe-ffn-hidden-size", m.moe_ffn_hidden_size),
+        ("--moe-token-dispatcher-type", dispatcher(plan.job)),
+    ]  # as costed
+    if len(m.moe_layers) != m.num_layers and not m.is_hybrid:  # a hybrid's pattern places them (E)
+        pattern = ",".join("1" if m.is_moe_layer(i) else "0" for i in range(m.num_layers))
+        flags.append(("--moe-layer-freq", f"[{pattern}]"))
+    if m.num_shared_experts:
+        flags.append(("--moe-shared-expert-intermediate-size", m.num_shared_experts * m.shared_expert_ffn_hidden_size))
+    if m.routing_groups > 1:  # node-limited routing (TransformerConfig.moe_router_num_groups / group_topk)
+        flags += [
+            ("--moe-router-num-groups", m.routing_groups),
+            ("--moe-router-group-topk", m.routing_groups_per_token),
+        ]
+    if m.router_bias and not m.linear_bias:  # DeepSeek-V3's per-expert correction bias, on sigmoid scores
+        flags += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+    elif m.router_scores_all_experts:  # a softmax over every expert before the top-k (DeepSeek-V2, Qwen2-MoE)
+        flags.append(("--moe-router-pre-softmax", None))
+    if m.mtp_layers:
+        flags.append(("--mtp-num-layers", m.mtp_layers))
+    if plan.job.dtype == "bf16":
+        flags.append(("--moe-grouped-gemm", None))
+    return flags
