@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from nestplan.errors import ConfigError, printable
@@ -39,6 +40,35 @@ class ExportFile:
     name: str
     text: str
     executable: bool = False
+
+
+class Handling(str, Enum):
+    """What an exporter does with a run setting that differs from its default (``settings.RunSettings``)."""
+
+    SETS = "sets"  # writes the framework's own flag or config key for it (and may note what differs)
+    NOTES = "notes"  # the framework runs it its own way: a note says so, with nestplan's prediction where it can
+    REFUSES = "refuses"  # the framework cannot run it: the export refuses the plan in one line
+
+
+@dataclass(frozen=True)
+class SettingSupport:
+    """One exporter's declaration for one run setting: its handling and, in a few words, how (the flag or
+    key it sets, or what the note or refusal says)."""
+
+    handling: Handling
+    how: str
+
+
+def sets(how: str) -> SettingSupport:
+    return SettingSupport(Handling.SETS, how)
+
+
+def notes(how: str) -> SettingSupport:
+    return SettingSupport(Handling.NOTES, how)
+
+
+def refuses(how: str) -> SettingSupport:
+    return SettingSupport(Handling.REFUSES, how)
 
 
 @dataclass(frozen=True)

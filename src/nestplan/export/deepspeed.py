@@ -33,6 +33,9 @@ from dataclasses import replace
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export.common import (
+    notes,
+    refuses,
+    sets,
     STAGE_MAJOR,
     Export,
     ExportFile,
@@ -59,6 +62,23 @@ PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deep
 COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B,)  # its pipeline engine's (deepspeed/runtime/pipe/schedule.py)
 CP_EXCHANGES = (CpCommType.A2A,)  # its sequence parallelism is Ulysses (all-to-alls)
 EXPERT_TP = (None,)  # its MoE layer (deepspeed.moe.layer.MoE) takes ep_size from the data-parallel ranks only
+# What the export does with every run setting (settings.RunSettings) that differs from its default;
+# tests/unit/test_export_settings.py checks each declaration against the export itself
+SETTINGS = {
+    "grad_dtype": sets("data_types.grad_accum_dtype"),
+    "flash_attention": notes("the attention is the user's model code"),
+    "tp_comm_overlap": notes("AutoTP has no overlap of its collectives"),
+    "overlap_grad_reduce": sets("zero_optimization.overlap_comm"),
+    "overlap_param_gather": notes("ZeRO 1 and 2 all-gather the updated parameters after the step, stage 3 prefetches"),
+    "fp8_recipe": notes("no FP8 setting"),
+    "fp8_params": notes("no FP8 parameters"),
+    "cp_comm_type": notes("its sequence parallelism is Ulysses (a2a)"),
+    "cp_a2a_size": notes("Ulysses over the whole cp group"),
+    "moe_comm_overlap": refuses("its MoE layer runs the all-to-alls exposed"),
+    "moe_capacity_factor": notes("capacity_factor on the user's MoE layer"),
+    "moe_dispatcher": refuses("its MoE layer dispatches with all-to-alls"),
+    "optimizer_state": notes("its bf16 optimizer keeps fp32 master weights and moments"),
+}
 OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}  # DeepSpeed's FusedAdam; torch.optim.SGD
 ZERO_TESTED = ("adam",)  # ZeRO refuses other optimizers unless allowed
 
@@ -81,7 +101,11 @@ def config(plan: Plan) -> dict:
         {
             "train_micro_batch_size_per_gpu": d.micro_batch_size,
             "gradient_accumulation_steps": plan.num_microbatches,
-            "zero_optimization": {"stage": int(d.zero), "overlap_comm": True, "contiguous_gradients": True},
+            "zero_optimization": {
+                "stage": int(d.zero),
+                "overlap_comm": job.settings.overlap_grad_reduce,
+                "contiguous_gradients": True,
+            },
             "gradient_clipping": 1.0,
             "steps_per_print": 10,
             "wall_clock_breakdown": False,
@@ -346,6 +370,12 @@ def _job_notes(plan: Plan) -> list[str]:
         notes.append(
             f"DeepSpeed accumulates gradients in fp32, fp16 or bf16, without ZeRO in the model's "
             f"{_model_dtype(plan)} only: not in {plan.job.settings.grad_dtype} as nestplan costed"
+        )
+    if not plan.job.settings.overlap_param_gather and plan.dims.zero:
+        notes.append(
+            "nestplan costed ZeRO's parameter all-gather exposed: DeepSpeed's ZeRO 1 and 2 all-gather the updated "
+            "parameters after the optimizer step, exposed, and ZeRO 3 prefetches parameters under the forward "
+            "(stage3_prefetch_bucket_size), which can make the run faster than predicted"
         )
     if not plan.job.settings.flash_attention:
         notes.append(

@@ -21,6 +21,7 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.schedules import named as named_schedule
 from nestplan.export import rank_order
 from nestplan.export.common import (
+    sets,
     REPLICA_MAJOR,
     STAGE_MAJOR,
     Export,
@@ -100,6 +101,23 @@ def orders(plan: Plan) -> list[tuple[str, ...]]:
 COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
 CP_EXCHANGES = tuple(CpCommType)  # --cp-comm-type takes every exchange
 EXPERT_TP = None  # --expert-tensor-parallel-size takes any divisor of tp (parallel folding): no restriction
+# What the export does with every run setting (settings.RunSettings) that differs from its default;
+# tests/unit/test_export_settings.py checks each declaration against the export itself
+SETTINGS = {
+    "grad_dtype": sets("--grad-reduce-in-bf16 / --accumulate-allreduce-grads-in-fp32"),
+    "flash_attention": sets("--attention-backend flash | unfused"),
+    "tp_comm_overlap": sets("--tp-comm-overlap (with sequence parallelism; noted without)"),
+    "overlap_grad_reduce": sets("--overlap-grad-reduce"),
+    "overlap_param_gather": sets("--overlap-param-gather"),
+    "fp8_recipe": sets("--fp8-format hybrid --fp8-recipe"),
+    "fp8_params": sets("--fp8-param-gather"),
+    "cp_comm_type": sets("--cp-comm-type"),
+    "cp_a2a_size": sets("--hierarchical-context-parallel-sizes"),
+    "moe_comm_overlap": sets("--overlap-moe-expert-parallel-comm (GPT models; noted for hybrids)"),
+    "moe_capacity_factor": sets("--moe-expert-capacity-factor --moe-pad-expert-input-to-capacity"),
+    "moe_dispatcher": sets("--moe-token-dispatcher-type alltoall | flex"),
+    "optimizer_state": sets("--use-precision-aware-optimizer --exp-avg-dtype --exp-avg-sq-dtype"),
+}
 
 
 def moe_comm_overlap(m: ModelSpec) -> bool:

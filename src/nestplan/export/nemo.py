@@ -16,6 +16,8 @@ import re
 
 from nestplan.export import megatron
 from nestplan.export.common import (
+    notes,
+    sets,
     REPLICA_MAJOR,
     Export,
     ExportFile,
@@ -39,6 +41,23 @@ PIN = "Megatron-Bridge 0.6.2 (megatron-core 0.19.2) recipes and ConfigContainer 
 COSTED_SCHEDULES = megatron.COSTED_SCHEDULES  # Megatron-core runs the schedules and the exchanges
 CP_EXCHANGES = megatron.CP_EXCHANGES
 EXPERT_TP = megatron.EXPERT_TP
+# What the export does with every run setting (settings.RunSettings) that differs from its default;
+# tests/unit/test_export_settings.py checks each declaration against the export itself
+SETTINGS = {
+    "grad_dtype": notes("set grad_reduce_in_fp32 in the recipe's mixed_precision"),
+    "flash_attention": sets("model.attention_backend"),
+    "tp_comm_overlap": sets("comm_overlap, model.tp_comm_overlap"),
+    "overlap_grad_reduce": sets("ddp.overlap_grad_reduce"),
+    "overlap_param_gather": sets("ddp.overlap_param_gather"),
+    "fp8_recipe": sets("mixed_precision (bf16_with_fp8_..._mixed)"),
+    "fp8_params": sets("mixed_precision; fp8_param_gather noted"),
+    "cp_comm_type": sets("model.cp_comm_type"),
+    "cp_a2a_size": sets("model.hierarchical_context_parallel_sizes"),
+    "moe_comm_overlap": sets("model.overlap_moe_expert_parallel_comm"),
+    "moe_capacity_factor": sets("model.moe_expert_capacity_factor, model.moe_pad_expert_input_to_capacity"),
+    "moe_dispatcher": sets("model.moe_token_dispatcher_type"),
+    "optimizer_state": sets("optimizer.use_precision_aware_optimizer, optimizer.store_param_remainders"),
+}
 moe_comm_overlap = megatron.moe_comm_overlap  # Megatron-core runs it
 # Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
 # catalog models they were written for; any other decoder runs the generic GPT recipe

@@ -23,6 +23,8 @@ from dataclasses import replace
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export import rank_order
 from nestplan.export.common import (
+    notes,
+    sets,
     STAGE_MAJOR,
     Export,
     ExportFile,
@@ -72,6 +74,23 @@ RUNS_AS = {Schedule.ZB_H1: Schedule.ONE_F_ONE_B}
 COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)  # what it runs as nestplan costs it
 CP_EXCHANGES = (CpCommType.ALLGATHER,)  # 0.3.0's context parallelism all-gathers K/V (FlexAttention)
 EXPERT_TP = (1,)  # 0.3.0's experts have no tensor parallelism: expert parallelism borrows the tp ranks
+# What the export does with every run setting (settings.RunSettings) that differs from its default;
+# tests/unit/test_export_settings.py checks each declaration against the export itself
+SETTINGS = {
+    "grad_dtype": notes("FSDP reduces gradients in float32 (mixed_precision_reduce)"),
+    "flash_attention": notes("torchtitan runs its SDPA attention"),
+    "tp_comm_overlap": sets("--compile.enable --compile.enable-async-tensor-parallel"),
+    "overlap_grad_reduce": notes("FSDP2 overlaps its reduce-scatters with the backward (noted when costed exposed)"),
+    "overlap_param_gather": notes("FSDP2 prefetches the next layer's parameters (noted when costed exposed)"),
+    "fp8_recipe": sets("float8 converter (rowwise current scaling; other recipes noted)"),
+    "fp8_params": sets("float8 converter; FP8 parameters noted"),
+    "cp_comm_type": notes("its context parallelism is the ring (allgather, p2p)"),
+    "cp_a2a_size": notes("no hierarchical context parallelism"),
+    "moe_comm_overlap": notes("no overlap of expert all-to-alls"),
+    "moe_capacity_factor": notes("dropless routing"),
+    "moe_dispatcher": notes("its all-to-all dispatch"),
+    "optimizer_state": notes("float32 parameters and moments"),
+}
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}  # TrainingConfig.mixed_precision_param's choices
 Flags = list[tuple[str, object]]
 
@@ -303,7 +322,26 @@ def _job_notes(plan: Plan) -> list[str]:
             "torchtitan's float8 converter swaps linear layers only: the experts' grouped GEMMs run in "
             "bfloat16 where nestplan costed FP8"
         )
-    return notes + _run_note(plan)
+    return notes + _overlap_notes(job) + _run_note(plan)
+
+
+def _overlap_notes(job: Job) -> list[str]:
+    """The data-parallel overlaps torchtitan cannot turn off: FSDP2 reduce-scatters each layer's gradients
+    under the backward and prefetches the next layer's parameters (torch.distributed.fsdp fully_shard)."""
+    exposed = [
+        what
+        for what, overlapped in (
+            ("the gradient reduction (--no-overlap-grad-reduce)", job.settings.overlap_grad_reduce),
+            ("the parameter all-gather (--no-overlap-param-gather)", job.settings.overlap_param_gather),
+        )
+        if not overlapped
+    ]
+    if not exposed:
+        return []
+    return [
+        f"nestplan costed {' and '.join(exposed)} exposed: torchtitan's FSDP2 overlaps its reduce-scatters "
+        "with the backward and prefetches the next layer's parameters, so the run can be faster than predicted"
+    ]
 
 
 def _experts(inp: ExportInput) -> tuple[int, list[str]]:
