@@ -245,7 +245,7 @@ def test_output_paths_that_cannot_be_written(capsys, tmp_path, saved_plan) -> No
 
 
 def test_unwritable_output_is_refused_before_the_work(capsys, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr("nestplan.cli.os.access", lambda path, mode: False)
+    monkeypatch.setattr("nestplan.cli.output.os.access", lambda path, mode: False)
     monkeypatch.setattr(api, "plan", lambda *a, **k: pytest.fail("searched before checking --plot"))
     _fails(capsys, PLAN + ["--plot", str(tmp_path / "plots")], f"'{tmp_path}' is not writable")
 

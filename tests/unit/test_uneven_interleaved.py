@@ -15,7 +15,8 @@ import pytest
 from cli_helpers import run_cli
 
 from nestplan import api
-from nestplan.cli import MAX_STAGES, _layers
+from nestplan.cli.parse import MAX_STAGES
+from nestplan.cli.parse import parse_layers
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.schedules import warmup_forwards
 from nestplan.cost.schedules.periodic import BACKWARD, FORWARD, simulate
@@ -39,11 +40,11 @@ def _interleaved(pp: int, v: int, layers: tuple[int, ...] | None, **kw) -> Paral
 
 # -- the command line -------------------------------------------------------------------------------
 def test_shorthand_repeats_a_count() -> None:
-    assert _layers("1,2x62,1") == NEMO_405B_LAYOUT
-    assert _layers("0, 1x126 ,0") == LLAMA3_LAYOUT
-    assert _layers("7,8x14,7") == (7,) + (8,) * 14 + (7,)
-    assert _layers("3x1") == (3,)
-    assert _layers(None) is None
+    assert parse_layers("1,2x62,1") == NEMO_405B_LAYOUT
+    assert parse_layers("0, 1x126 ,0") == LLAMA3_LAYOUT
+    assert parse_layers("7,8x14,7") == (7,) + (8,) * 14 + (7,)
+    assert parse_layers("3x1") == (3,)
+    assert parse_layers(None) is None
 
 
 @pytest.mark.parametrize(
@@ -62,7 +63,7 @@ def test_shorthand_repeats_a_count() -> None:
 )
 def test_shorthand_errors_name_the_option(text, needle) -> None:
     with pytest.raises(ConfigError) as err:
-        _layers(text)
+        parse_layers(text)
     assert needle in str(err.value)
     assert "\n" not in str(err.value)
 

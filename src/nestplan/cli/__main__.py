@@ -1,0 +1,5 @@
+"""``python -m nestplan.cli``: the command line."""
+
+from nestplan.cli import main
+
+main()

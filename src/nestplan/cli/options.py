@@ -1,0 +1,156 @@
+"""Options shared by several commands, and the run settings' options derived from the field table
+(nestplan.settings)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from nestplan.api import DEFAULT_GLOBAL_BATCH, MAX_TOP
+from nestplan.cli.parse import DEVICES as DEVICES_PARSER
+from nestplan.cli.parse import ETP_HELP, MAX_MICRO_BATCH, MAX_VIRTUAL_STAGES, fraction, integer
+from nestplan.cli.parse import GLOBAL_BATCH as GLOBAL_BATCH_PARSER
+from nestplan.cli.parse import SEQ_LEN as SEQ_LEN_PARSER
+from nestplan.job import Optimizer
+from nestplan.network.topology import MAX_DEVICES
+from nestplan.search.space import DEFAULT_MEMORY_MARGIN
+from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
+from nestplan.settings import Setting, setting_table
+
+# -- run settings: one option per entry of the field table (settings.RunSettings) ------------------
+SEARCHED_HELP = "; plan: the search tries every value that runs, this option narrows it"
+
+
+def _setting_option(entry: Setting, searched: bool) -> tuple[object, object]:
+    """The annotation and typer option of one run setting on ``evaluate`` (``searched`` False: the
+    value costed) or ``plan`` (a searched setting: what the search may try)."""
+    narrows = searched and entry.searched
+    help_text = entry.help + (SEARCHED_HELP if narrows else "")
+    if entry.kind is bool:
+        default = True if narrows else entry.default  # plan: allowed unless --no-...
+        return bool, typer.Option(default, f"{entry.flag}/--no-{entry.flag[2:]}", help=help_text)
+    default = None if narrows else entry.default
+    if entry.kind is int:
+        low, high = entry.bounds
+        parser = integer(entry.flag, int(low), int(high))
+        return int, typer.Option(default, entry.flag, parser=parser, help=help_text)
+    if entry.kind is float:
+        low, high = entry.bounds
+        return float | None, typer.Option(default, entry.flag, min=low, max=high, help=help_text)
+    kind = str if entry.kind == "dtype" else entry.kind
+    optional = entry.optional or default is None
+    return (kind | None if optional else kind), typer.Option(default, entry.flag, help=help_text)
+
+
+def run_setting_options(searched: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command one option per run setting, after its own; it receives them as one dict,
+    ``run_settings`` (by setting name), in place of its parameter of that name."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        hints = typing.get_type_hints(command)
+        own = [
+            p.replace(annotation=hints[p.name])
+            for p in inspect.signature(command).parameters.values()
+            if p.name != "run_settings"
+        ]
+        added = []
+        for entry in setting_table():
+            annotation, option = _setting_option(entry, searched)
+            added.append(
+                inspect.Parameter(entry.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+            )
+
+        @functools.wraps(command)
+        def run(**given: object) -> None:
+            settings = {entry.name: given.pop(entry.name) for entry in setting_table()}
+            command(**given, run_settings=settings)
+
+        run.__signature__ = inspect.Signature(own + added)
+        run.__annotations__ = {p.name: p.annotation for p in own + added}
+        return run
+
+    return decorate
+
+
+REPORT = typer.Option(None, "--report", help="write a self-contained HTML report to this file")
+FP8 = typer.Option(False, "--fp8", help="FP8 GEMMs in the transformer blocks (Transformer Engine), the rest in --dtype")
+
+
+# -- the model, cluster and job ---------------------------------------------------------------------
+MODEL = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json")
+CLUSTER = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file")
+DEVICES = typer.Option(None, "--devices", parser=DEVICES_PARSER, help="use the first N devices")
+GLOBAL_BATCH = typer.Option(
+    DEFAULT_GLOBAL_BATCH, "--global-batch-size", parser=GLOBAL_BATCH_PARSER, help="sequences per step"
+)
+REQUIRED_GLOBAL_BATCH = typer.Option(..., "--global-batch-size", parser=GLOBAL_BATCH_PARSER, help="sequences per step")
+SEQ_LEN = typer.Option(None, "--seq-len", parser=SEQ_LEN_PARSER, help="default: the model's context, at most 8192")
+DTYPE = typer.Option(None, "--dtype", help="default: bf16, or fp16 where the accelerator lacks it")
+OPTIMIZER = typer.Option(Optimizer.ADAM, "--optimizer")
+JSON = typer.Option(False, "--json", help="print only the plan JSON")
+PLOT = typer.Option(None, "--plot", help="write timeline.png, memory.png, placement.png here")
+
+
+# -- one plan's degrees (evaluate) ------------------------------------------------------------------
+def degree(flag: str, help: str | None = None) -> Any:
+    """A parallel degree's option: 1 by default, 1 to MAX_DEVICES."""
+    return typer.Option(1, flag, parser=integer(flag, 1, MAX_DEVICES), help=help)
+
+
+EP_HELP = "data-parallel ranks whose experts differ (with --etp below tp, expert parallelism is ep x tp / etp)"
+ETP = typer.Option(
+    None, "--etp", parser=integer("--etp", 1, MAX_DEVICES), help=ETP_HELP + "; default tp (Megatron-LM's default)"
+)
+SP = typer.Option(False, "--sp", help="sequence parallelism (needs tp > 1)")
+ZERO = typer.Option(0, "--zero", parser=integer("--zero", 0, 3), help="ZeRO stage 0-3")
+RECOMPUTE = typer.Option(Recompute.NONE, "--recompute")
+MBS = typer.Option(1, "--mbs", parser=integer("--mbs", 1, MAX_MICRO_BATCH), help="microbatch size")
+SCHEDULE = typer.Option(Schedule.ONE_F_ONE_B, "--schedule")
+VIRTUAL_STAGES = typer.Option(
+    1,
+    "--virtual-stages",
+    parser=integer("--virtual-stages", 1, MAX_VIRTUAL_STAGES),
+    help="model chunks per stage; v > 1 with --schedule 1f1b (the default) runs interleaved 1F1B",
+)
+LAYERS_PER_STAGE = typer.Option(
+    None,
+    "--layers-per-stage",
+    help="per stage, e.g. 10,11,11,10; with --virtual-stages V > 1 also pp x V "
+    "virtual stages in model order, NxK = N repeated K times, e.g. 1,2x62,1",
+)
+AXIS_ORDER = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first")
+
+
+# -- the search (plan) ------------------------------------------------------------------------------
+TOP = typer.Option(5, "--top", parser=integer("--top", 0, MAX_TOP), help="runner-up plans to show")
+EXPORT = typer.Option(None, "--export", help="megatron, torchtitan, deepspeed or megatron-bridge (alias nemo)")
+EXPORT_OUT = typer.Option(Path("nestplan-export"), "--out", help="folder for --export's files")
+SCHEDULES = typer.Option(
+    None,
+    "--schedules",
+    help="comma-separated pipeline schedules the plan may use (default: all; with --export: those the framework runs)",
+)
+ETP_LIST = typer.Option(
+    None,
+    "--etp",
+    help=ETP_HELP + "; comma-separated values tried, 'tp' for etp = tp (default: tp,1; with --export: what the "
+    "framework runs)",
+)
+MEMORY_MARGIN = typer.Option(
+    DEFAULT_MEMORY_MARGIN,
+    "--memory-margin",
+    parser=fraction("--memory-margin"),
+    help="fraction of device memory the plan leaves free (fragmentation, NCCL buffers, CUDA graphs)",
+)
+TRACE = typer.Option(
+    False,
+    "--trace",
+    help="calibrate the model's block FLOPs and activations on its traced PyTorch graph first (extra [trace])",
+)

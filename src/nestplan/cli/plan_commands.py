@@ -1,0 +1,331 @@
+"""The planning commands: evaluate, plan, compare and export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from nestplan import api
+from nestplan.cli.app import app
+from nestplan.cli import options as opt
+from nestplan.cli.options import run_setting_options
+from nestplan.cli.output import (
+    print_trace,
+    check_output,
+    drawing,
+    make_console,
+    output,
+    plots,
+    print_json,
+    print_paths,
+    progress,
+    replacing,
+    say,
+    write_report,
+)
+from nestplan.cli.parse import (
+    GLOBAL_BATCH,
+    MAX_LIST_ENTRIES,
+    MAX_MICRO_BATCH,
+    SEQ_LEN,
+    expert_tp_list,
+    int_list,
+    parse_axis_order,
+    parse_layers,
+    schedule_list,
+)
+from nestplan.cost.schedules import named as named_schedule
+from nestplan.errors import ConfigError
+from nestplan.job import Optimizer
+from nestplan.network.topology import MAX_DEVICES
+from nestplan.plan import Plan
+from nestplan.settings import CpCommType
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Recompute, Schedule
+
+
+def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> tuple[ParallelDims, str | None]:
+    """``plan`` and no note, or, where only Megatron-LM's reading of --dp (counting the expert ranks)
+    fills the devices, the plan converted to nestplan's dp and the note that says so (printed once
+    the plan has been evaluated: an error stays the only line on stderr)."""
+    converted = api.megatron_dp(plan, devices)
+    if converted is None:
+        return plan, None
+    return converted, (
+        f"nestplan: note: --dp {plan.dp} read as Megatron-LM's data-parallel size, which counts the "
+        f"{plan.ep} expert ranks (tp x cp x pp x dp = {devices}); nestplan's dp excludes them: "
+        f"dp {plan.dp} / ep {plan.ep} = {converted.dp}"
+    )
+
+
+@app.command()
+@run_setting_options(searched=False)
+def evaluate(
+    model: str = opt.MODEL,
+    cluster: str = opt.CLUSTER,
+    devices: int | None = opt.DEVICES,
+    tp: int = opt.degree("--tp"),
+    pp: int = opt.degree("--pp"),
+    dp: int = opt.degree("--dp", "data-parallel replicas, not counting ep (Megatron-LM's count is converted)"),
+    cp: int = opt.degree("--cp"),
+    ep: int = opt.degree("--ep", opt.EP_HELP),
+    etp: int | None = opt.ETP,
+    sp: bool = opt.SP,
+    zero: int = opt.ZERO,
+    recompute: Recompute = opt.RECOMPUTE,
+    mbs: int = opt.MBS,
+    schedule: Schedule = opt.SCHEDULE,
+    virtual_stages: int = opt.VIRTUAL_STAGES,
+    layers_per_stage: str | None = opt.LAYERS_PER_STAGE,
+    global_batch_size: int = opt.REQUIRED_GLOBAL_BATCH,
+    seq_len: int | None = opt.SEQ_LEN,
+    dtype: str | None = opt.DTYPE,
+    optimizer: Optimizer = opt.OPTIMIZER,
+    fp8: bool = opt.FP8,
+    axis_order: str = opt.AXIS_ORDER,
+    as_json: bool = opt.JSON,
+    plot: Path | None = opt.PLOT,
+    report: Path | None = opt.REPORT,
+    run_settings: dict[str, object] | None = None,
+) -> None:
+    """Predict step time, its breakdown and memory per device of one plan. A plan that does not fit
+    is still predicted (exit 0): a warning on stderr, the verdict in the first line, "fits" in JSON."""
+    _check_outputs(plot=plot, report=report)
+    spec = api.resolve_model(model)
+    plan = ParallelDims(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        sp=sp,
+        zero=zero,
+        recompute=recompute,
+        micro_batch_size=mbs,
+        schedule=named_schedule(schedule, virtual_stages),  # the registry's rule: 1f1b with v > 1 is interleaved
+        virtual_stages=virtual_stages,
+        layers_per_stage=parse_layers(layers_per_stage),
+    )
+    plan, note = _from_megatron_dp(plan, devices)
+    full = api.resolve_cluster(cluster)
+    job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
+    result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=parse_axis_order(axis_order))
+    if note:
+        say(note)
+    _show_evaluation(result, as_json, plot, report)
+
+
+def _check_outputs(plot: Path | None = None, report: Path | None = None, out: Path | None = None) -> None:
+    """Every output path a command was given, checked before any work."""
+    for option, path, folder in (("--plot", plot, True), ("--report", report, False), ("--out", out, True)):
+        if path is not None:
+            check_output(option, path, folder=folder)
+
+
+def _show_evaluation(result: api.Evaluation, as_json: bool, plot: Path | None, report: Path | None) -> None:
+    from nestplan.report.text import fit_verdict, render_plan
+
+    typed = result.plan
+    if not typed.predicted.fits:
+        say(f"nestplan: warning: the plan {fit_verdict(typed.predicted)}")
+    console = make_console()
+    if as_json:
+        print_json(typed.to_dict())
+    else:
+        render_plan(console, typed)
+    written = plots(plot, result.plot) if plot is not None else []
+    if not as_json:
+        print_paths(console, "plots", written)
+    if report is not None:
+        from nestplan.report.html import plan_report
+
+        write_report(report, lambda: plan_report(typed))
+
+
+@app.command("plan")
+@run_setting_options(searched=True)
+def plan_command(
+    model: str = opt.MODEL,
+    cluster: str = opt.CLUSTER,
+    devices: int | None = opt.DEVICES,
+    global_batch_size: int = opt.GLOBAL_BATCH,
+    seq_len: int | None = opt.SEQ_LEN,
+    dtype: str | None = opt.DTYPE,
+    optimizer: Optimizer = opt.OPTIMIZER,
+    fp8: bool = opt.FP8,
+    top: int = opt.TOP,
+    as_json: bool = opt.JSON,
+    plot: Path | None = opt.PLOT,
+    export: str | None = opt.EXPORT,
+    out: Path = opt.EXPORT_OUT,
+    schedules: str | None = opt.SCHEDULES,
+    expert_tp: str | None = opt.ETP_LIST,
+    memory_margin: float = opt.MEMORY_MARGIN,
+    trace: bool = opt.TRACE,
+    report_path: Path | None = opt.REPORT,
+    run_settings: dict[str, object] | None = None,
+) -> None:
+    """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
+    _check_outputs(plot=plot, report=report_path, out=out if export is not None else None)
+    if export is not None:
+        from nestplan.export import check_framework
+
+        check_framework(export)
+    spec = _planned_model(model, seq_len, trace, export)
+    cl = api.resolve_cluster(cluster, devices)
+    searched = {name: run_settings.pop(name) for name in ("cp_comm_type", "moe_comm_overlap")}
+    space = api.search_space(
+        schedules=schedule_list(schedules),
+        export=export,
+        cp_comm_types=None if searched["cp_comm_type"] is None else (CpCommType(searched["cp_comm_type"]),),
+        memory_margin=memory_margin,
+        expert_tp=expert_tp_list(expert_tp),
+        moe_comm_overlap=bool(searched["moe_comm_overlap"]),
+        model=spec,
+    )
+    run_settings["cp_comm_type"] = space.cp_comm_types[0]  # the search tries the others (search/planner.py)
+    job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
+    with progress() as advance:
+        report = api.plan(spec, cl, job, top=top, progress=advance, space=space)
+    _show_plan(report, as_json, plot, export, out, report_path)
+
+
+def _planned_model(model: str, seq_len: int | None, trace: bool, export: str | None):
+    """The model to plan: refused before the search where the export framework cannot build it, its
+    block FLOPs and activations calibrated on its traced graph with --trace."""
+    rows = print_trace(model, seq_len, make_console(stderr=True)) if trace else None
+    spec = api.resolve_model(model)
+    if export is not None:
+        api.check_exportable(spec, export)  # before the search: a model the framework cannot build
+    if rows:
+        spec = api.calibrate(spec, rows)
+        say(
+            f"planning with the traced block FLOPs x {spec.traced_flops_scale:.4f} and saved "
+            f"activations x {spec.traced_activation_scale:.4f} of the formulas"
+        )
+    return spec
+
+
+def _show_plan(
+    report: api.PlanReport, as_json: bool, plot: Path | None, export: str | None, out: Path, page: Path | None
+) -> None:
+    best = report.plan
+    console = make_console()
+    if as_json:
+        print_json(best.to_dict())
+    else:
+        _render_report(console, best, report)
+    written = plots(plot, lambda folder: api.plot_plan(best, folder)) if plot is not None else []
+    if export is not None:
+        with output("--out", out):
+            paths, result = api.export_plan(best, export, out)
+        written += paths
+        for note in result.notes:
+            say(f"{export}: note: {note}")
+    if not as_json:
+        print_paths(console, "wrote", written)
+    if page is not None:
+        from nestplan.report.html import plan_report
+
+        write_report(page, lambda: plan_report(best, report.runners_up))
+
+
+def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None:
+    from nestplan.report.text import render_plan, render_runners_up, render_schedules
+
+    render_plan(console, best)
+    render_runners_up(console, report.best, report.runners_up)
+    render_schedules(console, report.best, report.schedule_alternatives())
+    s = report.stats
+    console.print(
+        f"search: {s.solve_time_s:.2f} s, {s.configurations:,} configurations, {s.enumerated:,} groups "
+        f"({s.groups:,} solved; {s.skipped_bound:,} skipped by the bound, {s.skipped_memory:,} that fit "
+        f"nowhere, {s.skipped_zero:,} by ZeRO escalation), {s.depths:,} pipeline depths, "
+        f"{s.pruned_memory:,} pruned by memory, {s.pruned_bound:,} by the bound, {s.candidates:,} splits "
+        "costed"
+    )
+
+
+@app.command("compare")
+def compare_command(
+    model: str | None = typer.Option(None, "--model", help="catalog name or path to a config.json"),
+    cluster: str | None = typer.Option(None, "--cluster", help="catalog name or path to a cluster file"),
+    devices: str = typer.Option("64,128,256", "--devices", help="device counts, e.g. 64,128,256"),
+    mbs: str = typer.Option("1", "--mbs", help="microbatch sizes, e.g. 1,2,4,8"),
+    baselines: str = typer.Option("manual,phaze,mcmc,alpa", "--baselines"),
+    global_batch_size: int = typer.Option(api.DEFAULT_GLOBAL_BATCH, "--global-batch-size", parser=GLOBAL_BATCH),
+    seq_len: int | None = typer.Option(None, "--seq-len", parser=SEQ_LEN),
+    plot: Path | None = typer.Option(None, "--plot", help="PNG file (with --paper: a folder)"),
+    csv_path: Path | None = typer.Option(None, "--csv", help="CSV file (with --paper: a folder)"),
+    paper: bool = typer.Option(False, "--paper", help="the NEST paper's grid (Figure 5, Table 3 setting)"),
+    report: Path | None = opt.REPORT,
+) -> None:
+    """Compare nestplan with baseline planners over device counts (and microbatch sizes)."""
+    from nestplan.report.compare import plot as draw
+    from nestplan.report.compare import write_csv
+    from nestplan.report.text import render_compare
+
+    mbs_list = int_list(mbs, "--mbs", MAX_MICRO_BATCH, MAX_LIST_ENTRIES)
+    if paper:
+        cases = api.paper_cases()
+    elif not model or not cluster:
+        raise ConfigError("compare needs --model and --cluster (or --paper)", field="model")
+    else:
+        cases = [
+            api.CompareCase(
+                model, cluster, int_list(devices, "--devices", MAX_DEVICES, MAX_LIST_ENTRIES), mbs_list, seq_len
+            )
+        ]
+    for option, path in (("--plot", plot), ("--csv", csv_path)):
+        if path is not None:
+            check_output(option, path, folder=paper)
+    if report is not None:
+        check_output("--report", report, folder=False)
+    console = make_console()
+    results = api.compare(cases, baselines.split(","), global_batch_size)
+    for result in results:
+        render_compare(console, result.title, result.rows, result.normalised)
+        if csv_path is not None:
+            target = csv_path / f"{result.tag}.csv" if paper else csv_path
+            with output("--csv", target), replacing(target) as partial:
+                write_csv(partial, result.rows, result.normalised)
+        if plot is not None:
+            target = plot / f"{result.tag}.png" if paper else plot
+            with drawing("--plot", target), replacing(target) as partial:
+                draw(partial, result.rows, result.normalised, result.title)
+    if report is not None:
+        from nestplan.report.html import compare_report
+
+        write_report(report, lambda: compare_report(results))
+
+
+@app.command("export")
+def export_command(
+    plan_file: Path = typer.Argument(..., help="a plan JSON file (nestplan plan --json > plan.json)"),
+    framework: str = typer.Option(
+        ..., "--framework", help="megatron, torchtitan, deepspeed or megatron-bridge (alias nemo)"
+    ),
+    out: Path = typer.Option(Path("nestplan-export"), "--out", help="folder for the files"),
+    model: str | None = typer.Option(
+        None, "--model", help="default: the model the plan holds (a plan of schema nestplan.plan/1: the model it names)"
+    ),
+    cluster: str | None = typer.Option(
+        None,
+        "--cluster",
+        help="default: the cluster the plan holds (a plan of schema nestplan.plan/1: the cluster it names)",
+    ),
+) -> None:
+    """Write a framework's launch settings for a saved plan (--model and --cluster replace its own)."""
+    from nestplan.export import check_framework
+
+    check_framework(framework)
+    plan = api.load_plan(plan_file, model=model, cluster=cluster)
+    check_output("--out", out, folder=True)
+    with output("--out", out):
+        paths, result = api.export_plan(plan, framework, out)
+    for note in result.notes:
+        say(f"{framework}: note: {note}")
+    print_paths(make_console(), "wrote", paths)
