@@ -254,3 +254,12 @@ def test_mistral_cannot_write_a_window_on_some_layers_only():
     with pytest.raises(ConfigError) as info:
         config_dict(spec)
     assert info.value.field == "blocks" and "its block 0 Block(mixer=attention, ffn=dense) is not" in str(info.value)
+
+
+def test_blocks_hold_what_differs_between_layers_and_their_mixers_need_their_sizes():
+    llama = load_model("llama3-8b")
+    assert llama.blocks == (Block(),) * 32 and llama.num_layers == 32 and not llama.is_hybrid
+    with pytest.raises(ValueError, match="MLA blocks"):
+        dataclasses.replace(llama, blocks=(Block(Mixer.MLA),) * 32)
+    with pytest.raises(ValueError, match="mamba2 blocks"):
+        dataclasses.replace(llama, blocks=(Block(Mixer.MAMBA2, FFN.NONE),) * 32)
