@@ -24,7 +24,7 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.terms import graph_terms
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Job
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import FFN, Block, ModelSpec
 from nestplan.network.topology import Level, Topology
 from nestplan.search.engine import Engine
 from nestplan.search.oracle import compositions, enumerate_group
@@ -57,11 +57,12 @@ def _mixed_blocks(draw, model: ModelSpec):
     some = tuple(sorted(draw(st.sets(st.sampled_from(layers), min_size=1, max_size=model.num_layers))))
     kind = draw(st.sampled_from(["dense", "experts", "window"]))
     if kind == "experts":
+        blocks = tuple(Block(ffn=FFN.MOE if i in some else FFN.DENSE) for i in layers)
         return replace(
-            model, num_experts=4, experts_per_token=2, moe_ffn_hidden_size=2 * model.hidden_size, moe_layers=some
+            model, num_experts=4, experts_per_token=2, moe_ffn_hidden_size=2 * model.hidden_size, blocks=blocks
         )
     if kind == "window":
-        return replace(model, sliding_window=128, sliding_window_layers=some)
+        return replace(model, blocks=tuple(Block(window=128 if i in some else None) for i in layers))
     return model
 
 
@@ -74,7 +75,7 @@ def instances(draw):
         name="tiny",
         family="llama",
         hidden_size=hidden,
-        num_layers=layers,
+        blocks=(Block(),) * layers,
         num_heads=heads,
         num_kv_heads=heads,
         head_dim=hidden // heads,

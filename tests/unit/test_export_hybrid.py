@@ -18,7 +18,7 @@ from nestplan.errors import ConfigError
 from nestplan.export import megatron, nemo, torchtitan
 from nestplan.export.plan import ExportInput
 from nestplan.job import Job
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import FFN, Block, Mixer, ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 
@@ -57,12 +57,8 @@ def test_the_pattern_from_the_spec_is_the_published_one(name: str) -> None:
 
 def test_the_pattern_follows_the_spec_not_a_stored_string() -> None:
     """Blocks 0 and 1 swapped in the spec (an MLP first, then a Mamba mixer): the pattern swaps too."""
-    spec = replace(
-        NEMOTRON_H,
-        mamba_layers=(1,) + NEMOTRON_H.mamba_layers[1:],
-        mixerless_layers=(0,) + NEMOTRON_H.mixerless_layers[1:],
-        ffn_free_layers=(1,) + NEMOTRON_H.ffn_free_layers[1:],
-    )
+    first, second, *rest = NEMOTRON_H.blocks
+    spec = replace(NEMOTRON_H, blocks=(second, first, *rest))
     assert megatron.hybrid_layers(spec)[:4] == "-MM-"
 
 
@@ -255,8 +251,17 @@ def test_mamba_1_is_refused_before_the_search(capsys) -> None:
 @pytest.mark.parametrize(
     "spec, what",
     [
-        (replace(NEMOTRON_H, ffn_free_layers=()), "a mixer and an FFN, or neither) in layers 0,2,4"),
-        (replace(NEMOTRON_H, mixerless_layers=NEMOTRON_H.mixerless_layers + (7,)), "or neither) in layers 7"),
+        (
+            replace(
+                NEMOTRON_H,
+                blocks=tuple(replace(b, ffn=b.ffn if b.ffn != FFN.NONE else FFN.DENSE) for b in NEMOTRON_H.blocks),
+            ),
+            "a mixer and an FFN, or neither) in layers 0,2,4",
+        ),
+        (
+            replace(NEMOTRON_H, blocks=NEMOTRON_H.blocks[:7] + (Block(Mixer.NONE, FFN.NONE),) + NEMOTRON_H.blocks[8:]),
+            "or neither) in layers 7",
+        ),
         (replace(NEMOTRON_H, mtp_layers=1), "1 MTP modules"),
         (replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, conv_kernel=3)), "conv1d of width 3"),
         (replace(NEMOTRON_H, mamba=replace(NEMOTRON_H.mamba, conv_bias=False)), "conv1d without bias"),

@@ -256,11 +256,9 @@ def test_llama4_no_rope_layers_neither_rotate_nor_normalise() -> None:
     elementwise traffic lacks both RoPE's and the norm's read and write of Q and K."""
     scout = api.resolve_model("llama4-scout")
     shard = Shard(tp=2, seq_len=8192)
-    nope = scout.nope_layers[0]
+    nope = scout.layers_where(lambda block: not block.rope)[0]
     rope = next(
-        i
-        for i in range(scout.num_layers)
-        if i not in scout.nope_layers and scout.is_moe_layer(i) == scout.is_moe_layer(nope)
+        i for i in range(scout.num_layers) if scout.blocks[i].rope and scout.is_moe_layer(i) == scout.is_moe_layer(nope)
     )
     qk = 2 * 2 * shard.tokens * (scout.q_channels + scout.kv_channels) / 2
 

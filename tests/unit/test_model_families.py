@@ -11,6 +11,7 @@ from nestplan.errors import ConfigError
 from nestplan.model import load_model, parse_config
 from nestplan.model import layers as L
 from nestplan.model.config import config_dict
+from nestplan.model.spec import FFN, Block, Mixer, QKNorm
 from nestplan.strategy.enums import Recompute
 
 NEW_CATALOG = ["qwen3-8b", "qwen3-32b", "phi3-mini", "phi3-medium", "olmo2-7b", "gemma2-9b", "gemma2-27b", "gemma3-27b"]
@@ -99,7 +100,9 @@ def test_qk_norm_weights(family, extra):
     q and k widths."""
     moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 128} if family == "qwen3_moe" else {}
     spec = parse_config(llama_like(model_type=family, head_dim=32, **moe), "m")
-    plain = dataclasses.replace(spec, qk_norm="none")
+    plain = dataclasses.replace(
+        spec, blocks=tuple(dataclasses.replace(block, qk_norm=QKNorm.NONE) for block in spec.blocks)
+    )
     assert L.block_params(spec, 0).total - L.block_params(plain, 0).total == extra
     assert L.block_params_per_device(spec, 0, L.Shard(tp=1)).total == L.block_params(spec, 0).total
 
@@ -120,7 +123,7 @@ def test_mistral_window_default_null_and_value():
     assert parse_config(llama_like(model_type="mistral"), "m").sliding_window == 4096
     assert parse_config(llama_like(model_type="mistral", sliding_window=None), "m").sliding_window is None
     spec = parse_config(llama_like(model_type="mistral", sliding_window=128), "m")
-    assert spec.sliding_window == 128 and spec.sliding_window_layers == (0, 1, 2, 3)
+    assert spec.sliding_window == 128 and spec.layers_where(lambda block: block.window is not None) == (0, 1, 2, 3)
 
 
 def test_qwen2_window_only_with_use_sliding_window_from_max_window_layers_on():
@@ -128,19 +131,19 @@ def test_qwen2_window_only_with_use_sliding_window_from_max_window_layers_on():
     spec = parse_config(
         llama_like(model_type="qwen2", use_sliding_window=True, sliding_window=64, max_window_layers=2), "q"
     )
-    assert spec.sliding_window == 64 and spec.sliding_window_layers == (2, 3)
+    assert spec.sliding_window == 64 and spec.layers_where(lambda block: block.window is not None) == (2, 3)
     assert [spec.window_of(i) for i in range(4)] == [None, None, 64, 64]
 
 
 def test_gemma_local_global_patterns():
     gemma2 = load_model("gemma2-9b")
-    assert gemma2.sliding_window_layers == tuple(range(0, 42, 2))  # local, global, local, ...
+    assert gemma2.layers_where(lambda block: block.window is not None) == tuple(range(0, 42, 2))  # local, global, ...
     gemma3 = load_model("gemma3-27b")
     assert gemma3.sliding_window == 1024
     assert [i for i in range(62) if gemma3.window_of(i) is None] == list(range(5, 62, 6))  # 5 local : 1 global
     types = ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]
     spec = parse_config(llama_like(model_type="gemma2", layer_types=types), "g")
-    assert spec.sliding_window_layers == (0, 3)
+    assert spec.layers_where(lambda block: block.window is not None) == (0, 3)
 
 
 def test_sliding_window_flops_at_long_sequences():
@@ -148,7 +151,7 @@ def test_sliding_window_flops_at_long_sequences():
     causal pairs, 0.234 of full attention; model FLOPs count the s x w rectangle, 1/8 of s x s."""
     windowed = load_model("phi3-mini")  # every layer windowed (2047 keys)
     w, s = 2047, 32768
-    full = dataclasses.replace(windowed, sliding_window=None, sliding_window_layers=())
+    full = dataclasses.replace(windowed, blocks=tuple(dataclasses.replace(b, window=None) for b in windowed.blocks))
     shard = L.Shard(seq_len=s)
     ratio = L.attention_core_flops(windowed, shard, 0) / L.attention_core_flops(full, shard, 0)
     assert ratio == pytest.approx((w * s - w * w / 2) / (s * s / 2))
@@ -161,7 +164,7 @@ def test_sliding_window_flops_at_long_sequences():
 
 def test_window_longer_than_the_sequence_is_full_causal_attention():
     spec = load_model("phi3-mini")
-    full = dataclasses.replace(spec, sliding_window=None, sliding_window_layers=())
+    full = dataclasses.replace(spec, blocks=tuple(dataclasses.replace(b, window=None) for b in spec.blocks))
     shard = L.Shard(seq_len=1024)
     assert L.attention_core_flops(spec, shard, 0) == L.attention_core_flops(full, shard, 0)
     assert L.attended_fraction(full, 0, 1024) == 0.5  # the causal half (cost/compute.py's causal factor)
@@ -169,9 +172,10 @@ def test_window_longer_than_the_sequence_is_full_causal_attention():
 
 def test_block_kinds_separate_local_and_global_layers():
     gemma3 = load_model("gemma3-27b")
-    assert {gemma3.block_kind(i) for i in range(gemma3.num_layers)} == {(False, 1024), (False, None)}
+    local, global_ = Block(window=1024, qk_norm=QKNorm.HEAD), Block(qk_norm=QKNorm.HEAD)
+    assert {gemma3.block_kind(i) for i in range(gemma3.num_layers)} == {local, global_}
     mixtral = load_model("mixtral-8x7b")
-    assert {mixtral.block_kind(i) for i in range(mixtral.num_layers)} == {(True, None)}
+    assert {mixtral.block_kind(i) for i in range(mixtral.num_layers)} == {Block(Mixer.ATTENTION, FFN.MOE)}
 
 
 def test_gemma2_global_and_local_layers_differ():
@@ -245,7 +249,17 @@ def test_round_trip_qwen_windows_and_bias():
 
 
 def test_mistral_cannot_write_a_window_on_some_layers_only():
-    spec = dataclasses.replace(parse_config(llama_like(model_type="mistral"), "m"), sliding_window_layers=(1,))
+    spec = parse_config(llama_like(model_type="mistral"), "m")
+    spec = dataclasses.replace(spec, blocks=(Block(),) + spec.blocks[1:2] + (Block(),) * (spec.num_layers - 2))
     with pytest.raises(ConfigError) as info:
         config_dict(spec)
-    assert info.value.field == "sliding_window_layers"
+    assert info.value.field == "blocks" and "its block 0 Block(mixer=attention, ffn=dense) is not" in str(info.value)
+
+
+def test_blocks_hold_what_differs_between_layers_and_their_mixers_need_their_sizes():
+    llama = load_model("llama3-8b")
+    assert llama.blocks == (Block(),) * 32 and llama.num_layers == 32 and not llama.is_hybrid
+    with pytest.raises(ValueError, match="MLA blocks"):
+        dataclasses.replace(llama, blocks=(Block(Mixer.MLA),) * 32)
+    with pytest.raises(ValueError, match="mamba2 blocks"):
+        dataclasses.replace(llama, blocks=(Block(Mixer.MAMBA2, FFN.NONE),) * 32)

@@ -18,6 +18,7 @@ from nestplan.job import Job
 from nestplan.model import load_model, parse_config
 from nestplan.model import layers as L
 from nestplan.model.config import config_dict
+from nestplan.model.spec import FFN, Block, Mixer, QKNorm
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
 from tests.unit.cli_helpers import run_cli
@@ -216,7 +217,7 @@ def test_mla_activations_by_hand():
 
 def test_deepseek_blocks_keep_dense_and_moe_kinds_apart():
     spec = load_model("deepseek-v3")
-    assert {spec.block_kind(i) for i in range(61)} == {(False, None), (True, None)}
+    assert {spec.block_kind(i) for i in range(61)} == {Block(Mixer.MLA, FFN.DENSE), Block(Mixer.MLA, FFN.MOE)}
 
 
 @pytest.mark.parametrize(
@@ -258,8 +259,8 @@ def test_llama4_layout():
     assert scout.family == "llama4_text" and scout.moe_layers == tuple(range(48))
     assert maverick.moe_layers == tuple(range(1, 48, 2)) and maverick.ffn_hidden_size == 16384
     for spec in (scout, maverick):
-        assert spec.nope_layers == tuple(range(3, 48, 4))
-        assert spec.chunked_attention_layers == tuple(i for i in range(48) if (i + 1) % 4)
+        assert spec.layers_where(lambda block: not block.rope) == tuple(range(3, 48, 4))
+        assert spec.layers_where(lambda block: block.chunk is not None) == tuple(i for i in range(48) if (i + 1) % 4)
         assert spec.attention_chunk_size == 8192
         assert (spec.num_shared_experts, spec.shared_expert_ffn_hidden_size, spec.experts_per_token) == (1, 8192, 1)
     assert scout.qk_norm == "l2" and maverick.qk_norm == "none"
@@ -268,7 +269,9 @@ def test_llama4_layout():
 
 def test_llama4_l2_qk_norm_has_no_weights_and_stores_its_inputs_on_rotary_layers_only():
     scout = load_model("llama4-scout")
-    plain = dataclasses.replace(scout, qk_norm="none")
+    plain = dataclasses.replace(
+        scout, blocks=tuple(dataclasses.replace(block, qk_norm=QKNorm.NONE) for block in scout.blocks)
+    )
     assert L.block_params(scout, 0).total == L.block_params(plain, 0).total
     shard = L.Shard(seq_len=8192)
     normed = L.block_activation_bytes(scout, 0, shard, Recompute.NONE)
@@ -292,7 +295,7 @@ def test_chunked_attention_flops():
     assert L.attended_fraction(spec, 0, 10000) == pytest.approx((8192**2 + 1808**2) / (2 * 10000 * 8192))
     # shorter than a chunk: the causal half of the sequence, as full attention
     assert L.attended_fraction(spec, 0, 4096) == 0.5 and L.attention_keys(spec, 0, 4096) == 4096
-    assert {spec.block_kind(i)[2:] for i in range(48)} == {(8192, False), (None, True)}
+    assert {(spec.block_kind(i).chunk, spec.block_kind(i).rope) for i in range(48)} == {(8192, True), (None, False)}
 
 
 def test_llama4_moe_layer_flops_by_hand():
@@ -319,7 +322,8 @@ def test_llama4_bad_layer_types_and_chunk_null():
         "interleave_moe_layer_step": 2,
     }
     spec = parse_config(base | {"attention_chunk_size": None}, "l")
-    assert spec.chunked_attention_layers == () and spec.attention_chunk_size is None and spec.nope_layers == (3,)
+    assert spec.layers_where(lambda block: block.chunk is not None) == () and spec.attention_chunk_size is None
+    assert spec.layers_where(lambda block: not block.rope) == (3,)
     assert parse_config(config_dict(spec), "l") == spec
     with pytest.raises(ConfigError) as info:
         parse_config(base | {"layer_types": ["sliding_attention"] * 4}, "l")
@@ -335,7 +339,7 @@ def test_llama4_bad_layer_types_and_chunk_null():
 def test_gpt_oss_sinks_biases_and_windows():
     spec = load_model("gpt-oss-120b")
     assert spec.attention_sinks and spec.router_bias and spec.linear_bias
-    assert spec.sliding_window == 128 and spec.sliding_window_layers == tuple(range(0, 36, 2))
+    assert spec.sliding_window == 128 and spec.layers_where(lambda block: block.window) == tuple(range(0, 36, 2))
     h, f, e = 2880, 2880, 128
     no_sinks = dataclasses.replace(spec, attention_sinks=False)
     assert L.attention_params(spec) - L.attention_params(no_sinks) == 64

@@ -20,7 +20,7 @@ def test_a_window_shortens_the_attention_core_by_the_keys_it_skips() -> None:
     """Phi-3-mini (window 2047 on every layer) at 32k tokens: the causal window computes
     w s - w^2 / 2 query-key pairs against s^2 / 2 for full causal attention."""
     windowed = load_model("phi3-mini")
-    full = replace(windowed, sliding_window=None, sliding_window_layers=())
+    full = replace(windowed, blocks=tuple(replace(block, window=None) for block in windowed.blocks))
     acc = load_accelerator("h100-sxm-80gb")
     shard, s, w = Shard(seq_len=32768, tp=4, sp=True), 32768, 2047
     precision = Precision("bf16", "bf16")
@@ -31,7 +31,7 @@ def test_a_window_shortens_the_attention_core_by_the_keys_it_skips() -> None:
 
 def test_windowed_model_steps_faster_at_long_sequences() -> None:
     windowed = load_model("phi3-mini")
-    full = replace(windowed, sliding_window=None, sliding_window_layers=())
+    full = replace(windowed, blocks=tuple(replace(block, window=None) for block in windowed.blocks))
     dims = ParallelDims(tp=4, sp=True, dp=2)
     job = Job(global_batch_size=64, seq_len=32768)
     fast = api.evaluate_full(windowed, "dgx-h100", dims, job, devices=8).prediction
@@ -45,10 +45,9 @@ def test_local_and_global_layers_are_costed_each_as_they_are() -> None:
     lies strictly between the same model with every layer global and with every layer windowed, and
     is their average (the blocks are half of each kind), whichever kind its last layer is."""
     mixed = load_model("gemma2-9b")
-    assert 0 < len(mixed.sliding_window_layers) < mixed.num_layers
-    every = tuple(range(mixed.num_layers))
-    local = replace(mixed, sliding_window_layers=every)
-    full = replace(mixed, sliding_window=None, sliding_window_layers=())
+    assert 0 < len(mixed.layers_where(lambda block: block.window is not None)) < mixed.num_layers
+    local = replace(mixed, blocks=tuple(replace(block, window=mixed.sliding_window) for block in mixed.blocks))
+    full = replace(mixed, blocks=tuple(replace(block, window=None) for block in mixed.blocks))
     dims = ParallelDims(tp=8, sp=True, dp=1)
     job = Job(global_batch_size=8, seq_len=32768)
 

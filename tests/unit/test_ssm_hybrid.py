@@ -16,6 +16,7 @@ from nestplan.model import load_model, parse_config
 from nestplan.model import layers as L
 from nestplan.model import ssm
 from nestplan.model.config import config_dict
+from nestplan.model.spec import FFN, Block, Mixer
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
 
@@ -75,7 +76,7 @@ def test_block_kinds_keep_the_three_layer_types_apart_and_leave_other_families_a
     spec = load_model("nemotron-h-8b")
     assert len({spec.block_kind(i) for i in range(spec.num_layers)}) == 3
     llama = load_model("llama3-8b")
-    assert not llama.is_hybrid and llama.block_kind(0) == (False, None)
+    assert not llama.is_hybrid and llama.block_kind(0) == Block(Mixer.ATTENTION, FFN.DENSE)
     assert llama.mixer_of(0) == "attention" and llama.has_ffn(0)
 
 
@@ -223,10 +224,11 @@ def test_round_trip(name, counts):
 
 
 def test_a_block_of_attention_and_mlp_cannot_be_written():
-    spec = dataclasses.replace(parse_config(small_hybrid(), "x"), ffn_free_layers=(0,))
+    spec = parse_config(small_hybrid(), "x")
+    spec = dataclasses.replace(spec, blocks=tuple(dataclasses.replace(b, ffn=FFN.DENSE) for b in spec.blocks))
     with pytest.raises(ConfigError) as info:
         config_dict(spec)
-    assert info.value.field == "ffn_free_layers"
+    assert info.value.field == "blocks" and "with a mixer and an FFN" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -324,7 +326,7 @@ def test_a_llama_config_with_a_hybrid_pattern_is_refused():
 def test_nemotron_3_nano_moe_layers():
     spec = load_model("nemotron-3-nano-30b-a3b")
     assert len(spec.mamba_layers) == 23 and len(spec.moe_layers) == 23 and spec.num_layers == 52
-    assert set(spec.moe_layers) <= set(spec.mixerless_layers) and 1 not in spec.ffn_free_layers
+    assert all(spec.blocks[i].mixer is Mixer.NONE for i in spec.moe_layers) and spec.blocks[1].ffn is not FFN.NONE
     assert (spec.num_experts, spec.experts_per_token, spec.moe_ffn_hidden_size) == (128, 6, 1856)
     assert (spec.num_shared_experts, spec.shared_expert_ffn_hidden_size, spec.router_bias) == (1, 3712, True)
     assert len({spec.block_kind(i) for i in range(spec.num_layers)}) == 3  # Mamba, MoE, attention
@@ -405,7 +407,8 @@ def test_evaluate_a_hybrid_plan():
 def test_jamba_layers():
     spec = load_model("jamba-1.5-mini")
     attention = [i for i in range(32) if spec.mixer_of(i) == "attention"]
-    assert attention == [4, 12, 20, 28] and len(spec.mamba_layers) == 28 and not spec.ffn_free_layers
+    assert attention == [4, 12, 20, 28] and len(spec.mamba_layers) == 28 and spec.has_ffn(0)
+    assert all(block.ffn is not FFN.NONE for block in spec.blocks)
     assert spec.moe_layers == tuple(range(1, 32, 2)) and spec.block_norms == 2 and spec.gated_mlp
     assert spec.mamba == ssm.Mamba1Shape(inner=8192, state_size=16, conv_kernel=4, dt_rank=256, conv_bias=True)
     assert spec.rotary_fraction == 0.0 and len({spec.block_kind(i) for i in range(32)}) == 3

@@ -227,7 +227,7 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
         ffn, permute = spec.ffn_hidden_size, 0.0
     activation = (3 if spec.gated_mlp else 2) * B * T * ffn / t  # act(x) [* up]: read 1-2, write 1
     # RoPE: read and write the rotated share of Q and K (partial rotary: rotary_fraction of each head)
-    rotates = mixer == "attention" and not spec.learned_position_embeddings and layer not in spec.nope_layers
+    rotates = mixer == "attention" and not spec.learned_position_embeddings and spec.blocks[layer].rope
     rotary = 0.0 if not rotates else (spec.rotary_fraction * 2 * B * T * (spec.q_channels + spec.kv_channels) / t)
     mamba = mamba_elementwise_bytes(spec.mamba, shard) if mixer == "mamba" else 0.0
     return norms + residual + activation + rotary + permute + mamba

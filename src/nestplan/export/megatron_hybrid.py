@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import FFN, Mixer, ModelSpec
 from nestplan.model.ssm import Mamba1Shape
 from nestplan.plan import Plan
 
@@ -18,10 +18,11 @@ def hybrid_stack(m: ModelSpec) -> str | None:
         return None
     kind = "Mamba-1" if isinstance(m.mamba, Mamba1Shape) else "Mamba-2"
     parts = [f"{kind} mixers in layers {','.join(map(str, m.mamba_layers))}"] if m.mamba_layers else []
-    if m.mixerless_layers:
-        parts.append(f"no mixer in layers {','.join(map(str, m.mixerless_layers))}")
-    if m.ffn_free_layers:
-        parts.append(f"no FFN in layers {','.join(map(str, m.ffn_free_layers))}")
+    mixerless, ffn_free = m.layers_where(lambda b: b.mixer is Mixer.NONE), m.layers_where(lambda b: b.ffn is FFN.NONE)
+    if mixerless:
+        parts.append(f"no mixer in layers {','.join(map(str, mixerless))}")
+    if ffn_free:
+        parts.append(f"no FFN in layers {','.join(map(str, ffn_free))}")
     return "a hybrid stack (" + "; ".join(parts) + ")"
 
 
@@ -42,7 +43,7 @@ def _block_unbuildable(m: ModelSpec) -> str | None:
     """A block form no Megatron-core layer has: attention and MLP in parallel, chunked attention."""
     if m.parallel_block:
         return "attention and MLP in parallel on the block input (Falcon's parallel_attn)"
-    if m.chunked_attention_layers:
+    if m.attention_chunk_size is not None:
         return "chunked local attention (Llama 4's attention_chunk_size)"
     return None
 

@@ -75,10 +75,8 @@ def attention_flags(m: ModelSpec) -> Flags:
         flags.append(("--qk-layernorm", None))
     if m.qk_norm == "l2":  # Llama 4's weightless QK-norm (TransformerConfig.qk_l2_norm)
         flags.append(("--qk-l2-norm", None))
-    if m.nope_layers:  # 1: a layer without rotary positions (arguments.py --no-rope-freq)
-        flags.append(
-            ("--no-rope-freq", f"[{','.join('1' if i in m.nope_layers else '0' for i in range(m.num_layers))}]")
-        )
+    if not all(block.rope for block in m.blocks):  # 1: a layer without rotary positions (arguments.py --no-rope-freq)
+        flags.append(("--no-rope-freq", f"[{','.join('0' if block.rope else '1' for block in m.blocks)}]"))
     if m.attention_sinks:  # a learned logit per head in the softmax (TransformerConfig.softmax_type)
         flags.append(("--softmax-type", "learnable"))
     if opts.window is not None:

@@ -218,8 +218,8 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
         items.append(("model.rotary_percent", m.rotary_fraction))
     if m.qk_norm == "l2":  # Llama 4's weightless QK-norm
         items.append(("model.qk_l2_norm", True))
-    if m.nope_layers:  # 1: a layer without rotary positions
-        items.append(("model.no_rope_freq", [1 if i in m.nope_layers else 0 for i in range(m.num_layers)]))
+    if not all(block.rope for block in m.blocks):  # 1: a layer without rotary positions
+        items.append(("model.no_rope_freq", [0 if block.rope else 1 for block in m.blocks]))
     if m.attention_sinks:  # a learned logit per head in the softmax (gpt-oss)
         items.append(("model.softmax_type", "learnable"))
     if not m.dropout:

@@ -465,7 +465,7 @@ def run_model(m: ModelSpec) -> ModelSpec:
         (m.is_moe and len(m.moe_layers) != m.num_layers, "dense layers between MoE layers"),
         (not m.is_moe and m.head_dim * m.num_heads != m.hidden_size, "a head size other than hidden / heads"),
         (m.is_mla, "multi-head latent attention"),
-        (bool(m.chunked_attention_layers), "chunked attention"),
+        (m.attention_chunk_size is not None, "chunked attention"),
         (m.is_hybrid, hybrid_stack(m)),
     ]
     missing = [what for bad, what in blockers if bad]

@@ -10,7 +10,7 @@ from dataclasses import replace
 from nestplan.export.common import comment_text
 from nestplan.export.plan import ExportInput
 from nestplan.export.torchtitan_split import listed_split
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import ModelSpec, QKNorm
 
 # catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
 # Hugging Face assets folder); the 405B takes the 70B's settings: torchtitan's llama3_405b builds FP8
@@ -65,10 +65,8 @@ def llama_stand_in(m: ModelSpec) -> ModelSpec:
         tied_embeddings=False,
         dropout=False,
         qkv_bias=False,
-        qk_norm="none",
         block_norms=2,
-        sliding_window=None,
-        sliding_window_layers=(),
+        blocks=tuple(replace(block, window=None, qk_norm=QKNorm.NONE) for block in m.blocks),
         attention_sinks=False,
         router_bias=False,
         parallel_block=False,

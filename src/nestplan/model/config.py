@@ -115,11 +115,15 @@ def config_dict(spec: ModelSpec) -> dict[str, Any]:
         differing = next(
             f.name for f in dataclasses.fields(ModelSpec) if getattr(read, f.name) != getattr(expected, f.name)
         )
+        what, value = differing, getattr(expected, differing)
+        if differing == "blocks":  # the first block the config cannot give
+            layer = next(i for i, block in enumerate(value) if read.blocks[i : i + 1] != (block,))
+            what, value = f"block {layer}", value[layer]
         raise ConfigError(
             f"model {printable(spec.name)} cannot be written as a {spec.family} config.json: its "
-            f"{differing} {brief(getattr(expected, differing))} is not one such a config gives",
+            f"{what} {brief(value, 160)} is not one such a config gives",
             field=differing,
-            value=getattr(expected, differing),
+            value=value,
         )
     return config
 

@@ -23,11 +23,11 @@ Choices the families rely on:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from nestplan.errors import brief
 from nestplan.inputs import Fields
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import FFN, Block, Mixer, ModelSpec, QKNorm
 
 # Bounds on a config's sizes: generous, but finite, so that the planner's work stays bounded and
 # parameter bytes at every bound at once (1024 x 4096 experts x 3 x 2^16 x 2^18 x 16 B) stay below 2^63.
@@ -195,11 +195,22 @@ class ConfigFields(Fields):
         return tuple(i for i, kind in enumerate(kinds) if _LAYER_TYPES[kind])
 
 
-def windows(window: int | None, layers: tuple[int, ...]) -> dict[str, Any]:
-    """The spec's sliding-window fields, canonical: no window without windowed layers, and back."""
-    if window is None or not layers:
-        return {"sliding_window": None, "sliding_window_layers": ()}
-    return {"sliding_window": window, "sliding_window_layers": layers}
+def decoder_blocks(
+    num_layers: int,
+    window: int | None = None,
+    windowed: Collection[int] = (),
+    moe: Collection[int] = (),
+    qk_norm: QKNorm = QKNorm.NONE,
+    mixer: Mixer = Mixer.ATTENTION,
+) -> tuple[Block, ...]:
+    """``num_layers`` blocks of ``mixer`` and an FFN, an MoE one in the layers ``moe``, attending to a
+    sliding ``window`` in the layers ``windowed`` (full attention everywhere when ``window`` is None),
+    each with ``qk_norm``."""
+    moe, windowed = frozenset(moe), frozenset(windowed if window is not None else ())
+    return tuple(
+        Block(mixer, FFN.MOE if i in moe else FFN.DENSE, window if i in windowed else None, qk_norm=qk_norm)
+        for i in range(num_layers)
+    )
 
 
 def attention_shape(
@@ -243,7 +254,7 @@ def rotary_decoder(f: ConfigFields, name: str, head_dim_default: int | None = No
         name=name,
         family=f.family,
         hidden_size=hidden,
-        num_layers=f.integer("num_hidden_layers", MAX_LAYERS),
+        blocks=decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS)),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
@@ -291,10 +302,12 @@ def routing_groups(f: ConfigFields, experts: int, top_k: int, grouped: bool) -> 
     return {"routing_groups": groups, "routing_groups_per_token": per_token}
 
 
-def every_layer(f: ConfigFields, num_layers: int, default_window: int | None) -> dict[str, Any]:
-    """A ``sliding_window`` that applies to every layer (Mistral, Mixtral, Phi-3: HF MistralConfig
-    defaults it to 4096, MixtralConfig and Phi3Config to None; null means full attention)."""
-    return windows(f.window(default_window), tuple(range(num_layers)))
+def every_layer(f: ConfigFields, num_layers: int, default_window: int | None, moe: bool = False) -> tuple[Block, ...]:
+    """Blocks with a ``sliding_window`` that applies to every layer (Mistral, Mixtral, Phi-3: HF
+    MistralConfig defaults it to 4096, MixtralConfig and Phi3Config to None; null means full attention),
+    every FFN an MoE where ``moe``."""
+    every = range(num_layers)
+    return decoder_blocks(num_layers, f.window(default_window), every, every if moe else ())
 
 
 def dropout_fields(spec: ModelSpec, *keys: str) -> dict[str, float]:
@@ -317,4 +330,4 @@ def rotary_fields(spec: ModelSpec) -> dict[str, Any]:
 
 
 def layer_types(spec: ModelSpec) -> list[str]:
-    return ["sliding_attention" if spec.window_of(i) else "full_attention" for i in range(spec.num_layers)]
+    return ["sliding_attention" if block.window else "full_attention" for block in spec.blocks]

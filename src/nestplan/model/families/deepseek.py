@@ -16,12 +16,13 @@ from nestplan.model.families.common import (
     MAX_LAYERS,
     ConfigFields,
     Family,
+    decoder_blocks,
     expert_counts,
     rotary_decoder,
     rotary_fields,
     routing_groups,
 )
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import Mixer, ModelSpec
 
 
 def _optional_rank(f: ConfigFields, key: str, default: int) -> int:
@@ -69,7 +70,7 @@ def _read_deepseek(f: ConfigFields, name: str) -> ModelSpec:
     harmless (they change routing weights, not what is counted): topk_method, scoring_func,
     norm_topk_prob, routed_scaling_factor, aux_loss_alpha, seq_aux, ep_size."""
     fields, nope, rope = _mla_decoder(f, name)
-    num_layers = fields["num_layers"]
+    num_layers = len(fields["blocks"])
     experts, top_k = expert_counts(f, "n_routed_experts")
     first_dense = f.integer("first_k_dense_replace", MAX_LAYERS, default=0, minimum=0)
     freq = f.integer("moe_layer_freq", MAX_LAYERS, default=1)
@@ -78,6 +79,7 @@ def _read_deepseek(f: ConfigFields, name: str) -> ModelSpec:
     method = f.raw("topk_method", "noaux_tc" if f.family == "deepseek_v3" else "greedy")
     grouped = f.family == "deepseek_v3" or method == "group_limited_greedy"
     fields |= {
+        "blocks": decoder_blocks(num_layers, moe=moe_layers, mixer=Mixer.MLA),
         "head_dim": nope + rope,
         "rotary_fraction": rope / (nope + rope),
         "q_lora_rank": _optional_rank(f, "q_lora_rank", 1536),
@@ -97,7 +99,6 @@ def _read_deepseek(f: ConfigFields, name: str) -> ModelSpec:
         moe_ffn_hidden_size=expert_ffn,
         num_shared_experts=shared,
         shared_expert_ffn_hidden_size=expert_ffn if shared else 0,
-        moe_layers=moe_layers,
         **fields,
     )
 

@@ -13,6 +13,7 @@ from nestplan.model.families.common import (
     MAX_VOCAB,
     ConfigFields,
     Family,
+    decoder_blocks,
     dropout_fields,
 )
 from nestplan.model.spec import ModelSpec
@@ -53,7 +54,7 @@ def _read_falcon(f: ConfigFields, name: str) -> ModelSpec:
         name=name,
         family=f.family,
         hidden_size=hidden,
-        num_layers=f.integer("num_hidden_layers", MAX_LAYERS),
+        blocks=decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS)),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=hidden // heads,

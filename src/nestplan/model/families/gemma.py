@@ -12,12 +12,12 @@ from nestplan.model.families.common import (
     MAX_LAYERS,
     ConfigFields,
     Family,
+    decoder_blocks,
     layer_types,
     rotary_decoder,
     rotary_fields,
-    windows,
 )
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import ModelSpec, QKNorm
 
 
 def _read_gemma(f: ConfigFields, name: str) -> ModelSpec:
@@ -32,14 +32,15 @@ def _read_gemma(f: ConfigFields, name: str) -> ModelSpec:
         "tied_embeddings": f.flag("tie_word_embeddings", True),
         "block_norms": 4,
     }
-    window = f.window(4096)
+    num_layers, window, qk_norm = len(fields["blocks"]), f.window(4096), QKNorm.NONE
     if f.family == "gemma2":
-        layers = f.sliding_layers(fields["num_layers"], lambda i: (i + 1) % 2 != 0)
+        layers = f.sliding_layers(num_layers, lambda i: (i + 1) % 2 != 0)
     else:
         pattern = f.integer("sliding_window_pattern", MAX_LAYERS, default=6)
-        layers = f.sliding_layers(fields["num_layers"], lambda i: (i + 1) % pattern != 0)
-        fields["qk_norm"] = "head"
-    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | windows(window, layers))
+        layers = f.sliding_layers(num_layers, lambda i: (i + 1) % pattern != 0)
+        qk_norm = QKNorm.HEAD
+    blocks = decoder_blocks(num_layers, window, layers, qk_norm=qk_norm)
+    return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | {"blocks": blocks})
 
 
 def _gemma_fields(spec: ModelSpec) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from nestplan.model.families.common import (
     ConfigFields,
     Family,
     attention_shape,
+    decoder_blocks,
     dropout_fields,
 )
 from nestplan.model.spec import ModelSpec
@@ -27,7 +28,7 @@ def _read_gpt2(f: ConfigFields, name: str) -> ModelSpec:
         name=name,
         family=f.family,
         hidden_size=hidden,
-        num_layers=f.integer("n_layer", MAX_LAYERS),
+        blocks=decoder_blocks(f.integer("n_layer", MAX_LAYERS)),
         num_heads=heads,
         num_kv_heads=heads,
         head_dim=head_dim,
@@ -59,7 +60,7 @@ def _read_encoder_style(
         name=name,
         family=f.family,
         hidden_size=hidden,
-        num_layers=f.integer("num_hidden_layers", MAX_LAYERS),
+        blocks=decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS)),
         num_heads=heads,
         num_kv_heads=heads,
         head_dim=head_dim,

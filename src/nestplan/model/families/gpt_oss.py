@@ -9,10 +9,10 @@ from nestplan.model.families.common import (
     ConfigFields,
     Family,
     expert_counts,
+    decoder_blocks,
     layer_types,
     rotary_decoder,
     rotary_fields,
-    windows,
 )
 from nestplan.model.spec import ModelSpec
 
@@ -25,7 +25,7 @@ def _read_gpt_oss(f: ConfigFields, name: str) -> ModelSpec:
     from the first). Read and harmless: swiglu_limit, swiglu_alpha (the clamp of its SwiGLU: the
     gated MLP's FLOPs)."""
     fields = rotary_decoder(f, name, head_dim_default=64)
-    num_layers = fields["num_layers"]
+    num_layers = len(fields["blocks"])
     experts, top_k = expert_counts(f, "num_local_experts")
     if not f.flag("attention_bias", True):
         raise f.error(
@@ -37,15 +37,15 @@ def _read_gpt_oss(f: ConfigFields, name: str) -> ModelSpec:
         )
     expert_ffn = f.integer("intermediate_size", MAX_FFN)
     layers = f.sliding_layers(num_layers, lambda i: (i + 1) % 2 != 0)
+    blocks = decoder_blocks(num_layers, f.window(128), layers, moe=range(num_layers))
     return ModelSpec(
         ffn_hidden_size=expert_ffn,
         num_experts=experts,
         experts_per_token=top_k,
         moe_ffn_hidden_size=expert_ffn,
-        moe_layers=tuple(range(num_layers)),
         router_bias=True,
         attention_sinks=True,
-        **fields | {"linear_bias": True} | windows(f.window(128), layers),
+        **fields | {"linear_bias": True, "blocks": blocks},
     )
 
 

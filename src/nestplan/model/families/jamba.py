@@ -19,7 +19,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import FFN, Block, Mixer, ModelSpec
 from nestplan.model.ssm import Mamba1Shape
 
 
@@ -63,27 +63,26 @@ def _read_jamba(f: ConfigFields, name: str) -> ModelSpec:
     ``intermediate_size`` in the layers ``i % expert_layer_period == expert_layer_offset`` (default 2,
     1), a dense SwiGLU MLP of the same width in the others (every layer where num_experts is 1)."""
     fields = rotary_decoder(f, name)
-    layers = fields["num_layers"]
+    layers = len(fields["blocks"])
     attention = _periodic_layers(f, layers, "attn_layer_period", "attn_layer_offset", 8, 4)
     expert_layers = _periodic_layers(f, layers, "expert_layer_period", "expert_layer_offset", 2, 1)
     ffn = f.integer("intermediate_size", MAX_FFN)
     moe: dict[str, Any] = {}
     if f.integer("num_experts", MAX_EXPERTS) > 1:
         experts, top_k = expert_counts(f, "num_experts")
-        moe = {
-            "num_experts": experts,
-            "experts_per_token": top_k,
-            "moe_ffn_hidden_size": ffn,
-            "moe_layers": expert_layers,
-        }
+        moe = {"num_experts": experts, "experts_per_token": top_k, "moe_ffn_hidden_size": ffn}
     else:
         f.has("num_experts_per_tok")
+        expert_layers = ()
+    blocks = tuple(
+        Block(Mixer.ATTENTION if i in attention else Mixer.MAMBA1, FFN.MOE if i in expert_layers else FFN.DENSE)
+        for i in range(layers)
+    )
     return ModelSpec(
         ffn_hidden_size=ffn,
         rotary_fraction=0.0,
         mamba=_mamba1_shape(f, fields["hidden_size"]),
-        mamba_layers=tuple(i for i in range(layers) if i not in attention),
-        **fields,
+        **fields | {"blocks": blocks},
         **moe,
     )
 

@@ -17,7 +17,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import FFN, Block, ModelSpec, QKNorm
 
 
 def _rope_layers(f: ConfigFields, num_layers: int) -> tuple[int, ...]:
@@ -58,6 +58,28 @@ def _chunked_layers(f: ConfigFields, num_layers: int, rope_layers: tuple[int, ..
     return tuple(i for i, kind in enumerate(kinds) if kind == "chunked_attention")
 
 
+def _llama4_blocks(
+    num_layers: int,
+    moe_layers: tuple[int, ...],
+    rope_layers: tuple[int, ...],
+    chunked_layers: tuple[int, ...],
+    chunk: int | None,
+    qk_norm: QKNorm,
+) -> tuple[Block, ...]:
+    """Llama 4's blocks: MoE in ``moe_layers``, chunks of ``chunk`` in ``chunked_layers``, rotary positions
+    and ``qk_norm`` in ``rope_layers`` (its L2 norm applies to the rotary layers only)."""
+    moe, rope, chunked = frozenset(moe_layers), frozenset(rope_layers), frozenset(chunked_layers)
+    return tuple(
+        Block(
+            ffn=FFN.MOE if i in moe else FFN.DENSE,
+            chunk=chunk if i in chunked else None,
+            rope=i in rope,
+            qk_norm=qk_norm if i in rope else QKNorm.NONE,
+        )
+        for i in range(num_layers)
+    )
+
+
 def _read_llama4(f: ConfigFields, name: str) -> ModelSpec:
     """Llama 4 (text; HF modeling_llama4): MoE blocks at ``moe_layers`` (default every
     ``interleave_moe_layer_step``-th layer from step - 1), each with ``num_local_experts`` routed experts
@@ -67,7 +89,7 @@ def _read_llama4(f: ConfigFields, name: str) -> ModelSpec:
     layers: an L2 norm without weights (``use_qk_norm``). Read and harmless: attn_temperature_tuning,
     floor_scale, attn_scale (a per-position scale of the queries of the global layers)."""
     fields = rotary_decoder(f, name, head_dim_default=128) | {"linear_bias": f.flag("attention_bias", False)}
-    num_layers = fields["num_layers"]
+    num_layers = len(fields["blocks"])
     experts, top_k = expert_counts(f, "num_local_experts")
     step = f.integer("interleave_moe_layer_step", MAX_LAYERS, default=1)
     if f.has("moe_layers"):
@@ -85,22 +107,20 @@ def _read_llama4(f: ConfigFields, name: str) -> ModelSpec:
         chunk = f.integer("attention_chunk_size", MAX_POSITIONS, default=8192)
     for key in ("attn_temperature_tuning", "floor_scale", "attn_scale"):
         f.read.add(key)
+    dense_ffn = f.integer("intermediate_size_mlp", MAX_FFN, default=MISSING if has_dense else expert_ffn)
+    qk_norm = QKNorm.L2 if f.flag("use_qk_norm", True) else QKNorm.NONE
+    blocks = _llama4_blocks(num_layers, moe_layers, rope_layers, chunked, chunk, qk_norm)
     return ModelSpec(
-        ffn_hidden_size=f.integer("intermediate_size_mlp", MAX_FFN, default=MISSING if has_dense else expert_ffn),
+        ffn_hidden_size=dense_ffn,
         num_experts=experts,
         experts_per_token=top_k,
         moe_ffn_hidden_size=expert_ffn,
         num_shared_experts=1,
         shared_expert_ffn_hidden_size=expert_ffn,
-        moe_layers=moe_layers,
-        attention_chunk_size=chunk if chunked else None,
-        chunked_attention_layers=chunked,
-        nope_layers=tuple(i for i in range(num_layers) if i not in rope_layers),
-        qk_norm="l2" if f.flag("use_qk_norm", True) else "none",
         # HF Llama4TextMoe: sigmoid scores of every expert; the top-1's probability scales ``routed_in``
         router_scores_all_experts=True,
         moe_probs_on_input=True,
-        **fields,
+        **fields | {"blocks": blocks},
     )
 
 
@@ -112,9 +132,9 @@ def _llama4_fields(spec: ModelSpec) -> dict[str, Any]:
         "num_local_experts": spec.num_experts,
         "num_experts_per_tok": spec.experts_per_token,
         "moe_layers": list(spec.moe_layers),
-        "no_rope_layers": [0 if i in spec.nope_layers else 1 for i in range(spec.num_layers)],
+        "no_rope_layers": [1 if block.rope else 0 for block in spec.blocks],
         "attention_chunk_size": spec.attention_chunk_size,
-        "layer_types": ["chunked_attention" if spec.chunk_of(i) else "full_attention" for i in range(spec.num_layers)],
+        "layer_types": ["chunked_attention" if block.chunk else "full_attention" for block in spec.blocks],
         "use_qk_norm": spec.qk_norm == "l2",
         "attention_bias": spec.linear_bias,
     }

@@ -21,7 +21,8 @@ from nestplan.model.spec import ModelSpec
 def _read_mistral(f: ConfigFields, name: str) -> ModelSpec:
     fields = rotary_decoder(f, name)
     return ModelSpec(
-        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | every_layer(f, fields["num_layers"], 4096)
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        **fields | {"blocks": every_layer(f, len(fields["blocks"]), 4096)},
     )
 
 
@@ -32,7 +33,7 @@ def mistral_fields(spec: ModelSpec) -> dict[str, Any]:
 
 def _read_mixtral(f: ConfigFields, name: str) -> ModelSpec:
     fields = rotary_decoder(f, name)
-    fields |= every_layer(f, fields["num_layers"], None)
+    fields["blocks"] = every_layer(f, len(fields["blocks"]), None, moe=True)
     experts, top_k = expert_counts(f, "num_local_experts")
     expert_ffn = f.integer("intermediate_size", MAX_FFN)
     return ModelSpec(
@@ -40,7 +41,6 @@ def _read_mixtral(f: ConfigFields, name: str) -> ModelSpec:
         num_experts=experts,
         experts_per_token=top_k,
         moe_ffn_hidden_size=expert_ffn,
-        moe_layers=tuple(range(fields["num_layers"])),
         **fields,
     )
 

@@ -1,8 +1,7 @@
 """Nemotron-H (``nemotron_h``): one block per character of ``hybrid_override_pattern``: a Mamba-2
-mixer (M, ``mamba_layers``), attention (*) or an MLP (-, ``mixerless_layers``); M and * blocks are
-``ffn_free_layers``; one norm per block (``block_norms`` 1), no positional embedding
-(``rotary_fraction`` 0); E blocks are MoE FFNs without a mixer (``mixerless_layers`` and
-``moe_layers``). Its attention has no positional embedding (HF NemotronHAttention.forward rotates
+mixer (M, ``Mixer.MAMBA2``), attention (*) or an MLP (-, ``Mixer.NONE``); M and * blocks have no FFN
+(``FFN.NONE``); one norm per block (``block_norms`` 1), no positional embedding (``rotary_fraction``
+0); E blocks are MoE FFNs without a mixer (``Mixer.NONE`` and ``FFN.MOE``). Its attention has no positional embedding (HF NemotronHAttention.forward rotates
 nothing; Megatron-LM --position-embedding-type none): the partial_rotary_factor its configs carry is
 unused (harmless)."""
 
@@ -27,12 +26,17 @@ from nestplan.model.families.common import (
     expert_counts,
     routing_groups,
 )
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import FFN, Block, Mixer, ModelSpec
 from nestplan.model.ssm import Mamba2Shape
 
 # Nemotron-H's hybrid_override_pattern: one character per layer (HF NemotronHConfig._pattern_to_list,
-# Megatron-LM --hybrid-override-pattern): the block's mixer and whether it has an FFN (E: an MoE one)
-_HYBRID_LAYERS = {"M": ("mamba", False), "*": ("attention", False), "-": ("none", True), "E": ("none", True)}
+# Megatron-LM --hybrid-override-pattern): the block's mixer and its FFN (E: an MoE one)
+_HYBRID_LAYERS = {
+    "M": (Mixer.MAMBA2, FFN.NONE),
+    "*": (Mixer.ATTENTION, FFN.NONE),
+    "-": (Mixer.NONE, FFN.DENSE),
+    "E": (Mixer.NONE, FFN.MOE),
+}
 
 
 # the MoE fields HF NemotronHConfig writes for every model, with or without E layers
@@ -192,7 +196,6 @@ def _nemotron_h_experts(f: ConfigFields, pattern: str) -> dict[str, Any]:
         "moe_ffn_hidden_size": f.integer("moe_intermediate_size", MAX_FFN),
         "num_shared_experts": 1,
         "shared_expert_ffn_hidden_size": f.integer("moe_shared_expert_intermediate_size", MAX_FFN),
-        "moe_layers": tuple(i for i, char in enumerate(pattern) if char == "E"),
         "router_bias": True,
         "router_scores_all_experts": True,
         **routing_groups(f, experts, top_k, grouped=True),
@@ -213,14 +216,13 @@ def _read_nemotron_h(f: ConfigFields, name: str) -> ModelSpec:
     for key in ("use_bias", "mlp_bias", "attention_bias"):
         if f.flag(key, False):
             raise f.error(f"field '{key}' is true; nestplan counts Nemotron-H without biases", key, True, "false")
-    kinds = [_HYBRID_LAYERS[char] for char in pattern]
     moe = _nemotron_h_experts(f, pattern)
     mlp_default = moe["moe_ffn_hidden_size"] if moe and "-" not in pattern else MISSING
     return ModelSpec(
         name=name,
         family=f.family,
         hidden_size=hidden,
-        num_layers=len(pattern),
+        blocks=tuple(Block(*_HYBRID_LAYERS[char]) for char in pattern),
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
@@ -236,9 +238,6 @@ def _read_nemotron_h(f: ConfigFields, name: str) -> ModelSpec:
         rotary_fraction=0.0,
         block_norms=1,
         mamba=_mamba_shape(f),
-        mamba_layers=tuple(i for i, (mixer, _) in enumerate(kinds) if mixer == "mamba"),
-        mixerless_layers=tuple(i for i, (mixer, _) in enumerate(kinds) if mixer == "none"),
-        ffn_free_layers=tuple(i for i, (_, mlp) in enumerate(kinds) if not mlp),
         **moe,
     )
 
@@ -246,15 +245,14 @@ def _read_nemotron_h(f: ConfigFields, name: str) -> ModelSpec:
 def _nemotron_h_fields(spec: ModelSpec) -> dict[str, Any]:
     """Nemotron-H: the layers as ``hybrid_override_pattern`` (a block of attention and an MLP has no
     character: such a spec cannot be written), the Mamba-2 sizes and the E layers' experts."""
-    chars = {(kind, mlp): char for char, (kind, mlp) in _HYBRID_LAYERS.items() if char != "E"}
-    chars[("moe", True)] = "E"
-    kinds = [("moe" if spec.is_moe_layer(i) else spec.mixer_of(i), spec.has_ffn(i)) for i in range(spec.num_layers)]
+    chars = {kind: char for char, kind in _HYBRID_LAYERS.items()}
+    kinds = [(block.mixer, block.ffn) for block in spec.blocks]
     unwritable = next((i for i, kind in enumerate(kinds) if kind not in chars), None)
     if unwritable is not None or spec.mamba is None:
         what = "no Mamba-2 sizes" if unwritable is None else f"layer {unwritable} with a mixer and an FFN"
         raise ConfigError(
             f"model {printable(spec.name)} cannot be written as a nemotron_h config.json: it has {what}",
-            field="mamba" if unwritable is None else "ffn_free_layers",
+            field="mamba" if unwritable is None else "blocks",
         )
     pattern, m = "".join(chars[kind] for kind in kinds), spec.mamba
     return {

@@ -24,7 +24,8 @@ def _read_phi3(f: ConfigFields, name: str) -> ModelSpec:
         "dropout": f.any_dropout({"attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}),
     }
     return ModelSpec(
-        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | every_layer(f, fields["num_layers"], None)
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        **fields | {"blocks": every_layer(f, len(fields["blocks"]), None)},
     )
 
 

@@ -22,30 +22,34 @@ from nestplan.model.families.common import (
     MAX_LAYERS,
     ConfigFields,
     Family,
+    decoder_blocks,
     expert_counts,
     layer_types,
     rotary_decoder,
     rotary_fields,
-    windows,
 )
-from nestplan.model.spec import ModelSpec
+from nestplan.model.spec import Block, ModelSpec, QKNorm
 
 
-def _qwen_windows(f: ConfigFields, num_layers: int) -> dict[str, Any]:
+def _qwen_blocks(
+    f: ConfigFields, num_layers: int, moe: tuple[int, ...] = (), qk_norm: QKNorm = QKNorm.NONE
+) -> tuple[Block, ...]:
     """Qwen2/Qwen3 (dense and MoE): ``sliding_window`` (default 4096) only where ``use_sliding_window``
     (default false), in the layers from ``max_window_layers`` (default 28) on, or those ``layer_types``
     names (HF Qwen2Config: layer_types "sliding_attention" where i >= max_window_layers)."""
     window = f.window(4096)
     first = f.integer("max_window_layers", MAX_LAYERS, default=28, minimum=0)
     layers = f.sliding_layers(num_layers, lambda i: i >= first)
-    return windows(window if f.flag("use_sliding_window", False) else None, layers)
+    window = window if f.flag("use_sliding_window", False) else None
+    return decoder_blocks(num_layers, window, layers, moe, qk_norm)
 
 
 def _read_qwen2(f: ConfigFields, name: str) -> ModelSpec:
     """Qwen2: biases on the Q, K and V projections, none elsewhere (HF modeling_qwen2, Qwen2Attention)."""
     fields = rotary_decoder(f, name) | {"qkv_bias": True}
     return ModelSpec(
-        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _qwen_windows(f, fields["num_layers"])
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        **fields | {"blocks": _qwen_blocks(f, len(fields["blocks"]))},
     )
 
 
@@ -53,19 +57,17 @@ def _read_qwen3(f: ConfigFields, name: str) -> ModelSpec:
     """Qwen3 dense: the Llama block with QK-norm, an RMSNorm of head_dim on each query and key head
     before RoPE (HF modeling_qwen3, Qwen3Attention q_norm/k_norm), ``head_dim`` explicit (default 128);
     ``attention_bias`` puts biases on the attention projections (recorded as linear_bias, as for Llama)."""
-    fields = rotary_decoder(f, name, head_dim_default=128) | {
-        "qk_norm": "head",
-        "linear_bias": f.flag("attention_bias", False),
-    }
+    fields = rotary_decoder(f, name, head_dim_default=128) | {"linear_bias": f.flag("attention_bias", False)}
     return ModelSpec(
-        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields | _qwen_windows(f, fields["num_layers"])
+        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        **fields | {"blocks": _qwen_blocks(f, len(fields["blocks"]), qk_norm=QKNorm.HEAD)},
     )
 
 
 def _read_qwen_moe(f: ConfigFields, name: str) -> ModelSpec:
     """qwen2_moe (one shared expert, Q/K/V biases) and qwen3_moe (no shared expert, QK-norm)."""
     fields = rotary_decoder(f, name)
-    num_layers = fields["num_layers"]
+    num_layers = len(fields["blocks"])
     experts, top_k = expert_counts(f, "num_experts")
     expert_ffn = f.integer("moe_intermediate_size", MAX_FFN)
     step = f.integer("decoder_sparse_step", MAX_LAYERS, default=1)
@@ -74,14 +76,16 @@ def _read_qwen_moe(f: ConfigFields, name: str) -> ModelSpec:
     has_dense = len(moe_layers) < num_layers
     dense_ffn = f.integer("intermediate_size", MAX_FFN, default=MISSING if has_dense else expert_ffn)
     shared_ffn = 0
-    fields |= _qwen_windows(f, num_layers)
+    # Qwen3-MoE: QK-norm as dense Qwen3 (HF modeling_qwen3_moe, Qwen3MoeAttention q_norm/k_norm)
+    qk_norm = QKNorm.HEAD if f.family == "qwen3_moe" else QKNorm.NONE
+    fields["blocks"] = _qwen_blocks(f, num_layers, moe_layers, qk_norm)
     if f.family == "qwen2_moe":
         shared_ffn = f.integer("shared_expert_intermediate_size", MAX_FFN, minimum=0)
         fields["qkv_bias"] = True  # HF modeling_qwen2_moe, Qwen2MoeAttention: q, k, v biased
         # HF Qwen2MoeSparseMoeBlock: a softmax over every expert before the top-k; shared_expert_gate
         fields |= {"router_scores_all_experts": True, "shared_expert_gate": shared_ffn > 0}
-    else:  # Qwen3-MoE: QK-norm as dense Qwen3 (HF modeling_qwen3_moe, Qwen3MoeAttention q_norm/k_norm)
-        fields |= {"linear_bias": f.flag("attention_bias", False), "qk_norm": "head"}
+    else:  # Qwen3-MoE: attention biases as dense Qwen3
+        fields["linear_bias"] = f.flag("attention_bias", False)
     return ModelSpec(
         ffn_hidden_size=dense_ffn,
         num_experts=experts,
@@ -89,7 +93,6 @@ def _read_qwen_moe(f: ConfigFields, name: str) -> ModelSpec:
         moe_ffn_hidden_size=expert_ffn,
         num_shared_experts=1 if shared_ffn > 0 else 0,
         shared_expert_ffn_hidden_size=shared_ffn,
-        moe_layers=moe_layers,
         **fields,
     )
 
@@ -117,7 +120,7 @@ def _qwen_moe_fields(spec: ModelSpec) -> dict[str, Any]:
         "num_experts_per_tok": spec.experts_per_token,
         "moe_intermediate_size": spec.moe_ffn_hidden_size,
         "decoder_sparse_step": 1,
-        "mlp_only_layers": [i for i in range(spec.num_layers) if i not in spec.moe_layers],
+        "mlp_only_layers": [i for i in range(spec.num_layers) if not spec.is_moe_layer(i)],
         **_qwen_window_fields(spec),
     }
     if spec.family == "qwen2_moe":
