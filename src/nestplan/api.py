@@ -489,8 +489,7 @@ def plan(
 
     Raises InfeasibleError (exit code 3) explaining the leanest plan's memory when nothing fits.
     """
-    from nestplan.search.infeasible import infeasible_error
-    from nestplan.search.planner import check_job, search
+    from nestplan.search.planner import plan_job
     from nestplan.search.space import SearchSpace
 
     if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP:
@@ -504,13 +503,7 @@ def plan(
     cl = resolve_cluster(cluster, devices)
     if job is None:
         job = job_for(spec, cl, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)
-    check_context(spec, job.seq_len)
-    n = cl.devices
-    check_job(spec, cl, job, n)
-    space = space or SearchSpace()
-    result = search(spec, cl, job, n, space, top=top, progress=progress)
-    if result.best is None:
-        raise infeasible_error(spec, cl, job, n, space)
+    result = plan_job(spec, cl, job, space or SearchSpace(), top=top, progress=progress)
     return PlanReport(spec, cl, result.job, result.best, result.runners_up, result.stats)
 
 

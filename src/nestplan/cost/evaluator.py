@@ -353,4 +353,5 @@ def _assemble(
         bottleneck_stage=slowest,
         plan=dims,
         placement=placement,
+        settings=job.settings,
     )

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from nestplan.strategy.dims import ParallelDims
+from nestplan.settings import RunSettings
 from nestplan.strategy.describe import describe
 from nestplan.strategy.placement import Placement
 from nestplan.units import TERA, GiB
@@ -93,6 +94,7 @@ class Prediction:
     bottleneck_stage: int
     plan: ParallelDims  # the plan evaluated
     placement: Placement  # its placement on the cluster
+    settings: RunSettings  # how it runs (the job's run settings it was evaluated under)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field and every figure derived from them (DERIVED_FIGURES) as plain JSON values; the

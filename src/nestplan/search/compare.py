@@ -7,12 +7,12 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from nestplan.cluster import Cluster
-from nestplan.errors import ConfigError
+from nestplan.errors import ConfigError, InfeasibleError
 from nestplan.cost.prediction import Prediction
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.baselines import BASELINES
-from nestplan.search.planner import search
+from nestplan.search.planner import plan_job
 from nestplan.search.space import SearchSpace
 from nestplan.strategy.describe import describe
 from nestplan.units import GiB, MiB
@@ -66,8 +66,11 @@ def plan_cell(pred: Prediction | None) -> str:
 
 def _nestplan(model: ModelSpec, cluster: Cluster, job: Job, devices: int, mbs: int) -> tuple[Prediction | None, float]:
     start = time.perf_counter()
-    found = search(model, cluster, job, devices, SearchSpace(micro_batch_sizes=(mbs,)), top=0)
-    return found.best, time.perf_counter() - start
+    try:
+        best = plan_job(model, cluster, job, SearchSpace(micro_batch_sizes=(mbs,)), top=0).best
+    except InfeasibleError:
+        best = None
+    return best, time.perf_counter() - start
 
 
 def compare_case(model: ModelSpec, cluster: Cluster, job: Job, mbs: int, baselines: Sequence[str]) -> list[CompareRow]:

@@ -11,11 +11,12 @@ from nestplan.cost.schedules import family, layout_variants, variants
 from nestplan.cost.prediction import Prediction
 from nestplan.cost.terms import TermCache
 from nestplan.errors import ConfigError
-from nestplan.job import Job
+from nestplan.job import Job, check_context
 from nestplan.model.spec import ModelSpec
 from nestplan.search.engine import Engine, run_best_first
+from nestplan.search.infeasible import infeasible_error
 from nestplan.search.physical import Group, PhysicalSearchModel
-from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs
+from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs, tp_values
 from nestplan.search.stats import SearchStats
 from nestplan.settings import CpCommType
 from nestplan.strategy.dims import ParallelDims
@@ -54,12 +55,14 @@ def count_groups(model: ModelSpec, cluster: Cluster, job: Job, devices: int, spa
     return sum(1 for _ in _groups(model, cluster, job, devices, space))
 
 
-def check_job(model: ModelSpec, cluster: Cluster, job: Job, devices: int) -> None:
-    """Bad input for planning: the batch cannot occupy the devices even with the most model parallelism."""
-    node = cluster.topology.levels[0].size
-    widest = min(node, 8) * model.num_layers * (8 if job.seq_len >= SearchSpace().min_cp_seq_len else 1)
-    if model.is_moe:
-        widest *= min(model.num_experts, 64)
+def check_job(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> None:
+    """Bad input for planning: the batch cannot occupy the devices even with the most model parallelism
+    the space offers (its widest tp the model allows, its widest cp where the sequence is long enough for
+    it, its widest ep that divides the experts, a stage per layer)."""
+    tp = max(tp_values(space, model, devices), default=1)
+    cp = max(space.cp) if job.seq_len >= space.min_cp_seq_len else 1
+    ep = max((e for e in space.ep if model.is_moe and model.num_experts % e == 0), default=1)
+    widest = tp * cp * ep * min(model.num_layers, space.max_pp or model.num_layers)
     if job.global_batch_size * widest < devices:
         raise ConfigError(
             f"global batch size {job.global_batch_size} cannot occupy {devices} devices: at most "
@@ -68,6 +71,26 @@ def check_job(model: ModelSpec, cluster: Cluster, job: Job, devices: int) -> Non
             value=job.global_batch_size,
             limit=-(-devices // widest),
         )
+
+
+def plan_job(
+    model: ModelSpec,
+    cluster: Cluster,
+    job: Job,
+    space: SearchSpace,
+    *,
+    top: int = 5,
+    progress: Callable[[int], None] | None = None,
+) -> PlanResult:
+    """Plan ``job`` on all of ``cluster``'s devices as every caller does (the API and the CLI, sweeps,
+    comparisons): the sequence checked against the model, the batch against the devices, the search, and
+    an InfeasibleError explaining the leanest plan's memory when nothing fits."""
+    check_context(model, job.seq_len)
+    check_job(model, cluster, job, cluster.devices, space)
+    result = search(model, cluster, job, cluster.devices, space, top=top, progress=progress)
+    if result.best is None:
+        raise infeasible_error(model, cluster, job, cluster.devices, space)
+    return result
 
 
 Evaluate = Callable[[ParallelDims, tuple[str, ...]], Prediction]
@@ -184,12 +207,13 @@ def search(
                 continue
             if floor(dims, order) <= _kth_fastest(fitting, 1 + top):
                 fitting.extend(p for p in [evaluate(dims, order)] if fits(p))
-    fitting, jobs = _with_job_variants(model, cluster, job, space, fitting, top, fits)
+    fitting = _with_settings_variants(model, cluster, job, space, fitting, top, fits)
     best = fitting[0] if fitting else None
-    return PlanResult(best, tuple(fitting[1 : 1 + top]), engine.stats, len(exact), jobs[id(best)] if best else job)
+    chosen = replace(job, settings=best.settings) if best else job
+    return PlanResult(best, tuple(fitting[1 : 1 + top]), engine.stats, len(exact), chosen)
 
 
-def _with_job_variants(
+def _with_settings_variants(
     model: ModelSpec,
     cluster: Cluster,
     job: Job,
@@ -197,20 +221,15 @@ def _with_job_variants(
     fitting: list[Prediction],
     top: int,
     fits: Callable[[Prediction], bool],
-) -> tuple[list[Prediction], dict[int, Job]]:
+) -> list[Prediction]:
     """The plans that fit with the fastest ones' variants under another context-parallel exchange, then
-    another MoE overlap, fastest first, and the job of each (by the prediction's id)."""
+    another MoE overlap, fastest first (each prediction carries the settings it runs with)."""
     fitting = sorted(fitting, key=lambda p: p.step_time_s)
-    jobs = {id(p): job for p in fitting}
-    for variant_job, pred in _cp_exchange_variants(model, cluster, job, space, fitting[: 1 + top], fits):
-        jobs[id(pred)] = variant_job
-        fitting.append(pred)
+    fitting.extend(_cp_exchange_variants(model, cluster, job, space, fitting[: 1 + top], fits))
     fitting.sort(key=lambda p: p.step_time_s)
-    for variant_job, pred in _moe_overlap_variants(model, cluster, space, fitting[: 1 + top], jobs, fits):
-        jobs[id(pred)] = variant_job
-        fitting.append(pred)
+    fitting.extend(_moe_overlap_variants(model, cluster, job, space, fitting[: 1 + top], fits))
     fitting.sort(key=lambda p: p.step_time_s)
-    return fitting, jobs
+    return fitting
 
 
 def cp_exchange_jobs(
@@ -233,11 +252,11 @@ def cp_exchange_jobs(
 def _moe_overlap_variants(
     model: ModelSpec,
     cluster: Cluster,
+    job: Job,
     space: SearchSpace,
     preds: list[Prediction],
-    jobs: dict[int, Job],
     fits: Callable[[Prediction], bool],
-) -> Iterator[tuple[Job, Prediction]]:
+) -> Iterator[Prediction]:
     """The plans of ``preds`` with their expert all-to-alls under another microbatch's compute
     (RunSettings.moe_comm_overlap) where the space allows it and the plan can run it, those that fit (the
     overlap holds one more microbatch in flight)."""
@@ -245,19 +264,23 @@ def _moe_overlap_variants(
         return
     caches: dict[Job, TermCache] = {}
     for pred in preds:
-        job = jobs[id(pred)]
-        variant = job.with_settings(moe_comm_overlap=True)
-        if job.settings.moe_comm_overlap or moe_overlap_conflict(pred.plan, model, variant) is not None:
+        variant = replace(job, settings=replace(pred.settings, moe_comm_overlap=True))
+        if pred.settings.moe_comm_overlap or moe_overlap_conflict(pred.plan, model, variant) is not None:
             continue
         terms = caches.setdefault(variant, TermCache(model, cluster, variant))
         other = evaluate_plan(model, cluster, pred.plan, variant, pred.placement.axis_order, terms=terms)
         if fits(other):
-            yield variant, other
+            yield other
 
 
 def _cp_exchange_variants(
-    model: ModelSpec, cluster, job: Job, space: SearchSpace, preds: list[Prediction], fits: Callable[[Prediction], bool]
-) -> Iterator[tuple[Job, Prediction]]:
+    model: ModelSpec,
+    cluster: Cluster,
+    job: Job,
+    space: SearchSpace,
+    preds: list[Prediction],
+    fits: Callable[[Prediction], bool],
+) -> Iterator[Prediction]:
     """The plans of ``preds`` with cp > 1 under the other exchanges the space allows, those that fit."""
     if not space.cp_comm_types:
         return
@@ -270,4 +293,4 @@ def _cp_exchange_variants(
             terms = caches.setdefault(variant, TermCache(model, cluster, variant))
             other = evaluate_plan(model, cluster, dims, variant, pred.placement.axis_order, terms=terms)
             if fits(other):
-                yield variant, other
+                yield other

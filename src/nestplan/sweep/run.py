@@ -28,8 +28,7 @@ from nestplan.errors import ConfigError, InfeasibleError, PlannerError
 from nestplan.job import Job, make_job, preferred_dtype
 from nestplan.model import ModelSpec, load_model
 from nestplan.report.plan_json import SearchStats, plan_to_dict
-from nestplan.search.infeasible import infeasible_error
-from nestplan.search.planner import check_job, search
+from nestplan.search.planner import plan_job
 from nestplan.search.space import SearchSpace
 from nestplan.sweep.spec import Case, SweepSpec, expand
 from nestplan.sweep.store import Store
@@ -120,11 +119,7 @@ def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[st
 def best_plan(model: ModelSpec, cluster: Cluster, job: Job) -> tuple[Prediction, dict[str, Any]]:
     """The best plan of ``nestplan plan``'s search on all of ``cluster`` and its plan JSON object; an
     InfeasibleError explaining the leanest plan's memory when nothing fits."""
-    space = SearchSpace()
-    check_job(model, cluster, job, cluster.devices)
-    result = search(model, cluster, job, cluster.devices, space, top=0)
-    if result.best is None:
-        raise infeasible_error(model, cluster, job, cluster.devices, space)
+    result = plan_job(model, cluster, job, SearchSpace(), top=0)
     stats = SearchStats(result.stats.solve_time_s, result.stats.candidates, result.stats.pruned_memory)
     return result.best, plan_to_dict(
         result.best,
