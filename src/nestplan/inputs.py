@@ -288,7 +288,8 @@ class Fields:
         value = self.raw(key, default)
         if not isinstance(value, list) or not minimum <= len(value) <= maximum:
             shown = f"{len(value)} entries" if isinstance(value, list) else value
-            wanted = f"a list of at most {maximum}" if minimum == 0 else f"a list of {minimum} to {maximum}"
+            wanted = f"a list of {maximum}" if minimum == maximum else f"a list of {minimum} to {maximum}"
+            wanted = f"a list of at most {maximum}" if minimum == 0 else wanted
             raise self._refuse(key, f"{wanted} entries", shown, f"{minimum}..{maximum} entries")
         return value
 

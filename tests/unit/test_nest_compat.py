@@ -180,7 +180,7 @@ def test_allreduce_reading():
 def test_malformed_inputs():
     good = _tiny()
     for mutate, message in [
-        (lambda r: r.pop("bws"), "bws is missing"),
+        (lambda r: r.pop("bws"), "missing field 'bws'"),
         (lambda r: r.update(bws=[1e11]), "bws"),
         (lambda r: r.update(maxDevices=5), "devices_per_level"),
         (lambda r: r["nodes"]["1"].pop(3), "nodes"),
