@@ -20,7 +20,7 @@ import numbers
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from nestplan.errors import ConfigError, brief, printable
 
@@ -305,6 +305,17 @@ class Fields:
         entries are read by the getters and named ``key[i]`` (``dims[1]``, ``levels[0].size``)."""
         value = self.items(key, maximum, default, minimum)
         return Fields({f"[{i}]": item for i, item in enumerate(value)}, self.origin, self.name(key))
+
+    def many(
+        self, key: str, maximum: int, default: Any = MISSING, expand: Callable[[Fields], list[Any]] | None = None
+    ) -> Fields:
+        """One value or a list of 1 to ``maximum`` of them (a sweep's), as :meth:`listed` gives a list; with
+        ``expand``, an object in their place (a range) is read by it into the list."""
+        value = self.raw(key, default)
+        if expand is not None and isinstance(value, Mapping):
+            value = expand(self.table(key))
+        values = value if isinstance(value, list) else [value]
+        return Fields({key: values}, self.origin, self.where).listed(key, maximum, minimum=1)
 
     def tables(self, key: str, maximum: int, minimum: int = 1) -> list[Fields]:
         """The list of objects ``key`` (``minimum`` to ``maximum`` of them), each read with the same origin,
