@@ -131,3 +131,15 @@ def test_every_run_setting_is_a_column_under_its_name_or_its_alias(tmp_path) -> 
     assert "'flash_attention' or its alias 'flash'" in results["both"].problem
     assert results["aliased"].run.job.settings.flash_attention is False
     assert results["aliased"].run.job.settings.grad_dtype == "bf16"
+
+
+def test_formats_doc_lists_every_settings_column() -> None:
+    from pathlib import Path
+
+    from nestplan.settings import setting_table
+    from nestplan.validate import SETTING_ALIASES
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text()
+    section = text.split("## Runs file (JSON)", 1)[1].split("\n## ", 1)[0]
+    for name in [entry.name for entry in setting_table()] + list(SETTING_ALIASES.values()):
+        assert f"`{name}`" in section, name
