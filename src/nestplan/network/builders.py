@@ -50,7 +50,9 @@ def hierarchical(name: str, levels: Sequence[Mapping[str, Any] | Level]) -> Topo
     Each entry is a :class:`Level` or a mapping with keys ``name``, ``size``,
     ``bandwidth_Bps`` (per device, one direction), ``latency_s`` and optionally
     ``oversubscription`` (default 1), ``bus_efficiency`` (default 1) and ``mesh_link_Bps``
-    (the link of a full mesh, see :class:`Level`; default None, a switched level).
+    (the link of a full mesh, see :class:`Level`; default None, a switched level), read by the
+    network's one level reader (``network._checks.read_level``, as a cluster file's levels are):
+    unknown and missing keys refused by name, every figure within its range.
     """
     entries = Fields({"levels": list(levels)}, f"topology '{name}'").listed("levels", MAX_LEVELS, minimum=1)
     built = [
