@@ -287,10 +287,16 @@ class Fields:
         """A list of ``minimum`` to ``maximum`` entries (each checked by the caller)."""
         value = self.raw(key, default)
         if not isinstance(value, list) or not minimum <= len(value) <= maximum:
-            shown = f"{len(value)} entries" if isinstance(value, list) else value
             wanted = f"a list of {maximum}" if minimum == maximum else f"a list of {minimum} to {maximum}"
             wanted = f"a list of at most {maximum}" if minimum == 0 else wanted
-            raise self._refuse(key, f"{wanted} entries", shown, f"{minimum}..{maximum} entries")
+            if not isinstance(value, list):
+                raise self._refuse(key, f"{wanted} entries", value, f"{minimum}..{maximum} entries")
+            raise self.error(
+                f"field '{self.name(key)}' must be {wanted} entries, got {len(value)}",
+                self.name(key),
+                len(value),
+                f"{minimum}..{maximum} entries",
+            )
         return value
 
     def table(self, key: str, default: Any = MISSING) -> Fields:
