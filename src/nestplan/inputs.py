@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from nestplan.errors import ConfigError, brief, printable
 
@@ -194,8 +195,10 @@ class Fields:
         self.where = where
         self.read: set[str] = set()
 
-    def error(self, message: str, key: str | None = None, value: Any = None, limit: Any = None) -> ConfigError:
-        return ConfigError(f"{self.origin}: {message}", field=key, value=value, limit=limit)
+    def error(
+        self, message: str, key: str | None = None, value: Any = None, limit: Any = None, unit: str | None = None
+    ) -> ConfigError:
+        return ConfigError(f"{self.origin}: {message}", field=key, value=value, limit=limit, unit=unit)
 
     def name(self, key: str) -> str:
         """``key`` as errors name it: with the nested object's prefix."""
@@ -220,17 +223,17 @@ class Fields:
         )
 
     def integer(self, key: str, maximum: int, default: Any = MISSING, minimum: int = 1) -> int:
-        """A JSON integer (not a bool, not ``2.0``) in ``minimum..maximum``."""
+        """An integer (not a bool, not ``2.0``; a NumPy integer too) in ``minimum..maximum``."""
         value = self.raw(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= value <= maximum:
             raise self._refuse(key, f"an integer in {minimum}..{maximum}", value, f"{minimum}..{maximum}")
-        return value
+        return int(value)
 
     def number(self, key: str, minimum: float, maximum: float, default: Any = MISSING) -> float:
-        """A number (not a bool) in the closed range ``[minimum, maximum]``."""
+        """A number (not a bool) in the closed range ``[minimum, maximum]`` (NaN fails it)."""
         value = self.raw(key, default)
         allowed = f"[{minimum:g}, {maximum:g}]"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not minimum <= value <= maximum:
             raise self._refuse(key, f"a number in {allowed}", value, allowed)
         return float(value)
 
@@ -253,11 +256,19 @@ class Fields:
             raise self._refuse(key, "true or false", value, "true, false")
         return value
 
-    def string(self, key: str, default: Any = MISSING) -> str:
-        """A non-empty string without control characters, at most ``MAX_STRING_CHARS`` long."""
+    def string(self, key: str, default: Any = MISSING, maximum: int = MAX_STRING_CHARS, blank: bool = False) -> str:
+        """A string without control characters, at most ``maximum`` characters long, non-empty unless ``blank``."""
         value = self.raw(key, default)
-        if not isinstance(value, str) or not value.strip():
-            raise self._refuse(key, "a non-empty string", value, "a non-empty string")
+        if not isinstance(value, str) or not (blank or value.strip()):
+            wanted = "a string" if blank else "a non-empty string"
+            raise self._refuse(key, wanted, value, wanted)
+        if len(value) > maximum:
+            raise self.error(
+                f"field '{self.name(key)}' is {len(value)} characters long; at most {maximum} allowed",
+                self.name(key),
+                len(value),
+                maximum,
+            )
         return check_string(value, self.name(key), self.origin)
 
     def choice(self, key: str, allowed: Sequence[str], default: Any = MISSING) -> str:
@@ -272,11 +283,20 @@ class Fields:
             )
         return value
 
-    def items(self, key: str, maximum: int, default: Any = MISSING) -> list[Any]:
-        """A list of at most ``maximum`` entries (each checked by the caller)."""
+    def items(self, key: str, maximum: int, default: Any = MISSING, minimum: int = 0) -> list[Any]:
+        """A list of ``minimum`` to ``maximum`` entries (each checked by the caller)."""
         value = self.raw(key, default)
-        if not isinstance(value, list) or len(value) > maximum:
-            raise self._refuse(key, f"a list of at most {maximum} entries", value, f"0..{maximum} entries")
+        if not isinstance(value, list) or not minimum <= len(value) <= maximum:
+            wanted = f"a list of {maximum}" if minimum == maximum else f"a list of {minimum} to {maximum}"
+            wanted = f"a list of at most {maximum}" if minimum == 0 else wanted
+            if not isinstance(value, list):
+                raise self._refuse(key, f"{wanted} entries", value, f"{minimum}..{maximum} entries")
+            raise self.error(
+                f"field '{self.name(key)}' must be {wanted} entries, got {len(value)}",
+                self.name(key),
+                len(value),
+                f"{minimum}..{maximum} entries",
+            )
         return value
 
     def table(self, key: str, default: Any = MISSING) -> Fields:
@@ -285,6 +305,37 @@ class Fields:
         if not isinstance(value, Mapping):
             raise self._refuse(key, "an object", value, "an object")
         return Fields(value, self.origin, f"{self.name(key)}.")
+
+    def listed(self, key: str, maximum: int, default: Any = MISSING, minimum: int = 0) -> Fields:
+        """The list ``key`` (``minimum`` to ``maximum`` entries) as fields ``[0]``, ``[1]`` ..., so that its
+        entries are read by the getters and named ``key[i]`` (``dims[1]``, ``levels[0].size``)."""
+        value = self.items(key, maximum, default, minimum)
+        return Fields({f"[{i}]": item for i, item in enumerate(value)}, self.origin, self.name(key))
+
+    def many(
+        self, key: str, maximum: int, default: Any = MISSING, expand: Callable[[Fields], list[Any]] | None = None
+    ) -> Fields:
+        """One value or a list of 1 to ``maximum`` of them (a sweep's), as :meth:`listed` gives a list; with
+        ``expand``, an object in their place (a range) is read by it into the list."""
+        value = self.raw(key, default)
+        if expand is not None and isinstance(value, Mapping):
+            value = expand(self.table(key))
+        values = value if isinstance(value, list) else [value]
+        return Fields({key: values}, self.origin, self.where).listed(key, maximum, minimum=1)
+
+    def tables(self, key: str, maximum: int, minimum: int = 1) -> list[Fields]:
+        """The list of objects ``key`` (``minimum`` to ``maximum`` of them), each read with the same origin,
+        its fields named ``key[i].field``."""
+        listed = self.listed(key, maximum, minimum=minimum)
+        return [listed.table(index) for index in listed.data]
+
+    def require(self, keys: Sequence[str]) -> None:
+        """Refuse, by name, the first of ``keys`` that is absent or null (before any value is checked)."""
+        for key in keys:
+            if self.data.get(key) is None:
+                raise self.error(
+                    f"missing field '{self.name(key)}'; required: {', '.join(keys)}", self.name(key), None, list(keys)
+                )
 
     def refuse_unknown(self, allowed: Sequence[str]) -> None:
         """Refuse, by name, the first key that is not in ``allowed``."""

@@ -19,11 +19,11 @@ from nestplan.cluster import Cluster, load_cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.schedules import named as named_schedule
 from nestplan.errors import ConfigError, PlannerError, brief, printable
-from nestplan.inputs import load_object
+from nestplan.inputs import Fields, load_object
 from nestplan.job import Job, make_job
 from nestplan.model.config import parse_config
 from nestplan.model.spec import ModelSpec
-from nestplan.settings import Fp8Recipe, OptimizerState, RunSettings
+from nestplan.settings import Fp8Recipe, RunSettings, Setting, plain_value, setting_table
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 
@@ -31,6 +31,16 @@ MAX_RUNS = 100_000  # rows of one runs file
 MAX_DEGREE = 2**20  # any parallel degree, GPU count or batch (the cluster bound)
 DEFAULT_FP8_RECIPE = Fp8Recipe.DELAYED  # Transformer Engine's recipe when none is given (DelayedScaling)
 _DEGREES = ("gpus", "tp", "pp", "vp", "cp", "ep", "dp", "mbs", "global_batch", "seq_len")
+_PRECISIONS = ("bf16", "fp16", "fp8")
+_FILE_KEYS = ("rows", "source", "held_out", "notes")
+# the legacy column names of the published runs files (../shared/reference/measured), stated once: a row
+# gives a run setting under its own name (the field table's) or under its alias
+SETTING_ALIASES = {"grad_dtype": "grad_reduce_dtype", "flash_attention": "flash"}
+SETTING_COLUMNS = (*(entry.name for entry in setting_table()), *SETTING_ALIASES.values())
+_RUN_COLUMNS = ("id", "model_name", "model_config", "cluster", *_DEGREES, "sp", "recompute", "zero")
+_PLAN_COLUMNS = ("precision", "layers_per_stage", "axis_order", "published")
+_NOTE_COLUMNS = ("notes", "framework", "mapping", "model_as_run", "derated_hardware")  # documentation, not read
+ROW_COLUMNS = (*_RUN_COLUMNS, *_PLAN_COLUMNS, *SETTING_COLUMNS, *_NOTE_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,7 @@ def read_runs(path: str | Path) -> list[tuple[str, Mapping[str, Any] | ConfigErr
             value=type(rows).__name__,
             limit="a list of run objects",
         )
+    Fields(data, f"runs file '{printable(str(path))}'").refuse_unknown(_FILE_KEYS)
     if len(rows) > MAX_RUNS:
         raise ConfigError(
             f"runs file '{printable(str(path))}' has {len(rows):,} rows; at most {MAX_RUNS:,}",
@@ -155,153 +166,99 @@ def read_runs(path: str | Path) -> list[tuple[str, Mapping[str, Any] | ConfigErr
     return out
 
 
-def _field(row: Mapping[str, Any], key: str, label: str) -> Any:
-    if key not in row:
-        raise ConfigError(f"{label}: missing field '{key}'", field=key)
-    return row[key]
-
-
-def _int(row: Mapping[str, Any], key: str, label: str) -> int:
-    value = _field(row, key, label)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DEGREE:
-        raise ConfigError(
-            f"{label}: '{key}' must be an integer in 1..{MAX_DEGREE:,}, got {brief(value)}",
-            field=key,
-            value=brief(value),
-            limit=f"1..{MAX_DEGREE}",
-        )
-    return value
-
-
-def _flag(row: Mapping[str, Any], key: str, label: str, default: bool | None = None) -> bool:
-    value = row.get(key, default) if default is not None else _field(row, key, label)
-    if not isinstance(value, bool):
-        raise ConfigError(
-            f"{label}: '{key}' must be true or false, got {brief(value)}",
-            field=key,
-            value=brief(value),
-            limit=[True, False],
-        )
-    return value
-
-
-def _choice(row: Mapping[str, Any], key: str, label: str, allowed: Sequence[str], default: str | None = None) -> str:
-    value = row.get(key, default) if default is not None else _field(row, key, label)
-    if value not in allowed:
-        raise ConfigError(
-            f"{label}: '{key}' must be one of {', '.join(allowed)}, got {brief(value)}",
-            field=key,
-            value=brief(value),
-            limit=list(allowed),
-        )
-    return value
-
-
-def _measured_step(row: Mapping[str, Any], label: str) -> float:
-    published = _field(row, "published", label)
-    if not isinstance(published, Mapping) or published.get("metric") != "step_time_s":
-        raise ConfigError(
-            f"{label}: 'published' must give metric 'step_time_s' and its value",
-            field="published",
+def _measured_step(f: Fields) -> float:
+    published = f.table("published")  # metric and value read; its other keys document the measurement
+    if published.raw("metric", None) != "step_time_s":
+        raise f.error(
+            "'published' must give metric 'step_time_s' and its value",
+            "published",
             limit="{metric: step_time_s, value: seconds}",
         )
-    value = published.get("value")
+    value = published.raw("value", None)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1e7:
-        raise ConfigError(
-            f"{label}: published step time must be a number of seconds in (0, 1e7), got {brief(value)}",
-            field="published.value",
-            value=brief(value),
-            limit="(0, 1e7)",
+        raise f.error(
+            f"published step time must be a number of seconds in (0, 1e7), got {brief(value)}",
+            "published.value",
+            brief(value),
+            "(0, 1e7)",
         )
     return float(value)
 
 
-def _dims(row: Mapping[str, Any], label: str, n: Mapping[str, int]) -> ParallelDims:
-    layers = row.get("layers_per_stage")
-    if layers is not None and (
-        not isinstance(layers, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
-    ):
-        raise ConfigError(
-            f"{label}: 'layers_per_stage' must be null or a list of integers",
-            field="layers_per_stage",
-            value=brief(layers),
-        )
-    zero = row.get("zero", 0)
-    if zero not in (0, 1, 2, 3) or isinstance(zero, bool):
-        raise ConfigError(
-            f"{label}: 'zero' must be 0, 1, 2 or 3, got {brief(zero)}",
-            field="zero",
-            value=brief(zero),
-            limit=[0, 1, 2, 3],
-        )
+def _dims(f: Fields, n: Mapping[str, int]) -> ParallelDims:
+    layers = f.listed("layers_per_stage", MAX_DEGREE, None) if f.has("layers_per_stage") else None
     return ParallelDims(
         tp=n["tp"],
         pp=n["pp"],
         dp=n["dp"],
         cp=n["cp"],
         ep=n["ep"],
-        sp=_flag(row, "sp", label),
-        zero=zero,
-        recompute=Recompute(_choice(row, "recompute", label, [r.value for r in Recompute])),
+        sp=f.flag("sp"),
+        zero=f.integer("zero", 3, 0, minimum=0),
+        recompute=Recompute(f.choice("recompute", [r.value for r in Recompute])),
         micro_batch_size=n["mbs"],
         virtual_stages=n["vp"],
         schedule=named_schedule(Schedule.ONE_F_ONE_B, n["vp"]),  # Megatron-LM runs interleaved 1F1B with vp > 1
-        layers_per_stage=tuple(layers) if layers is not None else None,
+        layers_per_stage=None if layers is None else tuple(layers.integer(k, MAX_DEGREE, 0) for k in layers.data),
     )
 
 
-def _job(row: Mapping[str, Any], label: str, model: ModelSpec, n: Mapping[str, int]) -> Job:
-    precision = _choice(row, "precision", label, ("bf16", "fp16", "fp8"))
-    recipe = _choice(row, "fp8_recipe", label, [r.value for r in Fp8Recipe], DEFAULT_FP8_RECIPE.value)
-    return make_job(
-        model,
-        n["global_batch"],
-        n["seq_len"],
-        dtype="fp16" if precision == "fp16" else "bf16",
-        settings=RunSettings(
-            grad_dtype=_choice(row, "grad_reduce_dtype", label, ("fp32", "bf16"), "fp32"),
-            flash_attention=_flag(row, "flash", label, True),
-            tp_comm_overlap=_flag(row, "tp_comm_overlap", label, False),
-            fp8_recipe=Fp8Recipe(recipe) if precision == "fp8" else None,
-            fp8_params=_flag(row, "fp8_params", label, False),
-            optimizer_state=_choice(
-                row, "optimizer_state", label, [k.value for k in OptimizerState], OptimizerState.FP32.value
-            ),
-            moe_capacity_factor=row.get("moe_capacity_factor"),
-        ),
-    )
+def _setting(f: Fields, entry: Setting, column: str) -> Any:
+    """The run setting ``entry`` from the column ``column``, read by its kind; its default when absent."""
+    if entry.optional and not f.has(column):
+        return None
+    if entry.kind is bool:
+        return f.flag(column, entry.default)
+    if entry.kind is int or entry.kind is float:
+        low, high = entry.bounds or (1, MAX_DEGREE)
+        if entry.kind is int:
+            return f.integer(column, int(high), entry.default, minimum=int(low))
+        return f.number(column, low, high, entry.default)
+    return f.choice(column, entry.choices, plain_value(entry.default))
+
+
+def _column(f: Fields, name: str) -> str:
+    """The column that gives the run setting ``name``: its alias where the row uses it, else its name."""
+    alias = SETTING_ALIASES.get(name)
+    if alias is None or not f.has(alias):
+        return name
+    if f.has(name):
+        raise f.error(f"give '{name}' or its alias '{alias}', not both", name, limit=[name, alias])
+    return alias
+
+
+def _settings(f: Fields, precision: str) -> RunSettings:
+    """The run settings of the row: every setting of the field table under its name or its alias; the FP8
+    recipe only for an fp8 run (delayed when none is given)."""
+    values = {entry.name: _setting(f, entry, _column(f, entry.name)) for entry in setting_table()}
+    recipe = values["fp8_recipe"] or DEFAULT_FP8_RECIPE.value
+    return RunSettings.from_mapping(values | {"fp8_recipe": recipe if precision == "fp8" else None})
 
 
 def run_from_row(row: Mapping[str, Any], label: str) -> Run:
-    """One row as a Run; a ConfigError naming the row and the field otherwise."""
-    config = _field(row, "model_config", label)
+    """One row as a Run; a ConfigError naming the row and the field otherwise (an unknown column by name)."""
+    f = Fields(row, label)
+    f.refuse_unknown(ROW_COLUMNS)
+    config = f.raw("model_config")
     if not isinstance(config, Mapping):
-        raise ConfigError(f"{label}: 'model_config' must be a config.json object", field="model_config")
+        raise f.error("'model_config' must be a config.json object", "model_config")
     name = row.get("model_name", label)
     model = parse_config(dict(config), printable(name) if isinstance(name, str) else label)
-    n = {key: _int(row, key, label) for key in _DEGREES}
-    dims = _dims(row, label, n)
+    n = {key: f.integer(key, MAX_DEGREE) for key in _DEGREES}
+    dims = _dims(f, n)
     if dims.devices != n["gpus"]:
-        raise ConfigError(
-            f"{label}: tp x cp x ep x pp x dp = {dims.devices} but 'gpus' is {n['gpus']}",
-            field="gpus",
-            value=n["gpus"],
-            limit=dims.devices,
+        raise f.error(
+            f"tp x cp x ep x pp x dp = {dims.devices} but 'gpus' is {n['gpus']}", "gpus", n["gpus"], dims.devices
         )
-    cluster_name = _field(row, "cluster", label)
+    cluster_name = f.raw("cluster")
     if not isinstance(cluster_name, str):
-        raise ConfigError(f"{label}: 'cluster' must be a catalog name or a path", field="cluster")
+        raise f.error("'cluster' must be a catalog name or a path", "cluster")
     order = tuple(part.strip() for part in str(row.get("axis_order", "tp,cp,ep,pp,dp")).split(","))
-    return Run(
-        label,
-        model,
-        load_cluster(cluster_name, n["gpus"]),
-        dims,
-        order,
-        _job(row, label, model, n),
-        _choice(row, "precision", label, ("bf16", "fp16", "fp8")),
-        _measured_step(row, label),
-    )
+    cluster = load_cluster(cluster_name, n["gpus"])
+    precision = f.choice("precision", _PRECISIONS)
+    dtype = "fp16" if precision == "fp16" else "bf16"
+    job = make_job(model, n["global_batch"], n["seq_len"], dtype=dtype, settings=_settings(f, precision))
+    return Run(label, model, cluster, dims, order, job, precision, _measured_step(f))
 
 
 def evaluate_row(label: str, row: Mapping[str, Any] | ConfigError) -> RowResult:

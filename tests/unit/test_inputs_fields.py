@@ -96,3 +96,27 @@ def test_formats_doc_lists_every_model_type_and_alias() -> None:
     supported = text.split("The family is `model_type`", 1)[1].split("is read in its place", 1)[0]
     for model_type in (*SUPPORTED_FAMILIES, *ALIASES):
         assert f"`{model_type}`" in supported, model_type
+
+
+def test_lists_of_values_and_tables_are_read_as_fields_named_by_index() -> None:
+    f = Fields({"sizes": [8, 4], "levels": [{"size": 2}, {"size": 0}], "one": 3}, "cluster file 'c.toml'")
+    sizes = f.listed("sizes", 4, minimum=2)
+    assert [sizes.integer(key, 8) for key in sizes.data] == [8, 4]
+    first, second = f.tables("levels", 4)
+    assert first.integer("size", 8) == 2
+    with pytest.raises(ConfigError, match=r"field 'levels\[1\].size' must be an integer in 1..8, got 0"):
+        second.integer("size", 8)
+    with pytest.raises(ConfigError, match=r"field 'sizes' must be a list of 3 entries, got 2"):
+        f.listed("sizes", 3, minimum=3)
+    many = f.many("one", 4)
+    assert [many.integer(key, 8) for key in many.data] == [3] and many.name("[0]") == "one[0]"
+
+
+def test_required_keys_and_bounded_strings() -> None:
+    f = Fields({"name": "n" * 5, "note": ""}, "cluster file 'c.toml'")
+    with pytest.raises(ConfigError, match=r"missing field 'size'; required: name, size") as info:
+        f.require(("name", "size"))
+    assert info.value.field == "size"
+    with pytest.raises(ConfigError, match="field 'name' is 5 characters long; at most 4 allowed"):
+        f.string("name", maximum=4)
+    assert f.string("note", blank=True) == ""

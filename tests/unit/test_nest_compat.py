@@ -180,7 +180,7 @@ def test_allreduce_reading():
 def test_malformed_inputs():
     good = _tiny()
     for mutate, message in [
-        (lambda r: r.pop("bws"), "bws is missing"),
+        (lambda r: r.pop("bws"), "missing field 'bws'"),
         (lambda r: r.update(bws=[1e11]), "bws"),
         (lambda r: r.update(maxDevices=5), "devices_per_level"),
         (lambda r: r["nodes"]["1"].pop(3), "nodes"),
@@ -214,3 +214,15 @@ def test_cli_writes_the_output_schema(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["nest-solve", str(src)])
     assert done.value.code == 3
+
+
+def test_unknown_keys_are_refused_by_name():
+    for mutate, named in [
+        (lambda r: r.update(maxDevice=4), "unknown field 'maxDevice'"),
+        (lambda r: r["nodes"]["1"][0].update(latency=1), r"unknown field 'nodes\[1\]\[0\].latency'"),
+        (lambda r: r["edges"]["1"][0].update(cost=1), r"unknown field 'edges\[1\]\[0\].cost'"),
+    ]:
+        raw = copy.deepcopy(_tiny())
+        mutate(raw)
+        with pytest.raises(ConfigError, match=named):
+            parse_input(raw)

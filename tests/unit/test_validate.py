@@ -102,3 +102,44 @@ def test_cli_prints_the_table_and_json(capsys, tmp_path) -> None:
     assert data["summaries"][0]["group"] == "all"
     code, out, err = run_cli(capsys, ["validate", str(tmp_path / "absent.json")])
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_a_misspelled_column_is_refused_by_name_and_the_other_rows_evaluated(tmp_path) -> None:
+    typo = GOOD | {"id": "typo", "tp_comm_overlapp": True}
+    results = validate(_write(tmp_path, [GOOD, typo]))
+    by_id = {r.id: r for r in results}
+    assert by_id["good"].run is not None
+    assert by_id["typo"].run is None and "unknown field 'tp_comm_overlapp'" in by_id["typo"].problem
+    assert "\n" not in by_id["typo"].problem
+
+
+def test_every_run_setting_is_a_column_under_its_name_or_its_alias(tmp_path) -> None:
+    from nestplan.settings import setting_table
+    from nestplan.validate import ROW_COLUMNS, SETTING_ALIASES
+
+    assert SETTING_ALIASES == {"grad_dtype": "grad_reduce_dtype", "flash_attention": "flash"}
+    assert {entry.name for entry in setting_table()} | set(SETTING_ALIASES.values()) <= set(ROW_COLUMNS)
+    own = {k: v for k, v in GOOD.items() if k not in ("grad_reduce_dtype", "flash")}
+    named = own | {"id": "named", "grad_dtype": "bf16", "flash_attention": False, "overlap_grad_reduce": False}
+    named |= {"moe_dispatcher": "alltoall", "optimizer_state": "bf16"}
+    both = GOOD | {"id": "both", "flash_attention": True}
+    aliased = GOOD | {"id": "aliased", "flash": False}
+    results = {r.id: r for r in validate(_write(tmp_path, [named, both, aliased]))}
+    settings = results["named"].run.job.settings
+    assert settings.overlap_grad_reduce is False and settings.optimizer_state.value == "bf16"
+    assert settings.grad_dtype == "bf16" and settings.flash_attention is False
+    assert "'flash_attention' or its alias 'flash'" in results["both"].problem
+    assert results["aliased"].run.job.settings.flash_attention is False
+    assert results["aliased"].run.job.settings.grad_dtype == "bf16"
+
+
+def test_formats_doc_lists_every_settings_column() -> None:
+    from pathlib import Path
+
+    from nestplan.settings import setting_table
+    from nestplan.validate import SETTING_ALIASES
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text()
+    section = text.split("## Runs file (JSON)", 1)[1].split("\n## ", 1)[0]
+    for name in [entry.name for entry in setting_table()] + list(SETTING_ALIASES.values()):
+        assert f"`{name}`" in section, name

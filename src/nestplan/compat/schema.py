@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from nestplan.errors import ConfigError
-from nestplan.inputs import load_object
+from nestplan.errors import ConfigError, brief
+from nestplan.inputs import Fields, load_object
 from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS
 
 EMBEDDING_ID = -1
@@ -32,6 +32,7 @@ EMBEDDING_ID = -1
 MAX_NEST_LAYERS = 256  # transformer nodes per width (GPT-3 has 96)
 MAX_NEST_WIDTHS = 8  # tensor-parallel widths offered (1, 2, 4, ... 128)
 MAX_NEST_BASELINES = 16  # baselines re-costed (the authors give 3)
+MAX_NEST_EDGES = 2**20  # edges per width (the authors give the chain's, one per layer)
 # closed ranges of the numbers: every time (latency x microbatches, bytes / bandwidth) stays finite
 NEST_MICROBATCHES_RANGE = (1, 2**16)  # mbsInBatch: the authors use at most 4,096 (the search tries every d up to it)
 NEST_LATENCY_RANGE = (0.0, 1e12)  # a layer's optimalLatencyFw/Bw in estimator units (the authors' largest: ~822)
@@ -137,172 +138,178 @@ class NestInput:
         return width * self.ep_degree * self.cp_degree
 
 
-def _err(field: str, value: Any, allowed: str) -> ConfigError:
-    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return ConfigError(
-        f"NEST input: {field} = {shown} is not allowed; expected {allowed}", field=field, value=shown, limit=allowed
+# keys of the authors' objects; ``bandwidth``, ``energy`` and ``num_transformer_layers`` are written by their
+# tools and not read here
+_TOP_KEYS = (
+    "nodes",
+    "edges",
+    "devices_per_level",
+    "bws",
+    "latency_per_level",
+    "maxDevices",
+    "maxMemoryPerDevice",
+    "mbsInBatch",
+    "ep_degree",
+    "cp_degree",
+    "sp_enabled",
+    "activationRecomputation",
+    "optimizerAlgorithm",
+    "baselines",
+    "frequency",
+    "bandwidth",
+)
+_NODE_KEYS = (
+    "id",
+    "optimalLatencyFw",
+    "optimalLatencyBw",
+    "parameterSize",
+    "activationSize",
+    "isTensorParallelized",
+    "energy",
+)
+_EDGE_KEYS = ("sourceId", "destId", "communicationCost")
+_BASELINE_KEYS = ("p", "d", "t", "layer_partition", "num_transformer_layers")
+
+
+def _refuse(f: Fields, key: str, value: Any, allowed: str) -> ConfigError:
+    return f.error(
+        f"{f.name(key)} = {brief(value, 60)} is not allowed; expected {allowed}", f.name(key), brief(value), allowed
     )
 
 
-def _get(obj: Mapping[str, Any], key: str, where: str) -> Any:
-    if not isinstance(obj, Mapping) or key not in obj:
-        raise ConfigError(f"NEST input: {where}{key} is missing", field=f"{where}{key}", value=None, limit="a value")
-    return obj[key]
-
-
-def _number(obj: Mapping[str, Any], key: str, bounds: tuple[float, float], where: str = "") -> float:
-    """A number in the closed range ``bounds``."""
-    value = _get(obj, key, where)
-    low, high = bounds
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:  # NaN fails too
-        raise _err(f"{where}{key}", value, f"a number in [{low:g}, {high:g}]")
-    return float(value)
-
-
-def _integer(obj: Mapping[str, Any], key: str, where: str = "", *, maximum: int, minimum: int = 1) -> int:
-    """A JSON integer (not a bool, not ``2.0``) in minimum..maximum."""
-    value = _get(obj, key, where)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise _err(f"{where}{key}", value, f"an integer in {minimum}..{maximum}")
-    return value
-
-
-def _flag(obj: Mapping[str, Any], key: str, where: str = "", default: bool | None = None) -> bool:
-    """true or false; ``default`` where the key may be absent."""
-    value = _get(obj, key, where) if default is None or key in obj else default
-    if not isinstance(value, bool):
-        raise _err(f"{where}{key}", value, "true or false")
-    return value
-
-
-def _level_list(raw: Mapping[str, Any], key: str, n: int) -> dict[str, Any]:
-    """``raw[key]``, a list of ``n`` values (1..MAX_LEVELS when ``n`` is 0), as a holder whose keys
-    ``"0]"``, ``"1]"`` ... make ``key[i]`` the field name of each."""
-    value = _get(raw, key, "")
-    if not isinstance(value, list) or (n and len(value) != n) or not 1 <= len(value) <= MAX_LEVELS:
-        raise _err(key, value, f"a list of {n or f'1 to {MAX_LEVELS}'} numbers, one per network level")
-    return {f"{i}]": v for i, v in enumerate(value)}
-
-
-def _network(raw: Mapping[str, Any]) -> NestNetwork:
-    sizes = _level_list(raw, "devices_per_level", 0)
-    dpl = tuple(_integer(sizes, k, "devices_per_level[", maximum=MAX_DEVICES) for k in sizes)
-    bws = _level_list(raw, "bws", len(dpl))
-    latencies = _level_list(raw, "latency_per_level", len(dpl))
+def _network(f: Fields) -> NestNetwork:
+    sizes = f.listed("devices_per_level", MAX_LEVELS, minimum=1)
+    dpl = tuple(sizes.integer(key, MAX_DEVICES) for key in sizes.data)
+    bws = f.listed("bws", len(dpl), minimum=len(dpl))
+    latencies = f.listed("latency_per_level", len(dpl), minimum=len(dpl))
     return NestNetwork(
         dpl,
-        tuple(_number(bws, k, NEST_BANDWIDTH_RANGE, "bws[") for k in bws),
-        tuple(_number(latencies, k, NEST_LEVEL_LATENCY_RANGE, "latency_per_level[") for k in latencies),
+        tuple(bws.number(key, *NEST_BANDWIDTH_RANGE) for key in bws.data),
+        tuple(latencies.number(key, *NEST_LEVEL_LATENCY_RANGE) for key in latencies.data),
     )
 
 
-def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
-    where = f"nodes[{width}]"
-    if not isinstance(nodes, list) or not 2 <= len(nodes) <= MAX_NEST_LAYERS + 1:
-        raise _err(where, nodes, f"a list of the embedding (id -1) and 1 to {MAX_NEST_LAYERS} transformer layers")
-    parsed: dict[int, NestLayer] = {}
-    for k, node in enumerate(nodes):
-        at = f"{where}[{k}]."
-        nid = _integer(node, "id", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
-        if nid in parsed:
-            raise _err(f"{at}id", nid, "ids that occur once")
-        parsed[nid] = NestLayer(
-            nid,
-            _number(node, "optimalLatencyFw", NEST_LATENCY_RANGE, at),
-            _number(node, "optimalLatencyBw", NEST_LATENCY_RANGE, at),
-            _number(node, "parameterSize", NEST_BYTES_RANGE, at),
-            _number(node, "activationSize", NEST_BYTES_RANGE, at),
-            _flag(node, "isTensorParallelized", at, default=False),
-        )
-    n_layers = len(parsed) - 1
-    if set(parsed) != set(range(EMBEDDING_ID, n_layers)):
-        raise _err(f"{where}.id", sorted(parsed)[:8], f"exactly -1 (embedding) and 0..{n_layers - 1} (a chain)")
-    if not isinstance(edges, list):
-        raise _err(f"edges[{width}]", edges, "a list of {sourceId, destId, communicationCost}")
+def _layer(f: Fields) -> NestLayer:
+    f.refuse_unknown(_NODE_KEYS)
+    return NestLayer(
+        f.integer("id", MAX_NEST_LAYERS - 1, minimum=-1),
+        f.number("optimalLatencyFw", *NEST_LATENCY_RANGE),
+        f.number("optimalLatencyBw", *NEST_LATENCY_RANGE),
+        f.number("parameterSize", *NEST_BYTES_RANGE),
+        f.number("activationSize", *NEST_BYTES_RANGE),
+        f.flag("isTensorParallelized", False),
+    )
+
+
+def _chain(f: Fields, key: str, n_layers: int) -> tuple[float, ...]:
+    """The bytes of each chain edge (i - 1) -> i of the edge list ``key``."""
     chain: dict[int, float] = {}
-    for k, edge in enumerate(edges):
-        at = f"edges[{width}][{k}]."
-        src = _integer(edge, "sourceId", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
-        dst = _integer(edge, "destId", at, minimum=-1, maximum=MAX_NEST_LAYERS - 1)
-        cost = _number(edge, "communicationCost", NEST_BYTES_RANGE, at)
+    for edge in f.tables(key, MAX_NEST_EDGES, minimum=0):
+        edge.refuse_unknown(_EDGE_KEYS)
+        src = edge.integer("sourceId", MAX_NEST_LAYERS - 1, minimum=-1)
+        dst = edge.integer("destId", MAX_NEST_LAYERS - 1, minimum=-1)
+        cost = edge.number("communicationCost", *NEST_BYTES_RANGE)
         if dst == src + 1:
             chain[dst] = cost
     missing = [i for i in range(n_layers) if i not in chain]
     if missing:
-        raise _err(f"edges[{width}]", f"no edge {missing[0] - 1} -> {missing[0]}", "the chain edges (i - 1) -> i")
+        raise _refuse(f, key, f"no edge {missing[0] - 1} -> {missing[0]}", "the chain edges (i - 1) -> i")
+    return tuple(chain[i] for i in range(n_layers))
+
+
+def _graph(width: int, nodes: Any, edges: Any) -> NestGraph:
+    f = Fields({f"nodes[{width}]": nodes, f"edges[{width}]": edges}, "NEST input")
+    parsed: dict[int, NestLayer] = {}
+    for node in f.tables(f"nodes[{width}]", MAX_NEST_LAYERS + 1, minimum=2):
+        layer = _layer(node)
+        if layer.id in parsed:
+            raise _refuse(node, "id", layer.id, "ids that occur once")
+        parsed[layer.id] = layer
+    n_layers = len(parsed) - 1
+    if set(parsed) != set(range(EMBEDDING_ID, n_layers)):
+        raise _refuse(
+            f, f"nodes[{width}].id", sorted(parsed)[:8], f"exactly -1 (embedding) and 0..{n_layers - 1} (a chain)"
+        )
     return NestGraph(
-        width, parsed[EMBEDDING_ID], tuple(parsed[i] for i in range(n_layers)), tuple(chain[i] for i in range(n_layers))
+        width, parsed[EMBEDDING_ID], tuple(parsed[i] for i in range(n_layers)), _chain(f, f"edges[{width}]", n_layers)
     )
 
 
-def _baselines(raw: Any) -> tuple[NestBaseline, ...]:
-    if raw is None:
+def _baselines(f: Fields) -> tuple[NestBaseline, ...]:
+    if not f.has("baselines"):
         return ()
-    if not isinstance(raw, Mapping) or len(raw) > MAX_NEST_BASELINES:
-        raise _err("baselines", raw, f"an object {{name: {{p, d, t}}}} of at most {MAX_NEST_BASELINES} baselines")
-    out = []
-    for name, b in raw.items():
-        at = f"baselines.{name}."
-        part = b.get("layer_partition") if isinstance(b, Mapping) else None
-        p = _integer(b, "p", at, maximum=MAX_DEVICES)
-        if part is not None:
-            if (
-                not isinstance(part, list)
-                or len(part) != p
-                or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_NEST_LAYERS + 1 for x in part)
-            ):
-                raise _err(f"{at}layer_partition", part, f"{p} integers in 1..{MAX_NEST_LAYERS + 1} (one per stage)")
-            part = tuple(part)
-        out.append(
-            NestBaseline(
-                str(name), p, _integer(b, "d", at, maximum=MAX_DEVICES), _integer(b, "t", at, maximum=MAX_DEVICES), part
-            )
+    table = f.table("baselines")
+    if len(table.data) > MAX_NEST_BASELINES:
+        raise _refuse(
+            f, "baselines", table.data, f"an object {{name: {{p, d, t}}}} of at most {MAX_NEST_BASELINES} baselines"
         )
+    out = []
+    for name in table.data:
+        b = table.table(name)
+        b.refuse_unknown(_BASELINE_KEYS)
+        p = b.integer("p", MAX_DEVICES)
+        part = b.listed("layer_partition", p, minimum=p) if b.has("layer_partition") else None
+        parts = None if part is None else tuple(part.integer(k, MAX_NEST_LAYERS + 1) for k in part.data)
+        out.append(NestBaseline(str(name), p, b.integer("d", MAX_DEVICES), b.integer("t", MAX_DEVICES), parts))
     return tuple(out)
+
+
+def _graphs(f: Fields, max_devices: int) -> tuple[NestGraph, ...]:
+    """One layer chain per offered width, ascending; every width with the same number of layers."""
+    nodes, edges = f.raw("nodes"), f.raw("edges")
+    if not isinstance(nodes, Mapping) or not 1 <= len(nodes) <= MAX_NEST_WIDTHS:
+        raise _refuse(
+            f, "nodes", nodes, f'an object {{"<tensor width>": [node, ...]}} of 1 to {MAX_NEST_WIDTHS} widths'
+        )
+    graphs = []
+    for key in nodes:
+        width = str(key)
+        if not (width.isascii() and width.isdigit() and len(width) <= 7 and 1 <= int(width) <= max_devices):
+            raise _refuse(
+                f, "nodes", key, f"keys that are tensor-parallel widths (integers 1..maxDevices = {max_devices})"
+            )
+        graphs.append(_graph(int(width), nodes[key], edges.get(key) if isinstance(edges, Mapping) else None))
+    graphs.sort(key=lambda g: g.width)
+    if len({g.num_layers for g in graphs}) != 1:
+        raise _refuse(f, "nodes", {g.width: g.num_layers for g in graphs}, "the same number of layers at every width")
+    return tuple(graphs)
 
 
 def parse_input(raw: Mapping[str, Any]) -> NestInput:
     """Validate the authors' input object and build a NestInput."""
     if not isinstance(raw, Mapping):
-        raise _err("(top level)", raw, "a JSON object")
-    network = _network(raw)
-    max_devices = _integer(raw, "maxDevices", maximum=MAX_DEVICES)
+        raise ConfigError(f"NEST input: the top level must be a JSON object, got {brief(raw)}", field="(top level)")
+    f = Fields(raw, "NEST input")
+    f.refuse_unknown(_TOP_KEYS)
+    network = _network(f)
+    max_devices = f.integer("maxDevices", MAX_DEVICES)
     if network.devices != max_devices:
-        raise _err(
-            "devices_per_level", list(network.devices_per_level), f"sizes whose product is maxDevices = {max_devices}"
+        raise _refuse(
+            f,
+            "devices_per_level",
+            list(network.devices_per_level),
+            f"sizes whose product is maxDevices = {max_devices}",
         )
-    nodes, edges = _get(raw, "nodes", ""), _get(raw, "edges", "")
-    if not isinstance(nodes, Mapping) or not 1 <= len(nodes) <= MAX_NEST_WIDTHS:
-        raise _err("nodes", nodes, f'an object {{"<tensor width>": [node, ...]}} of 1 to {MAX_NEST_WIDTHS} widths')
-    graphs = []
-    for key in nodes:
-        width = str(key)
-        if not (width.isascii() and width.isdigit() and len(width) <= 7 and 1 <= int(width) <= max_devices):
-            raise _err("nodes", key, f"keys that are tensor-parallel widths (integers 1..maxDevices = {max_devices})")
-        graphs.append(_graph(int(width), nodes[key], edges.get(key) if isinstance(edges, Mapping) else None))
-    graphs.sort(key=lambda g: g.width)
-    if len({g.num_layers for g in graphs}) != 1:
-        raise _err("nodes", {g.width: g.num_layers for g in graphs}, "the same number of layers at every width")
-    optimizer = str(raw.get("optimizerAlgorithm", "SGD")).strip().lower()
+    graphs = _graphs(f, max_devices)
+    optimizer = str(f.raw("optimizerAlgorithm", "SGD")).strip().lower()
     if optimizer not in {o.value for o in NestOptimizer}:
-        raise _err("optimizerAlgorithm", raw.get("optimizerAlgorithm"), "SGD or Adam")
-    microbatches = _number(raw, "mbsInBatch", NEST_MICROBATCHES_RANGE)
+        raise _refuse(f, "optimizerAlgorithm", raw.get("optimizerAlgorithm"), "SGD or Adam")
+    microbatches = f.number("mbsInBatch", *NEST_MICROBATCHES_RANGE)
     if microbatches != int(microbatches):
-        raise _err("mbsInBatch", microbatches, "a whole number of microbatches")
+        raise _refuse(f, "mbsInBatch", microbatches, "a whole number of microbatches")
     return NestInput(
-        graphs=tuple(graphs),
+        graphs=graphs,
         network=network,
         max_devices=max_devices,
-        memory_bytes=_number(raw, "maxMemoryPerDevice", NEST_MEMORY_RANGE),
+        memory_bytes=f.number("maxMemoryPerDevice", *NEST_MEMORY_RANGE),
         microbatches=int(microbatches),
-        ep_degree=_integer(raw, "ep_degree", maximum=max_devices),
-        cp_degree=_integer(raw, "cp_degree", maximum=max_devices),
-        sp_enabled=_flag(raw, "sp_enabled", default=False),
-        recompute=_flag(raw, "activationRecomputation"),
+        ep_degree=f.integer("ep_degree", max_devices),
+        cp_degree=f.integer("cp_degree", max_devices),
+        sp_enabled=f.flag("sp_enabled", False),
+        recompute=f.flag("activationRecomputation"),
         optimizer=NestOptimizer(optimizer),
-        baselines=_baselines(raw.get("baselines")),
-        frequency=(_number(raw, "frequency", NEST_FREQUENCY_RANGE) if raw.get("frequency") is not None else None),
+        baselines=_baselines(f),
+        frequency=f.number("frequency", *NEST_FREQUENCY_RANGE) if f.has("frequency") else None,
     )
 
 

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 from nestplan import units
 from nestplan.catalog import data_file
-from nestplan.errors import ConfigError, UnknownNameError, brief, printable
-from nestplan.inputs import check_string, load_object
+from nestplan.errors import ConfigError, UnknownNameError, printable
+from nestplan.inputs import Fields, load_object
 
 _DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -96,121 +96,62 @@ class Accelerator:
         return nbytes / (self.hbm_bandwidth_Bps * self.memory_efficiency)
 
 
-def _where(name: str) -> str:
-    return f"accelerator '{printable(name)}'"
+_KNOWN = (
+    *(f"peak_{d}_TFLOPS" for d in _DTYPES),
+    "hbm_GiB",
+    "hbm_GB",
+    "hbm_bandwidth_TBps",
+    "matmul_efficiency",
+    "matmul_half_dim",
+    "memory_efficiency",
+    "reserved_GiB",
+    "mx_block_scaling",
+    "fp8_matmul_efficiency",
+    "attention_efficiency",
+    "attention_backward_efficiency",
+    *_STRING_FIELDS,
+)
 
 
-def _number(entry: Mapping[str, Any], key: str, name: str, bounds: tuple[float, float]) -> float:
-    """``entry[key]``: a number in the closed range ``bounds``; a missing key is an error."""
-    if key not in entry:
-        raise ConfigError(f"{_where(name)}: missing field '{key}'", field=key, limit="a number")
-    value = entry[key]
-    low, high = bounds
-    allowed = f"[{low:g}, {high:g}]"
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not is_number or not low <= value <= high:  # NaN fails too
-        shown = brief(value) if is_number else type(value).__name__
-        raise ConfigError(
-            f"{_where(name)}: field '{key}' must be a number in {allowed}, got {shown}",
-            field=key,
-            value=shown,
-            limit=allowed,
-        )
-    return float(value)
-
-
-def _checked_name(name: Any) -> str:
-    """A non-empty string of at most ``MAX_NAME_CHARS`` characters, no control character."""
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(
-            f"accelerator: name must be a non-empty string, got {printable(brief(name))}",
-            field="name",
-            value=printable(brief(name)),
-            limit="a non-empty string",
-        )
-    if len(name) > MAX_NAME_CHARS:
-        raise ConfigError(
-            f"accelerator: name is {len(name)} characters long; at most {MAX_NAME_CHARS} allowed",
-            field="name",
-            value=len(name),
-            limit=MAX_NAME_CHARS,
-            unit="characters",
-        )
-    return check_string(name, "name", "accelerator")
-
-
-def _check_fields(entry: Mapping[str, Any], name: str) -> None:
-    """Only known fields; text fields are strings; exactly one of hbm_GiB and hbm_GB."""
-    known = {f"peak_{d}_TFLOPS" for d in _DTYPES} | {
-        "hbm_GiB",
-        "hbm_GB",
-        "hbm_bandwidth_TBps",
-        "matmul_efficiency",
-        "matmul_half_dim",
-        "memory_efficiency",
-        "reserved_GiB",
-        "mx_block_scaling",
-        "fp8_matmul_efficiency",
-        "attention_efficiency",
-        "attention_backward_efficiency",
-        *_STRING_FIELDS,
-    }
-    unknown = sorted(set(entry) - known, key=str)
-    if unknown:
-        raise ConfigError(
-            f"{_where(name)}: unknown field '{printable(str(unknown[0]))}'; allowed: {', '.join(sorted(known))}",
-            field=str(unknown[0]),
-            limit=sorted(known),
-        )
+def _check_fields(f: Fields) -> None:
+    """Only known fields; text fields are strings; both attention efficiencies or neither; exactly one of
+    hbm_GiB and hbm_GB."""
+    f.refuse_unknown(sorted(_KNOWN))
     for key in _STRING_FIELDS:
-        if key in entry and not isinstance(entry[key], str):
-            raise ConfigError(
-                f"{_where(name)}: field '{key}' must be a string, got {type(entry[key]).__name__}",
-                field=key,
-                value=type(entry[key]).__name__,
-                limit="a string",
-            )
-    if not isinstance(entry.get("mx_block_scaling", False), bool):
-        raise ConfigError(
-            f"{_where(name)}: field 'mx_block_scaling' must be true or false, got "
-            f"{printable(brief(entry['mx_block_scaling']))}",
-            field="mx_block_scaling",
-            value=printable(brief(entry["mx_block_scaling"])),
-            limit=[True, False],
-        )
-    if ("attention_efficiency" in entry) != ("attention_backward_efficiency" in entry):
-        raise ConfigError(
-            f"{_where(name)}: give both attention_efficiency and attention_backward_efficiency, or neither",
-            field="attention_efficiency",
+        f.string(key, "", blank=True)
+    if f.has("attention_efficiency") != f.has("attention_backward_efficiency"):
+        raise f.error(
+            "give both attention_efficiency and attention_backward_efficiency, or neither",
+            "attention_efficiency",
             limit="both or neither",
         )
-    if ("hbm_GiB" in entry) == ("hbm_GB" in entry):
-        raise ConfigError(
-            f"{_where(name)}: give exactly one of hbm_GiB and hbm_GB", field="hbm_GiB", limit="hbm_GiB or hbm_GB"
-        )
+    if f.has("hbm_GiB") == f.has("hbm_GB"):
+        raise f.error("give exactly one of hbm_GiB and hbm_GB", "hbm_GiB", limit="hbm_GiB or hbm_GB")
 
 
-def _hbm_bytes(entry: Mapping[str, Any], name: str) -> float:
-    if "hbm_GiB" in entry:
-        return units.GiB_to_bytes(_number(entry, "hbm_GiB", name, HBM_GiB_RANGE))
-    return units.GB_to_bytes(_number(entry, "hbm_GB", name, tuple(x * units.GiB / units.GB for x in HBM_GiB_RANGE)))
+def _hbm_bytes(f: Fields) -> float:
+    if f.has("hbm_GiB"):
+        return units.GiB_to_bytes(f.number("hbm_GiB", *HBM_GiB_RANGE))
+    return units.GB_to_bytes(f.number("hbm_GB", *(x * units.GiB / units.GB for x in HBM_GiB_RANGE)))
 
 
-def _reserved_bytes(entry: Mapping[str, Any], name: str, hbm_bytes: float) -> float:
+def _reserved_bytes(f: Fields, hbm_bytes: float) -> float:
     """``reserved_GiB`` (default 0): at least 0 and below the device's memory."""
-    if "reserved_GiB" not in entry:
-        return 0.0
-    reserved = units.GiB_to_bytes(_number(entry, "reserved_GiB", name, RESERVED_GiB_RANGE))
+    reserved = units.GiB_to_bytes(f.number("reserved_GiB", *RESERVED_GiB_RANGE, default=0.0))
     if reserved >= hbm_bytes:
-        raise ConfigError(
-            f"{_where(name)}: reserved_GiB {reserved / units.GiB:g} must be below the device memory "
-            f"({hbm_bytes / units.GiB:g} GiB)",
-            field="reserved_GiB",
-            value=reserved / units.GiB,
-            limit=f"< {hbm_bytes / units.GiB:g}",
-            unit="GiB",
+        raise f.error(
+            f"reserved_GiB {reserved / units.GiB:g} must be below the device memory ({hbm_bytes / units.GiB:g} GiB)",
+            "reserved_GiB",
+            reserved / units.GiB,
+            f"< {hbm_bytes / units.GiB:g}",
+            "GiB",
         )
     return reserved
+
+
+def _optional(f: Fields, key: str) -> float | None:
+    """An optional efficiency (a fraction in EFFICIENCY_RANGE), None when absent."""
+    return f.number(key, *EFFICIENCY_RANGE) if f.has(key) else None
 
 
 def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
@@ -218,40 +159,36 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
 
     Every figure is a number in its closed ``*_RANGE`` (peaks, memory and bandwidth above 0,
     efficiencies at most 1), ``reserved_GiB`` at least 0 and below the memory."""
-    name = _checked_name(name)
-    _check_fields(entry, name)
+    name = Fields({"name": name}, "accelerator").string("name", maximum=MAX_NAME_CHARS)
+    f = Fields(entry, f"accelerator '{printable(name)}'")
+    _check_fields(f)
     peaks = {
-        d: units.TFLOPS_to_FLOPS(_number(entry, f"peak_{d}_TFLOPS", name, PEAK_TFLOPS_RANGE))
+        d: units.TFLOPS_to_FLOPS(f.number(f"peak_{d}_TFLOPS", *PEAK_TFLOPS_RANGE))
         for d in _DTYPES
-        if f"peak_{d}_TFLOPS" in entry
+        if f.has(f"peak_{d}_TFLOPS")
     }
     if not peaks:
-        raise ConfigError(
-            f"{_where(name)}: needs at least one peak_<dtype>_TFLOPS field",
-            field="peak_bf16_TFLOPS",
+        raise f.error(
+            "needs at least one peak_<dtype>_TFLOPS field",
+            "peak_bf16_TFLOPS",
             limit=[f"peak_{d}_TFLOPS" for d in _DTYPES],
         )
-    hbm = _hbm_bytes(entry, name)
+    hbm = _hbm_bytes(f)
     return Accelerator(
         name=name,
         peak_flops=MappingProxyType(peaks),
         hbm_bytes=hbm,
-        hbm_bandwidth_Bps=units.TBps_to_Bps(_number(entry, "hbm_bandwidth_TBps", name, HBM_BANDWIDTH_TBps_RANGE)),
-        matmul_efficiency=_number(entry, "matmul_efficiency", name, EFFICIENCY_RANGE),
-        matmul_half_dim=_number(entry, "matmul_half_dim", name, MATMUL_HALF_DIM_RANGE),
-        memory_efficiency=_number(entry, "memory_efficiency", name, EFFICIENCY_RANGE),
-        reserved_bytes=_reserved_bytes(entry, name, hbm),
-        source=entry.get("source", ""),
-        mx_block_scaling=entry.get("mx_block_scaling", False),
-        fp8_matmul_efficiency=_optional(entry, "fp8_matmul_efficiency", name),
-        attention_efficiency=_optional(entry, "attention_efficiency", name),
-        attention_backward_efficiency=_optional(entry, "attention_backward_efficiency", name),
+        hbm_bandwidth_Bps=units.TBps_to_Bps(f.number("hbm_bandwidth_TBps", *HBM_BANDWIDTH_TBps_RANGE)),
+        matmul_efficiency=f.number("matmul_efficiency", *EFFICIENCY_RANGE),
+        matmul_half_dim=f.number("matmul_half_dim", *MATMUL_HALF_DIM_RANGE),
+        memory_efficiency=f.number("memory_efficiency", *EFFICIENCY_RANGE),
+        reserved_bytes=_reserved_bytes(f, hbm),
+        source=f.string("source", "", blank=True),
+        mx_block_scaling=f.flag("mx_block_scaling", False),
+        fp8_matmul_efficiency=_optional(f, "fp8_matmul_efficiency"),
+        attention_efficiency=_optional(f, "attention_efficiency"),
+        attention_backward_efficiency=_optional(f, "attention_backward_efficiency"),
     )
-
-
-def _optional(entry: Mapping[str, Any], key: str, name: str) -> float | None:
-    """An optional efficiency (a fraction in EFFICIENCY_RANGE), None when absent."""
-    return _number(entry, key, name, EFFICIENCY_RANGE) if key in entry else None
 
 
 def _catalog() -> dict[str, Any]:

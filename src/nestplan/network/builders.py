@@ -17,19 +17,18 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from nestplan.errors import ConfigError
-from nestplan.network._checks import _as_float, _as_int
+from nestplan.inputs import Fields
+from nestplan.network._checks import SI_UNITS, FigureUnits, read_bus_efficiency, read_level
 from nestplan.network.graph import GraphTopology as GraphTopology  # re-exported: the graph builder lives in graph.py
 from nestplan.network.graph import from_graph as from_graph
-from nestplan.network.topology import Level, Topology
+from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Level, Topology
 
-_LEVEL_KEYS = ("name", "size", "bandwidth_Bps", "latency_s", "oversubscription", "bus_efficiency", "mesh_link_Bps")
-_LEVEL_REQUIRED = ("name", "size", "bandwidth_Bps", "latency_s")
 _SWITCH_TIER_NAMES = ("leaf", "spine", "core")
 _TORUS_AXIS_NAMES = ("x", "y", "z")
 
 
 # ---------------------------------------------------------------------------
-# small validators (the shared ones, _as_int and _as_float, live in _checks.py)
+# small validators (a level's and a link's figures are read by _checks.py)
 
 
 def _same_length(where: str, **seqs: Sequence[Any]) -> None:
@@ -51,49 +50,16 @@ def hierarchical(name: str, levels: Sequence[Mapping[str, Any] | Level]) -> Topo
     Each entry is a :class:`Level` or a mapping with keys ``name``, ``size``,
     ``bandwidth_Bps`` (per device, one direction), ``latency_s`` and optionally
     ``oversubscription`` (default 1), ``bus_efficiency`` (default 1) and ``mesh_link_Bps``
-    (the link of a full mesh, see :class:`Level`; default None, a switched level).
+    (the link of a full mesh, see :class:`Level`; default None, a switched level), read by the
+    network's one level reader (``network._checks.read_level``, as a cluster file's levels are):
+    unknown and missing keys refused by name, every figure within its range.
     """
-    where = f"topology '{name}'"
-    if not levels:
-        raise ConfigError(f"{where}: needs at least one level", field="levels", value=[], limit=">= 1 level")
-    built: list[Level] = []
-    for i, spec in enumerate(levels):
-        if isinstance(spec, Level):
-            built.append(spec)
-            continue
-        at = f"{where}: levels[{i}]"
-        if not isinstance(spec, Mapping):
-            raise ConfigError(f"{at} must be a table of level fields, got {spec!r}", field=f"levels[{i}]", value=spec)
-        unknown = sorted(set(spec) - set(_LEVEL_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"{at}: unknown key '{unknown[0]}'; allowed: {', '.join(_LEVEL_KEYS)}",
-                field=unknown[0],
-                limit=list(_LEVEL_KEYS),
-            )
-        missing = [key for key in _LEVEL_REQUIRED if key not in spec]
-        if missing:
-            raise ConfigError(
-                f"{at}: missing field '{missing[0]}'; required: {', '.join(_LEVEL_REQUIRED)}",
-                field=missing[0],
-                limit=list(_LEVEL_REQUIRED),
-            )
-        built.append(
-            Level(
-                name=str(spec["name"]),
-                size=_as_int(spec["size"], "size", at),
-                bandwidth_Bps=_as_float(spec["bandwidth_Bps"], "bandwidth", at, positive=True),
-                latency_s=_as_float(spec["latency_s"], "latency", at, positive=False),
-                oversubscription=_as_float(spec.get("oversubscription", 1.0), "oversubscription", at, positive=True),
-                bus_efficiency=_as_float(spec.get("bus_efficiency", 1.0), "bus_efficiency", at, positive=True),
-                mesh_link_Bps=_mesh_link(spec.get("mesh_link_Bps"), at),
-            )
-        )
+    entries = Fields({"levels": list(levels)}, f"topology '{name}'").listed("levels", MAX_LEVELS, minimum=1)
+    built = [
+        spec if isinstance(spec, Level) else read_level(entries.table(key), SI_UNITS)
+        for key, spec in entries.data.items()
+    ]
     return Topology(name, tuple(built))
-
-
-def _mesh_link(value: Any, at: str) -> float | None:
-    return None if value is None else _as_float(value, "mesh_link_Bps", at, positive=True)
 
 
 def _tier_name(i: int) -> str:
@@ -234,28 +200,38 @@ def torus(
     Every level has oversubscription 1. Axes are named x, y, z (then dim3, ...).
     Any number of dimensions >= 1 is accepted (1 = a ring); TPU-style pods are 2-D or 3-D.
     """
-    where = f"torus '{name}'"
-    if isinstance(dims, (str, bytes)) or not isinstance(dims, (Sequence, np.ndarray)) or len(dims) < 1:
-        raise ConfigError(
-            f"{where}: dims must be a list of 1 to 3 (or more) integers, got {dims!r}",
-            field="dims",
-            value=dims,
-            limit="[X, Y] or [X, Y, Z]",
-        )
-    sizes = [_as_int(d, f"dims[{i}]", where) for i, d in enumerate(dims)]
-    bandwidth = 2.0 * _as_float(link_bandwidth_Bps, "link bandwidth", where, positive=True)
-    hop = _as_float(hop_latency_s, "hop latency", where, positive=False)
+    sized = list(dims) if isinstance(dims, (Sequence, np.ndarray)) and not isinstance(dims, (str, bytes)) else dims
+    table = {
+        "dims": sized,
+        "link_bandwidth_Bps": link_bandwidth_Bps,
+        "hop_latency_s": hop_latency_s,
+        "bus_efficiency": bus_efficiency,
+    }
+    return read_torus(Fields(table, f"torus '{name}'"), name, SI_UNITS)
+
+
+def read_torus(f: Fields, name: str, figures: FigureUnits, kinds: Mapping[str, float] | None = None) -> Topology:
+    """:func:`torus` of a torus table (``dims``, ``link_bandwidth`` and ``hop_latency`` in ``figures``,
+    ``bus_efficiency`` or with ``kinds`` a ``kind``), every field checked by the network's one reader."""
+    keys = ("dims", f"link_bandwidth_{figures.bandwidth}", f"hop_latency_{figures.latency}", "bus_efficiency")
+    f.refuse_unknown(keys + (("kind",) if kinds is not None else ()))
+    f.require(keys[:3])
+    dims = f.listed("dims", MAX_LEVELS, minimum=1)
+    sizes = [dims.integer(key, MAX_DEVICES) for key in dims.data]
+    bandwidth = 2.0 * figures.bandwidth_Bps(f, keys[1])
+    hop = figures.latency_s(f, keys[2])
+    efficiency = read_bus_efficiency(f, kinds)
     levels = []
     for i, size in enumerate(sizes):
         axis = _TORUS_AXIS_NAMES[i] if i < len(_TORUS_AXIS_NAMES) else f"dim{i}"
         levels.append(
-            dict(
+            Level(
                 name=axis,
                 size=size,
                 bandwidth_Bps=bandwidth,
                 latency_s=hop * (size // 2),
                 oversubscription=1.0,
-                bus_efficiency=bus_efficiency,
+                bus_efficiency=efficiency,
             )
         )
-    return hierarchical(name, levels)
+    return Topology(name, tuple(levels))

@@ -35,13 +35,15 @@ Re-exported from ``nestplan.network.builders`` and ``nestplan.network``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Sequence
+import itertools
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from nestplan import units
-from nestplan.errors import ConfigError, brief
-from nestplan.network._checks import _as_float, _as_int
+from nestplan.errors import ConfigError
+from nestplan.inputs import Fields
+from nestplan.network._checks import SI_UNITS, FigureUnits, read_bus_efficiency, read_link
 from nestplan.network.topology import Level, Topology
 
 
@@ -69,6 +71,7 @@ MAX_GRAPH_EDGES = 2**16  # links of one graph
 # Bellman-Ford cells (sources x directed links, per sweep) the latencies of one graph may take: ~25 s on one core.
 # A two-tier fat tree of 8,192 devices takes 1.6e9; a line of 2,048 devices would take ~2^33 (sweeps grow with hops).
 MAX_RELAXATIONS = 2**31
+GRAPH_KEYS = ("devices", "edges", "bus_efficiency")  # the required two first
 
 
 def _too_much_work(where: str, limit: int) -> ConfigError:
@@ -121,37 +124,10 @@ def _refuse_sure_overrun(where: str, n_dev: int, src: np.ndarray, dst: np.ndarra
         hops += 1
 
 
-def _parse_edges(name: str, num_devices: int, edges: Iterable[Sequence[Any]]) -> tuple[np.ndarray, ...]:
-    where = f"graph '{name}'"
-    us, vs, bws, lats = [], [], [], []
-    for i, edge in enumerate(edges):
-        at = f"{where}: edges[{i}]"
-        if i >= MAX_GRAPH_EDGES:
-            raise ConfigError(
-                f"{where}: more than {MAX_GRAPH_EDGES} links",
-                field="edges",
-                value=f"> {i} links",
-                limit=MAX_GRAPH_EDGES,
-            )
-        if isinstance(edge, (str, bytes)) or not isinstance(edge, Sequence) or len(edge) != 4:
-            raise ConfigError(
-                f"{at} must be [u, v, bandwidth, latency], got {brief(edge)}",
-                field=f"edges[{i}]",
-                value=brief(edge),
-                limit="[u, v, bandwidth, latency]",
-            )
-        u = _as_int(edge[0], "u", at, minimum=0, maximum=MAX_GRAPH_NODES - 1)
-        v = _as_int(edge[1], "v", at, minimum=0, maximum=MAX_GRAPH_NODES - 1)
-        if u == v:
-            raise ConfigError(f"{at}: a link joins two different ids, got u = v = {u}", field=f"edges[{i}]", value=edge)
-        us.append(u)
-        vs.append(v)
-        bws.append(_as_float(edge[2], "bandwidth", at, positive=True))
-        lats.append(_as_float(edge[3], "latency", at, positive=False))
-    if not us:
-        raise ConfigError(
-            f"{where}: edges is empty; give at least one link", field="edges", value=[], limit=">= 1 link"
-        )
+def _read_edges(f: Fields, figures: FigureUnits) -> tuple[np.ndarray, ...]:
+    """The links of ``f``'s ``edges`` (1 to ``MAX_GRAPH_EDGES``) as arrays of ids, bytes/s and seconds."""
+    links = f.listed("edges", MAX_GRAPH_EDGES, minimum=1)
+    us, vs, bws, lats = zip(*(read_link(links, key, figures, MAX_GRAPH_NODES - 1) for key in links.data))
     return (
         np.asarray(us, dtype=np.int64),
         np.asarray(vs, dtype=np.int64),
@@ -420,10 +396,22 @@ def from_graph(
     Returns a :class:`GraphTopology`: the topology over ranks and ``device_order``
     (rank -> graph device id).
     """
+    listed = edges if isinstance(edges, (str, bytes, Mapping)) else list(itertools.islice(edges, MAX_GRAPH_EDGES + 1))
+    table = {"devices": num_devices, "edges": listed, "bus_efficiency": bus_efficiency}
+    return read_graph(Fields(table, f"graph '{name}'"), name, SI_UNITS, rel_tol=rel_tol)
+
+
+def read_graph(
+    f: Fields, name: str, figures: FigureUnits, kinds: Mapping[str, float] | None = None, rel_tol: float = 1e-9
+) -> GraphTopology:
+    """:func:`from_graph` of a graph table (``devices``, ``edges`` in ``figures``, ``bus_efficiency`` or with
+    ``kinds`` a ``kind``), every field checked by the network's one reader (``network._checks``)."""
+    f.refuse_unknown(GRAPH_KEYS + (("kind",) if kinds is not None else ()))
+    f.require(GRAPH_KEYS[:2])
     where = f"graph '{name}'"
-    n_dev = _as_int(num_devices, "devices", where, minimum=2, maximum=MAX_GRAPH_NODES)
-    eff = _as_float(bus_efficiency, "bus_efficiency", where, positive=True)
-    src, dst, bw, lat = _parse_edges(name, n_dev, edges)
+    n_dev = f.integer("devices", MAX_GRAPH_NODES, minimum=2)
+    src, dst, bw, lat = _read_edges(f, figures)
+    eff = read_bus_efficiency(f, kinds)
     n_nodes = int(max(n_dev, src.max() + 1, dst.max() + 1))
 
     order, cls = _bandwidth_classes(bw, rel_tol)

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from nestplan.version import __version__
-from nestplan.errors import ConfigError, brief, printable
-from nestplan.inputs import check_string, load_object
+from nestplan.errors import brief, printable
+from nestplan.inputs import Fields, load_object
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN
 from nestplan.network.topology import MAX_DEVICES  # largest device count swept: what one network holds
 
@@ -112,89 +112,54 @@ class Case:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _fail(message: str, field: str, value: Any, allowed: Any = None) -> ConfigError:
-    return ConfigError(message, field=field, value=value, limit=allowed)
-
-
 def _shown(value: Any) -> str:
     """A value as an error line quotes it: one line, at most 80 characters."""
     return brief(value, 80)
 
 
-def _number_ok(v: Any, integer: bool, minimum: float, maximum: float) -> bool:
-    """A finite number in [minimum, maximum], whole where ``integer`` (compared before any conversion)."""
-    return (
-        isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and (isinstance(v, int) or math.isfinite(v))
-        and minimum <= v <= maximum
-        and (not integer or isinstance(v, int) or v.is_integer())
-    )
-
-
-def _values(value: Any, key: str) -> list:
-    """A list, a range table or a single value, as a list."""
-    if isinstance(value, Mapping):
-        return _range(value, key)
-    return value if isinstance(value, list) else [value]
-
-
-def _list(
-    data: Mapping[str, Any],
-    key: str,
-    kind: type,
-    default: list | None = None,
-    minimum: float = 1,
-    maximum: float = math.inf,
-) -> tuple:
-    value = data.get(key, default)
-    if value is None:
-        raise _fail(f"sweep spec: '{key}' is required", key, None)
-    values = _values(value, key)
-    if not values:
-        raise _fail(f"sweep spec: '{key}' must not be empty", key, value)
-    for v in values:
-        if kind is str and isinstance(v, str) and v:
-            check_string(v, f"'{key}' value", "sweep spec")
-        elif kind is str or not _number_ok(v, kind is int, minimum, maximum):
-            what = (
-                "a non-empty string"
-                if kind is str
-                else f"{'an integer' if kind is int else 'a number'} from {minimum:g} to {maximum:g}"
+def _numbers(f: Fields, key: str, integer: bool, minimum: float, maximum: float) -> tuple:
+    """``key``'s values as given (a list, a range or one value; at most ``MAX_RANGE_VALUES``), each a number
+    in [minimum, maximum], whole where ``integer``."""
+    values = f.many(key, MAX_RANGE_VALUES, expand=_range)
+    for index, value in values.data.items():
+        if not values.number(index, minimum, maximum).is_integer() and integer:
+            raise values.error(
+                f"field '{values.name(index)}' must be an integer, got {_shown(value)}",
+                values.name(index),
+                value,
+                "an integer",
             )
-            raise _fail(f"sweep spec: '{key}' value {_shown(v)} must be {what}", key, v, what)
-    return tuple(kind(v) for v in values)
+    return tuple(values.data.values())
 
 
-def _range(table: Mapping[str, Any], key: str) -> list[float]:
+def _range(table: Fields) -> list[float]:
     """{from, to, step} (arithmetic) or {from, to, times} (geometric, from > 0), both ends included."""
-    _unknown(table, ("from", "to", "step", "times"), f"'{key}' range")
-    lo, hi = table.get("from"), table.get("to")
-    step, times = table.get("step"), table.get("times")
+    table.refuse_unknown(("from", "to", "step", "times"))
+    lo, hi, step, times = (table.raw(key, None) for key in ("from", "to", "step", "times"))
     numbers = [x for x in (lo, hi, step, times) if x is not None]
+    shown, key = _shown(dict(table.data)), table.where.rstrip(".")
     if (
         lo is None
         or hi is None
         or (step is None) == (times is None)
-        or not all(_number_ok(x, False, -math.inf, math.inf) for x in numbers)
+        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in numbers)
         or hi < lo
         or (step is not None and step <= 0)
         or (times is not None and (times <= 1 or lo <= 0))
     ):
-        raise _fail(
-            f"sweep spec: '{key}' range {_shown(dict(table))} needs from <= to and exactly one of "
-            f"step > 0 or times > 1 (with from > 0)",
+        raise table.error(
+            f"'{key}' range {shown} needs from <= to and exactly one of step > 0 or times > 1 (with from > 0)",
             key,
-            dict(table),
+            dict(table.data),
             "{from, to, step} or {from, to, times}",
         )
     out, x = [], lo
     while x <= hi or math.isclose(x, hi, rel_tol=1e-12):
         if len(out) == MAX_RANGE_VALUES:
-            raise _fail(
-                f"sweep spec: '{key}' range {_shown(dict(table))} gives more than {MAX_RANGE_VALUES:,} values",
+            raise table.error(
+                f"'{key}' range {shown} gives more than {MAX_RANGE_VALUES:,} values",
                 key,
-                dict(table),
+                dict(table.data),
                 MAX_RANGE_VALUES,
             )
         out.append(x)
@@ -202,110 +167,67 @@ def _range(table: Mapping[str, Any], key: str) -> list[float]:
     return out
 
 
-def _unknown(table: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    for key in table:
-        if key not in allowed:
-            raise _fail(
-                f"sweep spec: unknown key '{printable(str(key))}' in {where}; allowed: {', '.join(allowed)}",
-                key,
-                key,
-                list(allowed),
-            )
-
-
-def _level_items(table: Any, where: str, swept: bool) -> tuple:
-    if not isinstance(table, Mapping):
-        raise _fail(f'sweep spec: {where} must be a table of "level.field" entries', where, table)
+def _level_items(f: Fields, swept: bool) -> tuple:
+    """The "level.field" entries of a family's ``set`` (one number each) or ``sweep`` (values each) table."""
     items = []
-    for key, value in table.items():
-        level, _, fld = key.partition(".")
+    for key in f.data:
+        level, _, fld = str(key).partition(".")
         if not level or fld not in LEVEL_FIELDS:
-            raise _fail(
-                f"sweep spec: '{printable(key)}' in {where} must be \"<level name>.<field>\" with field one of "
+            raise f.error(
+                f"'{printable(str(key))}' in {f.where.rstrip('.')} must be \"<level name>.<field>\" with field one of "
                 f"{', '.join(LEVEL_FIELDS)}",
-                key,
-                key,
+                str(key),
+                str(key),
                 list(LEVEL_FIELDS),
             )
-        values = _values(value, key) if swept else [value]
-        if not values or not all(_number_ok(v, False, 0, MAX_LEVEL_VALUE) for v in values):
-            allowed = f"{'a list of ' if swept else 'one '}number{'s' if swept else ''} from 0 to {MAX_LEVEL_VALUE:,}"
-            raise _fail(
-                f"sweep spec: '{printable(key)}' in {where} must be {allowed}, got {_shown(value)}", key, value, allowed
-            )
-        items.append((key, tuple(values)) if swept else (key, value))
+        if swept:
+            items.append((key, _numbers(f, key, False, 0, MAX_LEVEL_VALUE)))
+        else:
+            f.number(key, 0, MAX_LEVEL_VALUE)
+            items.append((key, f.data[key]))
     return tuple(items)
 
 
-def _text(table: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str | None:
-    """An optional non-empty string field, free of control characters."""
-    value = table.get(key, default)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise _fail(
-            f"sweep spec: {where}.{key} must be a non-empty string, got {_shown(value)}",
-            key,
-            value,
-            "a non-empty string",
-        )
-    return check_string(value, f"{where}.{key}", "sweep spec")
-
-
-def _family(table: Any, i: int) -> ClusterFamily:
-    where = f"clusters[{i}]"
-    if not isinstance(table, Mapping):
-        raise _fail(f"sweep spec: {where} must be a table", "clusters", table)
-    _unknown(table, CLUSTER_KEYS, where)
-    base = _text(table, "base", where)
-    if base is None:
-        raise _fail(f"sweep spec: {where}.base must be a cluster name or file", "base", None)
+def _family(f: Fields) -> ClusterFamily:
+    f.refuse_unknown(CLUSTER_KEYS)
+    base = f.string("base")
     return ClusterFamily(
         base,
-        _text(table, "label", where, base),
-        _text(table, "accelerator", where),
-        _level_items(table.get("set", {}), f"{where}.set", False),
-        _level_items(table.get("sweep", {}), f"{where}.sweep", True),
+        f.string("label", base),
+        f.string("accelerator") if f.has("accelerator") else None,
+        _level_items(f.table("set", {}), False),
+        _level_items(f.table("sweep", {}), True),
     )
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
-    _unknown(data, TOP_KEYS, "the spec")
-    name = _text(data, "name", "spec", "sweep")
-    clusters = data.get("clusters")
-    if not isinstance(clusters, list) or not clusters:
-        raise _fail("sweep spec: at least one [[clusters]] table is required", "clusters", clusters)
+    f = Fields(data, "sweep spec")
+    f.refuse_unknown(TOP_KEYS)
+    models = f.many("models", MAX_RANGE_VALUES)
+    keep = f.listed("keep", len(KEEP_CHOICES), [])
     spec = SweepSpec(
-        name=name,
-        models=_list(data, "models", str),
-        devices=_list(data, "devices", int, maximum=MAX_DEVICES),
-        global_batch_sizes=_list(data, "global_batch_size", int, [DEFAULT_GLOBAL_BATCH], maximum=MAX_GLOBAL_BATCH_SIZE),
-        seq_lens=_list(data, "seq_len", int, maximum=MAX_SEQ_LEN) if "seq_len" in data else (None,),
-        hbm_GiB=_list(data, "hbm_GiB", float, minimum=1e-3, maximum=MAX_HBM_GiB) if "hbm_GiB" in data else (None,),
-        clusters=tuple(_family(t, i) for i, t in enumerate(clusters)),
-        keep=_keep(data.get("keep", [])),
+        name=f.string("name", "sweep"),
+        models=tuple(models.string(index) for index in models.data),
+        devices=tuple(int(n) for n in _numbers(f, "devices", True, 1, MAX_DEVICES)),
+        global_batch_sizes=tuple(int(n) for n in _numbers(f, "global_batch_size", True, 1, MAX_GLOBAL_BATCH_SIZE))
+        if f.has("global_batch_size")
+        else (DEFAULT_GLOBAL_BATCH,),
+        seq_lens=tuple(int(n) for n in _numbers(f, "seq_len", True, 1, MAX_SEQ_LEN)) if f.has("seq_len") else (None,),
+        hbm_GiB=tuple(float(x) for x in _numbers(f, "hbm_GiB", False, 1e-3, MAX_HBM_GiB))
+        if f.has("hbm_GiB")
+        else (None,),
+        clusters=tuple(_family(table) for table in f.tables("clusters", MAX_CASES)),
+        keep=tuple(keep.choice(index, KEEP_CHOICES) for index in keep.data),
     )
     cases = case_count(spec)
     if cases > MAX_CASES:
-        raise _fail(
-            f"sweep spec: expands to {cases:,} cases; at most {MAX_CASES:,} allowed (split it into several specs)",
+        raise f.error(
+            f"expands to {cases:,} cases; at most {MAX_CASES:,} allowed (split it into several specs)",
             "cases",
             cases,
             MAX_CASES,
         )
     return spec
-
-
-def _keep(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or any(v not in KEEP_CHOICES for v in value):
-        bad = [v for v in value if v not in KEEP_CHOICES] if isinstance(value, list) else value
-        raise _fail(
-            f"sweep spec: keep {_shown(bad)} must list some of {', '.join(KEEP_CHOICES)}",
-            "keep",
-            bad,
-            list(KEEP_CHOICES),
-        )
-    return tuple(value)
 
 
 def load_spec(path: str | Path) -> SweepSpec:
