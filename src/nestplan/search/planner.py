@@ -225,9 +225,9 @@ def _with_settings_variants(
     """The plans that fit with the fastest ones' variants under another context-parallel exchange, then
     another MoE overlap, fastest first (each prediction carries the settings it runs with)."""
     fitting = sorted(fitting, key=lambda p: p.step_time_s)
-    fitting.extend(_cp_exchange_variants(model, cluster, job, space, fitting[: 1 + top], fits))
+    fitting.extend(_variants_that_fit(model, cluster, _cp_exchange_jobs(model, job, space, fitting[: 1 + top]), fits))
     fitting.sort(key=lambda p: p.step_time_s)
-    fitting.extend(_moe_overlap_variants(model, cluster, job, space, fitting[: 1 + top], fits))
+    fitting.extend(_variants_that_fit(model, cluster, _moe_overlap_jobs(model, job, space, fitting[: 1 + top]), fits))
     fitting.sort(key=lambda p: p.step_time_s)
     return fitting
 
@@ -249,48 +249,34 @@ def cp_exchange_jobs(
     return out
 
 
-def _moe_overlap_variants(
-    model: ModelSpec,
-    cluster: Cluster,
-    job: Job,
-    space: SearchSpace,
-    preds: list[Prediction],
-    fits: Callable[[Prediction], bool],
-) -> Iterator[Prediction]:
-    """The plans of ``preds`` with their expert all-to-alls under another microbatch's compute
-    (RunSettings.moe_comm_overlap) where the space allows it and the plan can run it, those that fit (the
-    overlap holds one more microbatch in flight)."""
+def _moe_overlap_jobs(model: ModelSpec, job: Job, space: SearchSpace, preds: list[Prediction]) -> Iterator[tuple]:
+    """(job, plan) for the plans of ``preds`` with their expert all-to-alls under another microbatch's compute
+    (RunSettings.moe_comm_overlap) where the space allows it and the plan can run it (the overlap holds one
+    more microbatch in flight)."""
     if not (space.moe_comm_overlap and model.is_moe):
         return
-    caches: dict[Job, TermCache] = {}
     for pred in preds:
         variant = replace(job, settings=replace(pred.settings, moe_comm_overlap=True))
-        if pred.settings.moe_comm_overlap or moe_overlap_conflict(pred.plan, model, variant) is not None:
-            continue
+        if not pred.settings.moe_comm_overlap and moe_overlap_conflict(pred.plan, model, variant) is None:
+            yield variant, pred
+
+
+def _cp_exchange_jobs(model: ModelSpec, job: Job, space: SearchSpace, preds: list[Prediction]) -> Iterator[tuple]:
+    """(job, plan) for the plans of ``preds`` with cp > 1 under the other exchanges the space allows."""
+    for pred in preds:
+        if space.cp_comm_types and pred.plan.cp > 1:
+            fanout = pred.placement.groups["cp"].fanout
+            for variant in cp_exchange_jobs(model, job, pred.plan, fanout, space.cp_comm_types):
+                yield variant, pred
+
+
+def _variants_that_fit(
+    model: ModelSpec, cluster: Cluster, variants: Iterator[tuple], fits: Callable[[Prediction], bool]
+) -> Iterator[Prediction]:
+    """Each (job, plan) of ``variants`` evaluated under its job, those that fit (one term cache per job)."""
+    caches: dict[Job, TermCache] = {}
+    for variant, pred in variants:
         terms = caches.setdefault(variant, TermCache(model, cluster, variant))
         other = evaluate_plan(model, cluster, pred.plan, variant, pred.placement.axis_order, terms=terms)
         if fits(other):
             yield other
-
-
-def _cp_exchange_variants(
-    model: ModelSpec,
-    cluster: Cluster,
-    job: Job,
-    space: SearchSpace,
-    preds: list[Prediction],
-    fits: Callable[[Prediction], bool],
-) -> Iterator[Prediction]:
-    """The plans of ``preds`` with cp > 1 under the other exchanges the space allows, those that fit."""
-    if not space.cp_comm_types:
-        return
-    caches: dict[Job, TermCache] = {}
-    for pred in preds:
-        dims = pred.plan
-        if dims.cp < 2:
-            continue
-        for variant in cp_exchange_jobs(model, job, dims, pred.placement.groups["cp"].fanout, space.cp_comm_types):
-            terms = caches.setdefault(variant, TermCache(model, cluster, variant))
-            other = evaluate_plan(model, cluster, dims, variant, pred.placement.axis_order, terms=terms)
-            if fits(other):
-                yield other
