@@ -239,6 +239,13 @@ class RunSettings:
         "its experts, bounded by node-limited routing)",
         source="Megatron-LM --moe-token-dispatcher-type alltoall | flex",
     )
+    distribute_saved_activations: bool = setting(
+        False,
+        flag="--distribute-saved-activations",
+        help="under full recomputation with tp > 1 and without sequence parallelism, each layer's saved input "
+        "split over the tp ranks and all-gathered before its recomputation",
+        source="Megatron-LM --distribute-saved-activations (megatron/core/tensor_parallel/random.py CheckpointFunction)",
+    )
     optimizer_state: OptimizerState = setting(
         OptimizerState.FP32,
         flag="--optimizer-state",

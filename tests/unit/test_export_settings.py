@@ -18,6 +18,7 @@ from nestplan.export.common import Export, Handling
 from nestplan.job import Job
 from nestplan.settings import SETTING_NAMES, CpCommType, Fp8Recipe, MoeDispatcher, OptimizerState
 from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Recompute
 
 # one value off the default per setting (with what it needs: FP8 parameters need a recipe, a2a+p2p a size)
 EXAMPLES = {
@@ -33,6 +34,7 @@ EXAMPLES = {
     "moe_comm_overlap": {"moe_comm_overlap": True},
     "moe_capacity_factor": {"moe_capacity_factor": 1.5},
     "moe_dispatcher": {"moe_dispatcher": MoeDispatcher.DEEPEP},
+    "distribute_saved_activations": {"distribute_saved_activations": True},
     "optimizer_state": {"optimizer_state": OptimizerState.BF16},
 }
 # the plans a setting needs to matter, each framework's first one it exports with default settings
@@ -46,10 +48,14 @@ DENSE_PLANS = (
         ParallelDims(dp=8, zero=1),
     ),
 )
+# the saved inputs split over tp: full recomputation, tp > 1, no sequence parallelism (where Megatron runs it)
+FULL_RECOMPUTE_PLANS = ("llama3-8b", (ParallelDims(tp=2, dp=4, zero=1, recompute=Recompute.FULL),))
 NUMBER = re.compile(r"[0-9][0-9.,]*")
 
 
 def _plans_for(setting: str) -> tuple[str, tuple[ParallelDims, ...]]:
+    if setting == "distribute_saved_activations":
+        return FULL_RECOMPUTE_PLANS
     if setting.startswith("moe_"):
         return MOE_PLANS
     return CP_PLANS if setting.startswith("cp_") else DENSE_PLANS

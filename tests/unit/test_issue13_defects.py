@@ -33,7 +33,7 @@ from nestplan.search.space import SubConfig
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.strategy.placement import STAGE_MAJOR
-from nestplan.settings import RunSettings
+from nestplan.settings import SETTING_NAMES, RunSettings
 
 # the issue's case: the planner leaves 4 of the 16 devices idle (dp 12), which no dgx-a100 truncation allows
 ISSUE_PLAN = [
@@ -119,25 +119,11 @@ SGD_EAGER = Job(
 
 def test_plan_json_carries_every_job_setting() -> None:
     plan = _idle_devices_plan(SGD_EAGER).to_dict()
-    assert plan["job"] == {
-        "global_batch_size": 12,
-        "seq_len": 2048,
-        "dtype": "bf16",
-        "grad_dtype": "bf16",
-        "optimizer": "sgd",
-        "flash_attention": False,
-        "tp_comm_overlap": False,
-        "overlap_grad_reduce": True,
-        "overlap_param_gather": True,
-        "fp8_recipe": None,
-        "fp8_params": False,
-        "cp_comm_type": "p2p",
-        "cp_a2a_size": 1,
-        "moe_comm_overlap": False,
-        "moe_capacity_factor": None,
-        "moe_dispatcher": "alltoall",
-        "optimizer_state": "fp32",
-    }
+    what = {"global_batch_size": 12, "seq_len": 2048, "dtype": "bf16", "optimizer": "sgd"}
+    settings = {name: plan["job"][name] for name in SETTING_NAMES}
+    assert plan["job"] == {**what, **settings}  # what is trained, and every run setting by name
+    assert settings == {**RunSettings().to_dict(), "grad_dtype": "bf16", "flash_attention": False}
+    assert settings["cp_comm_type"] == "p2p" and settings["fp8_recipe"] is None  # enums as their strings
     assert Plan.from_dict(plan).job == SGD_EAGER
 
 

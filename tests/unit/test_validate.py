@@ -141,5 +141,9 @@ def test_formats_doc_lists_every_settings_column() -> None:
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text()
     section = text.split("## Runs file (JSON)", 1)[1].split("\n## ", 1)[0]
-    for name in [entry.name for entry in setting_table()] + list(SETTING_ALIASES.values()):
+    settings = text.split("## Run settings", 1)[1].split("\n## ", 1)[0]
+    assert "[Run settings](#run-settings)" in section  # the columns are the settings table's names
+    for name in [entry.name for entry in setting_table()]:
+        assert f"| `{name}` |" in settings, name
+    for name in SETTING_ALIASES.values():
         assert f"`{name}`" in section, name

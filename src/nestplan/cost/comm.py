@@ -75,6 +75,15 @@ def _reduce_scatter(topo: Topology, tp: GroupSpan, shard: Shard, hidden: float) 
     return coll.reduce_scatter(topo, tp.fanout, shard.dtype_bytes * shard.tokens * hidden)
 
 
+def saved_input_gather_time(topo: Topology, tp: GroupSpan, shard: Shard, hidden: int) -> float:
+    """Seconds to all-gather a layer's saved input over the tp ranks before its recomputation, where full
+    recomputation keeps it split over them (Megatron-Core ``distribute_saved_activations``:
+    tensor_parallel/random.py CheckpointFunction.backward, gather_split_1d_tensor): the whole input,
+    tokens x hidden in the activations' dtype, gathered from tp equal chunks, before the recomputed
+    forward can start (not overlapped)."""
+    return coll.all_gather(topo, tp.fanout, shard.dtype_bytes * shard.tokens * hidden)
+
+
 def overlapped(collective_s: float, gemm_s: float, chunks: int) -> float:
     """Exposed seconds of a collective pipelined with the GEMM that produces or consumes it, both
     split into ``chunks`` pieces (Transformer Engine's userbuffer overlap, Megatron-LM

@@ -33,6 +33,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.settings import CpCommType, MoeDispatcher
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
+from nestplan.strategy.legality import saved_activations_distributed
 from nestplan.strategy.placement import GroupSpan
 
 
@@ -178,6 +179,11 @@ def _block(
         )
         zero_f, zero_b = max(0.0, zf + ef - t.forward), max(0.0, zb + eb - t.backward)
     fs = model.traced_flops_scale  # 1 unless a trace calibrated it
+    # full recomputation's saved input split over the tp ranks, all-gathered before the recomputation
+    split = saved_activations_distributed(job.settings, dims)
+    saved_gather = (
+        comm.saved_input_gather_time(topo, groups["tp"], shard_of(dims, job), model.hidden_size) if split else 0.0
+    )
     transient = b.activations[Recompute.NONE] if dims.recompute is Recompute.FULL else 0.0
     if dims.zero is ZeroStage.PARAMETERS:
         transient += 2 * params.total * job.dtype_bytes  # the gathered layer and the prefetched next one
@@ -188,13 +194,13 @@ def _block(
             forward_compute=fs * t.forward,
             backward_compute=fs * t.backward,
             recompute=fs * redo,
-            tp_comm=c.tp_forward + c.tp_backward,
+            tp_comm=c.tp_forward + c.tp_backward + saved_gather,
             cp_comm=c.cp_forward + c.cp_backward,
             ep_comm=c.ep_forward + c.ep_backward,
             zero_comm=zero_f + zero_b,
         ),
         params=params,
-        activations=b.activations[dims.recompute],
+        activations=b.activations[dims.recompute] / (dims.tp if split else 1),
         forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f,
         transient=transient,
         fp8_weight_bytes=fp8_weight_copies(job) * params.total,

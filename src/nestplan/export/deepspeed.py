@@ -48,7 +48,7 @@ from nestplan.export.common import (
 )
 from nestplan.export.plan import ExportInput
 from nestplan.job import Job
-from nestplan.strategy.legality import cp_exchange_conflict
+from nestplan.strategy.legality import cp_exchange_conflict, saved_activations_distributed
 from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
@@ -77,6 +77,7 @@ SETTINGS = {
     "moe_comm_overlap": refuses("its MoE layer runs the all-to-alls exposed"),
     "moe_capacity_factor": notes("capacity_factor on the user's MoE layer"),
     "moe_dispatcher": refuses("its MoE layer dispatches with all-to-alls"),
+    "distribute_saved_activations": sets("activation_checkpointing.partition_activations"),
     "optimizer_state": notes("its bf16 optimizer keeps fp32 master weights and moments"),
 }
 OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}  # DeepSpeed's FusedAdam; torch.optim.SGD
@@ -124,7 +125,7 @@ def config(plan: Plan) -> dict:
         cfg["sequence_parallel_size"] = d.cp
     if d.recompute is not Recompute.NONE:
         cfg["activation_checkpointing"] = {
-            "partition_activations": False,
+            "partition_activations": saved_activations_distributed(job.settings, d),
             "contiguous_memory_optimization": False,
             "cpu_checkpointing": False,
             "synchronize_checkpoint_boundary": False,

@@ -68,6 +68,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.legality import saved_activations_distributed
 
 # re-exported: the Megatron-Bridge export reads them from here
 from nestplan.export.megatron_model import dispatcher as dispatcher
@@ -116,6 +117,7 @@ SETTINGS = {
     "moe_comm_overlap": sets("--overlap-moe-expert-parallel-comm (GPT models; noted for hybrids)"),
     "moe_capacity_factor": sets("--moe-expert-capacity-factor --moe-pad-expert-input-to-capacity"),
     "moe_dispatcher": sets("--moe-token-dispatcher-type alltoall | flex"),
+    "distribute_saved_activations": sets("--distribute-saved-activations (full recomputation, tp > 1, no sp)"),
     "optimizer_state": sets("--use-precision-aware-optimizer --exp-avg-dtype --exp-avg-sq-dtype"),
 }
 
@@ -220,7 +222,9 @@ def _zero(plan: Plan) -> tuple[Flags, list[str]]:
 
 def _recompute(plan: Plan) -> Flags:
     if plan.dims.recompute is Recompute.FULL:  # every layer's input kept, the layer re-run in backward
-        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+        flags: Flags = [("--recompute-granularity", "full"), ("--recompute-method", "uniform")]
+        split = saved_activations_distributed(plan.job.settings, plan.dims)  # the input split over tp
+        return flags + [("--recompute-num-layers", 1)] + ([("--distribute-saved-activations", None)] if split else [])
     if plan.dims.recompute is Recompute.SELECTIVE:  # the attention core only (Korthikanti et al. 2022)
         return [("--recompute-granularity", "selective"), ("--recompute-modules", "core_attn")]
     return []

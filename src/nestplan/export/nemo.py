@@ -33,6 +33,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.settings import CpCommType, Fp8Recipe, OptimizerState
 from nestplan.strategy.enums import Recompute
+from nestplan.strategy.legality import saved_activations_distributed
 
 NAME = "megatron-bridge"
 ALIASES = ("nemo",)  # the name this export had while it targeted NeMo 2
@@ -56,6 +57,7 @@ SETTINGS = {
     "moe_comm_overlap": sets("model.overlap_moe_expert_parallel_comm"),
     "moe_capacity_factor": sets("model.moe_expert_capacity_factor, model.moe_pad_expert_input_to_capacity"),
     "moe_dispatcher": sets("model.moe_token_dispatcher_type"),
+    "distribute_saved_activations": sets("model.distribute_saved_activations"),
     "optimizer_state": sets("optimizer.use_precision_aware_optimizer, optimizer.store_param_remainders"),
 }
 moe_comm_overlap = megatron.moe_comm_overlap  # Megatron-core runs it
@@ -304,6 +306,7 @@ def _recompute(plan: Plan) -> Items:
             ("model.recompute_granularity", "full"),
             ("model.recompute_method", "uniform"),
             ("model.recompute_num_layers", 1),
+            ("model.distribute_saved_activations", saved_activations_distributed(plan.job.settings, plan.dims)),
         ]
     if plan.dims.recompute is Recompute.SELECTIVE:  # nestplan's selective: the core attention (Korthikanti)
         return [

@@ -56,6 +56,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.legality import saved_activations_distributed
 
 NAME = "torchtitan"
 TITLE = "torchtitan"
@@ -89,6 +90,7 @@ SETTINGS = {
     "moe_comm_overlap": notes("no overlap of expert all-to-alls"),
     "moe_capacity_factor": notes("dropless routing"),
     "moe_dispatcher": notes("its all-to-all dispatch"),
+    "distribute_saved_activations": notes("its activation checkpoint keeps each layer's whole input"),
     "optimizer_state": notes("float32 parameters and moments"),
 }
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}  # TrainingConfig.mixed_precision_param's choices
@@ -321,6 +323,11 @@ def _job_notes(plan: Plan) -> list[str]:
         notes.append(
             "torchtitan's float8 converter swaps linear layers only: the experts' grouped GEMMs run in "
             "bfloat16 where nestplan costed FP8"
+        )
+    if saved_activations_distributed(job.settings, plan.dims):
+        notes.append(
+            "nestplan costed each layer's saved input split over the tp ranks (--distribute-saved-activations): "
+            "torchtitan's activation checkpoint keeps it whole on every rank, tp times the memory costed for it"
         )
     return notes + _overlap_notes(job) + _run_note(plan)
 

@@ -127,6 +127,14 @@ def check_against_model(dims: ParallelDims, model: ModelSpec, seq_len: int) -> N
         raise problem
 
 
+def saved_activations_distributed(settings: RunSettings, dims: ParallelDims) -> bool:
+    """Whether the plan splits each layer's saved input over its tp ranks (``distribute_saved_activations``):
+    where Megatron-Core runs it, under full recomputation with tp > 1 (megatron/training/arguments.py) and
+    without sequence parallelism (TransformerConfig refuses both), the setting taking effect nowhere else."""
+    full = dims.recompute is Recompute.FULL
+    return settings.distribute_saved_activations and full and dims.tp > 1 and not dims.sp_active
+
+
 def cp_exchange_conflict(
     settings: RunSettings, cp: int, heads_per_device: int, kv_heads_per_device: int
 ) -> ConfigError | None:
