@@ -272,7 +272,6 @@ class TermCache:
         return found
 
     def _compute_parts(self, shard: L.Shard) -> tuple:
-        shard = _layer_shard(shard)
         found = self._compute.get(shard)
         if found is None:
             model, acc, job = self.model, self.cluster.accelerator, self.job
@@ -290,7 +289,6 @@ class TermCache:
     def _comm_parts(
         self, shard: L.Shard, groups: Mapping[str, GroupSpan], blocks: Mapping[Hashable, _BlockCompute]
     ) -> tuple:
-        shard = _layer_shard(shard)
         key = (shard, groups["tp"], groups["cp"], groups["expert"], groups["etp"])
         found = self._comm.get(key)
         if found is None:
@@ -326,8 +324,9 @@ class TermCache:
 
     def _assemble(self, dims: ParallelDims, shard: L.Shard, groups: Mapping[str, GroupSpan]) -> GraphTerms:
         model, job = self.model, self.job
-        computed, e, h, mtp = self._compute_parts(shard)
-        comms, tp_sync = self._comm_parts(shard, groups, computed)
+        layer = _layer_shard(shard)  # what every recomputation shares
+        computed, e, h, mtp = self._compute_parts(layer)
+        comms, tp_sync = self._comm_parts(layer, groups, computed)
         topo = self.cluster.topology
         blocks = {kind: _block(model, topo, dims, job, groups, computed[kind], comms[kind]) for kind in self._kinds}
         positions = model.max_position_embeddings if model.learned_position_embeddings else 0

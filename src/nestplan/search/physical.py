@@ -64,6 +64,7 @@ class PhysicalSearchModel(SearchCostModel):
         self._feasible: tuple = (None, None)  # the last group's feasible_depths (fits, then lower_bound, ask)
         self._feasible_by_key: dict[tuple, np.ndarray | None] = {}
         self._inflight: dict[int, np.ndarray] = {}  # first_stage_in_flight by microbatches (up to L)
+        self._transfers: dict[SubGraph, np.ndarray] = {}  # _per_level_transfer by sub-graph
         self._block_kinds = tuple(model.block_kind(i) for i in range(model.num_layers))
         # index of each block's kind in GraphTerms.blocks, whose kinds are in the order they first appear
         order = {kind: n for n, kind in enumerate(dict.fromkeys(self._block_kinds))}
@@ -130,10 +131,15 @@ class PhysicalSearchModel(SearchCostModel):
 
     # ------------------------------------------------------------------ tables
     def _per_level_transfer(self, g: Group) -> np.ndarray:
-        """Seconds of one boundary transfer at each level, and 0 at index -1 (no link)."""
-        shard = shard_of(g.sub, self.job)
-        topo = self.cluster.topology
-        return np.array([comm.boundary_time(topo, self.model, shard, lv) for lv in range(topo.num_levels)] + [0.0])
+        """Seconds of one boundary transfer at each level, and 0 at index -1 (no link): the sub-graph's
+        activations, the same for every ZeRO stage, replica count and rank order (kept per SubGraph)."""
+        found = self._transfers.get(g.sub)
+        if found is None:
+            shard = shard_of(g.sub, self.job)
+            topo = self.cluster.topology
+            times = [comm.boundary_time(topo, self.model, shard, lv) for lv in range(topo.num_levels)]
+            found = self._transfers[g.sub] = np.array(times + [0.0])
+        return found
 
     def boundary_times(self, g: Group, pp: int) -> np.ndarray:
         levels = self.placement.boundary_levels(g.order, g.sub.stage_devices, g.replicas, pp)
