@@ -249,7 +249,8 @@ class TermCache:
 
     What a block computes depends on the shard only (tp, sp, cp, ep, etp, microbatch: its
     sub-graph strategy but the recomputation), its collectives on the shard and the spans of
-    its tp, cp and ep groups, and recomputation and ZeRO only combine those: each part is computed once and the terms are assembled from them,
+    its tp, cp and ep groups, and recomputation and ZeRO only combine those: each part is
+    computed once and the terms are assembled from them,
     so a search over thousands of configurations and an evaluator polishing one plan's split
     pay for each part once. Results are identical to computing them afresh.
     """
