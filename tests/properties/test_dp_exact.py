@@ -177,14 +177,14 @@ def _enumerated_best_exact(model, cluster, job):
         g = e.group
         if best is not None and lower >= max(best, proxy_best[0]):  # every later proxy >= its lower
             break
-        pred = evaluate_plan(model, cluster, g.dims(len(e.parts), e.parts), job, g.cfg.order)
+        pred = evaluate_plan(model, cluster, g.dims(len(e.parts), e.parts), job, g.order)
         assert lower * (1 - 1e-9) <= pred.step_time_s <= _upper(pred, g.microbatches) * (1 + 1e-9)
         if not pred.fits:
             continue
         if proxy < proxy_best[0]:
             proxy_best = (proxy, pred.step_time_s)
         if best is None or pred.step_time_s < best:
-            best, best_plan = pred.step_time_s, (g.cfg, g.zero, g.replicas, e.parts)
+            best, best_plan = pred.step_time_s, (g.sub, g.order, g.zero, g.replicas, e.parts)
     return proxy_best[1], best, best_plan
 
 
@@ -247,7 +247,7 @@ def test_proxy_bounds_evaluator(inst, data) -> None:
     edges = np.concatenate([[0], np.cumsum(parts)])
     cycles = [tab.alpha[p - 1, s] + tab.block_costs[edges[s] : edges[s + 1]].sum() for s in range(p)]
     proxy = (group.microbatches - 1) * max(cycles) + sum(cycles) + cost.extras(group, parts)
-    pred = evaluate_plan(model, cluster, group.dims(p, parts), job, group.cfg.order)
+    pred = evaluate_plan(model, cluster, group.dims(p, parts), job, group.order)
     assert [s.cycle_s for s in pred.stages] == pytest.approx(cycles, rel=1e-9)
     assert pred.step_time_s <= _upper(pred, group.microbatches) * (1 + 1e-9)
     if max(cycles) - min(cycles) <= 1e-12 * max(cycles):

@@ -18,11 +18,11 @@ from test_dp_exact import EVERY_ZERO_SPACE, instances
 
 from nestplan.job import Job
 from nestplan.search.engine import Candidate, Engine, run, run_best_first
-from nestplan.search.space import SEARCH_ORDERS
 from nestplan.search.oracle import enumerate_group
 from nestplan.search.physical import PhysicalSearchModel
 from nestplan.search.planner import _groups
-from nestplan.search.space import SubConfig, replica_counts
+from nestplan.search.space import replica_counts
+from nestplan.strategy.subgraph import SubGraph
 from nestplan.strategy.enums import Recompute, ZeroStage
 
 
@@ -134,10 +134,10 @@ def test_equal_proxies_keep_the_earlier_group_whatever_the_visiting_order() -> N
     st.integers(1, 20000),
 )
 def test_replica_counts_are_every_d_whose_shards_divide_the_batch(ep, mbs, gbs, tp, devices) -> None:
-    cfg = SubConfig(tp, False, 1, ep, mbs, Recompute.NONE, SEARCH_ORDERS[0])
+    sub = SubGraph(tp=tp, ep=ep, micro_batch_size=mbs, recompute=Recompute.NONE)
     job = Job(global_batch_size=gbs, seq_len=128)
     expected = [d for d in range(1, devices // (tp * ep) + 1) if gbs % (d * ep * mbs) == 0]
-    assert replica_counts(cfg, job, devices) == expected
+    assert replica_counts(sub, job, devices) == expected
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

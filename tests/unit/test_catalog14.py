@@ -226,7 +226,7 @@ def test_rotary_traffic_scales_with_the_rotary_fraction() -> None:
     """The memory-bound RoPE kernel reads and writes only the rotated share of Q and K."""
     full = dataclasses.replace(load_model("nemotron4-15b"), rotary_fraction=1.0)
     half = load_model("nemotron4-15b")
-    shard = Shard(tp=2, micro_batch=1, seq_len=4096)
+    shard = Shard(tp=2, micro_batch_size=1, seq_len=4096)
     saved = full.rotary_fraction - half.rotary_fraction
     rope_bytes = saved * 2 * shard.dtype_bytes * shard.tokens * (full.q_channels + full.kv_channels) / shard.tp
     assert _elementwise_bytes(full, 0, shard) - _elementwise_bytes(half, 0, shard) == pytest.approx(rope_bytes)

@@ -29,7 +29,7 @@ from nestplan.job import Job, Optimizer
 from nestplan.plan import SCHEMA_V1, Plan
 from nestplan.search.engine import run
 from nestplan.search.physical import Group, PhysicalSearchModel
-from nestplan.search.space import SubConfig
+from nestplan.strategy.subgraph import SubGraph
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.strategy.placement import STAGE_MAJOR
@@ -273,10 +273,10 @@ def test_zero2_terms_are_cached_per_replica_count() -> None:
     model, cluster = api.resolve_model("gpt3-175b"), api.resolve_cluster("h100-spine-leaf", 128)
     job = Job(global_batch_size=256, seq_len=2048)
     cost = PhysicalSearchModel(model, cluster, job, 128)
-    cfg = SubConfig(8, True, 1, 1, 1, Recompute.NONE, STAGE_MAJOR)
+    sub = SubGraph(tp=8, sp=True, recompute=Recompute.NONE)
     seen = []
     for d in (1, 16):
-        g = Group(cfg, ZeroStage.GRADIENTS, d, 256 // d, 4)
+        g = Group(sub, STAGE_MAJOR, ZeroStage.GRADIENTS, d, 256 // d, 4)
         fresh = graph_terms(model, cluster, g.dims(), job, cost._groups(g, 1))
         assert cost.terms(g) == fresh
         seen.append(cost.terms(g).blocks[model.block_kind(0)].components["zero_comm"])

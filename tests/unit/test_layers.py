@@ -69,7 +69,7 @@ def test_flash_attention_drops_score_memory() -> None:
 
 def test_full_recompute_keeps_layer_input_only() -> None:
     m = load_model("llama3-8b")
-    shard = L.Shard(tp=4, sp=True, seq_len=8192, micro_batch=2)
+    shard = L.Shard(tp=4, sp=True, seq_len=8192, micro_batch_size=2)
     assert L.block_activation_bytes(m, 0, shard, Recompute.FULL) == 2 * 2 * 8192 * m.hidden_size / 4
 
 
@@ -82,7 +82,7 @@ def test_cp_divides_activations() -> None:
 
 def test_boundary_bytes_are_hidden_states_over_tp() -> None:
     m = load_model("gpt3-175b")
-    assert L.boundary_bytes(m, L.Shard(tp=4, seq_len=2048, micro_batch=1)) == 2 * 2048 * m.hidden_size / 4
+    assert L.boundary_bytes(m, L.Shard(tp=4, seq_len=2048, micro_batch_size=1)) == 2 * 2048 * m.hidden_size / 4
 
 
 def test_per_device_params_split_over_tp_and_ep() -> None:

@@ -29,7 +29,7 @@ def _groups(tp: int) -> dict[str, GroupSpan]:
 
 
 def _tp_forward(spec, tp: int, gather_bytes: int | None = None) -> float:
-    shard = Shard(tp=tp, sp=True, seq_len=4096)
+    shard = Shard(tp=tp, sp=tp > 1, seq_len=4096)  # sequence parallelism needs tp > 1
     return comm.block_comm(CLUSTER.topology, spec, 0, shard, _groups(tp), 0.0, gather_bytes=gather_bytes).tp_forward
 
 

@@ -32,7 +32,7 @@ def test_an_mtp_module_adds_a_block_a_lookup_a_head_and_its_projection_to_the_he
     with_mtp = dataclasses.replace(MODEL, mtp_layers=1)
     plain, mtp = _terms(MODEL), _terms(with_mtp)
     last = plain.blocks[MODEL.block_kind(MODEL.num_layers - 1)]
-    shard = T.shard_of(DIMS, JOB)
+    shard = T.shard_of(DIMS.subgraph, JOB)
     own = T._mtp_own(with_mtp, shard, T.mtp_own_time(CLUSTER.accelerator, with_mtp, shard, JOB.dtype), 0.0)
     added = mtp.head.cycle - plain.head.cycle
     assert added == pytest.approx(last.cycle + plain.embedding.cycle + plain.head.cycle + own.cycle, rel=0.02)

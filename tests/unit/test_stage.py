@@ -19,7 +19,7 @@ from nestplan.cost.schedules import warmup_forwards
 from nestplan.cost.schedules.periodic import FORWARD, simulate
 from nestplan.job import Job
 from nestplan.search.physical import Group, PhysicalSearchModel
-from nestplan.search.space import SubConfig
+from nestplan.strategy.subgraph import SubGraph
 from nestplan.strategy.axes import REPLICA_MAJOR
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 
@@ -99,9 +99,9 @@ def test_search_tables_give_the_evaluators_stages(name, zero, recompute) -> None
     cluster = api.resolve_cluster("h100-spine-leaf", 64)
     job = Job(global_batch_size=64, seq_len=2048)
     ep = 8 if model.is_moe else 1
-    cfg = SubConfig(tp=2, sp=True, cp=1, ep=ep, micro_batch_size=1, recompute=recompute, order=REPLICA_MAJOR)
+    sub = SubGraph(tp=2, sp=True, cp=1, ep=ep, micro_batch_size=1, recompute=recompute)
     pp, replicas = 4, 64 // (2 * ep * 4)
-    group = Group(cfg, zero, replicas, job.global_batch_size // (replicas * ep), pp)
+    group = Group(sub, REPLICA_MAJOR, zero, replicas, job.global_batch_size // (replicas * ep), pp)
     cost = PhysicalSearchModel(model, cluster, job, 64)
     tables = cost.tables(group)
     parts = tuple(model.num_layers // pp + (1 if s < model.num_layers % pp else 0) for s in range(pp))
@@ -118,9 +118,9 @@ def test_stage_sums_hold_the_embedding_head_and_tied_copy() -> None:
     model = api.resolve_model("gpt3-175b")  # tied embeddings: the last of several stages keeps a copy
     cluster = api.resolve_cluster("h100-spine-leaf", 64)
     job = Job(global_batch_size=64, seq_len=2048)
-    cfg = SubConfig(tp=8, sp=True, cp=1, ep=1, micro_batch_size=1, recompute=Recompute.NONE, order=REPLICA_MAJOR)
+    sub = SubGraph(tp=8, sp=True, cp=1, ep=1, micro_batch_size=1, recompute=Recompute.NONE)
     cost = PhysicalSearchModel(model, cluster, job, 64)
-    t = cost.terms(Group(cfg, ZeroStage.NONE, 1, 64, 8))
+    t = cost.terms(Group(sub, REPLICA_MAJOR, ZeroStage.NONE, 1, 64, 8))
     dense = model.block_kind(0)
     kinds = [dense] * 3
     first, middle, last = (stage.stage_sums(t, kinds, s, 3) for s in range(3))

@@ -123,7 +123,7 @@ def test_figure1_memory(name: str) -> None:
 def _layer_activations(name: str, sp: bool, recompute: Recompute) -> float:
     tp, _, _, _, mbs, _ = CONFIGS[name]
     model = api.resolve_model(f"korthikanti-{name.lower()}")
-    shard = L.Shard(tp=tp, sp=sp, micro_batch=mbs, seq_len=2048, dtype_bytes=2, flash=False)
+    shard = L.Shard(tp=tp, sp=sp, micro_batch_size=mbs, seq_len=2048, dtype_bytes=2, flash=False)
     return L.block_activation_bytes(model, 0, shard, recompute)
 
 
@@ -145,8 +145,8 @@ def test_korthikanti_per_layer_formula_exact() -> None:
     """Table 2 closed forms for a GPT layer: sbh(10 + 24/t + 5as/(ht)) and sbh/t (34 + 5as/h)."""
     model = api.resolve_model("korthikanti-175b")
     s, b, h, a, t = 2048, 1, model.hidden_size, model.num_heads, 8
-    tp_only = L.Shard(tp=t, micro_batch=b, seq_len=s, flash=False)
-    tp_sp = L.Shard(tp=t, sp=True, micro_batch=b, seq_len=s, flash=False)
+    tp_only = L.Shard(tp=t, micro_batch_size=b, seq_len=s, flash=False)
+    tp_sp = L.Shard(tp=t, sp=True, micro_batch_size=b, seq_len=s, flash=False)
     assert L.block_activation_bytes(model, 0, tp_only, Recompute.NONE) == pytest.approx(
         s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
     )

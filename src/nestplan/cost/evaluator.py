@@ -85,7 +85,7 @@ def evaluate_plan(
 def _boundary_times(
     model: ModelSpec, cluster: Cluster, dims: ParallelDims, job: Job, placement: Placement
 ) -> list[float]:
-    shard = shard_of(dims, job)
+    shard = shard_of(dims.subgraph, job)
     return [comm.boundary_time(cluster.topology, model, shard, lv) for lv in placement.pp_boundary_levels]
 
 

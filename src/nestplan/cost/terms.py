@@ -35,6 +35,7 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 from nestplan.strategy.legality import saved_activations_distributed
 from nestplan.strategy.placement import GroupSpan
+from nestplan.strategy.subgraph import SubGraph
 
 
 @dataclass(frozen=True)
@@ -73,20 +74,23 @@ def terms_zero(zero: ZeroStage) -> ZeroStage:
     return zero if zero >= ZeroStage.GRADIENTS else ZeroStage.NONE
 
 
-def shard_of(dims: ParallelDims, job: Job) -> L.Shard:
+def shard_of(sub: SubGraph, job: Job) -> L.Shard:
+    """How a layer of the job runs on one device under the sub-graph strategy ``sub``: the one place a
+    ``Shard`` is built from a plan."""
     return L.Shard(
-        tp=dims.tp,
-        sp=dims.sp_active,
-        cp=dims.cp,
-        ep=dims.ep,
-        micro_batch=dims.micro_batch_size,
+        **vars(sub),
         seq_len=job.seq_len,
         dtype_bytes=job.dtype_bytes,
         flash=job.settings.flash_attention,
-        etp=dims.etp,
         capacity=job.settings.moe_capacity_factor or 1.0,
         fp8_gemms=job.fp8,
     )
+
+
+def _layer_shard(shard: L.Shard) -> L.Shard:
+    """``shard`` without its recomputation: what a layer computes and sends does not depend on it (the
+    bytes it stores under each recomputation are computed together), so every recomputation shares them."""
+    return shard if shard.recompute is Recompute.NONE else replace(shard, recompute=Recompute.NONE)
 
 
 def _components(**values: float) -> Mapping[str, float]:
@@ -188,7 +192,7 @@ def _block(
     if dims.zero is ZeroStage.PARAMETERS:
         transient += 2 * params.total * job.dtype_bytes  # the gathered layer and the prefetched next one
     if job.settings.cp_comm_type is CpCommType.ALLGATHER and dims.cp > 1:
-        transient += gathered_kv_bytes(model, shard_of(dims, job), dims.cp)
+        transient += gathered_kv_bytes(model, shard_of(dims.subgraph, job), dims.cp)
     return NodeTerms(
         components=_components(
             forward_compute=fs * t.forward,
@@ -249,9 +253,10 @@ def graph_terms(
 class TermCache:
     """``graph_terms`` of one (model, cluster, job) for many sub-graph configurations.
 
-    What a block computes depends on the shard only (tp, sp, cp, ep, microbatch), its
-    collectives on the shard and the spans of its tp, cp and ep groups, and recomputation and
-    ZeRO only combine those: each part is computed once and the terms are assembled from them,
+    What a block computes depends on the shard only (tp, sp, cp, ep, etp, microbatch: its
+    sub-graph strategy but the recomputation), its collectives on the shard and the spans of
+    its tp, cp and ep groups, and recomputation and ZeRO only combine those: each part is
+    computed once and the terms are assembled from them,
     so a search over thousands of configurations and an evaluator polishing one plan's split
     pay for each part once. Results are identical to computing them afresh.
     """
@@ -266,8 +271,8 @@ class TermCache:
         self._terms: dict[tuple, GraphTerms] = {}
 
     def graph_terms(self, dims: ParallelDims, groups: Mapping[str, GroupSpan]) -> GraphTerms:
-        shard = shard_of(dims, self.job)
-        key = (shard, dims.recompute, terms_zero(dims.zero)) + tuple(groups[k] for k in TERM_GROUPS)
+        shard = shard_of(dims.subgraph, self.job)
+        key = (shard, terms_zero(dims.zero)) + tuple(groups[k] for k in TERM_GROUPS)
         found = self._terms.get(key)
         if found is None:
             found = self._terms[key] = self._assemble(dims, shard, groups)
@@ -326,8 +331,9 @@ class TermCache:
 
     def _assemble(self, dims: ParallelDims, shard: L.Shard, groups: Mapping[str, GroupSpan]) -> GraphTerms:
         model, job = self.model, self.job
-        computed, e, h, mtp = self._compute_parts(shard)
-        comms, tp_sync = self._comm_parts(shard, groups, computed)
+        layer = _layer_shard(shard)  # what every recomputation shares
+        computed, e, h, mtp = self._compute_parts(layer)
+        comms, tp_sync = self._comm_parts(layer, groups, computed)
         topo = self.cluster.topology
         blocks = {kind: _block(model, topo, dims, job, groups, computed[kind], comms[kind]) for kind in self._kinds}
         positions = model.max_position_embeddings if model.learned_position_embeddings else 0

@@ -23,8 +23,8 @@ def leanest(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: S
     topo = cluster.topology
     units = tuple(topo.unit_devices(i) for i in range(topo.num_levels))
     lean = None
-    for cfg in sub_configs(space, model, job, topo.levels[0].size, devices, units):
-        if cfg.micro_batch_size != min(space.micro_batch_sizes) or cfg.order != REPLICA_MAJOR:
+    for cfg, order in sub_configs(space, model, job, topo.levels[0].size, devices, units):
+        if cfg.micro_batch_size != min(space.micro_batch_sizes) or order != REPLICA_MAJOR:
             continue
         pp = min(model.num_layers, devices // cfg.stage_devices)
         dims = ParallelDims(
@@ -39,7 +39,7 @@ def leanest(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: S
             micro_batch_size=cfg.micro_batch_size,
             layers_per_stage=even_split(model.num_layers, pp),
         )
-        pred = evaluate_plan(model, cluster, dims, job, cfg.order)  # legal: sub_configs yields legal values only
+        pred = evaluate_plan(model, cluster, dims, job, order)  # legal: sub_configs yields legal values only
         if lean is None or pred.peak_memory_bytes_per_device < lean.peak_memory_bytes_per_device:
             lean = pred
     return lean

@@ -19,41 +19,28 @@ from nestplan.cost.memory import moe_a2a_early
 from nestplan.cost.stepend import SyncContext, step_end, tied_embedding_sync
 from nestplan.cost.terms import TERM_GROUPS, GraphTerms, TermCache, shard_of, terms_zero
 from nestplan.job import Job
-from nestplan.model.layers import expert_degrees
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.placement import EXPERT_GROUP_KEYS, TopologyPlacements
 from nestplan.search.engine import SearchCostModel, StageTables
 from nestplan.search.partition import fitting_depths
-from nestplan.search.space import SubConfig
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import ZeroStage
+from nestplan.strategy.subgraph import SubGraph
 
 
 @dataclass(frozen=True)
 class Group:
     """One outer-loop point: the DP runs over every pipeline depth of it."""
 
-    cfg: SubConfig
+    sub: SubGraph
+    order: tuple[str, ...]  # the rank order
     zero: ZeroStage
     replicas: int
     microbatches: int
     max_depth: int
 
     def dims(self, pp: int = 1, parts: tuple[int, ...] | None = None) -> ParallelDims:
-        c = self.cfg
-        return ParallelDims(
-            tp=c.tp,
-            pp=pp,
-            dp=self.replicas,
-            cp=c.cp,
-            ep=c.ep,
-            sp=c.sp,
-            zero=self.zero,
-            recompute=c.recompute,
-            micro_batch_size=c.micro_batch_size,
-            layers_per_stage=parts,
-            etp=c.etp,
-        )
+        return ParallelDims.of(self.sub, pp=pp, dp=self.replicas, zero=self.zero, layers_per_stage=parts)
 
 
 class PhysicalSearchModel(SearchCostModel):
@@ -77,6 +64,7 @@ class PhysicalSearchModel(SearchCostModel):
         self._feasible: tuple = (None, None)  # the last group's feasible_depths (fits, then lower_bound, ask)
         self._feasible_by_key: dict[tuple, np.ndarray | None] = {}
         self._inflight: dict[int, np.ndarray] = {}  # first_stage_in_flight by microbatches (up to L)
+        self._transfers: dict[SubGraph, np.ndarray] = {}  # _per_level_transfer by sub-graph
         self._block_kinds = tuple(model.block_kind(i) for i in range(model.num_layers))
         # index of each block's kind in GraphTerms.blocks, whose kinds are in the order they first appear
         order = {kind: n for n, kind in enumerate(dict.fromkeys(self._block_kinds))}
@@ -86,13 +74,12 @@ class PhysicalSearchModel(SearchCostModel):
 
     # ------------------------------------------------------------------ terms
     def _groups(self, g: Group, pp: int) -> dict:
-        c = g.cfg
-        etp = expert_degrees(c.tp, c.ep, c.etp)[0]
+        c = g.sub
         return {
             k: (
-                self.placement.expert_group(c.order, k, c.tp, etp, c.cp, c.ep, g.replicas, pp)
+                self.placement.expert_group(g.order, k, c.tp, c.expert_tp, c.cp, c.ep, g.replicas, pp)
                 if k in EXPERT_GROUP_KEYS
-                else self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp)
+                else self.placement.group(g.order, k, c.tp, c.cp, c.ep, g.replicas, pp)
             )
             for k in TERM_GROUPS
         }
@@ -109,29 +96,29 @@ class PhysicalSearchModel(SearchCostModel):
 
     @staticmethod
     def _terms_key(g: Group) -> tuple:
-        return g.cfg, terms_zero(g.zero), g.replicas if g.zero >= ZeroStage.GRADIENTS else 0
+        return g.sub, g.order, terms_zero(g.zero), g.replicas if g.zero >= ZeroStage.GRADIENTS else 0
 
     def memory_terms(self, g: Group) -> GraphTerms:
         """Node terms whose memory fields (params, activations, transients) are the group's own: those
         of the first replica count and rank order met with the group's shard and ZeRO stage. Only the
         communication depends on the replicas and the order (``terms``), never what a node holds."""
-        key = (g.cfg.shard_key, terms_zero(g.zero))
+        key = (g.sub, terms_zero(g.zero))
         if key not in self._memory_terms:
             self._memory_terms[key] = self.terms(g)
         return self._memory_terms[key]
 
     def _stage_context(self, g: Group) -> stage.StageContext:
-        c = g.cfg
+        c = g.sub
         dense, expert = c.cp * c.ep * g.replicas, c.cp * g.replicas  # the cp+ep+dp and cp+dp groups
         return stage.StageContext.on(self.job, g.zero, dense, expert, self.cluster.accelerator, self.capacity_bytes)
 
     def _sync_context(self, g: Group, pp: int) -> SyncContext:
-        key = (g.cfg, g.zero, g.replicas, pp)
+        key = (g.sub, g.order, g.zero, g.replicas, pp)
         found = self._sync.get(key)
         if found is None:
-            c = g.cfg
+            c = g.sub
             dense, expert = (
-                self.placement.group(c.order, k, c.tp, c.cp, c.ep, g.replicas, pp) for k in ("cp+ep+dp", "cp+dp")
+                self.placement.group(g.order, k, c.tp, c.cp, c.ep, g.replicas, pp) for k in ("cp+ep+dp", "cp+dp")
             )
             found = self._sync[key] = SyncContext(
                 self.cluster.topology, self.cluster.accelerator, self.job, g.zero, dense, expert
@@ -139,18 +126,23 @@ class PhysicalSearchModel(SearchCostModel):
         return found
 
     def _tied_sync(self, g: Group, pp: int) -> float:
-        ends = self.placement.pp_ends(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
-        return tied_embedding_sync(self.model, self.cluster.topology, g.cfg.tp, self.job, ends)
+        ends = self.placement.pp_ends(g.order, g.sub.stage_devices, g.replicas, pp)
+        return tied_embedding_sync(self.model, self.cluster.topology, g.sub.tp, self.job, ends)
 
     # ------------------------------------------------------------------ tables
     def _per_level_transfer(self, g: Group) -> np.ndarray:
-        """Seconds of one boundary transfer at each level, and 0 at index -1 (no link)."""
-        shard = shard_of(g.dims(), self.job)
-        topo = self.cluster.topology
-        return np.array([comm.boundary_time(topo, self.model, shard, lv) for lv in range(topo.num_levels)] + [0.0])
+        """Seconds of one boundary transfer at each level, and 0 at index -1 (no link): the sub-graph's
+        activations, the same for every ZeRO stage, replica count and rank order (kept per SubGraph)."""
+        found = self._transfers.get(g.sub)
+        if found is None:
+            shard = shard_of(g.sub, self.job)
+            topo = self.cluster.topology
+            times = [comm.boundary_time(topo, self.model, shard, lv) for lv in range(topo.num_levels)]
+            found = self._transfers[g.sub] = np.array(times + [0.0])
+        return found
 
     def boundary_times(self, g: Group, pp: int) -> np.ndarray:
-        levels = self.placement.boundary_levels(g.cfg.order, g.cfg.stage_devices, g.replicas, pp)
+        levels = self.placement.boundary_levels(g.order, g.sub.stage_devices, g.replicas, pp)
         return self._per_level_transfer(g)[list(levels)]
 
     def tables(self, g: Group) -> StageTables:
@@ -159,7 +151,7 @@ class PhysicalSearchModel(SearchCostModel):
         blocks = stage.block_arrays(ctx, t, self._kinds)
         # bt[p - 1, s + 1] = transfer over the link between stages s and s + 1 of a p-stage pipeline
         P = g.max_depth
-        bt = self._per_level_transfer(g)[self.placement.level_matrix(g.cfg.order, g.cfg.stage_devices, g.replicas, P)]
+        bt = self._per_level_transfer(g)[self.placement.level_matrix(g.order, g.sub.stage_devices, g.replicas, P)]
         pos = stage.position_tables(ctx, t, blocks, g.microbatches, bt)
         return StageTables(
             alpha=pos.alpha,
@@ -184,7 +176,7 @@ class PhysicalSearchModel(SearchCostModel):
         # and the microbatches in flight, min(k, m) at k <= L. Groups that share those share the
         # answer for every depth up to L, of which each takes its first P.
         key = (
-            self._terms_key(g) if self._mixed else (g.cfg.shard_key, g.zero),
+            self._terms_key(g) if self._mixed else (g.sub, g.zero),
             g.replicas if g.zero else 0,
             min(g.microbatches, self.num_blocks),
         )

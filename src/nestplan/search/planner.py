@@ -38,15 +38,15 @@ class PlanResult:
 def _groups(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
     topo = cluster.topology
     units = tuple(topo.unit_devices(i) for i in range(topo.num_levels))
-    for cfg in sub_configs(space, model, job, topo.levels[0].size, devices, units):
+    for sub, order in sub_configs(space, model, job, topo.levels[0].size, devices, units):
         for zero in space.zero:
-            for d in replica_counts(cfg, job, devices):
-                depth = min(model.num_layers, devices // (cfg.stage_devices * d))
+            for d in replica_counts(sub, job, devices):
+                depth = min(model.num_layers, devices // (sub.stage_devices * d))
                 if space.max_pp:
                     depth = min(depth, space.max_pp)
-                m = job.global_batch_size // (d * cfg.ep * cfg.micro_batch_size)
-                group = Group(cfg, zero, d, m, depth)
-                key = (cfg.tp, cfg.sp, cfg.cp, cfg.ep, cfg.micro_batch_size, cfg.recompute.value, cfg.order)
+                m = job.global_batch_size // (d * sub.ep * sub.micro_batch_size)
+                group = Group(sub, order, zero, d, m, depth)
+                key = (sub.tp, sub.sp, sub.cp, sub.ep, sub.micro_batch_size, sub.recompute.value, order)
                 yield key, key + (zero, d), group, zero
 
 
@@ -98,7 +98,7 @@ Evaluate = Callable[[ParallelDims, tuple[str, ...]], Prediction]
 
 def _exact(evaluate: Evaluate, cand) -> Prediction:
     g: Group = cand.group
-    return evaluate(g.dims(len(cand.parts), cand.parts), g.cfg.order)
+    return evaluate(g.dims(len(cand.parts), cand.parts), g.order)
 
 
 def _schedule_variants(

@@ -14,6 +14,7 @@ from nestplan.settings import CpCommType
 from nestplan.strategy.legality import tp_conflict
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.strategy.placement import NAMED_ORDERS as SEARCH_ORDERS
+from nestplan.strategy.subgraph import SubGraph
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_MEMORY_MARGIN = 0.05
@@ -28,7 +29,7 @@ class SearchSpace:
     sp: tuple[bool, ...] = (False, True)
     cp: tuple[int, ...] = (1, 2, 4, 8)
     ep: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    # expert tensor parallelism of MoE models (parallel folding, strategy.dims.ParallelDims.etp), each
+    # expert tensor parallelism of MoE models (parallel folding, strategy.subgraph.SubGraph.etp), each
     # value where it divides tp: None is etp = tp (the experts split like the attention), 1 each expert
     # whole on one rank with tp folded into expert parallelism (Megatron-Core's recommendation for
     # fine-grained experts)
@@ -80,29 +81,6 @@ class SearchSpace:
         return hbm_bytes * (1.0 - self.memory_margin)
 
 
-@dataclass(frozen=True)
-class SubConfig:
-    """A sub-graph configuration (NEST 3.1) with the graph-global choices the search loops over."""
-
-    tp: int
-    sp: bool
-    cp: int
-    ep: int
-    micro_batch_size: int
-    recompute: Recompute
-    order: tuple[str, ...]
-    etp: int | None = None  # expert tensor parallelism below tp (parallel folding); None: etp = tp
-
-    @property
-    def stage_devices(self) -> int:
-        return self.tp * self.cp * self.ep
-
-    @property
-    def shard_key(self) -> tuple:
-        """Everything but the rank order: what a device holds does not depend on where its peers are."""
-        return self.tp, self.sp, self.cp, self.ep, self.micro_batch_size, self.recompute, self.etp
-
-
 def even_split(layers: int, stages: int) -> tuple[int, ...]:
     """Layers per stage as even as possible (earlier stages take the remainder)."""
     return tuple(layers // stages + (1 if i < layers % stages else 0) for i in range(stages))
@@ -122,8 +100,9 @@ def aligned(size: int, unit_sizes: tuple[int, ...]) -> bool:
 
 def sub_configs(
     space: SearchSpace, model: ModelSpec, job: Job, node_devices: int, devices: int, unit_sizes: tuple[int, ...] = ()
-) -> Iterator[SubConfig]:
-    """Legal sub-graph configurations; tp, tp x cp and tp x cp x ep are aligned with ``unit_sizes``."""
+) -> Iterator[tuple[SubGraph, tuple[str, ...]]]:
+    """Legal sub-graph strategies, each with every rank order the search loops over; tp, tp x cp and
+    tp x cp x ep are aligned with ``unit_sizes``."""
     cps = [c for c in space.cp if c == 1 or (job.seq_len >= space.min_cp_seq_len and job.seq_len % (2 * c) == 0)]
     eps = [e for e in space.ep if e == 1 or (model.is_moe and model.num_experts % e == 0)]
     for tp in tp_values(space, model, devices):
@@ -139,12 +118,13 @@ def sub_configs(
                             if job.global_batch_size % (ep * mbs):
                                 continue
                             for rc in space.recompute:
+                                sub = SubGraph(tp, sp, cp, ep, etp, mbs, rc)
                                 for order in space.orders:
-                                    yield SubConfig(tp, sp, cp, ep, mbs, rc, order, etp)
+                                    yield sub, order
 
 
 def expert_tp_values(space: SearchSpace, model: ModelSpec, tp: int, sp: bool, ep: int) -> list[int | None]:
-    """The expert tensor parallelism a sub-graph may use (SubConfig.etp: None is etp = tp): the space's
+    """The expert tensor parallelism a sub-graph may use (SubGraph.etp: None is etp = tp): the space's
     values that divide tp, below tp only with sp, the experts and their FFN divided as folding needs."""
     if not model.is_moe:
         return [None]
@@ -158,10 +138,10 @@ def expert_tp_values(space: SearchSpace, model: ModelSpec, tp: int, sp: bool, ep
     return out
 
 
-def replica_counts(cfg: SubConfig, job: Job, devices: int) -> list[int]:
+def replica_counts(sub: SubGraph, job: Job, devices: int) -> list[int]:
     """dp values: the batch divides over dp x ep x microbatch, and a replica's stages fit the devices."""
-    per = cfg.ep * cfg.micro_batch_size
-    limit = devices // cfg.stage_devices
+    per = sub.ep * sub.micro_batch_size
+    limit = devices // sub.stage_devices
     if job.global_batch_size % per:
         return []
     quotient = job.global_batch_size // per  # d * per divides the batch: d divides the quotient

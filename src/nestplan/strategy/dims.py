@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from nestplan.errors import ConfigError
-from nestplan.model.layers import expert_degrees
 from nestplan.strategy.axes import AXES
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
-
-
-def _err(message: str, field: str, value: object, limit: object = None) -> ConfigError:
-    return ConfigError(message, field=field, value=value, limit=limit)
+from nestplan.strategy.subgraph import SubGraph, require_positive
+from nestplan.strategy.subgraph import config_error as _err
 
 
 @dataclass(frozen=True)
@@ -31,13 +28,9 @@ class ParallelDims:
     head with the last). Given per virtual stage, a layout whose chunks are equal within every
     stage is stored per stage (the same plan), so that one plan has one value.
 
-    Parallel folding (Megatron-Core's MoE layers on their own grid, Liu et al. 2025, "MoE Parallel
-    Folding", arXiv 2504.14960): the experts are split ``etp`` ways (expert tensor parallelism) and
-    spread over ``expert_parallel = ep x tp / etp`` ranks, the ep ranks of the data-parallel part
-    together with tp / etp ranks of each tensor-parallel group (etp consecutive tp ranks share an
-    expert's shard). ``etp`` None is etp = tp: the experts split like the attention, their expert
-    parallelism the ep ranks alone (Megatron-LM's default when --expert-tensor-parallel-size is unset).
-    Either way a device holds 1 / (tp x ep) of the expert weights, replicated over cp x dp.
+    The sub-graph part (tp, sp, cp, ep, etp, micro_batch_size, recompute) is given flat, as every
+    caller and the plan JSON name it, and held as one ``SubGraph`` (``subgraph``), which validates it
+    and states its derived sizes; ``etp`` (parallel folding) is described there.
     """
 
     tp: int = 1
@@ -55,17 +48,15 @@ class ParallelDims:
     etp: int | None = None
 
     def __post_init__(self) -> None:
-        for name in (*AXES, "micro_batch_size", "virtual_stages"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise _err(f"{name} must be a positive integer, got {value!r}", name, value, ">= 1")
+        sub = SubGraph(self.tp, self.sp, self.cp, self.ep, self.etp, self.micro_batch_size, self.recompute)
+        for name in ("pp", "dp", "virtual_stages"):
+            require_positive(name, getattr(self, name))
+        object.__setattr__(self, "_subgraph", sub)
+        object.__setattr__(self, "recompute", sub.recompute)
+        object.__setattr__(self, "etp", sub.etp)  # etp = tp stored as None
         object.__setattr__(self, "zero", ZeroStage(self.zero))
-        object.__setattr__(self, "recompute", Recompute(self.recompute))
         object.__setattr__(self, "schedule", Schedule(self.schedule))
-        if self.sp and self.tp == 1:
-            raise _err("sequence parallelism (sp) needs tp > 1, got tp 1", "sp", self.sp, "tp > 1")
         self._check_schedule()
-        self._check_expert_tp()
         if self.layers_per_stage is not None:
             counts = tuple(int(x) for x in self.layers_per_stage)
             problem = layout_problem(counts, self.pp, self.virtual_stages)
@@ -73,30 +64,16 @@ class ParallelDims:
                 raise _err(f"layers-per-stage {problem}", "layers_per_stage", _brief(counts), problem)
             object.__setattr__(self, "layers_per_stage", _per_stage_when_even(counts, self.pp, self.virtual_stages))
 
-    def _check_expert_tp(self) -> None:
-        etp = self.etp
-        if etp is None:
-            return
-        if not isinstance(etp, int) or isinstance(etp, bool) or etp < 1:
-            raise _err(f"etp must be a positive integer, got {etp!r}", "etp", etp, ">= 1")
-        if self.tp % etp:
-            raise _err(
-                f"expert tensor parallelism etp {etp} must divide tp {self.tp} (etp consecutive ranks of each "
-                "tensor-parallel group share an expert's shard)",
-                "etp",
-                etp,
-                self.tp,
-            )
-        if etp == self.tp:
-            object.__setattr__(self, "etp", None)  # the default, stored one way
-        elif not self.sp:
-            raise _err(
-                f"expert tensor parallelism etp {etp} below tp {self.tp} needs sequence parallelism (the MoE "
-                "layer takes each rank's own tokens; Megatron-Core requires sp for MoE with tp > 1)",
-                "sp",
-                self.sp,
-                True,
-            )
+    @classmethod
+    def of(cls, subgraph: SubGraph, **graph_global: Any) -> ParallelDims:
+        """The plan of sub-graph strategy ``subgraph`` with the graph-global choices ``graph_global``
+        (pp, dp, zero, schedule, virtual_stages, layers_per_stage; the defaults where not given)."""
+        return cls(**vars(subgraph), **graph_global)
+
+    @property
+    def subgraph(self) -> SubGraph:
+        """The sub-graph strategy: tp, sp, cp, ep, etp, microbatch size and recomputation."""
+        return self._subgraph  # set by __post_init__; no dataclass field, so plan JSON and equality see the degrees
 
     def _check_schedule(self) -> None:
         """The schedule's chunks per stage (``Schedule.chunks``) against the virtual stages and pp."""
@@ -134,17 +111,17 @@ class ParallelDims:
     @property
     def stage_devices(self) -> int:
         """Devices of one stage of one replica: tp * cp * ep."""
-        return self.tp * self.cp * self.ep
+        return self.subgraph.stage_devices
 
     @property
     def expert_tp(self) -> int:
         """Ranks that split one expert (expert tensor parallelism): etp, tp unless folded."""
-        return expert_degrees(self.tp, self.ep, self.etp)[0]
+        return self.subgraph.expert_tp
 
     @property
     def expert_parallel(self) -> int:
         """Ranks that hold different experts: ep x tp / etp (ep unless folded)."""
-        return expert_degrees(self.tp, self.ep, self.etp)[1]
+        return self.subgraph.expert_parallel
 
     @property
     def batch_replicas(self) -> int:
@@ -153,7 +130,7 @@ class ParallelDims:
 
     @property
     def sp_active(self) -> bool:
-        return self.sp and self.tp > 1
+        return self.subgraph.sp_active
 
     def degree(self, axis: str) -> int:
         assert axis in AXES, axis

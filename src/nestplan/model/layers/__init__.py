@@ -1,7 +1,7 @@
 """Per-layer formulas: parameters, FLOPs, GEMM shapes, activation bytes, boundary bytes.
 
 Everything here is pure arithmetic on a ModelSpec and a ``Shard`` (how one layer is
-split on one device: the sub-graph strategy plus the microbatch). Hardware and time
+split on one device: the sub-graph strategy plus the job's facts). Hardware and time
 live in ``nestplan.cost``. Notation follows Korthikanti et al. 2022 (arXiv 2205.05198):
 s sequence, b microbatch, h hidden, a heads, t tensor-parallel size, L layers, v vocab.
 
@@ -18,7 +18,6 @@ from nestplan.model.layers.shard import (
     Gemm,
     ParamCount,
     Shard,
-    expert_degrees,
 )
 from nestplan.model.layers.params import (
     active_params,
@@ -90,7 +89,6 @@ __all__ = [
     "dispatch_activation_bytes",
     "embedding_activation_bytes",
     "embedding_params",
-    "expert_degrees",
     "head_activation_bytes",
     "head_gemm",
     "head_model_flops",

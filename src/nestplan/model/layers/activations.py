@@ -22,7 +22,7 @@ def score_elements(spec: ModelSpec, shard: Shard) -> float:
     """Elements of one s x s attention-score tensor on one device: a b s^2 / (t cp). A sliding
     window does not shrink it: attention that is not fused computes the full s x s scores and then
     masks those outside the window (HF modeling_mistral ``eager_attention_forward``: Q K^T + mask)."""
-    return spec.num_heads / shard.tp * shard.micro_batch * (shard.seq_len / shard.cp) * shard.seq_len
+    return spec.num_heads / shard.tp * shard.micro_batch_size * (shard.seq_len / shard.cp) * shard.seq_len
 
 
 def block_activation_bytes(spec: ModelSpec, layer: int, shard: Shard, recompute: Recompute) -> float:

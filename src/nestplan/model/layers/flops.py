@@ -107,7 +107,7 @@ def attention_core_gemms(spec: ModelSpec, shard: Shard, layer: int | None = None
     """Scores Q K^T and the weighted sum with V, per head on one device, over the rectangle of
     queries x ``attention_keys`` (a full-attention layer when ``layer`` is None). Of that rectangle a
     causal kernel computes ``attended_fraction``: :func:`attention_core_flops`."""
-    heads = shard.micro_batch * spec.num_heads / shard.tp
+    heads = shard.micro_batch_size * spec.num_heads / shard.tp
     s_q = shard.seq_len / shard.cp
     s_k = attention_keys(spec, layer, shard.seq_len)
     return [Gemm(s_q, s_k, spec.head_dim, heads), Gemm(s_q, spec.value_head_dim, s_k, heads)]
@@ -148,7 +148,7 @@ def block_model_flops(spec: ModelSpec, layer: int, tokens: float, seq_len: int) 
     Narayanan et al. SC'21 eq. 3 counts 24 b s h^2 + 4 b s^2 h per GPT layer; this is the
     same count generalised to GQA, gated MLPs, top-k experts and local attention.
     """
-    per_token = sum(g.flops for g in block_gemms(spec, layer, Shard(seq_len=seq_len, micro_batch=1))) / seq_len
+    per_token = sum(g.flops for g in block_gemms(spec, layer, Shard(seq_len=seq_len))) / seq_len
     return tokens * (per_token + _core_model_flops(spec, layer, seq_len))
 
 

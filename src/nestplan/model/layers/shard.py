@@ -1,4 +1,4 @@
-"""How one layer runs on one device (``Shard``: the sub-graph strategy plus the microbatch), and what the
+"""How one layer runs on one device (``Shard``: the sub-graph strategy plus the job's facts), and what the
 per-layer formulas of ``nestplan.model.layers`` return: GEMM shapes (``Gemm``) and parameter counts
 (``ParamCount``)."""
 
@@ -6,33 +6,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nestplan.strategy.subgraph import SubGraph
+
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, section 4.1)
 
 
 FP8_INPUT_BYTES = 1  # an FP8 element: what an FP8 GEMM keeps of its input (Shard.gemm_input_bytes)
 
 
-def expert_degrees(tp: int, ep: int, etp: int | None) -> tuple[int, int]:
-    """(ranks that split one expert's FFN, ranks that hold different experts) under Megatron-Core's
-    parallel folding: etp (tp where None, unfolded) and ep x tp / etp, the ep ranks with the tp / etp
-    ranks of each tensor-parallel group that fold into expert parallelism."""
-    split = tp if etp is None else etp
-    return split, ep * tp // split
-
-
 @dataclass(frozen=True)
-class Shard:
-    """How a layer runs on one device for one microbatch."""
+class Shard(SubGraph):
+    """How a layer runs on one device for one microbatch: the sub-graph strategy (its fields, validation
+    and derived sizes are SubGraph's) with the job's facts that shape a layer. cost/terms.py ``shard_of``
+    builds it from a plan's sub-graph and a job."""
 
-    tp: int = 1
-    sp: bool = False
-    cp: int = 1
-    ep: int = 1
-    micro_batch: int = 1
     seq_len: int = 2048
     dtype_bytes: int = 2
     flash: bool = True
-    etp: int | None = None  # expert tensor parallelism when folded (strategy.ParallelDims.etp); None: tp
     capacity: float = 1.0  # each expert's token copies over its balanced share (RunSettings.moe_capacity_factor)
     fp8_gemms: bool = False  # the GEMMs run in FP8 (RunSettings.fp8_recipe): they keep FP8 copies of their inputs
 
@@ -52,22 +42,14 @@ class Shard:
         return FP8_INPUT_BYTES if self.fp8_gemms else 0
 
     @property
-    def expert_tp(self) -> int:
-        return expert_degrees(self.tp, self.ep, self.etp)[0]
-
-    @property
-    def expert_parallel(self) -> int:
-        return expert_degrees(self.tp, self.ep, self.etp)[1]
-
-    @property
     def tokens(self) -> int:
         """Tokens of one microbatch on one device: b * s / cp."""
-        return self.micro_batch * self.seq_len // self.cp
+        return self.micro_batch_size * self.seq_len // self.cp
 
     @property
     def sp_div(self) -> int:
         """Divisor of the activations that sequence parallelism splits over tp."""
-        return self.tp if (self.sp and self.tp > 1) else 1
+        return self.tp if self.sp_active else 1
 
 
 @dataclass(frozen=True)
