@@ -40,7 +40,7 @@ def test_it_applies_where_megatron_core_runs_it(dims: ParallelDims, applies: boo
 def test_the_saved_input_is_split_over_tp_and_gathered_before_the_recomputation() -> None:
     groups = place(PLAN, CLUSTER.topology).groups
     kept, split = (graph_terms(MODEL, CLUSTER, PLAN, job, groups) for job in (JOB, SPLIT))
-    shard = shard_of(PLAN, JOB)
+    shard = shard_of(PLAN.subgraph, JOB)
     gather = coll.all_gather(CLUSTER.topology, groups["tp"].fanout, 2 * shard.tokens * MODEL.hidden_size)
     assert gather == comm.saved_input_gather_time(CLUSTER.topology, groups["tp"], shard, MODEL.hidden_size) > 0
     for kind, block in kept.blocks.items():

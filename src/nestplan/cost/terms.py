@@ -186,7 +186,9 @@ def _block(
     # full recomputation's saved input split over the tp ranks, all-gathered before the recomputation
     split = saved_activations_distributed(job.settings, dims)
     saved_gather = (
-        comm.saved_input_gather_time(topo, groups["tp"], shard_of(dims, job), model.hidden_size) if split else 0.0
+        comm.saved_input_gather_time(topo, groups["tp"], shard_of(dims.subgraph, job), model.hidden_size)
+        if split
+        else 0.0
     )
     transient = b.activations[Recompute.NONE] if dims.recompute is Recompute.FULL else 0.0
     if dims.zero is ZeroStage.PARAMETERS:
