@@ -86,6 +86,15 @@ def render_plan(console: Console, plan: Plan) -> None:
         f"{p.model_tflops_per_device:.1f} model TFLOP/s per device (MFU {p.mfu:.1%}), "
         f"{p.hardware_tflops_per_device:.1f} hardware TFLOP/s"
     )
+    console.print(_stage_table(p))
+    console.print(_step_table(p))
+    console.print(_memory_table(p))
+    if not p.fits:
+        console.print(verdict)
+
+
+def _stage_table(p: PredictionSummary) -> Table:
+    """One row per stage: its layers (E+ with the embedding, +H with the head), times and memory."""
     table = Table(title="stages (per microbatch, per device)")
     for col in ("stage", "layers", "devices", "fwd ms", "bwd ms", "cycle ms", "memory GiB"):
         table.add_column(col, justify="right")
@@ -94,7 +103,11 @@ def render_plan(console: Console, plan: Plan) -> None:
         table.add_row(
             str(i), extra, str(s.devices), _ms(s.forward_s), _ms(s.backward_s), _ms(s.cycle_s), _gib(s.memory_bytes)
         )
-    console.print(table)
+    return table
+
+
+def _step_table(p: PredictionSummary) -> Table:
+    """The step time's nonzero terms, in seconds and as shares of the step."""
     bd = Table(title="step time breakdown")
     bd.add_column("term")
     bd.add_column("seconds", justify="right")
@@ -102,16 +115,18 @@ def render_plan(console: Console, plan: Plan) -> None:
     for key, val in p.breakdown_s.items():
         if val > 0:
             bd.add_row(key, f"{val:.4f}", f"{val / p.step_time_s:.1%}")
+    return bd
+
+
+def _memory_table(p: PredictionSummary) -> Table:
+    """The fullest stage's memory terms and their total, against the device's capacity."""
     mem = Table(title=f"memory of the fullest stage (capacity {_gib(p.memory_capacity_bytes)} GiB)")
     mem.add_column("term")
     mem.add_column("GiB", justify="right")
     for key, val in p.memory_breakdown_bytes.items():
         mem.add_row(key, _gib(val))
     mem.add_row("[bold]total[/]", _gib(p.peak_memory_bytes_per_device))
-    console.print(bd)
-    console.print(mem)
-    if not p.fits:
-        console.print(verdict)
+    return mem
 
 
 def why_lost(best: Prediction, other: Prediction) -> str:

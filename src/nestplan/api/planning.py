@@ -1,0 +1,164 @@
+"""The search for the best plan: ``plan`` and its ``PlanReport`` (runner-ups, schedule alternatives)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nestplan.api.display import heading, summary
+from nestplan.api.evaluation import plot_plan
+from nestplan.api.resolve import DEFAULT_GLOBAL_BATCH, job_for, resolve_cluster, resolve_model
+from nestplan.cluster import Cluster
+from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.schedules import family as schedule_family
+from nestplan.cost.prediction import Prediction, html_table, rank_order
+from nestplan.errors import ConfigError
+from nestplan.job import Job
+from nestplan.model import ModelSpec
+from nestplan.plan import Plan, SearchStats
+from nestplan.strategy.describe import describe
+from nestplan.strategy.enums import Schedule
+from nestplan.units import GiB
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the exports and the sweep
+    from nestplan.search.space import SearchSpace
+
+
+MAX_TOP = 100  # runner-up plans a search keeps: each costs finalists kept and simulated
+
+
+@dataclass(frozen=True)
+class ScheduleAlternative:
+    """One pipeline schedule at a plan's degrees: its prediction, or why it cannot run there."""
+
+    schedule: Schedule
+    virtual_stages: int
+    prediction: Prediction | None
+    refused: str
+
+    def verdict(self, best: Prediction) -> str:
+        """Why it won or lost against ``best``, one phrase."""
+        p = self.prediction
+        if p is None:
+            return "not legal here: " + self.refused
+        if not p.fits:
+            return f"does not fit: {p.peak_memory_bytes_per_device / GiB:.1f} GiB per device"
+        if p is best:
+            return "the plan's"
+        bubble = p.breakdown_s["pipeline_bubble"] - best.breakdown_s["pipeline_bubble"]
+        return f"{p.step_time_s / best.step_time_s - 1:+.1%} (bubble {bubble:+.3f} s)"
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """The best plan, the runner-ups (best first) and the search statistics."""
+
+    model: ModelSpec
+    cluster: Cluster
+    job: Job
+    best: Prediction
+    runners_up: tuple[Prediction, ...]
+    stats: SearchStats
+
+    @property
+    def plan(self) -> Plan:
+        """The best plan, typed: ``to_dict`` (the plan JSON, ``nestplan plan --json``), exports and plots
+        read it."""
+        return Plan.from_prediction(
+            self.best,
+            self.model,
+            self.cluster,
+            self.job,
+            SearchStats(
+                self.stats.solve_time_s, candidates=self.stats.candidates, pruned_memory=self.stats.pruned_memory
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.plan.to_dict()
+
+    def plot(self, out_dir: str | Path) -> list[Path]:
+        """Write the best plan's timeline.png, memory.png and placement.png (needs matplotlib)."""
+        return plot_plan(self.plan, out_dir)
+
+    def __repr__(self) -> str:
+        return f"PlanReport({summary(self.model, self.cluster, self.best)}; {len(self.runners_up)} runner-ups)"
+
+    def _repr_html_(self) -> str:
+        """The best plan's tables, then the runner-ups against it."""
+        searched = f"best of {self.stats.candidates:,} candidates, {self.stats.solve_time_s:.2f} s"
+        return heading(self.model, self.cluster, searched) + self.best._repr_html_() + self.runners_up_html()
+
+    def schedule_alternatives(self) -> list[ScheduleAlternative]:
+        """The best plan's degrees and split under every pipeline schedule (interleaved and the V
+        schedules with 2 chunks per stage), evaluated: why each other schedule lost or could not run."""
+        best = self.best
+        dims = replace(best.plan, layers_per_stage=tuple(s.last_layer - s.first_layer + 1 for s in best.stages))
+        out = []
+        for schedule in Schedule:
+            v = schedule_family(schedule).shown_virtual_stages
+            if schedule is best.plan.schedule:
+                out.append(ScheduleAlternative(schedule, best.plan.virtual_stages, best, ""))
+                continue
+            try:
+                variant = replace(dims, schedule=schedule, virtual_stages=v)
+                pred = evaluate_plan(self.model, self.cluster, variant, self.job, best.placement.axis_order)
+            except ConfigError as err:
+                out.append(ScheduleAlternative(schedule, v, None, str(err)))
+                continue
+            out.append(ScheduleAlternative(schedule, v, pred, ""))
+        return out
+
+    def runners_up_html(self) -> str:
+        best = self.best.step_time_s
+        rows = [
+            (
+                rank,
+                describe(p.plan),
+                rank_order(p.placement),
+                f"{p.step_time_s:.4g}",
+                f"{p.tokens_per_s:,.0f}",
+                f"{p.mfu:.1%}",
+                f"{p.step_time_s / best - 1:+.1%}",
+            )
+            for rank, p in enumerate(self.runners_up, 2)
+        ]
+        return html_table(
+            "runner-ups", ("rank", "plan", "rank order", "step s", "tokens/s", "MFU", "step vs best"), rows
+        )
+
+
+def plan(
+    model: str | ModelSpec,
+    cluster: str | Cluster,
+    job: Job | None = None,
+    *,
+    devices: int | None = None,
+    global_batch_size: int | None = None,
+    seq_len: int | None = None,
+    top: int = 5,
+    space: SearchSpace | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> PlanReport:
+    """Find the plan with the highest predicted throughput that fits (NEST's dynamic program).
+
+    Raises InfeasibleError (exit code 3) explaining the leanest plan's memory when nothing fits.
+    """
+    from nestplan.search.planner import plan_job
+    from nestplan.search.space import SearchSpace
+
+    if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP:
+        raise ConfigError(
+            f"top must be an integer in 0..{MAX_TOP} (runner-up plans), got {top!r}",
+            field="top",
+            value=top,
+            limit=f"0..{MAX_TOP}",
+        )
+    spec = resolve_model(model)
+    cl = resolve_cluster(cluster, devices)
+    if job is None:
+        job = job_for(spec, cl, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)
+    result = plan_job(spec, cl, job, space or SearchSpace(), top=top, progress=progress)
+    return PlanReport(spec, cl, result.job, result.best, result.runners_up, result.stats)
