@@ -13,7 +13,7 @@ PACKAGE = "nestplan"
 ROOT = Path(nestplan.__file__).parent
 
 # docs/design.md, section 2, lowest first. A module's layer is that of its first name below the
-# package; the package's own __init__ re-exports api.py and sits with it.
+# package; the package's own __init__ re-exports api and sits with it.
 LAYERS: dict[str, int] = {
     "units": 0,
     "errors": 0,

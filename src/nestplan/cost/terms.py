@@ -36,6 +36,7 @@ from nestplan.strategy.enums import Recompute, ZeroStage
 from nestplan.strategy.legality import saved_activations_distributed
 from nestplan.strategy.placement import GroupSpan
 from nestplan.strategy.subgraph import SubGraph
+from nestplan.network.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -149,9 +150,32 @@ def gathered_kv_bytes(model: ModelSpec, shard: L.Shard, cp: int) -> float:
     return cp * comm.local_kv_bytes(model, shard)
 
 
+def _zero_exposed(
+    topo: Topology, zero: ZeroStage, job: Job, groups: Mapping[str, GroupSpan], params: L.ParamCount, t: LayerTime
+) -> tuple[float, float]:
+    """Seconds of a layer's ZeRO 2 and 3 collectives its forward and backward do not hide."""
+    if zero is ZeroStage.GRADIENTS:
+        # sharded gradients cannot accumulate locally: every microbatch reduce-scatters them,
+        # overlapped with the backward pass (DeepSpeed ZeRO-2 with overlap_comm)
+        rs = sum(
+            comm.zero3_layer_time(topo, groups[key], 0.0, n * job.grad_bytes)[1]
+            for key, n in (("cp+ep+dp", params.dense), ("cp+dp", params.expert))
+        )
+        return 0.0, max(0.0, rs - t.backward)
+    if zero is ZeroStage.PARAMETERS:
+        zf, zb = comm.zero3_layer_time(
+            topo, groups["cp+ep+dp"], params.dense * job.dtype_bytes, params.dense * job.grad_bytes
+        )
+        ef, eb = comm.zero3_layer_time(
+            topo, groups["cp+dp"], params.expert * job.dtype_bytes, params.expert * job.grad_bytes
+        )
+        return max(0.0, zf + ef - t.forward), max(0.0, zb + eb - t.backward)
+    return 0.0, 0.0
+
+
 def _block(
     model: ModelSpec,
-    topo,
+    topo: Topology,
     dims: ParallelDims,
     job: Job,
     groups: Mapping[str, GroupSpan],
@@ -165,23 +189,7 @@ def _block(
         redo = t.attention_forward + b.ring_merge_forward  # the attention core as context parallelism runs it
     else:
         redo = 0.0
-    zero_f = zero_b = 0.0
-    if dims.zero is ZeroStage.GRADIENTS:
-        # sharded gradients cannot accumulate locally: every microbatch reduce-scatters them,
-        # overlapped with the backward pass (DeepSpeed ZeRO-2 with overlap_comm)
-        rs = sum(
-            comm.zero3_layer_time(topo, groups[key], 0.0, n * job.grad_bytes)[1]
-            for key, n in (("cp+ep+dp", params.dense), ("cp+dp", params.expert))
-        )
-        zero_b = max(0.0, rs - t.backward)
-    elif dims.zero is ZeroStage.PARAMETERS:
-        zf, zb = comm.zero3_layer_time(
-            topo, groups["cp+ep+dp"], params.dense * job.dtype_bytes, params.dense * job.grad_bytes
-        )
-        ef, eb = comm.zero3_layer_time(
-            topo, groups["cp+dp"], params.expert * job.dtype_bytes, params.expert * job.grad_bytes
-        )
-        zero_f, zero_b = max(0.0, zf + ef - t.forward), max(0.0, zb + eb - t.backward)
+    zero_f, zero_b = _zero_exposed(topo, dims.zero, job, groups, params, t)
     fs = model.traced_flops_scale  # 1 unless a trace calibrated it
     # full recomputation's saved input split over the tp ranks, all-gathered before the recomputation
     split = saved_activations_distributed(job.settings, dims)
