@@ -8,35 +8,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from nestplan.inputs import MISSING
 from nestplan.model.families.common import (
-    MAX_FFN,
     MAX_LAYERS,
-    MAX_POSITIONS,
     MAX_VOCAB,
     ConfigFields,
     Family,
     attention_shape,
     decoder_blocks,
+    decoder_fields,
     dropout_fields,
 )
 from nestplan.model.spec import ModelSpec
 
 
 def _read_gpt2(f: ConfigFields, name: str) -> ModelSpec:
-    hidden, heads, _, head_dim = attention_shape(f, "n_embd", "n_head", None, None)
+    shape = attention_shape(f, "n_embd", "n_head", None, None)
+    blocks = decoder_blocks(f.integer("n_layer", MAX_LAYERS))
     return ModelSpec(
-        name=name,
-        family=f.family,
-        hidden_size=hidden,
-        blocks=decoder_blocks(f.integer("n_layer", MAX_LAYERS)),
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=head_dim,
-        ffn_hidden_size=f.integer("n_inner", MAX_FFN, default=4 * hidden),
+        **decoder_fields(f, name, shape, blocks, ("n_inner", 4 * shape[0]), tied=True, positions_key="n_positions"),
         gated_mlp=False,
-        vocab_size=f.integer("vocab_size", MAX_VOCAB),
-        tied_embeddings=f.flag("tie_word_embeddings", True),
-        max_position_embeddings=f.integer("n_positions", MAX_POSITIONS, default=f.max_positions),
         learned_position_embeddings=True,
         norm="layernorm",
         linear_bias=True,
@@ -55,20 +46,11 @@ def _read_encoder_style(
     token_types: bool = False,
 ) -> ModelSpec:
     """gpt_neox and bert: LayerNorm, GeLU MLP of ``intermediate_size``, biases, MHA."""
-    hidden, heads, _, head_dim = attention_shape(f, "hidden_size", "num_attention_heads", None, None)
+    shape = attention_shape(f, "hidden_size", "num_attention_heads", None, None)
+    blocks = decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS))
     return ModelSpec(
-        name=name,
-        family=f.family,
-        hidden_size=hidden,
-        blocks=decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS)),
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=head_dim,
-        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        **decoder_fields(f, name, shape, blocks, ("intermediate_size", MISSING), tied=tied),
         gated_mlp=False,
-        vocab_size=f.integer("vocab_size", MAX_VOCAB),
-        tied_embeddings=f.flag("tie_word_embeddings", tied),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS, default=f.max_positions),
         learned_position_embeddings=learned_positions,
         norm="layernorm",
         linear_bias=True,
