@@ -36,16 +36,21 @@ def has_control(text: str) -> bool:
     return bool(_CONTROL.search(text))
 
 
-def check_string(value: str, field: str, origin: str) -> str:
-    """``value`` itself, refused when it holds a control character or is longer than the bound."""
-    if len(value) > MAX_STRING_CHARS:
+def check_length(value: str, field: str, origin: str, limit: int) -> None:
+    """Refuse ``value`` (``field`` of ``origin``) when it is longer than ``limit`` characters."""
+    if len(value) > limit:
         raise ConfigError(
-            f"{origin}: {field} is {len(value)} characters long; at most {MAX_STRING_CHARS} allowed",
+            f"{origin}: {field} is {len(value)} characters long; at most {limit} allowed",
             field=field,
             value=len(value),
-            limit=MAX_STRING_CHARS,
+            limit=limit,
             unit="characters",
         )
+
+
+def check_string(value: str, field: str, origin: str) -> str:
+    """``value`` itself, refused when it holds a control character or is longer than the bound."""
+    check_length(value, field, origin, MAX_STRING_CHARS)
     if has_control(value):
         raise ConfigError(
             f"{origin}: {field} '{printable(value)}' holds a control character (newline, tab, escape ...)",

@@ -358,21 +358,13 @@ def _zero(plan: Plan, notes: list[str]) -> Items:
         ("ddp.overlap_grad_reduce", job.settings.overlap_grad_reduce),
         ("ddp.overlap_param_gather", job.settings.overlap_param_gather and zero > 0),
     ]
-    if zero == 0:
+    if zero in (0, 1):
         return [
             ("dist.use_megatron_fsdp", False),
             ("ddp.use_megatron_fsdp", False),
             ("ddp.data_parallel_sharding_strategy", "no_shard"),
-            ("ddp.use_distributed_optimizer", False),
-            ("optimizer.use_distributed_optimizer", False),
-        ] + overlaps
-    if zero == 1:
-        return [
-            ("dist.use_megatron_fsdp", False),
-            ("ddp.use_megatron_fsdp", False),
-            ("ddp.data_parallel_sharding_strategy", "no_shard"),
-            ("ddp.use_distributed_optimizer", True),
-            ("optimizer.use_distributed_optimizer", True),
+            ("ddp.use_distributed_optimizer", zero == 1),
+            ("optimizer.use_distributed_optimizer", zero == 1),
         ] + overlaps
     notes.append(f"ZeRO {zero} runs as Megatron-FSDP (checkpoints in its fsdp_dtensor format)")
     strategy = "optim_grads" if zero == 2 else "optim_grads_params"

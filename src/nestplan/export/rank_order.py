@@ -19,7 +19,7 @@ passes its framework's order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -71,13 +71,11 @@ def node_rank_file(plan: Plan, framework: str, framework_order: Sequence[str], d
     ranks = node_ranks(plan, order, devices_per_node)
     if ranks is None or same_layout(plan, order):
         return None
-    head = (
-        f"node order for {framework}, which numbers ranks {'-'.join(order)} (fastest first); nestplan "
-        f"costed {'-'.join(plan.axis_order)}",
+    explanation = (
         "line k (from 0, comments skipped) is the node rank the k-th node of the allocation (SLURM_NODEID k, "
-        "nodes in network order) starts with, so that each rank runs on the device nestplan costed it on",
+        "nodes in network order) starts with, so that each rank runs on the device nestplan costed it on"
     )
-    return "".join(f"# {comment_text(line)}\n" for line in head) + "".join(f"{r}\n" for r in ranks)
+    return _order_file(plan, order, f"node order for {framework}", explanation, ranks)
 
 
 def rank_node_file(plan: Plan, framework: str, framework_order: Sequence[str], devices_per_node: int) -> str | None:
@@ -88,10 +86,18 @@ def rank_node_file(plan: Plan, framework: str, framework_order: Sequence[str], d
     if same_layout(plan, order):
         return None
     nodes = costed_device_of_rank(plan, order) // devices_per_node
-    head = (
-        f"rank placement for {framework}, which numbers ranks {'-'.join(order)} (fastest first); nestplan "
-        f"costed {'-'.join(plan.axis_order)}",
+    explanation = (
         "line r (from 0, comments skipped) is the node of the allocation (its index in network order) that rank r "
-        "runs on: SLURM_HOSTFILE lines for srun --distribution=arbitrary",
+        "runs on: SLURM_HOSTFILE lines for srun --distribution=arbitrary"
     )
-    return "".join(f"# {comment_text(line)}\n" for line in head) + "".join(f"{int(n)}\n" for n in nodes)
+    return _order_file(plan, order, f"rank placement for {framework}", explanation, nodes)
+
+
+def _order_file(plan: Plan, order: tuple[str, ...], title: str, explanation: str, rows: Iterable[int]) -> str:
+    """Two '#' comment lines (``title`` with the framework's and nestplan's axis orders, then
+    ``explanation``), then one integer of ``rows`` a line."""
+    head = (
+        f"{title}, which numbers ranks {'-'.join(order)} (fastest first); nestplan costed {'-'.join(plan.axis_order)}",
+        explanation,
+    )
+    return "".join(f"# {comment_text(line)}\n" for line in head) + "".join(f"{int(r)}\n" for r in rows)

@@ -19,7 +19,7 @@ from typing import Any
 
 from nestplan import catalog
 from nestplan.errors import ConfigError, brief, printable
-from nestplan.inputs import check_string, load_object
+from nestplan.inputs import check_length, check_string, load_object
 from nestplan.model.families import ALIASES, FAMILIES, SUPPORTED_FAMILIES
 from nestplan.model.families.common import (
     MAX_EXPERTS,
@@ -56,14 +56,7 @@ MAX_NAME_CHARS = 200  # a model's name labels plans, tables and exported files
 def _check_model_name(name: str, field: str = "model name") -> str:
     """``name`` itself: no control character, at most ``MAX_NAME_CHARS`` characters."""
     check_string(name, field, "config.json")
-    if len(name) > MAX_NAME_CHARS:
-        raise ConfigError(
-            f"config.json: {field} is {len(name)} characters long; at most {MAX_NAME_CHARS} allowed",
-            field=field,
-            value=len(name),
-            limit=MAX_NAME_CHARS,
-            unit="characters",
-        )
+    check_length(name, field, "config.json", MAX_NAME_CHARS)
     return name
 
 

@@ -13,6 +13,13 @@ from nestplan.plan.schema import MAX_COUNT, MAX_TERMS, SCHEMAS
 from nestplan.plan.summary import frozen
 
 
+def refusal(field: str, wanted: str, value: Any, limit: Any) -> ConfigError:
+    """The error for plan JSON field ``field`` holding ``value`` where it must be ``wanted``."""
+    return ConfigError(
+        f"plan JSON field '{field}' must be {wanted}, got {brief(value)}", field=field, value=value, limit=limit
+    )
+
+
 def field_value(data: Any, key: str, where: str) -> Any:
     if not isinstance(data, Mapping) or key not in data:
         raise ConfigError(
@@ -26,12 +33,7 @@ def field_value(data: Any, key: str, where: str) -> Any:
 def count_value(value: Any, field: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
     """An integer (not a bool, not a float) in ``minimum..maximum``."""
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise ConfigError(
-            f"plan JSON field '{field}' must be an integer in {minimum}..{maximum}, got {brief(value)}",
-            field=field,
-            value=value,
-            limit=f"{minimum}..{maximum}",
-        )
+        raise refusal(field, f"an integer in {minimum}..{maximum}", value, f"{minimum}..{maximum}")
     return value
 
 
@@ -41,12 +43,7 @@ def int_field(data: Any, key: str, where: str, minimum: int = 1, maximum: int = 
 
 def _number(value: Any, field: str) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
-        raise ConfigError(
-            f"plan JSON field '{field}' must be a finite number >= 0, got {brief(value)}",
-            field=field,
-            value=value,
-            limit="a finite number >= 0",
-        )
+        raise refusal(field, "a finite number >= 0", value, "a finite number >= 0")
     return float(value)
 
 
@@ -57,12 +54,7 @@ def float_field(data: Any, key: str, where: str) -> float:
 def bool_field(data: Any, key: str, where: str) -> bool:
     value = field_value(data, key, where)
     if not isinstance(value, bool):
-        raise ConfigError(
-            f"plan JSON field '{where}{key}' must be true or false, got {brief(value)}",
-            field=f"{where}{key}",
-            value=value,
-            limit=[True, False],
-        )
+        raise refusal(f"{where}{key}", "true or false", value, [True, False])
     return value
 
 
@@ -84,24 +76,14 @@ def list_field(data: Any, key: str, where: str, length: int | None = None, maxim
     value = field_value(data, key, where)
     if not isinstance(value, list) or (len(value) != length if length is not None else len(value) > maximum):
         wanted = f"{length} entries" if length is not None else f"at most {maximum} entries"
-        raise ConfigError(
-            f"plan JSON field '{where}{key}' must be a list of {wanted}, got {brief(value)}",
-            field=f"{where}{key}",
-            value=value,
-            limit=wanted,
-        )
+        raise refusal(f"{where}{key}", f"a list of {wanted}", value, wanted)
     return value
 
 
 def object_field(data: Any, key: str, where: str) -> Mapping[str, Any]:
     value = field_value(data, key, where)
     if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"plan JSON field '{where}{key}' must be an object, got {brief(value)}",
-            field=f"{where}{key}",
-            value=value,
-            limit="an object",
-        )
+        raise refusal(f"{where}{key}", "an object", value, "an object")
     return value
 
 
@@ -127,10 +109,5 @@ def name_field(data: Any, key: str) -> str:
     """The model or cluster a plan is for: a non-empty string without control characters."""
     value = field_value(data, key, "")
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(
-            f"plan JSON field '{key}' must be a non-empty string, got {brief(value)}",
-            field=key,
-            value=value,
-            limit="a name or a path",
-        )
+        raise refusal(key, "a non-empty string", value, "a name or a path")
     return check_string(value, key, "plan JSON")

@@ -25,6 +25,7 @@ from nestplan.plan.fields import (
     list_field,
     name_field,
     object_field,
+    refusal,
     terms_field,
 )
 from nestplan.plan.schema import CALIBRATION_RANGE, MAX_COUNT, MAX_STATISTIC, SCHEMA, SCHEMAS, UNSAVED_JOB_SETTINGS
@@ -191,12 +192,7 @@ def _calibration(data: Any) -> dict[str, float]:
     for key in ("traced_flops_scale", "traced_activation_scale"):
         value = float_field(table, key, "model_calibration.")
         if not low <= value <= high:
-            raise ConfigError(
-                f"plan JSON field 'model_calibration.{key}' must be in [{low:g}, {high:g}], got {brief(value)}",
-                field=f"model_calibration.{key}",
-                value=value,
-                limit=f"[{low:g}, {high:g}]",
-            )
+            raise refusal(f"model_calibration.{key}", f"in [{low:g}, {high:g}]", value, f"[{low:g}, {high:g}]")
         out[key] = value
     return out
 
@@ -309,12 +305,7 @@ def _level_names(placement: Mapping[str, Any]) -> list[str]:
         )
     for i, name in enumerate(names):
         if not isinstance(name, str):
-            raise ConfigError(
-                f"plan JSON field 'placement.level_names[{i}]' must be a string, got {brief(name)}",
-                field=f"placement.level_names[{i}]",
-                value=name,
-                limit="a level name",
-            )
+            raise refusal(f"placement.level_names[{i}]", "a string", name, "a level name")
         check_string(name, f"placement.level_names[{i}]", "plan JSON")
     return names
 

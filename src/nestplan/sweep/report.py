@@ -25,30 +25,12 @@ from nestplan.errors import ConfigError, printable
 from nestplan.strategy.describe import describe
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
-from nestplan.sweep.store import Store
+from nestplan.sweep.store import COLUMNS, Store
 
 if TYPE_CHECKING:
     import pandas
 
-CSV_FIELDS = (
-    "model",
-    "label",
-    "accelerator",
-    "overrides",
-    "devices",
-    "global_batch_size",
-    "seq_len",
-    "hbm_GiB",
-    "status",
-    "tokens_per_s",
-    "tokens_per_s_per_device",
-    "step_time_s",
-    "mfu",
-    "peak_memory_GiB",
-    "plan",
-    "error",
-    "solve_time_s",
-)
+CSV_FIELDS = tuple(column for column in COLUMNS if column not in ("key", "cluster", "details", "finished_at"))
 
 
 def read_rows(out_dir: Path) -> list[dict[str, Any]]:

@@ -245,23 +245,45 @@ def attention_shape(
     return hidden, heads, kv_heads, head_dim
 
 
-def rotary_decoder(f: ConfigFields, name: str, head_dim_default: int | None = None) -> dict[str, Any]:
-    """Fields shared by the Llama-style families (RMSNorm, RoPE, gated SiLU MLP, GQA)."""
-    hidden, heads, kv_heads, head_dim = attention_shape(
-        f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", head_dim_default
-    )
-    return dict(
+def decoder_fields(
+    f: ConfigFields,
+    name: str,
+    shape: tuple[int, int, int, int],
+    blocks: tuple[Block, ...],
+    ffn: tuple[str, Any] | None = None,
+    *,
+    tied: bool = False,
+    positions_key: str = "max_position_embeddings",
+) -> dict[str, Any]:
+    """Fields every family's reader fills: ``name``, the family, the attention ``shape`` (hidden, heads,
+    kv heads, head dim), ``blocks``, the FFN width from ``ffn`` (key, default) where given, the
+    vocabulary, tied embeddings (default ``tied``) and the positions under ``positions_key``."""
+    hidden, heads, kv_heads, head_dim = shape
+    fields: dict[str, Any] = dict(
         name=name,
         family=f.family,
         hidden_size=hidden,
-        blocks=decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS)),
+        blocks=blocks,
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        gated_mlp=True,
+    )
+    if ffn is not None:
+        fields["ffn_hidden_size"] = f.integer(ffn[0], MAX_FFN, default=ffn[1])
+    return fields | dict(
         vocab_size=f.integer("vocab_size", MAX_VOCAB),
-        tied_embeddings=f.flag("tie_word_embeddings", False),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS, default=f.max_positions),
+        tied_embeddings=f.flag("tie_word_embeddings", tied),
+        max_position_embeddings=f.integer(positions_key, MAX_POSITIONS, default=f.max_positions),
+    )
+
+
+def rotary_decoder(f: ConfigFields, name: str, head_dim_default: int | None = None) -> dict[str, Any]:
+    """Fields shared by the Llama-style families (RMSNorm, RoPE, gated SiLU MLP, GQA)."""
+    shape = attention_shape(
+        f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", head_dim_default
+    )
+    return decoder_fields(f, name, shape, decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS))) | dict(
+        gated_mlp=True,
         learned_position_embeddings=False,
         norm="rmsnorm",
         linear_bias=False,

@@ -5,15 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from nestplan.model.families.common import (
-    MAX_FFN,
     MAX_HEADS,
     MAX_HIDDEN,
     MAX_LAYERS,
-    MAX_POSITIONS,
-    MAX_VOCAB,
     ConfigFields,
     Family,
     decoder_blocks,
+    decoder_fields,
     dropout_fields,
 )
 from nestplan.model.spec import ModelSpec
@@ -50,19 +48,11 @@ def _read_falcon(f: ConfigFields, name: str) -> ModelSpec:
     parallel = f.flag("parallel_attn", True)
     one_or_two = f.integer("num_ln_in_parallel_attn", 2, default=2 if new_arch else 1)
     norms = one_or_two if parallel else 2
+    shape = (hidden, heads, kv_heads, hidden // heads)
+    blocks = decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS))
     return ModelSpec(
-        name=name,
-        family=f.family,
-        hidden_size=hidden,
-        blocks=decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS)),
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=hidden // heads,
-        ffn_hidden_size=f.integer("ffn_hidden_size", MAX_FFN, default=4 * hidden),
+        **decoder_fields(f, name, shape, blocks, ("ffn_hidden_size", 4 * hidden), tied=True),
         gated_mlp=False,
-        vocab_size=f.integer("vocab_size", MAX_VOCAB),
-        tied_embeddings=f.flag("tie_word_embeddings", True),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS, default=f.max_positions),
         learned_position_embeddings=False,
         norm="layernorm",
         linear_bias=f.flag("bias", False),

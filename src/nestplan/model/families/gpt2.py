@@ -6,69 +6,54 @@ RoPE rotates: both harmless."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
+from nestplan.inputs import MISSING
 from nestplan.model.families.common import (
-    MAX_FFN,
     MAX_LAYERS,
-    MAX_POSITIONS,
     MAX_VOCAB,
     ConfigFields,
     Family,
     attention_shape,
     decoder_blocks,
+    decoder_fields,
     dropout_fields,
 )
 from nestplan.model.spec import ModelSpec
 
 
-def _read_gpt2(f: ConfigFields, name: str) -> ModelSpec:
-    hidden, heads, _, head_dim = attention_shape(f, "n_embd", "n_head", None, None)
-    return ModelSpec(
-        name=name,
-        family=f.family,
-        hidden_size=hidden,
-        blocks=decoder_blocks(f.integer("n_layer", MAX_LAYERS)),
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=head_dim,
-        ffn_hidden_size=f.integer("n_inner", MAX_FFN, default=4 * hidden),
-        gated_mlp=False,
-        vocab_size=f.integer("vocab_size", MAX_VOCAB),
-        tied_embeddings=f.flag("tie_word_embeddings", True),
-        max_position_embeddings=f.integer("n_positions", MAX_POSITIONS, default=f.max_positions),
-        learned_position_embeddings=True,
-        norm="layernorm",
-        linear_bias=True,
-        dropout=f.any_dropout({"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}),
-    )
+_GPT2_KEYS = ("n_embd", "n_head", "n_layer", "n_inner", "n_positions")
+_ENCODER_KEYS = (
+    "hidden_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "intermediate_size",
+    "max_position_embeddings",
+)
 
 
-def _read_encoder_style(
+def _read_layernorm_mha(
     f: ConfigFields,
     name: str,
+    keys: tuple[str, str, str, str, str],
     *,
     tied: bool,
     learned_positions: bool,
     dropouts: dict[str, float],
+    ffn_per_hidden: int | None = None,
     causal: bool = True,
     token_types: bool = False,
 ) -> ModelSpec:
-    """gpt_neox and bert: LayerNorm, GeLU MLP of ``intermediate_size``, biases, MHA."""
-    hidden, heads, _, head_dim = attention_shape(f, "hidden_size", "num_attention_heads", None, None)
+    """LayerNorm, GeLU MLP, biases, MHA, read under ``keys`` (hidden, heads, layers, FFN width,
+    positions); the FFN width defaults to ``ffn_per_hidden`` times the hidden size where given."""
+    hidden_key, heads_key, layers_key, ffn_key, positions_key = keys
+    shape = attention_shape(f, hidden_key, heads_key, None, None)
+    blocks = decoder_blocks(f.integer(layers_key, MAX_LAYERS))
+    ffn_default = ffn_per_hidden * shape[0] if ffn_per_hidden else MISSING
     return ModelSpec(
-        name=name,
-        family=f.family,
-        hidden_size=hidden,
-        blocks=decoder_blocks(f.integer("num_hidden_layers", MAX_LAYERS)),
-        num_heads=heads,
-        num_kv_heads=heads,
-        head_dim=head_dim,
-        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN),
+        **decoder_fields(f, name, shape, blocks, (ffn_key, ffn_default), tied=tied, positions_key=positions_key),
         gated_mlp=False,
-        vocab_size=f.integer("vocab_size", MAX_VOCAB),
-        tied_embeddings=f.flag("tie_word_embeddings", tied),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS, default=f.max_positions),
         learned_position_embeddings=learned_positions,
         norm="layernorm",
         linear_bias=True,
@@ -78,22 +63,30 @@ def _read_encoder_style(
     )
 
 
-def _read_gpt_neox(f: ConfigFields, name: str) -> ModelSpec:
-    return _read_encoder_style(
-        f, name, tied=False, learned_positions=False, dropouts={"attention_dropout": 0.0, "hidden_dropout": 0.0}
-    )
-
-
-def _read_bert(f: ConfigFields, name: str) -> ModelSpec:
-    return _read_encoder_style(
-        f,
-        name,
-        tied=True,
-        learned_positions=True,
-        causal=False,
-        token_types=True,
-        dropouts={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
-    )
+_read_gpt2 = partial(
+    _read_layernorm_mha,
+    keys=_GPT2_KEYS,
+    tied=True,
+    learned_positions=True,
+    dropouts={"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
+    ffn_per_hidden=4,
+)
+_read_gpt_neox = partial(
+    _read_layernorm_mha,
+    keys=_ENCODER_KEYS,
+    tied=False,
+    learned_positions=False,
+    dropouts={"attention_dropout": 0.0, "hidden_dropout": 0.0},
+)
+_read_bert = partial(
+    _read_layernorm_mha,
+    keys=_ENCODER_KEYS,
+    tied=True,
+    learned_positions=True,
+    causal=False,
+    token_types=True,
+    dropouts={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
+)
 
 
 def _gpt2_fields(spec: ModelSpec) -> dict[str, Any]:

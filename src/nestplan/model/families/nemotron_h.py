@@ -18,10 +18,10 @@ from nestplan.model.families.common import (
     MAX_HEADS,
     MAX_LAYERS,
     MAX_POSITIONS,
-    MAX_VOCAB,
     ConfigFields,
     Family,
     attention_shape,
+    decoder_fields,
     dropout_fields,
     expert_counts,
     routing_groups,
@@ -210,7 +210,7 @@ def _read_nemotron_h(f: ConfigFields, name: str) -> ModelSpec:
     biases: ``use_bias`` (Mamba projections), ``mlp_bias`` and ``attention_bias`` set to true are
     refused. ``intermediate_size`` (the MLP's width) may be absent where no layer is an MLP."""
     pattern = _hybrid_pattern(f)
-    hidden, heads, kv_heads, head_dim = attention_shape(
+    shape = attention_shape(
         f, "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", head_dim_default=128
     )
     for key in ("use_bias", "mlp_bias", "attention_bias"):
@@ -218,19 +218,10 @@ def _read_nemotron_h(f: ConfigFields, name: str) -> ModelSpec:
             raise f.error(f"field '{key}' is true; nestplan counts Nemotron-H without biases", key, True, "false")
     moe = _nemotron_h_experts(f, pattern)
     mlp_default = moe["moe_ffn_hidden_size"] if moe and "-" not in pattern else MISSING
+    blocks = tuple(Block(*_HYBRID_LAYERS[char]) for char in pattern)
     return ModelSpec(
-        name=name,
-        family=f.family,
-        hidden_size=hidden,
-        blocks=tuple(Block(*_HYBRID_LAYERS[char]) for char in pattern),
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        ffn_hidden_size=f.integer("intermediate_size", MAX_FFN, default=mlp_default),
+        **decoder_fields(f, name, shape, blocks, ("intermediate_size", mlp_default)),
         gated_mlp=False,
-        vocab_size=f.integer("vocab_size", MAX_VOCAB),
-        tied_embeddings=f.flag("tie_word_embeddings", False),
-        max_position_embeddings=f.integer("max_position_embeddings", MAX_POSITIONS, default=f.max_positions),
         learned_position_embeddings=False,
         norm="rmsnorm",
         linear_bias=False,
