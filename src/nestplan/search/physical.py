@@ -60,6 +60,7 @@ class PhysicalSearchModel(SearchCostModel):
         self._memory_terms: dict[tuple, GraphTerms] = {}
         self._cycle_sums: dict[tuple, stage.CycleSums] = {}
         self._sync: dict[tuple, SyncContext] = {}
+        self._contexts: dict[tuple, stage.StageContext] = {}  # per (ZeRO stage, dense and expert shard ranks)
         self._sums: dict[tuple, stage.StageSums] = {}
         self._feasible: tuple = (None, None)  # the last group's feasible_depths (fits, then lower_bound, ask)
         self._feasible_by_key: dict[tuple, np.ndarray | None] = {}
@@ -109,8 +110,13 @@ class PhysicalSearchModel(SearchCostModel):
 
     def _stage_context(self, g: Group) -> stage.StageContext:
         c = g.sub
-        dense, expert = c.cp * c.ep * g.replicas, c.cp * g.replicas  # the cp+ep+dp and cp+dp groups
-        return stage.StageContext.on(self.job, g.zero, dense, expert, self.cluster.accelerator, self.capacity_bytes)
+        key = (g.zero, c.cp * c.ep * g.replicas, c.cp * g.replicas)  # the cp+ep+dp and cp+dp groups
+        found = self._contexts.get(key)
+        if found is None:
+            found = self._contexts[key] = stage.StageContext.on(
+                self.job, g.zero, key[1], key[2], self.cluster.accelerator, self.capacity_bytes
+            )
+        return found
 
     def _sync_context(self, g: Group, pp: int) -> SyncContext:
         key = (g.sub, g.order, g.zero, g.replicas, pp)

@@ -38,15 +38,15 @@ class PlanResult:
 def _groups(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: SearchSpace) -> Iterator[tuple]:
     topo = cluster.topology
     units = tuple(topo.unit_devices(i) for i in range(topo.num_levels))
+    deepest = min(model.num_layers, space.max_pp or model.num_layers)
     for sub, order in sub_configs(space, model, job, topo.levels[0].size, devices, units):
+        key = (sub.tp, sub.sp, sub.cp, sub.ep, sub.micro_batch_size, sub.recompute.value, order)
+        per_replica, per_microbatch = sub.stage_devices, sub.ep * sub.micro_batch_size
+        replicas = replica_counts(sub, job, devices)
         for zero in space.zero:
-            for d in replica_counts(sub, job, devices):
-                depth = min(model.num_layers, devices // (sub.stage_devices * d))
-                if space.max_pp:
-                    depth = min(depth, space.max_pp)
-                m = job.global_batch_size // (d * sub.ep * sub.micro_batch_size)
-                group = Group(sub, order, zero, d, m, depth)
-                key = (sub.tp, sub.sp, sub.cp, sub.ep, sub.micro_batch_size, sub.recompute.value, order)
+            for d in replicas:
+                depth = min(deepest, devices // (per_replica * d))
+                group = Group(sub, order, zero, d, job.global_batch_size // (d * per_microbatch), depth)
                 yield key, key + (zero, d), group, zero
 
 
