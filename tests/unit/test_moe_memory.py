@@ -264,6 +264,16 @@ def test_an_expanded_view_spans_its_source(trace_extra) -> None:
     assert _span(torch.zeros(4, 8)[:, :2]) == (3 * 8 + 2) * 4
 
 
+def _hf_deepseek_v2_gate_in_fp32() -> bool:
+    """Whether the installed transformers' DeepSeek-V2 MoE computes its router on a float32 copy of the input
+    (transformers 5.8 to 5.12, the releases Megatron-Bridge 0.6.2 allows and CI installs)."""
+    import inspect
+
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2
+
+    return "hidden_states.type(torch.float32)" in inspect.getsource(modeling_deepseek_v2.DeepseekV2Moe.forward)
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -281,6 +291,12 @@ def test_moe_block_saved_bytes_match_the_trace(name, trace_extra) -> None:
     trace: slow."""
     from nestplan.model.trace import trace_config
 
+    if name == "deepseek-v2-lite" and _hf_deepseek_v2_gate_in_fp32():
+        pytest.skip(
+            "this transformers' DeepseekV2Moe runs its gate on a float32 copy of the input and keeps it for the "
+            "backward (T x h x 4 bytes), which Megatron-Core's router, whose saved bytes the formula counts, does "
+            "not keep (it routes in the input's dtype unless --moe-router-dtype fp32)"
+        )
     spec, seq = _spec(name), 512
     moe = [b for b in trace_config(CONFIGS[name](), seq_len=seq).blocks if spec.is_moe_layer(b.index)]
     assert moe, name
