@@ -332,7 +332,6 @@ def _entry(f: Field, annotation: Any) -> Setting:
 
 _TABLE: tuple[Setting, ...] = tuple(_entry(f, typing.get_type_hints(RunSettings)[f.name]) for f in fields(RunSettings))
 SETTING_NAMES: tuple[str, ...] = tuple(entry.name for entry in _TABLE)
-SETTINGS_BY_NAME: dict[str, Setting] = {entry.name: entry for entry in _TABLE}
 
 
 def setting_table() -> tuple[Setting, ...]:

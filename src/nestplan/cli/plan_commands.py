@@ -39,6 +39,7 @@ from nestplan.cli.parse import (
 from nestplan.cost.schedules import named as named_schedule
 from nestplan.errors import ConfigError
 from nestplan.job import Optimizer
+from nestplan.model.spec import ModelSpec
 from nestplan.network.topology import MAX_DEVICES
 from nestplan.plan import Plan
 from nestplan.settings import CpCommType
@@ -193,7 +194,7 @@ def plan_command(
     _show_plan(report, as_json, plot, export, out, report_path)
 
 
-def _planned_model(model: str, seq_len: int | None, trace: bool, export: str | None):
+def _planned_model(model: str, seq_len: int | None, trace: bool, export: str | None) -> ModelSpec:
     """The model to plan: refused before the search where the export framework cannot build it, its
     block FLOPs and activations calibrated on its traced graph with --trace."""
     rows = print_trace(model, seq_len, make_console(stderr=True)) if trace else None
