@@ -259,12 +259,15 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
         "memory_efficiency": acc.memory_efficiency,
         "reserved_GiB": acc.reserved_bytes / units.GiB,
         "mx_block_scaling": acc.mx_block_scaling,
+        "architecture": acc.architecture.value,
         "source": acc.source,
     }
     optional = {
         "fp8_matmul_efficiency": acc.fp8_matmul_efficiency,
         "attention_efficiency": acc.attention_efficiency,
         "attention_backward_efficiency": acc.attention_backward_efficiency,
+        "attention_factor": None if acc.attention_factor == 1.0 else acc.attention_factor,
+        "calibration": None if acc.calibration is None else dict(vars(acc.calibration)),
     }
     return table | {key: value for key, value in optional.items() if value is not None}
 

@@ -20,6 +20,26 @@ from nestplan.errors import ConfigError, brief
 from nestplan.units import DTYPE_BYTES
 
 
+class Framework(str, Enum):
+    """The software that runs the job: its preset of run settings (``FRAMEWORK_PRESETS``) and its kernels
+    (cost/kernels.py). The names are the exporters'."""
+
+    MEGATRON = "megatron"  # Megatron-LM / Megatron-Core with Transformer Engine
+    NEMO = "nemo"  # NeMo and Megatron-Bridge recipes: Megatron-Core with Transformer Engine
+    TORCHTITAN = "torchtitan"  # PyTorch-native: FSDP2, DTensor tensor parallelism, SDPA attention
+    DEEPSPEED = "deepspeed"  # DeepSpeed ZeRO with Megatron-DeepSpeed's model
+    FSDP = "fsdp"  # plain PyTorch FSDP with eager kernels (Hugging Face Accelerate/Trainer, Composer)
+
+
+class AttentionKernel(str, Enum):
+    """The fused attention kernel (cost/kernels.py states each one's speed by accelerator generation)."""
+
+    CUDNN = "cudnn"  # cuDNN's fused attention, Transformer Engine's default (FlashAttention-3 class on Hopper)
+    FLASH3 = "flash3"  # FlashAttention-3 (Shah et al. 2024): Hopper only
+    FLASH2 = "flash2"  # FlashAttention-2 (Dao 2023); PyTorch's SDPA flash backend
+    FLASH1 = "flash1"  # FlashAttention (Dao et al. 2022), flash-attn 1.x
+
+
 class OptimizerState(str, Enum):
     """How the optimizer keeps its master weights and Adam's moments, per parameter."""
 
@@ -156,6 +176,19 @@ class RunSettings:
     """How a job runs: the framework's kernels, overlaps, precision recipe and MoE and context-parallel
     mechanics. The field table (``setting_table``) is these fields' declarations."""
 
+    framework: Framework = setting(
+        Framework.MEGATRON,
+        flag="--framework",
+        help="the software that runs the job: megatron, nemo, torchtitan, deepspeed or fsdp (PyTorch FSDP with eager "
+        "kernels); its kernels, and the defaults of the settings not given",
+        source="the exporters' names (nestplan export)",
+    )
+    attention_kernel: AttentionKernel | None = setting(
+        None,
+        flag="--attention-kernel",
+        help="fused attention kernel: cudnn, flash3, flash2 or flash1; default: the framework's on the accelerator",
+        source="Transformer Engine NVTE_FUSED_ATTN / NVTE_FLASH_ATTN, PyTorch SDPA backends, flash-attn",
+    )
     grad_dtype: str = setting(
         "fp32",
         flag="--grad-reduce-dtype",
@@ -303,8 +336,8 @@ class RunSettings:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> RunSettings:
-        """The settings ``values`` gives (by name; the others at their defaults), each checked; a name
-        that is not a setting is refused by name."""
+        """The settings ``values`` gives (by name; the others at its framework's presets, ``FRAMEWORK_PRESETS``,
+        else the field defaults), each checked; a name that is not a setting is refused by name."""
         unknown = sorted(set(values) - set(SETTING_NAMES))
         if unknown:
             raise ConfigError(
@@ -313,7 +346,8 @@ class RunSettings:
                 value=unknown[0],
                 limit=list(SETTING_NAMES),
             )
-        return cls(**values)
+        framework = _TABLE[0].check(values.get("framework", Framework.MEGATRON.value))
+        return cls(**(dict(FRAMEWORK_PRESETS[framework]) | dict(values)))
 
 
 def plain_value(value: Any) -> Any:
@@ -337,3 +371,23 @@ SETTING_NAMES: tuple[str, ...] = tuple(entry.name for entry in _TABLE)
 def setting_table() -> tuple[Setting, ...]:
     """The field table: one Setting per RunSettings field, in declaration order."""
     return _TABLE
+
+
+# What each framework runs unless told otherwise: the settings whose defaults differ from the field table's
+# (which are Megatron-LM's as nestplan's Megatron-LM export writes them).
+FRAMEWORK_PRESETS: Mapping[Framework, Mapping[str, Any]] = {
+    Framework.MEGATRON: {},
+    # NeMo's recipes reduce gradients in bf16 (grad_sync_dtype: bf16, nemo/collections/llm/recipes and the
+    # DGX Cloud benchmarking recipes' configs) and overlap tensor-parallel collectives with userbuffers
+    # (tp_comm_overlap: true in the recipes of the large models)
+    Framework.NEMO: {"grad_dtype": "bf16", "tp_comm_overlap": True},
+    # torchtitan: FSDP2 reduces in fp32 (training.mixed_precision_reduce = "float32", torchtitan/config
+    # job_config.py); async tensor parallelism off by default (parallelism.enable_async_tensor_parallel)
+    Framework.TORCHTITAN: {"grad_dtype": "fp32", "tp_comm_overlap": False},
+    # DeepSpeed's bf16 optimizer accumulates and reduces fp32 gradients (deepspeed/runtime/bf16_optimizer.py,
+    # fp32_groups_gradients); no userbuffer tensor-parallel overlap
+    Framework.DEEPSPEED: {"grad_dtype": "fp32", "tp_comm_overlap": False},
+    # PyTorch FSDP's MixedPrecision as Accelerate and Composer set it for bf16: parameters bf16, reduce_dtype
+    # float32 (Composer's DEFAULT mode); no tensor-parallel overlap
+    Framework.FSDP: {"grad_dtype": "fp32", "tp_comm_overlap": False},
+}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from nestplan.inputs import Fields, load_object
 from nestplan.job import Job, make_job
 from nestplan.model.config import parse_config
 from nestplan.model.spec import ModelSpec
+from nestplan.profile import NO_PROFILE, SHARED_KERNELS, Profile, ProfileChoice, calibrated_cluster, read_profile
 from nestplan.settings import Fp8Recipe, RunSettings, Setting, plain_value, setting_table
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
@@ -39,7 +40,7 @@ SETTING_ALIASES = {"grad_dtype": "grad_reduce_dtype", "flash_attention": "flash"
 SETTING_COLUMNS = (*(entry.name for entry in setting_table()), *SETTING_ALIASES.values())
 _RUN_COLUMNS = ("id", "model_name", "model_config", "cluster", *_DEGREES, "sp", "recompute", "zero")
 _PLAN_COLUMNS = ("precision", "layers_per_stage", "axis_order", "published")
-_NOTE_COLUMNS = ("notes", "framework", "mapping", "model_as_run", "derated_hardware")  # documentation, not read
+_NOTE_COLUMNS = ("notes", "mapping", "model_as_run", "derated_hardware")  # documentation, not read
 ROW_COLUMNS = (*_RUN_COLUMNS, *_PLAN_COLUMNS, *SETTING_COLUMNS, *_NOTE_COLUMNS)
 
 
@@ -261,12 +262,15 @@ def run_from_row(row: Mapping[str, Any], label: str) -> Run:
     return Run(label, model, cluster, dims, order, job, precision, _measured_step(f))
 
 
-def evaluate_row(label: str, row: Mapping[str, Any] | ConfigError) -> RowResult:
-    """A row's prediction, or the one-line reason it has none."""
+def evaluate_row(label: str, row: Mapping[str, Any] | ConfigError, profile: ProfileChoice = NO_PROFILE) -> RowResult:
+    """A row's prediction, or the one-line reason it has none; ``profile`` calibrates the rows of its
+    accelerator and framework (nestplan.profile.calibrated_cluster), the others keep the published figures."""
     try:
         if isinstance(row, ConfigError):
             raise row
         run = run_from_row(row, label)
+        if _profile_applies(profile, run):
+            run = replace(run, cluster=calibrated_cluster(run.cluster, run.job.settings.framework, profile))
         pred = evaluate_plan(run.model, run.cluster, run.dims, run.job, run.axis_order)
     except PlannerError as exc:  # a per-row report: this row is skipped, the file goes on
         return RowResult(label, None, problem=str(exc))
@@ -275,9 +279,23 @@ def evaluate_row(label: str, row: Mapping[str, Any] | ConfigError) -> RowResult:
     )
 
 
-def validate(path: str | Path) -> list[RowResult]:
-    """Every row of a runs file, evaluated (or its problem)."""
-    return [evaluate_row(label, row) for label, row in read_runs(path)]
+def _profile_applies(profile: ProfileChoice, run: Run) -> bool:
+    """Whether ``profile`` is for the run's accelerator and framework (None: the catalog's, for every run)."""
+    if profile is None:
+        return True
+    if not isinstance(profile, (str, Path, Profile)) or str(profile).strip().lower() == NO_PROFILE:
+        return False
+    chosen = profile if isinstance(profile, Profile) else read_profile(profile)
+    shares = SHARED_KERNELS.get(run.job.settings.framework) is chosen.framework
+    framework_ok = chosen.framework is run.job.settings.framework or shares
+    return chosen.accelerator == run.cluster.accelerator.name and framework_ok
+
+
+def validate(path: str | Path, profile: ProfileChoice = NO_PROFILE) -> list[RowResult]:
+    """Every row of a runs file, evaluated (or its problem); ``profile`` as ``evaluate_row`` applies it."""
+    if isinstance(profile, (str, Path)) and str(profile).strip().lower() != NO_PROFILE:
+        profile = read_profile(profile)
+    return [evaluate_row(label, row, profile) for label, row in read_runs(path)]
 
 
 def summarise(results: Sequence[RowResult], key, label: str = "{}") -> list[Summary]:

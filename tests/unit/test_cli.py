@@ -28,7 +28,11 @@ EXAMPLE = [
 ]
 
 
-NULLABLE = {"fp8_recipe", "moe_capacity_factor"}  # null: no FP8, dropless experts (docs/formats.md, the plan's job)
+NULLABLE = {
+    "fp8_recipe",
+    "moe_capacity_factor",
+    "attention_kernel",
+}  # null: no FP8, dropless experts, the framework's kernel (docs/formats.md, the plan's job)
 
 
 def _filled(value) -> bool:

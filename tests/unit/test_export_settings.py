@@ -16,12 +16,22 @@ from nestplan.errors import ConfigError
 from nestplan.export import EXPORTERS, build
 from nestplan.export.common import Export, Handling
 from nestplan.job import Job
-from nestplan.settings import SETTING_NAMES, CpCommType, Fp8Recipe, MoeDispatcher, OptimizerState
+from nestplan.settings import (
+    SETTING_NAMES,
+    AttentionKernel,
+    Framework,
+    CpCommType,
+    Fp8Recipe,
+    MoeDispatcher,
+    OptimizerState,
+)
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
 
 # one value off the default per setting (with what it needs: FP8 parameters need a recipe, a2a+p2p a size)
 EXAMPLES = {
+    "framework": {"framework": Framework.FSDP},
+    "attention_kernel": {"attention_kernel": AttentionKernel.FLASH1},
     "grad_dtype": {"grad_dtype": "bf16"},
     "flash_attention": {"flash_attention": False},
     "tp_comm_overlap": {"tp_comm_overlap": True},

@@ -10,6 +10,7 @@ from typing import Any
 
 from nestplan.api.display import heading, summary
 from nestplan.api.resolve import resolve_cluster, resolve_model
+from nestplan.profile import ProfileChoice, calibrated_cluster
 from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
@@ -64,9 +65,10 @@ def evaluate(
     *,
     devices: int | None = None,
     axis_order: Sequence[str] = DEFAULT_AXIS_ORDER,
+    profile: ProfileChoice = None,
 ) -> Prediction:
     """Predict step time, its breakdown and memory per device of one plan."""
-    return evaluate_full(model, cluster, plan, job, devices=devices, axis_order=axis_order).prediction
+    return evaluate_full(model, cluster, plan, job, devices=devices, axis_order=axis_order, profile=profile).prediction
 
 
 def evaluate_full(
@@ -77,11 +79,13 @@ def evaluate_full(
     *,
     devices: int | None = None,
     axis_order: Sequence[str] = DEFAULT_AXIS_ORDER,
+    profile: ProfileChoice = None,
 ) -> Evaluation:
     """Like :func:`evaluate`, keeping the inputs for reporting.
 
     ``devices`` takes the first N devices of the cluster and must equal the plan's
-    tp x cp x ep x pp x dp; without it the plan's product is taken.
+    tp x cp x ep x pp x dp; without it the plan's product is taken. ``profile``: the calibration
+    (``resolve.calibrated_cluster``; default the catalog's for the accelerator and the job's framework).
     """
     spec = resolve_model(model)
     check_context(spec, job.seq_len)
@@ -95,7 +99,7 @@ def evaluate_full(
             value=plan.devices,
             limit=devices,
         )
-    cl = resolve_cluster(cluster, plan.devices)
+    cl = calibrated_cluster(resolve_cluster(cluster, plan.devices), job.settings.framework, profile)
     start = time.perf_counter()
     pred = evaluate_plan(spec, cl, plan, job, axis_order)
     return Evaluation(spec, cl, job, pred, time.perf_counter() - start)

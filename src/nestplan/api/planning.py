@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from nestplan.api.display import heading, summary
 from nestplan.api.evaluation import plot_plan
-from nestplan.api.resolve import DEFAULT_GLOBAL_BATCH, job_for, resolve_cluster, resolve_model
+from nestplan.api.resolve import (
+    DEFAULT_GLOBAL_BATCH,
+    job_for,
+    resolve_cluster,
+    resolve_model,
+)
 from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.schedules import family as schedule_family
@@ -18,6 +23,7 @@ from nestplan.errors import ConfigError
 from nestplan.job import Job
 from nestplan.model import ModelSpec
 from nestplan.plan import Plan, SearchStats
+from nestplan.profile import ProfileChoice, calibrated_cluster, is_tie
 from nestplan.strategy.describe import describe
 from nestplan.strategy.enums import Schedule
 from nestplan.units import GiB
@@ -77,7 +83,21 @@ class PlanReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return self.plan.to_dict()
+        """The best plan's JSON, with its runner-ups (each marked a tie where it lies within the best's
+        trust band)."""
+        best = self.plan
+        band = best.trust
+        runners = [
+            {
+                "plan": describe(p.plan, p.placement.axis_order, long=True),
+                "step_time_s": p.step_time_s,
+                "vs_best": p.step_time_s / self.best.step_time_s - 1.0,
+                "tie": is_tie(p.step_time_s, self.best.step_time_s, band),
+                "peak_memory_bytes_per_device": p.peak_memory_bytes_per_device,
+            }
+            for p in self.runners_up
+        ]
+        return best.to_dict() | {"runners_up": runners}
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Write the best plan's timeline.png, memory.png and placement.png (needs matplotlib)."""
@@ -141,8 +161,10 @@ def plan(
     top: int = 5,
     space: SearchSpace | None = None,
     progress: Callable[[int], None] | None = None,
+    profile: ProfileChoice = None,
 ) -> PlanReport:
-    """Find the plan with the highest predicted throughput that fits (NEST's dynamic program).
+    """Find the plan with the highest predicted throughput that fits (NEST's dynamic program), on the
+    cluster as ``profile`` calibrates it (``resolve.calibrated_cluster``).
 
     Raises InfeasibleError (exit code 3) explaining the leanest plan's memory when nothing fits.
     """
@@ -160,5 +182,6 @@ def plan(
     cl = resolve_cluster(cluster, devices)
     if job is None:
         job = job_for(spec, cl, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)
+    cl = calibrated_cluster(cl, job.settings.framework, profile)
     result = plan_job(spec, cl, job, space or SearchSpace(), top=top, progress=progress)
     return PlanReport(spec, cl, result.job, result.best, result.runners_up, result.stats)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from nestplan.cluster import Cluster, load_cluster
 from nestplan.job import Job, Optimizer, check_fp8, default_fp8_recipe, make_job, preferred_dtype
 from nestplan.model import ModelSpec, load_model
-from nestplan.settings import CpCommType, Fp8Recipe, RunSettings
+from nestplan.errors import ConfigError
+from nestplan.settings import CpCommType, Fp8Recipe, Framework, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
 
@@ -77,6 +78,32 @@ def megatron_dp(plan: ParallelDims, devices: int | None) -> ParallelDims | None:
 
 
 DEFAULT_GLOBAL_BATCH = 4096  # the NEST paper's evaluation (section 5.1)
+
+
+# the software each export runs on: Megatron-Bridge runs NeMo's recipes on Megatron-Core
+EXPORT_FRAMEWORKS = {
+    "megatron": Framework.MEGATRON,
+    "megatron-bridge": Framework.NEMO,
+    "torchtitan": Framework.TORCHTITAN,
+    "deepspeed": Framework.DEEPSPEED,
+}
+
+
+def export_framework(export: str, given: object = None) -> Framework:
+    """The framework ``export`` runs, which its plan is costed for; a ``--framework`` given that differs
+    is refused (the export would launch other software than the one costed)."""
+    from nestplan.export import check_framework
+
+    runs = EXPORT_FRAMEWORKS[check_framework(export)]
+    if given is not None and Framework(given) is not runs:
+        raise ConfigError(
+            f"--framework {Framework(given).value} but --export {export} runs {runs.value}: a plan is costed for "
+            "the software its export launches",
+            field="framework",
+            value=Framework(given).value,
+            limit=runs.value,
+        )
+    return runs
 
 
 def check_exportable(model: str | ModelSpec, framework: str) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nestplan.api.resolve import resolve_model
+from nestplan.profile import NO_PROFILE, ProfileChoice
+from nestplan.settings import Framework
 from nestplan.cluster import Cluster
 from nestplan.errors import ConfigError
 from nestplan.job import check_context, default_seq_len
@@ -22,6 +24,7 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the
     from nestplan.export.common import Export
     from nestplan.model.trace import TraceResult
     from nestplan.sweep.run import SweepSummary
+    from nestplan.calibrate import CalibrationResult
     from nestplan.validate import RowResult
 
 
@@ -75,11 +78,33 @@ def load_plan(path: str | Path, *, model: str | ModelSpec | None = None, cluster
     return Plan.from_dict(load_object(path, "plan file"), model=model, cluster=cluster)
 
 
-def validate(runs: str | Path) -> list[RowResult]:
-    """Every measured run of a runs file predicted as it ran (``nestplan.validate``)."""
+def validate(runs: str | Path, profile: ProfileChoice = NO_PROFILE) -> list[RowResult]:
+    """Every measured run of a runs file predicted as it ran (``nestplan.validate``), from the published
+    figures unless ``profile`` calibrates the rows of its accelerator and framework."""
     from nestplan.validate import validate as validate_runs
 
-    return validate_runs(runs)
+    return validate_runs(runs, profile=profile)
+
+
+def calibrate_runs(
+    runs: str | Path,
+    *,
+    accelerator: str | None = None,
+    framework: Framework | None = None,
+    factors: Sequence[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> CalibrationResult:
+    """A calibration profile fitted on a runs file's measured runs (``nestplan.calibrate``): the runs read and
+    evaluated as ``validate`` does, those of one accelerator and framework fitted."""
+    from nestplan.calibrate import calibrate, evaluable
+    from nestplan.validate import validate as validate_runs
+
+    tick = None if progress is None else (lambda: progress(1))
+    runs_read = evaluable(validate_runs(runs, profile=NO_PROFILE))
+    result = calibrate(runs_read, accelerator=accelerator, framework=framework, factors=factors, progress=tick)
+    p = result.profile
+    source = f"nestplan calibrate {Path(runs).name}: its {p.rows} runs of {p.framework.value} on {p.accelerator}"
+    return replace(result, profile=replace(p, source=source))
 
 
 def export_plan(plan: Plan, framework: str, out_dir: str | Path) -> tuple[list[Path], Export]:

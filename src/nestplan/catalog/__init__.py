@@ -54,6 +54,12 @@ def data_file(filename: str) -> Path:
     return path
 
 
+def profile_file(accelerator: str, framework: str) -> Path | None:
+    """The catalog's calibration profile for (``accelerator``, ``framework``), None where it has none."""
+    path = _root() / "profiles" / f"{accelerator}.{framework}.toml"
+    return path if path.is_file() else None
+
+
 def names(kind: str) -> list[str]:
     """Sorted catalog names of one kind ('model' or 'cluster')."""
     folder, suffix = _KINDS[kind]

@@ -15,7 +15,7 @@ import sys
 import typer
 
 from nestplan import __version__
-from nestplan.cli import plan_commands, tools  # noqa: F401  (the commands register with the app)
+from nestplan.cli import calibrate, plan_commands, tools  # noqa: F401  (the commands register with the app)
 from nestplan.cli.app import app
 from nestplan.cli.output import os_reason, say
 from nestplan.errors import PlannerError

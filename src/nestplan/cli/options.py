@@ -30,27 +30,26 @@ SEARCHED_HELP = "; plan: the search tries every value that runs, this option nar
 
 def _setting_option(entry: Setting, searched: bool) -> tuple[object, object]:
     """The annotation and typer option of one run setting on ``evaluate`` (``searched`` False: the
-    value costed) or ``plan`` (a searched setting: what the search may try)."""
+    value costed) or ``plan`` (a searched setting: what the search may try). An option not given is
+    None: the framework's preset, else the field's default (``RunSettings.from_mapping``)."""
     narrows = searched and entry.searched
     help_text = entry.help + (SEARCHED_HELP if narrows else "")
     if entry.kind is bool:
-        default = True if narrows else entry.default  # plan: allowed unless --no-...
-        return bool, typer.Option(default, f"{entry.flag}/--no-{entry.flag[2:]}", help=help_text)
-    default = None if narrows else entry.default
+        default = True if narrows else None  # plan: allowed unless --no-...
+        return bool | None, typer.Option(default, f"{entry.flag}/--no-{entry.flag[2:]}", help=help_text)
     if entry.kind is int:
         low, high = entry.bounds
         parser = integer(entry.flag, int(low), int(high))
-        return int, typer.Option(default, entry.flag, parser=parser, help=help_text)
+        return int | None, typer.Option(None, entry.flag, parser=parser, help=help_text)
     if entry.kind is float:
         low, high = entry.bounds
-        return float | None, typer.Option(default, entry.flag, min=low, max=high, help=help_text)
+        return float | None, typer.Option(None, entry.flag, min=low, max=high, help=help_text)
     kind = str if entry.kind == "dtype" else entry.kind
-    optional = entry.optional or default is None
-    return (kind | None if optional else kind), typer.Option(default, entry.flag, help=help_text)
+    return kind | None, typer.Option(None, entry.flag, help=help_text)
 
 
 def run_setting_options(searched: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command one option per run setting, after its own; it receives them as one dict,
+    """Give a command one option per run setting, after its own; it receives those given as one dict,
     ``run_settings`` (by setting name), in place of its parameter of that name."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
@@ -70,7 +69,7 @@ def run_setting_options(searched: bool) -> Callable[[Callable[..., None]], Calla
         @functools.wraps(command)
         def run(**given: object) -> None:
             settings = {entry.name: given.pop(entry.name) for entry in setting_table()}
-            command(**given, run_settings=settings)
+            command(**given, run_settings={name: value for name, value in settings.items() if value is not None})
 
         run.__signature__ = inspect.Signature(own + added)
         run.__annotations__ = {p.name: p.annotation for p in own + added}

@@ -177,14 +177,16 @@ def plan_command(
         check_framework(export)
     spec = _planned_model(model, seq_len, trace, export)
     cl = api.resolve_cluster(cluster, devices)
-    searched = {name: run_settings.pop(name) for name in ("cp_comm_type", "moe_comm_overlap")}
+    searched = {name: run_settings.pop(name, None) for name in ("cp_comm_type", "moe_comm_overlap")}
+    if export is not None:
+        run_settings["framework"] = api.export_framework(export, run_settings.get("framework"))
     space = api.search_space(
         schedules=schedule_list(schedules),
         export=export,
         cp_comm_types=None if searched["cp_comm_type"] is None else (CpCommType(searched["cp_comm_type"]),),
         memory_margin=memory_margin,
         expert_tp=expert_tp_list(expert_tp),
-        moe_comm_overlap=bool(searched["moe_comm_overlap"]),
+        moe_comm_overlap=searched["moe_comm_overlap"] is not False,
         model=spec,
     )
     run_settings["cp_comm_type"] = space.cp_comm_types[0]  # the search tries the others (search/planner.py)
@@ -216,7 +218,7 @@ def _show_plan(
     best = report.plan
     console = make_console()
     if as_json:
-        print_json(best.to_dict())
+        print_json(report.to_dict())
     else:
         _render_report(console, best, report)
     written = plots(plot, lambda folder: api.plot_plan(best, folder)) if plot is not None else []
@@ -238,7 +240,7 @@ def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None
     from nestplan.report.text import render_plan, render_runners_up, render_schedules
 
     render_plan(console, best)
-    render_runners_up(console, report.best, report.runners_up)
+    render_runners_up(console, report.best, report.runners_up, best.trust)
     render_schedules(console, report.best, report.schedule_alternatives())
     s = report.stats
     console.print(

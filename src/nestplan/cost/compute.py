@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nestplan.cost.kernels import Kernels
 from nestplan.cost.ssm import CHUNK_STATE_GEMM, mamba_elementwise_bytes, selective_scan_time, ssd_gemms, ssd_scan_bytes
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Job
@@ -57,18 +58,22 @@ class LayerTime:
     weight_gradient: float = 0.0  # the part of backward that is weight-gradient GEMMs (a zero-bubble W)
 
 
+FUSED = Kernels(1.0, 1.0, eager=False)  # Transformer Engine's kernels: the accelerator's own figures
+
+
 @dataclass(frozen=True)
 class Precision:
-    """What a block computes in: its activations and non-GEMM kernels (``dtype``), its GEMMs
-    (``gemm_dtype``: fp8 under an FP8 recipe) and the FP8 recipe, if any."""
+    """What a block computes in and with: its activations and non-GEMM kernels (``dtype``), its GEMMs
+    (``gemm_dtype``: fp8 under an FP8 recipe), the FP8 recipe, if any, and the framework's kernels."""
 
     dtype: str
     gemm_dtype: str
     fp8_recipe: Fp8Recipe | None = None
+    kernels: Kernels = FUSED
 
     @classmethod
-    def of(cls, job: Job) -> Precision:
-        return cls(job.dtype, job.gemm_dtype, job.settings.fp8_recipe)
+    def of(cls, job: Job, acc: Accelerator) -> Precision:
+        return cls(job.dtype, job.gemm_dtype, job.settings.fp8_recipe, Kernels.of(job.settings, acc))
 
 
 def _gemm_times(acc: Accelerator, gemms: list[Gemm], dtype: str) -> tuple[tuple[float, float], ...]:
@@ -117,21 +122,26 @@ def fp8_cast_bytes(gemms: list[Gemm], dtype_bytes: int, recipe: Fp8Recipe, sp_di
     return forward, backward
 
 
-def _attention_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dtype: str) -> tuple[float, float]:
+def _attention_core(
+    acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dtype: str, kernels: Kernels = FUSED
+) -> tuple[float, float]:
     """(forward, backward) seconds of softmax(Q K^T) V of block ``layer`` on one device: a flash
     kernel computes the causal part of its keys (its sliding window, where it has one:
-    model/layers.py ``attention_core_flops``); eager attention builds and masks the full scores."""
+    model/layers.py ``attention_core_flops``), at the framework's kernel's speed relative to the
+    accelerator's fused one (cost/kernels.py); eager attention builds and masks the full scores."""
     if shard.flash:
         gemms = attention_core_gemms(spec, shard, layer)
         q, k = gemms[0].m, gemms[0].n
         flops = attention_core_flops(spec, shard, layer)
         if acc.attention_efficiency is None:  # no kernel measurement: the GEMM efficiency of its shapes
             fwd = flops / (acc.peak(dtype) * acc.matmul_efficiency_for(q, k, spec.head_dim))
-            return fwd, FLASH_BACKWARD_FLOP_RATIO * fwd
+            return fwd / kernels.attention_forward, FLASH_BACKWARD_FLOP_RATIO * fwd / kernels.attention_backward
         # the kernel's measured efficiency at long sequences, lower where the queries or keys are few
         shape = acc.shape_factor(q, k)
-        fwd = flops / (acc.peak(dtype) * acc.attention_efficiency * shape)
-        bwd = FLASH_BACKWARD_FLOP_RATIO * flops / (acc.peak(dtype) * acc.attention_backward_efficiency * shape)
+        forward_ceiling = acc.attention_efficiency * kernels.attention_forward
+        backward_ceiling = acc.attention_backward_efficiency * kernels.attention_backward
+        fwd = flops / (acc.peak(dtype) * forward_ceiling * shape)
+        bwd = FLASH_BACKWARD_FLOP_RATIO * flops / (acc.peak(dtype) * backward_ceiling * shape)
         return fwd, bwd
     gemms = attention_core_gemms(spec, shard)
     elems = score_elements(spec, shard)
@@ -143,14 +153,16 @@ def _attention_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard,
     return fwd, bwd
 
 
-def _mixer_core(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dtype: str) -> tuple[float, float]:
+def _mixer_core(
+    acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, dtype: str, kernels: Kernels = FUSED
+) -> tuple[float, float]:
     """(forward, backward) seconds of block ``layer``'s mixer core: attention (``_attention_core``), a
     Mamba-2 mixer's SSD scan (its batched products and HBM traffic, cost/ssm.py; backward: the
     products' gradients, the chunk states recomputed, twice the traffic), a Mamba-1 mixer's selective
     scan (cost/ssm.py ``selective_scan_time``), nothing without a mixer."""
     mixer = spec.mixer_of(layer)
     if mixer == "attention":
-        return _attention_core(acc, spec, layer, shard, dtype)
+        return _attention_core(acc, spec, layer, shard, dtype, kernels)
     if mixer == "none":
         return 0.0, 0.0
     if isinstance(spec.mamba, Mamba1Shape):
@@ -233,13 +245,51 @@ def _elementwise_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
     return norms + residual + activation + rotary + permute + mamba
 
 
+# Eager PyTorch kernels, forward, HBM bytes per element beyond the fused kernel's read and write (the
+# backward runs each op's own backward kernels: ELEMENTWISE_BACKWARD_RATIO times as much):
+# - RMSNorm as Hugging Face's LlamaRMSNorm and torch.nn.RMSNorm's composite run it: the input cast to fp32,
+#   squared, averaged, scaled by the reciprocal root, cast back, multiplied by the weight: five kernels over
+#   the whole tensor, three of them in fp32, where a fused kernel reads and writes it once (LayerNorm is
+#   one native kernel: nothing beyond);
+# - a gated activation: act(gate) written and read again before the product with up (one more tensor);
+# - rotary embedding (Hugging Face's apply_rotary_pos_emb): x * cos, rotate_half (a negation and a
+#   concatenation), * sin, and the sum: four more passes over Q and K than the fused kernel's one.
+EAGER_RMSNORM_FP32_PASSES = 3
+EAGER_RMSNORM_PASSES = 2
+EAGER_GATE_PASSES = 2
+EAGER_ROTARY_PASSES = 4
+
+
+def eager_extra_bytes(spec: ModelSpec, layer: int, shard: Shard) -> float:
+    """HBM bytes one block's forward moves beyond ``_elementwise_bytes`` where its norms, activation and
+    rotary embedding run as eager PyTorch kernels (cost/kernels.py EAGER_FRAMEWORKS)."""
+    B, T, t = shard.dtype_bytes, shard.tokens, shard.tp
+    rep = T * spec.hidden_size / shard.sp_div
+    norms = 0.0
+    if spec.norm == "rmsnorm":
+        per_element = EAGER_RMSNORM_FP32_PASSES * 2 * 4 + EAGER_RMSNORM_PASSES * 2 * B - 2 * B
+        norms = spec.block_norms * per_element * rep
+    gate = 0.0
+    if spec.has_ffn(layer) and spec.gated_mlp:
+        ffn = (
+            spec.ffn_hidden_size if not spec.is_moe_layer(layer) else spec.moe_ffn_hidden_size * spec.experts_per_token
+        )
+        gate = EAGER_GATE_PASSES * B * T * ffn / t
+    rotates = spec.mixer_of(layer) == "attention" and not spec.learned_position_embeddings and spec.blocks[layer].rope
+    rotary = 0.0
+    if rotates:
+        rotary = EAGER_ROTARY_PASSES * spec.rotary_fraction * 2 * B * T * (spec.q_channels + spec.kv_channels) / t
+    return norms + gate + rotary
+
+
 def block_time(acc: Accelerator, spec: ModelSpec, layer: int, shard: Shard, precision: Precision) -> LayerTime:
     """A block's GEMMs in ``precision.gemm_dtype`` (with their FP8 casts), attention and elementwise
     kernels in ``precision.dtype``."""
     gemms = block_gemms(spec, layer, shard)
     times = _gemm_times(acc, gemms, precision.gemm_dtype)
-    attn_f, attn_b = _mixer_core(acc, spec, layer, shard, precision.dtype)
-    elem = acc.memory_time(_elementwise_bytes(spec, layer, shard))
+    attn_f, attn_b = _mixer_core(acc, spec, layer, shard, precision.dtype, precision.kernels)
+    eager = eager_extra_bytes(spec, layer, shard) if precision.kernels.eager else 0.0
+    elem = acc.memory_time(_elementwise_bytes(spec, layer, shard) + eager)
     cast_f = cast_b = 0.0
     if precision.fp8_recipe is not None:
         cast = fp8_cast_bytes(gemms, shard.dtype_bytes, precision.fp8_recipe, shard.sp_div)

@@ -150,6 +150,19 @@ def gathered_kv_bytes(model: ModelSpec, shard: L.Shard, cp: int) -> float:
     return cp * comm.local_kv_bytes(model, shard)
 
 
+# NCCL runs a collective as kernels on the SMs, one thread block per channel, up to 32 channels
+# (NCCL_MAX_NCHANNELS, NCCL's environment-variable documentation), about a fifth of an H100's 132 SMs: a
+# layer's compute runs that much slower while a ZeRO 2/3 collective it hides is in flight (FSDP's per-layer
+# all-gathers and reduce-scatters: Zhao et al. 2023, PyTorch FSDP, VLDB, section 7 on overlap).
+COLLECTIVE_SM_SHARE = 0.2
+
+
+def _hidden_cost(collective: float, compute: float) -> float:
+    """Seconds a collective under ``compute`` adds: what compute cannot hide, and the SMs it takes from the
+    part it hides."""
+    return max(0.0, collective - compute) + COLLECTIVE_SM_SHARE * min(collective, compute)
+
+
 def _zero_exposed(
     topo: Topology, zero: ZeroStage, job: Job, groups: Mapping[str, GroupSpan], params: L.ParamCount, t: LayerTime
 ) -> tuple[float, float]:
@@ -161,7 +174,7 @@ def _zero_exposed(
             comm.zero3_layer_time(topo, groups[key], 0.0, n * job.grad_bytes)[1]
             for key, n in (("cp+ep+dp", params.dense), ("cp+dp", params.expert))
         )
-        return 0.0, max(0.0, rs - t.backward)
+        return 0.0, _hidden_cost(rs, t.backward)
     if zero is ZeroStage.PARAMETERS:
         zf, zb = comm.zero3_layer_time(
             topo, groups["cp+ep+dp"], params.dense * job.dtype_bytes, params.dense * job.grad_bytes
@@ -169,7 +182,7 @@ def _zero_exposed(
         ef, eb = comm.zero3_layer_time(
             topo, groups["cp+dp"], params.expert * job.dtype_bytes, params.expert * job.grad_bytes
         )
-        return max(0.0, zf + ef - t.forward), max(0.0, zb + eb - t.backward)
+        return _hidden_cost(zf + ef, t.forward), _hidden_cost(zb + eb, t.backward)
     return 0.0, 0.0
 
 
@@ -292,7 +305,7 @@ class TermCache:
         found = self._compute.get(shard)
         if found is None:
             model, acc, job = self.model, self.cluster.accelerator, self.job
-            precision = Precision.of(job)
+            precision = Precision.of(job, acc)
             ring = ring_length(job, shard.cp)
             blocks = {kind: _block_compute(model, acc, shard, precision, i, ring) for kind, i in self._kinds.items()}
             found = self._compute[shard] = (

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from nestplan.cost.kernels import FRAMEWORK_ATTENTION
 from nestplan.errors import ConfigError, printable
 from nestplan.export.plan import ExportInput
 from nestplan.plan import Plan
+from nestplan.settings import Framework
 from nestplan.strategy.describe import describe
 from nestplan.strategy.placement import (
     REPLICA_MAJOR as REPLICA_MAJOR,
@@ -141,6 +143,24 @@ def prediction_text(plan: Plan) -> str:
         f"step {p.step_time_s:.3f} s, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}, peak memory "
         f"{p.peak_memory_bytes_per_device / GiB:.1f} of {p.memory_capacity_bytes / GiB:.1f} GiB per device"
     )
+
+
+def stack_notes(plan: Plan, runs: Framework) -> list[str]:
+    """Notes for a plan costed for other software than the export launches (``runs``): another framework's
+    kernels and defaults, or an attention kernel other than the one ``runs`` picks (cost/kernels.py)."""
+    settings, out = plan.job.settings, []
+    if settings.framework is not runs:
+        out.append(
+            f"the plan was costed for {settings.framework.value}'s kernels and defaults, and this export runs "
+            f"{runs.value}: plan or evaluate with --framework {runs.value} for its prediction"
+        )
+    kernel = settings.attention_kernel
+    if kernel is not None and kernel is not FRAMEWORK_ATTENTION[runs]:
+        out.append(
+            f"costed with the {kernel.value} attention kernel; {runs.value} picks its own backend "
+            f"({FRAMEWORK_ATTENTION[runs].value} unless its environment selects another)"
+        )
+    return out
 
 
 def header(inp: ExportInput, framework: str, pin: str, notes: Sequence[str], prefix: str = "# ") -> str:

@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export.common import (
+    stack_notes,
     notes,
     refuses,
     sets,
@@ -49,7 +50,7 @@ from nestplan.export.common import (
 from nestplan.export.plan import ExportInput
 from nestplan.job import Job
 from nestplan.strategy.legality import cp_exchange_conflict, saved_activations_distributed
-from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState
+from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState, Framework
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -65,6 +66,8 @@ EXPERT_TP = (None,)  # its MoE layer (deepspeed.moe.layer.MoE) takes ep_size fro
 # What the export does with every run setting (settings.RunSettings) that differs from its default;
 # tests/unit/test_export_settings.py checks each declaration against the export itself
 SETTINGS = {
+    "framework": notes("a plan costed for another framework: the note says so"),
+    "attention_kernel": notes("a kernel other than the framework's: the note names both"),
     "grad_dtype": sets("data_types.grad_accum_dtype"),
     "flash_attention": notes("the attention is the user's model code"),
     "tp_comm_overlap": notes("AutoTP has no overlap of its collectives"),
@@ -425,6 +428,7 @@ def export(inp: ExportInput) -> Export:
     check(p, inp.model.num_heads)
     notes = notes_for(inp)
     text = json.dumps(config(p), indent=2) + "\n"
+    notes = [*notes, *stack_notes(inp.plan, Framework.DEEPSPEED)]
     launch = (
         "#!/usr/bin/env bash\n"
         + sbatch_lines(inp)

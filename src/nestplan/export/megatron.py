@@ -21,6 +21,8 @@ from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.schedules import named as named_schedule
 from nestplan.export import rank_order
 from nestplan.export.common import (
+    notes,
+    stack_notes,
     sets,
     REPLICA_MAJOR,
     STAGE_MAJOR,
@@ -63,7 +65,7 @@ from nestplan.export.megatron_placement import (
 from nestplan.export.megatron_training import framework_flags, training_flags
 from nestplan.export.plan import ExportInput
 from nestplan.job import Job
-from nestplan.settings import CpCommType
+from nestplan.settings import CpCommType, Framework
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -105,6 +107,8 @@ EXPERT_TP = None  # --expert-tensor-parallel-size takes any divisor of tp (paral
 # What the export does with every run setting (settings.RunSettings) that differs from its default;
 # tests/unit/test_export_settings.py checks each declaration against the export itself
 SETTINGS = {
+    "framework": notes("a plan costed for another framework: the note says so"),
+    "attention_kernel": notes("a kernel other than the framework's: the note names both"),
     "grad_dtype": sets("--grad-reduce-in-bf16 / --accumulate-allreduce-grads-in-fp32"),
     "flash_attention": sets("--attention-backend flash | unfused"),
     "tp_comm_overlap": sets("--tp-comm-overlap (with sequence parallelism; noted without)"),
@@ -467,6 +471,7 @@ def export(inp: ExportInput) -> Export:
     notes += hybrid_notes(p) if m.is_hybrid else []
     script = entry_point(m)
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
+    notes = [*notes, *stack_notes(inp.plan, Framework.MEGATRON)]
     text = (
         "#!/usr/bin/env bash\n"
         + sbatch_lines(inp)

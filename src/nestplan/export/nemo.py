@@ -16,6 +16,7 @@ import re
 
 from nestplan.export import megatron
 from nestplan.export.common import (
+    stack_notes,
     notes,
     sets,
     REPLICA_MAJOR,
@@ -31,7 +32,7 @@ from nestplan.export.common import (
 from nestplan.export.plan import ExportInput
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
-from nestplan.settings import CpCommType, Fp8Recipe, OptimizerState
+from nestplan.settings import CpCommType, Fp8Recipe, OptimizerState, Framework
 from nestplan.strategy.enums import Recompute
 from nestplan.strategy.legality import saved_activations_distributed
 
@@ -45,6 +46,8 @@ EXPERT_TP = megatron.EXPERT_TP
 # What the export does with every run setting (settings.RunSettings) that differs from its default;
 # tests/unit/test_export_settings.py checks each declaration against the export itself
 SETTINGS = {
+    "framework": notes("a plan costed for another framework: the note says so"),
+    "attention_kernel": notes("a kernel other than the framework's: the note names both"),
     "grad_dtype": notes("set grad_reduce_in_fp32 in the recipe's mixed_precision"),
     "flash_attention": sets("model.attention_backend"),
     "tp_comm_overlap": sets("comm_overlap, model.tp_comm_overlap"),
@@ -381,6 +384,7 @@ def _zero(plan: Plan, notes: list[str]) -> Items:
 def export(inp: ExportInput) -> Export:
     items, notes = overrides(inp)
     lines = [f"{k}={_value(v)}" for k, v in items]
+    notes = [*notes, *stack_notes(inp.plan, Framework.NEMO)]
     text = (
         "#!/usr/bin/env bash\n"
         + sbatch_lines(inp)

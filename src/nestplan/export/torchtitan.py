@@ -23,6 +23,7 @@ from dataclasses import replace
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.export import rank_order
 from nestplan.export.common import (
+    stack_notes,
     notes,
     sets,
     STAGE_MAJOR,
@@ -52,7 +53,7 @@ from nestplan.export.torchtitan_model import (
 from nestplan.export.torchtitan_split import layers_per_stage_flag, listed_split, stage_weights
 from nestplan.export.torchtitan_split import titan_split as titan_split  # re-exported: the split lives there
 from nestplan.job import Job
-from nestplan.settings import CpCommType, Fp8Recipe, MoeDispatcher, OptimizerState
+from nestplan.settings import CpCommType, Fp8Recipe, MoeDispatcher, OptimizerState, Framework
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -78,6 +79,8 @@ EXPERT_TP = (1,)  # 0.3.0's experts have no tensor parallelism: expert paralleli
 # What the export does with every run setting (settings.RunSettings) that differs from its default;
 # tests/unit/test_export_settings.py checks each declaration against the export itself
 SETTINGS = {
+    "framework": notes("a plan costed for another framework: the note says so"),
+    "attention_kernel": notes("a kernel other than the framework's: the note names both"),
     "grad_dtype": notes("FSDP reduces gradients in float32 (mixed_precision_reduce)"),
     "flash_attention": notes("torchtitan runs its SDPA attention"),
     "tp_comm_overlap": sets("--compile.enable --compile.enable-async-tensor-parallel"),
@@ -445,6 +448,7 @@ def export(inp: ExportInput) -> Export:
     flags, ckpt, notes = all_flags(inp)
     remap = node_order(inp)
     module = config_module(inp, run_model(inp.model), ("--compile.enable", None) in flags)
+    notes = [*notes, *stack_notes(inp.plan, Framework.TORCHTITAN)]
     text = (
         "#!/usr/bin/env bash\n"
         + sbatch_lines(inp)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -15,6 +16,31 @@ from nestplan import units
 from nestplan.catalog import data_file
 from nestplan.errors import ConfigError, UnknownNameError, printable
 from nestplan.inputs import Fields, load_object
+
+
+class Architecture(str, Enum):
+    """An accelerator's generation, which decides the kernels it runs (cost/kernels.py)."""
+
+    VOLTA = "volta"
+    AMPERE = "ampere"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+    OTHER = "other"  # any other (AMD CDNA, TPU): every kernel at the accelerator's own figures
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The profile an accelerator's figures were calibrated with (nestplan.profile): its name, the framework
+    whose runs it was fitted on, and how well it predicts runs it was not fitted on (the leave-one-model-out
+    |error|: median and max, over ``rows`` runs of ``models`` models): the trust band of its predictions."""
+
+    name: str
+    framework: str
+    median_error: float
+    max_error: float
+    rows: int
+    models: int
+
 
 _DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -25,6 +51,7 @@ HBM_GiB_RANGE = (2.0**-10, 2.0**16)  # 1 MiB to 64 TiB per device: the largest H
 HBM_BANDWIDTH_TBps_RANGE = (1e-6, 1e3)  # 1 MB/s to 1 PB/s: a B200 streams 8 TB/s
 EFFICIENCY_RANGE = (1e-3, 1.0)  # matmul and memory efficiency: fractions of peak (the catalog's: 0.8)
 MATMUL_HALF_DIM_RANGE = (1e-3, 2.0**16)  # a GEMM dimension (the catalog's tile quantum: 64)
+ATTENTION_FACTOR_RANGE = (0.05, 4.0)  # a calibrated attention kernel's speed over its published figure
 RESERVED_GiB_RANGE = (0.0, HBM_GiB_RANGE[1])  # and below the device's memory (the catalog's: 2 GiB)
 MAX_NAME_CHARS = 200  # an accelerator's name labels plans and tables
 _STRING_FIELDS = ("source", "name", "notes")
@@ -56,6 +83,10 @@ class Accelerator:
     # None: attention runs at the GEMM efficiency of its shapes
     attention_efficiency: float | None = None
     attention_backward_efficiency: float | None = None
+    architecture: Architecture = Architecture.OTHER
+    # a calibrated multiplier of every attention kernel's speed (nestplan.profile's ``attention`` factor)
+    attention_factor: float = 1.0
+    calibration: Calibration | None = None  # the profile applied, if any
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``."""
@@ -109,6 +140,9 @@ _KNOWN = (
     "fp8_matmul_efficiency",
     "attention_efficiency",
     "attention_backward_efficiency",
+    "architecture",
+    "attention_factor",
+    "calibration",
     *_STRING_FIELDS,
 )
 
@@ -188,6 +222,22 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
         fp8_matmul_efficiency=_optional(f, "fp8_matmul_efficiency"),
         attention_efficiency=_optional(f, "attention_efficiency"),
         attention_backward_efficiency=_optional(f, "attention_backward_efficiency"),
+        architecture=Architecture(f.choice("architecture", [a.value for a in Architecture], Architecture.OTHER.value)),
+        attention_factor=f.number("attention_factor", *ATTENTION_FACTOR_RANGE, default=1.0),
+        calibration=_calibration(f.table("calibration")) if f.has("calibration") else None,
+    )
+
+
+def _calibration(f: Fields) -> Calibration:
+    """The ``calibration`` table an accelerator written with a profile applied carries."""
+    f.refuse_unknown(("name", "framework", "median_error", "max_error", "rows", "models"))
+    return Calibration(
+        name=f.string("name", maximum=MAX_NAME_CHARS),
+        framework=f.string("framework", maximum=MAX_NAME_CHARS),
+        median_error=f.number("median_error", 0.0, 100.0),
+        max_error=f.number("max_error", 0.0, 100.0),
+        rows=f.integer("rows", 10**6, minimum=0),
+        models=f.integer("models", 10**6, minimum=0),
     )
 
 

@@ -116,6 +116,14 @@ class Topology:
     def num_levels(self) -> int:
         return len(self.levels)
 
+    def with_bus_efficiency(self, factor: float) -> "Topology":
+        """Every level's bus efficiency times ``factor`` (at most 1): a calibrated collective efficiency."""
+        if factor == 1.0:
+            return self
+        return replace(
+            self, levels=tuple(replace(lv, bus_efficiency=min(1.0, lv.bus_efficiency * factor)) for lv in self.levels)
+        )
+
     def unit_devices(self, level: int) -> int:
         """Devices in one unit of ``level`` (level 0: one node)."""
         return math.prod(lv.size for lv in self.levels[: level + 1])

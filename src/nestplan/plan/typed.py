@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nestplan.cluster import Cluster, cluster_to_dict
+from nestplan.profile import trust_band
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, printable
 from nestplan.job import Job, check_context
@@ -90,6 +91,12 @@ class Plan:
         return self.dims.num_microbatches(self.job.global_batch_size)
 
     @property
+    def trust(self) -> dict[str, Any]:
+        """The prediction's trust band (nestplan.profile.trust_band): derived, not read back."""
+        acc = self.cluster.accelerator
+        return trust_band(acc.calibration, acc.name, self.job.settings.framework)
+
+    @property
     def level_names(self) -> tuple[str, ...]:
         return tuple(lv.name for lv in self.cluster.topology.levels)
 
@@ -110,6 +117,7 @@ class Plan:
                 "traced_activation_scale": self.model.traced_activation_scale,
             },
             "cluster_definition": cluster_to_dict(self.cluster),
+            "trust": self.trust,
             **({} if order is None else {"device_order": list(order)}),
         }
 

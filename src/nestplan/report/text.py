@@ -6,7 +6,7 @@ their control characters escaped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +19,7 @@ from nestplan.errors import printable
 from nestplan.model.layers import active_params, total_params
 from nestplan.strategy.describe import describe
 from nestplan.plan import Plan, PredictionSummary
+from nestplan.profile import is_tie
 from nestplan.units import GiB
 
 
@@ -86,6 +87,7 @@ def render_plan(console: Console, plan: Plan) -> None:
         f"{p.model_tflops_per_device:.1f} model TFLOP/s per device (MFU {p.mfu:.1%}), "
         f"{p.hardware_tflops_per_device:.1f} hardware TFLOP/s"
     )
+    console.print(f"trust: {escape(str(plan.trust['note']))}; framework {job.settings.framework.value}")
     console.print(_stage_table(p))
     console.print(_step_table(p))
     console.print(_memory_table(p))
@@ -138,17 +140,21 @@ def why_lost(best: Prediction, other: Prediction) -> str:
     return f"{term} +{deltas[term]:.3f} s"
 
 
-def render_runners_up(console: Console, best: Prediction, others: tuple[Prediction, ...]) -> None:
+def render_runners_up(
+    console: Console, best: Prediction, others: tuple[Prediction, ...], band: Mapping[str, object] | None = None
+) -> None:
+    """The runner-ups against the best; one within the best's trust band (``band``) is marked a tie."""
     if not others:
         return
     table = Table(title="runner-up plans")
     for col in ("plan", "step s", "vs best", "why it lost", "memory GiB"):
         table.add_column(col, justify="right" if col != "plan" else "left")
     for pred in others:
+        tie = band is not None and is_tie(pred.step_time_s, best.step_time_s, band)
         table.add_row(
             describe(pred.plan, pred.placement.axis_order, long=True),
             f"{pred.step_time_s:.3f}",
-            f"+{pred.step_time_s / best.step_time_s - 1:.1%}",
+            f"+{pred.step_time_s / best.step_time_s - 1:.1%}" + (" (tie)" if tie else ""),
             why_lost(best, pred),
             _gib(pred.peak_memory_bytes_per_device),
         )
