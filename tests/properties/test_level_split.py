@@ -50,7 +50,10 @@ def drawings(draw: st.DrawFn) -> tuple[Topology, Topology]:
     k = draw(st.integers(0, count - 1))
     size = drawn[k].size
     inner = draw(st.sampled_from([d for d in range(1, size + 1) if size % d == 0]))
-    halves = (replace(drawn[k], name="inner half", size=inner), replace(drawn[k], name="outer half", size=size // inner))
+    halves = (
+        replace(drawn[k], name="inner half", size=inner),
+        replace(drawn[k], name="outer half", size=size // inner),
+    )
     split = drawn[:k] + list(halves) + drawn[k + 1 :]
     return Topology("one", tuple(drawn)), Topology("two", tuple(split))
 
