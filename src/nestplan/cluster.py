@@ -258,15 +258,8 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
         f.string(key, "", blank=True)
     accelerator = _accelerator(f, name)
     topology, order = _network(f, name)
-    host, per_domain = (f.integer(key, MAX_DEVICES) if f.has(key) else None for key in _HOST_KEYS)
-    return Cluster(
-        name=name,
-        accelerator=accelerator,
-        topology=topology,
-        device_order=order,
-        gpus_per_host=host,
-        gpus_per_domain=per_domain,
-    )
+    hosts = {key: f.integer(key, MAX_DEVICES) for key in _HOST_KEYS if f.has(key)}
+    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order, **hosts)
 
 
 # ---------------------------------------------------------------------------
