@@ -30,7 +30,15 @@ Instead of ``[[levels]]`` a file may give exactly one of::
     edges = [[0, 1, 100, 1], [1, 4, 25, 3], ...]   # [u, v, bandwidth_GBps, latency_us]; ids >= devices are switches
     kind = "infiniband"              # or bus_efficiency = ...; optional
 
-Optional top-level ``source`` and ``notes`` strings document the file. Files are read by
+Optional top-level fields::
+
+    gpus_per_host = 4               # GPUs per host (server, compute tray): what launchers and schedulers
+                                    # count; divides the innermost level's size (default: that size)
+    gpus_per_domain = 64            # GPUs a job uses per unit of the innermost level (its NVLink domain)
+                                    # where it does not fill them (default: network.hosts, the most whole
+                                    # hosts per domain that divide the job)
+
+and ``source`` and ``notes`` strings that document the file. Files are read by
 ``nestplan.inputs`` (size, encoding, syntax, nesting, finite numbers, no control
 characters); every field is then checked, and converted to SI, by the network's one reader
 of level and link figures (``nestplan.network._checks``: its ``*_RANGE`` bounds), unknown
@@ -56,9 +64,11 @@ from nestplan.inputs import Fields, load_object
 from nestplan.network._checks import FILE_UNITS, MAX_NAME_CHARS, read_level
 from nestplan.network.builders import hierarchical, read_torus
 from nestplan.network.graph import read_graph
-from nestplan.network.topology import MAX_LEVELS, Level, Topology
+from nestplan.network.hosts import check_hosts, take
+from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Level, Topology
 
-_TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes")
+_TOP_KEYS = ("name", "accelerator", "gpus_per_host", "gpus_per_domain", "levels", "torus", "graph", "source", "notes")
+_HOST_KEYS = ("gpus_per_host", "gpus_per_domain")
 _NETWORK_KEYS = ("levels", "torus", "graph")
 _SUFFIXES = (".toml", ".json")
 
@@ -70,19 +80,35 @@ class Cluster:
     device_order: for clusters built from a graph, ``device_order[rank]`` is the
         graph's device id of each rank (see ``GraphTopology``); None means the
         identity (ranks are the devices in file order).
+    gpus_per_host: devices per host (what launchers and schedulers count, ``host_devices``); None: the
+        innermost level's size. A host lies inside one unit of the innermost level (network.hosts).
+    gpus_per_domain: devices a job uses per unit of the innermost level where it does not fill them
+        (``truncate``); None: network.hosts's default.
     """
 
     name: str
     accelerator: Accelerator
     topology: Topology
     device_order: tuple[int, ...] | None = None
+    gpus_per_host: int | None = None
+    gpus_per_domain: int | None = None
+
+    def __post_init__(self) -> None:
+        check_hosts(self.topology, self.gpus_per_host, self.gpus_per_domain)
 
     @property
     def devices(self) -> int:
         return self.topology.devices
 
+    @property
+    def host_devices(self) -> int:
+        """Devices per host: ``--nproc-per-node`` of a launch script."""
+        return self.topology.levels[0].size if self.gpus_per_host is None else self.gpus_per_host
+
     def truncate(self, devices: int) -> "Cluster":
-        """The first ``devices`` ranks (``Topology.truncate`` explains which counts are valid)."""
+        """The devices a job of ``devices`` takes: whole hosts, equally many in each unit of the innermost
+        level it uses, the first units and the first hosts of each (``network.hosts.take`` says which
+        counts are valid and names the nearest valid ones)."""
         try:
             if isinstance(devices, bool):
                 raise TypeError
@@ -94,8 +120,14 @@ class Cluster:
                 value=devices,
                 limit=f"1..{self.devices}",
             ) from None
-        order = None if self.device_order is None else self.device_order[:devices]
-        return replace(self, topology=self.topology.truncate(devices), device_order=order)
+        topology, per_domain = take(self.topology, devices, self.host_devices, self.gpus_per_domain)
+        domain = self.topology.levels[0].size
+        order = None
+        if self.device_order is not None:
+            used = range(devices // per_domain)
+            order = tuple(self.device_order[u * domain + i] for u in used for i in range(per_domain))
+        host = None if self.gpus_per_host is None else min(self.gpus_per_host, devices)
+        return replace(self, topology=topology, device_order=order, gpus_per_host=host, gpus_per_domain=None)
 
 
 # ---------------------------------------------------------------------------
@@ -226,7 +258,8 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
         f.string(key, "", blank=True)
     accelerator = _accelerator(f, name)
     topology, order = _network(f, name)
-    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order)
+    hosts = {key: f.integer(key, MAX_DEVICES) for key in _HOST_KEYS if f.has(key)}
+    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order, **hosts)
 
 
 # ---------------------------------------------------------------------------
@@ -290,8 +323,10 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     they are after ``--devices``: a torus or a graph as the levels derived from it), so that
     ``cluster_from_dict(cluster_to_dict(c))`` has the topology and the accelerator of ``c``
     (``== c`` where ``c`` was not derived from a graph: ``device_order`` is not written)."""
+    hosts = {key: getattr(cluster, key) for key in _HOST_KEYS if getattr(cluster, key) is not None}
     return {
         "name": cluster.name,
         "accelerator": _accelerator_table(cluster.accelerator),
+        **hosts,
         "levels": [_level_table(level) for level in cluster.topology.levels],
     }

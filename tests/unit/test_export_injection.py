@@ -311,9 +311,9 @@ def test_hostile_embedded_definitions(field, text, plan_on_file_cluster, capsys,
 
 
 def _hostile_network(plan: Plan, text: str) -> Cluster:
-    """The plan's cluster renamed ``text``, on nodes of 4 whose middle level is named ``text``."""
+    """The plan's cluster renamed ``text``, on nodes (and hosts) of 4 whose middle level is named ``text``."""
     levels = (Level("node", 4, 450e9, 1e-6), Level(text, 2, 50e9, 3e-6), Level("spine", 2, 25e9, 5e-6))
-    return dataclasses.replace(plan.cluster, name=text, topology=Topology(text, levels))
+    return dataclasses.replace(plan.cluster, name=text, topology=Topology(text, levels), gpus_per_host=4)
 
 
 @pytest.mark.parametrize("text", HOSTILE)

@@ -253,8 +253,9 @@ def test_deepep_sends_a_token_once_per_node_node_limited_routing_bounds_them() -
     inside one node nothing changes."""
     v3 = api.resolve_model("deepseek-v3")
     assert (v3.routing_groups, v3.routing_groups_per_token, v3.experts_per_token) == (8, 4, 8)
-    assert comm.remote_units(v3, (8, 8)) == 4 and comm.remote_units(v3, (8, 1)) == 1
-    assert comm.remote_units(api.resolve_model("mixtral-8x7b"), (8, 4)) == 2  # top-2, no groups
+    topo = H100.topology
+    assert comm.remote_units(v3, topo, (8, 8)) == 4 and comm.remote_units(v3, topo, (8, 1)) == 1
+    assert comm.remote_units(api.resolve_model("mixtral-8x7b"), topo, (8, 4)) == 2  # top-2, no groups
     shard = Shard(tp=1, ep=64, seq_len=4096)
     every = comm.expert_all_to_alls(H100.topology, v3, 10, shard, _span(64))
     per_node = comm.expert_all_to_alls(H100.topology, v3, 10, shard, _span(64), per_node=True)

@@ -23,10 +23,13 @@ def resolve_model(model: str | ModelSpec) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
 
 
-def resolve_cluster(cluster: str | Cluster, devices: int | None = None) -> Cluster:
-    if isinstance(cluster, Cluster):
-        return cluster if devices is None else cluster.truncate(devices)
-    return load_cluster(cluster, devices)
+def resolve_cluster(cluster: str | Cluster, devices: int | None = None, gpus_per_domain: int | None = None) -> Cluster:
+    """The cluster by name, path or as given; ``gpus_per_domain`` replaces its GPUs used per unit of the
+    innermost level (``Cluster.gpus_per_domain``), then ``devices`` takes that many (``Cluster.truncate``)."""
+    whole = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
+    if gpus_per_domain is not None:
+        whole = replace(whole, gpus_per_domain=gpus_per_domain)
+    return whole if devices is None else whole.truncate(devices)
 
 
 def framework_settings(

@@ -86,6 +86,13 @@ FP8 = typer.Option(False, "--fp8", help="FP8 GEMMs in the transformer blocks (Tr
 MODEL = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json")
 CLUSTER = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file")
 DEVICES = typer.Option(None, "--devices", parser=DEVICES_PARSER, help="use the first N devices")
+GPUS_PER_DOMAIN = typer.Option(
+    None,
+    "--gpus-per-domain",
+    parser=integer("--gpus-per-domain", 1, MAX_DEVICES),
+    help="GPUs used per unit of the cluster's innermost level (NVLink domain) where the job does not fill them, "
+    "whole hosts (default: the cluster file's, else the most whole hosts per domain that divide the job)",
+)
 GLOBAL_BATCH = typer.Option(
     DEFAULT_GLOBAL_BATCH, "--global-batch-size", parser=GLOBAL_BATCH_PARSER, help="sequences per step"
 )

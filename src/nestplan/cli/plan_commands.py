@@ -67,6 +67,7 @@ def evaluate(
     model: str = opt.MODEL,
     cluster: str = opt.CLUSTER,
     devices: int | None = opt.DEVICES,
+    gpus_per_domain: int | None = opt.GPUS_PER_DOMAIN,
     tp: int = opt.degree("--tp"),
     pp: int = opt.degree("--pp"),
     dp: int = opt.degree("--dp", "data-parallel replicas, not counting ep (Megatron-LM's count is converted)"),
@@ -111,7 +112,7 @@ def evaluate(
         layers_per_stage=parse_layers(layers_per_stage),
     )
     plan, note = _from_megatron_dp(plan, devices)
-    full = api.resolve_cluster(cluster)
+    full = api.resolve_cluster(cluster, gpus_per_domain=gpus_per_domain)
     job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
     result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=parse_axis_order(axis_order))
     if note:
@@ -152,6 +153,7 @@ def plan_command(
     model: str = opt.MODEL,
     cluster: str = opt.CLUSTER,
     devices: int | None = opt.DEVICES,
+    gpus_per_domain: int | None = opt.GPUS_PER_DOMAIN,
     global_batch_size: int = opt.GLOBAL_BATCH,
     seq_len: int | None = opt.SEQ_LEN,
     dtype: str | None = opt.DTYPE,
@@ -176,7 +178,7 @@ def plan_command(
 
         check_framework(export)
     spec = _planned_model(model, seq_len, trace, export)
-    cl = api.resolve_cluster(cluster, devices)
+    cl = api.resolve_cluster(cluster, devices, gpus_per_domain)
     searched = {name: run_settings.pop(name, None) for name in ("cp_comm_type", "moe_comm_overlap")}
     if export is not None:
         run_settings["framework"] = api.export_framework(export, run_settings.get("framework"))

@@ -293,7 +293,7 @@ def expert_all_to_alls(
     if not spec.is_moe_layer(layer) or experts.size <= 1:
         return 0.0, 0.0
     routed = shard.dtype_bytes * shard.tokens * spec.experts_per_token * spec.hidden_size / shard.tp * shard.capacity
-    outer = remote_units(spec, experts.fanout) / spec.experts_per_token if per_node else 1.0
+    outer = remote_units(spec, topo, experts.fanout) / spec.experts_per_token if per_node else 1.0
     both = 2 * coll.all_to_all(topo, experts.fanout, routed, outer)  # dispatch + combine
     if hidden_under is None:
         return both, both
@@ -301,13 +301,13 @@ def expert_all_to_alls(
     return max(0.0, both - backward_compute), max(0.0, both - forward_compute)
 
 
-def remote_units(spec: ModelSpec, fanout: Sequence[int]) -> int:
-    """The most lowest-level units (nodes, NVLink domains) of the expert group one token's top-k copies
-    reach: at most k, at most the units, and with node-limited routing (DeepSeek-V2/V3 ``n_group`` /
-    ``topk_group``; DeepSeek-V3 report, arXiv 2412.19437, section 2.1.2: "each token will be sent to at
-    most M nodes") at most the chosen groups' units (experts laid out in order, a group spanning
-    ceil(units / groups) of them)."""
-    units = math.prod(fanout[1:])
+def remote_units(spec: ModelSpec, topo: Topology, fanout: Sequence[int]) -> int:
+    """The most lowest-level units (nodes, NVLink domains: the innermost network, however many levels
+    draw it, ``coll.per_network``) of the expert group one token's top-k copies reach: at most k, at most
+    the units, and with node-limited routing (DeepSeek-V2/V3 ``n_group`` / ``topk_group``; DeepSeek-V3
+    report, arXiv 2412.19437, section 2.1.2: "each token will be sent to at most M nodes") at most the
+    chosen groups' units (experts laid out in order, a group spanning ceil(units / groups) of them)."""
+    units = math.prod(coll.per_network(topo, fanout)[1][1:])
     bound = min(spec.experts_per_token, units)
     if spec.routing_groups > 1:
         bound = min(bound, spec.routing_groups_per_token * -(-units // spec.routing_groups))

@@ -185,13 +185,15 @@ def header(inp: ExportInput, framework: str, pin: str, notes: Sequence[str], pre
 
 
 def node_order_text(inp: ExportInput) -> str:
-    """Which consecutive nodes share each outer level, as nestplan's placement assumes."""
+    """Which consecutive nodes share each level (an NVL72 rack of several nodes included), as nestplan's
+    placement assumes."""
     parts = []
-    for name, unit in zip(inp.level_names[1:], inp.level_unit_devices[1:]):
+    for name, unit in zip(inp.level_names, inp.level_unit_devices):
         nodes = unit // inp.devices_per_node
         if nodes > 1 and unit < inp.plan.devices_used:
             parts.append(f"each {nodes} consecutive nodes share a {name}")
-    return "; ".join(parts) or "one level-1 unit holds all nodes"
+    spanning = consecutive_span_level(inp.plan.devices_used, inp.level_unit_devices)
+    return "; ".join(parts + [f"one {inp.level_names[spanning]} holds them all"])
 
 
 def rank_order_note(framework: str, inp: ExportInput, used: Sequence[str]) -> str | None:
@@ -279,8 +281,13 @@ def torchrun_prologue(inp: ExportInput, port: int = 29500) -> str:
 
 
 def sbatch_lines(inp: ExportInput) -> str:
-    """SLURM's directives (comment lines to bash, read by sbatch)."""
-    options = (f"--nodes={inp.nodes}", "--ntasks-per-node=1", f"--gpus-per-node={inp.devices_per_node}", "--exclusive")
+    """SLURM's directives (comment lines to bash, read by sbatch). Where an NVLink domain holds several
+    nodes (GB200 NVL72: 18 trays of 4 GPUs), ``--segment`` asks Slurm's block topology for the nodes in
+    blocks of the costed nodes per domain, each block inside one domain (the number NVIDIA's GB200
+    launcher passes, dgxc-benchmarking cli/llmb-run job_launcher.py ``_compute_segment_size``)."""
+    options = [f"--nodes={inp.nodes}", "--ntasks-per-node=1", f"--gpus-per-node={inp.devices_per_node}", "--exclusive"]
+    if inp.level_unit_devices[0] > inp.devices_per_node:
+        options.append(f"--segment={inp.nodes_per_domain}")
     return "".join(f"#SBATCH {comment_text(option)}\n" for option in options)
 
 

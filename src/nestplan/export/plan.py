@@ -35,8 +35,15 @@ class ExportInput:
 
     @property
     def devices_per_node(self) -> int:
-        return self.level_unit_devices[0]
+        """GPUs per node as launchers count them: the cluster's hosts (``Cluster.host_devices``; 4 on GB200
+        NVL72, whose NVLink domain, the innermost level, is a rack of 18 such hosts), not the innermost level."""
+        return self.plan.cluster.host_devices
 
     @property
     def nodes(self) -> int:
         return -(-self.plan.devices_used // self.devices_per_node)
+
+    @property
+    def nodes_per_domain(self) -> int:
+        """Nodes of one unit of the innermost level (an NVLink domain) the plan uses, at most its nodes."""
+        return min(self.level_unit_devices[0] // self.devices_per_node, self.nodes)

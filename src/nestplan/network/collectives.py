@@ -17,6 +17,14 @@ Infinity Fabric) gives bw_i = min(bandwidth, (g[i] - 1) * link) instead
 their own link at once, which moves the ring's (g - 1) / g of the data per member in
 the time of one share on one link, so its busbw is (g[i] - 1) links' worth; a
 point-to-point transfer gets one link.
+
+Adjacent levels with equal links (``Level.links``: an 8-GPU NVLink node drawn as two
+levels of 4) are one network drawn in two steps: every collective costs its group on
+the topology with one level per network (``Topology.one_level_per_network``), so that
+no cost depends on how a network is drawn. Drawn as two levels, the all-to-all's inner
+level would carry only the traffic staying in its half while the outer one carried the
+rest at the same time, as if they were two sets of links (Mixtral's expert all-to-all
+fell 44% that way), and the ring's latency would count 3 + 1 steps instead of 7.
 """
 
 from __future__ import annotations
@@ -27,8 +35,22 @@ from typing import Sequence
 from nestplan.network.topology import Topology
 
 
+def per_network(topo: Topology, fanout: Sequence[int]) -> tuple[Topology, Sequence[int]]:
+    """``topo`` with one level per network and the group's fan-out on it: members per unit of the merged
+    levels, the product of the fan-outs of the levels each merges (``Topology.one_level_per_network``)."""
+    merged = topo.one_level_per_network
+    if merged is None:
+        return topo, fanout
+    bounds, joined = merged
+    return joined, tuple(math.prod(fanout[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
 def bus_bandwidth(topo: Topology, fanout: Sequence[int]) -> float:
     """Achievable bus bandwidth (B/s) of a ring over the group; inf for a single member."""
+    return _bus_bandwidth(*per_network(topo, fanout))
+
+
+def _bus_bandwidth(topo: Topology, fanout: Sequence[int]) -> float:
     span = topo.span_level(fanout)
     best = math.inf
     inner_members = 1
@@ -49,7 +71,8 @@ def all_reduce(topo: Topology, fanout: Sequence[int], nbytes: float) -> float:
     n = math.prod(fanout)
     if n <= 1 or nbytes <= 0:
         return 0.0
-    transfer = 2.0 * (n - 1) / n * nbytes / bus_bandwidth(topo, fanout)
+    topo, fanout = per_network(topo, fanout)
+    transfer = 2.0 * (n - 1) / n * nbytes / _bus_bandwidth(topo, fanout)
     return transfer + 2.0 * _ring_latency(topo, fanout)
 
 
@@ -58,7 +81,8 @@ def reduce_scatter(topo: Topology, fanout: Sequence[int], nbytes: float) -> floa
     n = math.prod(fanout)
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return (n - 1) / n * nbytes / bus_bandwidth(topo, fanout) + _ring_latency(topo, fanout)
+    topo, fanout = per_network(topo, fanout)
+    return (n - 1) / n * nbytes / _bus_bandwidth(topo, fanout) + _ring_latency(topo, fanout)
 
 
 def all_gather(topo: Topology, fanout: Sequence[int], nbytes: float) -> float:
@@ -81,6 +105,7 @@ def all_to_all(topo: Topology, fanout: Sequence[int], nbytes: float, outer_scale
     n = math.prod(fanout)
     if n <= 1 or nbytes <= 0:
         return 0.0
+    topo, fanout = per_network(topo, fanout)
     slowest = 0.0
     inner = 1
     for i, (level, g) in enumerate(zip(topo.levels, fanout)):
@@ -93,7 +118,8 @@ def all_to_all(topo: Topology, fanout: Sequence[int], nbytes: float, outer_scale
 
 def send_recv(topo: Topology, level: int, nbytes: float) -> float:
     """Seconds for a point-to-point transfer of ``nbytes`` between devices whose lowest common level is ``level``
-    (over one link of a full mesh)."""
+    (over one link of a full mesh); levels merged by ``per_network`` have the same links, so ``level`` as
+    drawn gives the same figures."""
     if nbytes <= 0:
         return 0.0
     lv = topo.levels[level]

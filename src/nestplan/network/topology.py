@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Iterable, Sequence
 
 from nestplan.errors import ConfigError
@@ -55,6 +56,12 @@ class Level:
             self._refuse(
                 "mesh_link_Bps", self.mesh_link_Bps, f"None or a number in (0, bandwidth_Bps = {self.bandwidth_Bps:g}]"
             )
+
+    @property
+    def links(self) -> tuple[float, float, float, float, float | None]:
+        """Every figure of the level's links (its name and size aside): two adjacent levels with equal
+        links are one network drawn in two steps (``Topology.one_level_per_network``)."""
+        return self.bandwidth_Bps, self.latency_s, self.oversubscription, self.bus_efficiency, self.mesh_link_Bps
 
     def _refuse(self, field: str, value: float, allowed: str) -> None:
         raise ConfigError(
@@ -123,6 +130,25 @@ class Topology:
         return replace(
             self, levels=tuple(replace(lv, bus_efficiency=min(1.0, lv.bus_efficiency * factor)) for lv in self.levels)
         )
+
+    @cached_property
+    def one_level_per_network(self) -> tuple[tuple[int, ...], "Topology"] | None:
+        """Where adjacent levels have equal links (``Level.links``: an 8-GPU NVLink node drawn as two
+        levels of 4, a non-blocking fabric drawn as leaf and spine of equal figures), the same hardware as
+        one level each: (the first level of each merged run, and the last index + 1, i.e. the runs'
+        bounds; the topology of the merged levels, each ``size`` the product of its run's). None where
+        every level differs from the one below (every catalog cluster), so that callers keep the levels
+        as drawn. The collectives cost groups on the merged levels, so that a cost does not depend on
+        how a network is drawn (issue 27)."""
+        bounds = [0] + [i for i in range(1, self.num_levels) if self.levels[i].links != self.levels[i - 1].links]
+        if len(bounds) == self.num_levels:
+            return None
+        bounds.append(self.num_levels)
+        merged = tuple(
+            replace(self.levels[a], size=math.prod(lv.size for lv in self.levels[a:b]))
+            for a, b in zip(bounds, bounds[1:])
+        )
+        return tuple(bounds), Topology(self.name, merged)
 
     def unit_devices(self, level: int) -> int:
         """Devices in one unit of ``level`` (level 0: one node)."""
