@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the
     from nestplan.export.common import Export
     from nestplan.model.trace import TraceResult
     from nestplan.sweep.run import SweepSummary
-    from nestplan.validate import RowResult
+    from nestplan.validate import Miss, RowResult
 
 
 MAX_WORKERS = 1024  # local worker processes of a sweep
@@ -76,10 +76,19 @@ def load_plan(path: str | Path, *, model: str | ModelSpec | None = None, cluster
 
 
 def validate(runs: str | Path) -> list[RowResult]:
-    """Every measured run of a runs file predicted as it ran (``nestplan.validate``)."""
+    """Every measured run of a runs file predicted as it ran (``nestplan.validate``); the files its rows
+    name are read relative to the runs file."""
     from nestplan.validate import validate as validate_runs
 
     return validate_runs(runs)
+
+
+def validation_misses(results: list[RowResult], tolerance_pct: float) -> list[Miss]:
+    """The rows of :func:`validate`'s ``results`` that miss a tolerance of ``tolerance_pct`` percent: a step
+    time or memory error beyond it, a run predicted not to fit, or a row not evaluated."""
+    from nestplan.validate import misses
+
+    return misses(results, tolerance_pct)
 
 
 def export_plan(plan: Plan, framework: str, out_dir: str | Path) -> tuple[list[Path], Export]:
