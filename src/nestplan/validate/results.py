@@ -177,7 +177,11 @@ class Miss:
 def check_tolerance(tolerance_pct: float) -> float:
     """``tolerance_pct`` itself, refused in one line outside TOLERANCE_RANGE_PCT (above 0, at most 1000)."""
     low, high = TOLERANCE_RANGE_PCT
-    if isinstance(tolerance_pct, bool) or not isinstance(tolerance_pct, (int, float)) or not low < tolerance_pct <= high:
+    if (
+        isinstance(tolerance_pct, bool)
+        or not isinstance(tolerance_pct, (int, float))
+        or not low < tolerance_pct <= high
+    ):
         raise ConfigError(
             f"--tolerance must be a percentage in ({low:g}, {high:g}], got {tolerance_pct!r}",
             field="tolerance",

@@ -85,8 +85,7 @@ class Sources:
         path = self.folder / user_path(text)
         if not is_file(path):
             raise ConfigError(
-                f"{what} '{printable(text)}' not found (read relative to the runs file: "
-                f"'{printable(str(path))}')",
+                f"{what} '{printable(text)}' not found (read relative to the runs file: '{printable(str(path))}')",
                 field=what.split()[0],
                 value=printable(text),
                 limit="an existing file",
