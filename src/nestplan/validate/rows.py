@@ -27,10 +27,11 @@ from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.validate.published import Measured, read_published
 
-# the work one call evaluates, refused up front beyond these: a row evaluates in about 10-20 ms plus about
-# 0.2-0.5 ms per pipeline chunk it simulates (pp x vp; measured on one core with 1,024 layers, 16,384 GPUs
-# and 2^20 sequences per step), so a file at both bounds takes a few minutes, never hours
-MAX_RUNS = 10_000  # rows of one runs file
+# the work one call evaluates, refused up front beyond these (measured on one core: a row evaluates in 15-20 ms
+# plus about 0.45 ms per pipeline chunk it simulates, pp x vp, at 1,024 layers, 16,384 GPUs and 2^20 sequences
+# per step; a row's model, read from its own config, holds up to ~140 kB): a file at both bounds evaluates in
+# about two and a half minutes and ~0.6 GB, never hours
+MAX_RUNS = 4096  # rows of one runs file (the published files have 22-88)
 MAX_CHUNKS = 2**17  # pipeline chunks (pp x vp) summed over the rows
 MAX_DEGREE = 2**20  # any parallel degree, GPU count or batch (the cluster bound)
 DEFAULT_FP8_RECIPE = Fp8Recipe.DELAYED  # Transformer Engine's recipe when none is given (DelayedScaling)
