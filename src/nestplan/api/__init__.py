@@ -10,7 +10,7 @@ What the library offers, by module (every name below is importable as ``nestplan
 - the search (``planning``): ``plan``, its ``PlanReport`` and ``ScheduleAlternative``, ``MAX_TOP``;
 - baseline planners (``comparison``): ``CompareCase``, ``Comparison``, ``compare``, ``paper_cases``;
 - the tools (``tools``): ``sweep``, ``sweep_report``, ``MAX_WORKERS``, ``load_plan``, ``validate``,
-  ``export_plan``, ``trace``, ``calibrate``, ``nest_solve``, ``nest_explain``.
+  ``validation_misses``, ``export_plan``, ``trace``, ``calibrate``, ``nest_solve``, ``nest_explain``.
 
 The CLI calls each as ``api.<name>`` at call time, so that a test replacing one here reaches it.
 """
@@ -36,6 +36,7 @@ from nestplan.api.tools import (
     MAX_WORKERS,
     calibrate,
     calibrate_runs,
+    cross_validate,
     export_plan,
     load_plan,
     nest_explain,
@@ -44,6 +45,7 @@ from nestplan.api.tools import (
     sweep_report,
     trace,
     validate,
+    validation_misses,
 )
 from nestplan.job import make_job
 
@@ -60,6 +62,7 @@ __all__ = [
     "ScheduleAlternative",
     "calibrate",
     "calibrate_runs",
+    "cross_validate",
     "catalog_entries",
     "catalog_names",
     "check_exportable",
@@ -86,4 +89,5 @@ __all__ = [
     "sweep_report",
     "trace",
     "validate",
+    "validation_misses",
 ]

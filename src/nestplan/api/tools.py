@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the
     from nestplan.model.trace import TraceResult
     from nestplan.sweep.run import SweepSummary
     from nestplan.calibrate import CalibrationResult
-    from nestplan.validate import RowResult
+    from nestplan.validate import Miss, RowResult
 
 
 MAX_WORKERS = 1024  # local worker processes of a sweep
@@ -80,10 +80,27 @@ def load_plan(path: str | Path, *, model: str | ModelSpec | None = None, cluster
 
 def validate(runs: str | Path, profile: ProfileChoice = NO_PROFILE) -> list[RowResult]:
     """Every measured run of a runs file predicted as it ran (``nestplan.validate``), from the published
-    figures unless ``profile`` calibrates the rows of its accelerator and framework."""
+    figures unless ``profile`` calibrates the rows of its accelerator and framework; the files its rows
+    name are read relative to the runs file."""
     from nestplan.validate import validate as validate_runs
 
     return validate_runs(runs, profile=profile)
+
+
+def cross_validate(results: Sequence[RowResult]) -> list[tuple[str, str, CalibrationResult | str]]:
+    """Per (accelerator, framework) of validate's evaluated rows: the profile ``nestplan calibrate`` fits on
+    them with its leave-one-model-out error, or why none could be fitted (too few rows or models)."""
+    from nestplan.calibrate import calibrate, evaluable
+
+    runs = evaluable(results)
+    pairs = sorted({(r.cluster.accelerator.name, r.job.settings.framework) for r in runs}, key=str)
+    out: list[tuple[str, str, CalibrationResult | str]] = []
+    for acc, fw in pairs:
+        try:
+            out.append((acc, fw.value, calibrate(runs, accelerator=acc, framework=fw)))
+        except ConfigError as err:
+            out.append((acc, fw.value, str(err)))
+    return out
 
 
 def calibrate_runs(
@@ -105,6 +122,14 @@ def calibrate_runs(
     p = result.profile
     source = f"nestplan calibrate {Path(runs).name}: its {p.rows} runs of {p.framework.value} on {p.accelerator}"
     return replace(result, profile=replace(p, source=source))
+
+
+def validation_misses(results: list[RowResult], tolerance_pct: float) -> list[Miss]:
+    """The rows of :func:`validate`'s ``results`` that miss a tolerance of ``tolerance_pct`` percent: a step
+    time or memory error beyond it, a run predicted not to fit, or a row not evaluated."""
+    from nestplan.validate import misses
+
+    return misses(results, tolerance_pct)
 
 
 def export_plan(plan: Plan, framework: str, out_dir: str | Path) -> tuple[list[Path], Export]:

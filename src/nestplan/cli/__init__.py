@@ -1,7 +1,8 @@
 """The ``nestplan`` command line: a thin typer shell over :mod:`nestplan.api`.
 
-Exit codes: 0 done; 2 bad input, one line on stderr naming the option or field, the value and
-what is allowed; 3 the job fits nowhere, one line. Integer options take plain decimal digits
+Exit codes: 0 done; 1 a check failed (`validate --tolerance`: a run missed it); 2 bad input, one
+line on stderr naming the option or field, the value and what is allowed; 3 the job fits nowhere,
+one line. Integer options take plain decimal digits
 within the bounds of cli/parse.py. Output paths are checked before any work, and a file nestplan
 writes itself appears whole or not at all. Text from the input is printed with its control
 characters escaped, and on a pipe rich output never wraps.

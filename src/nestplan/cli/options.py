@@ -78,6 +78,12 @@ def run_setting_options(searched: bool) -> Callable[[Callable[..., None]], Calla
     return decorate
 
 
+PROFILE = typer.Option(
+    None,
+    "--profile",
+    help="calibration profile (nestplan calibrate's TOML); default: the catalog's for the accelerator and "
+    "framework, if any; 'none': the published figures",
+)
 REPORT = typer.Option(None, "--report", help="write a self-contained HTML report to this file")
 FP8 = typer.Option(False, "--fp8", help="FP8 GEMMs in the transformer blocks (Transformer Engine), the rest in --dtype")
 

@@ -90,6 +90,7 @@ def evaluate(
     as_json: bool = opt.JSON,
     plot: Path | None = opt.PLOT,
     report: Path | None = opt.REPORT,
+    profile: str | None = opt.PROFILE,
     run_settings: dict[str, object] | None = None,
 ) -> None:
     """Predict step time, its breakdown and memory per device of one plan. A plan that does not fit
@@ -114,7 +115,9 @@ def evaluate(
     plan, note = _from_megatron_dp(plan, devices)
     full = api.resolve_cluster(cluster, gpus_per_domain=gpus_per_domain)
     job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
-    result = api.evaluate_full(spec, full, plan, job, devices=devices, axis_order=parse_axis_order(axis_order))
+    result = api.evaluate_full(
+        spec, full, plan, job, devices=devices, axis_order=parse_axis_order(axis_order), profile=profile
+    )
     if note:
         say(note)
     _show_evaluation(result, as_json, plot, report)
@@ -169,6 +172,7 @@ def plan_command(
     memory_margin: float = opt.MEMORY_MARGIN,
     trace: bool = opt.TRACE,
     report_path: Path | None = opt.REPORT,
+    profile: str | None = opt.PROFILE,
     run_settings: dict[str, object] | None = None,
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
@@ -194,7 +198,7 @@ def plan_command(
     run_settings["cp_comm_type"] = space.cp_comm_types[0]  # the search tries the others (search/planner.py)
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
     with progress() as advance:
-        report = api.plan(spec, cl, job, top=top, progress=advance, space=space)
+        report = api.plan(spec, cl, job, top=top, progress=advance, space=space, profile=profile)
     _show_plan(report, as_json, plot, export, out, report_path)
 
 

@@ -11,7 +11,7 @@ import typer
 from nestplan import api
 from nestplan.cli.app import app
 from nestplan.cli.output import print_trace, check_output, make_console, output, print_json, progress, replacing
-from nestplan.cli.parse import SEQ_LEN, integer
+from nestplan.cli.parse import SEQ_LEN, fraction, integer
 from nestplan.errors import ConfigError, printable
 
 
@@ -86,21 +86,51 @@ def nest_solve_command(
         stream.write("".join(printable(line) + "\n" for line in lines))
 
 
+def _tolerance(value: object) -> float:
+    """--tolerance: a percentage, its range checked before any row is evaluated."""
+    from nestplan.validate import check_tolerance
+
+    return check_tolerance(fraction("--tolerance")(value))
+
+
 @app.command()
 def validate(
     runs: Path = typer.Argument(..., help='runs file: measured runs as JSON (docs/formats.md, "Runs file")'),
     as_json: bool = typer.Option(False, "--json", help="print the rows and summaries as JSON"),
+    tolerance: float | None = typer.Option(
+        None,
+        "--tolerance",
+        parser=_tolerance,
+        metavar="PCT",
+        help="a percentage (10 = 10%): exit 1 when any row's step time or memory error is beyond it, a row "
+        "that ran is predicted not to fit, or a row is not evaluated",
+    ),
+    profile: str | None = typer.Option(
+        None, "--profile", help="a calibration profile for the rows of its accelerator and framework (default none)"
+    ),
+    cross_validate: bool = typer.Option(
+        True,
+        "--cross-validate/--no-cross-validate",
+        help="also fit a profile per accelerator and framework (nestplan calibrate) and print its "
+        "leave-one-model-out error",
+    ),
 ) -> None:
     """Predict every measured run of a runs file as it ran and print the error of each, with the
     median and largest per precision, model and tp degree. A row that cannot be evaluated is
-    reported in one line; the others still are."""
+    reported in one line; the others still are. Files a row names are read relative to the runs file."""
+    from nestplan.report.calibration import cross_validation_dict, render_cross_validation
     from nestplan.report.validation import render_validation, validation_dict
 
-    results = api.validate(runs)
+    results = api.validate(runs, profile=profile or "none")
+    missed = [] if tolerance is None else api.validation_misses(results, tolerance)
+    fits = api.cross_validate(results) if cross_validate else []
     if as_json:
-        print_json(validation_dict(results))
+        print_json(validation_dict(results, tolerance, missed) | {"cross_validation": cross_validation_dict(fits)})
     else:
-        render_validation(make_console(), results)
+        render_validation(make_console(), results, tolerance, missed)
+        render_cross_validation(make_console(), fits)
+    if missed:  # exit 1: the check failed (click, run with standalone_mode=False, would return typer.Exit's code)
+        sys.exit(1)
 
 
 @app.command("list")

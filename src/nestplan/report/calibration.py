@@ -60,3 +60,31 @@ def render_calibration(console: Console, result: CalibrationResult) -> None:
     ):
         median, largest = _stats(errors)
         console.print(f"{label}: median |error| {median:.1%}, max {largest:.1%}")
+
+
+def cross_validation_dict(fits) -> list[dict[str, Any]]:
+    """``api.cross_validate``'s fits as plain JSON values."""
+    out = []
+    for acc, fw, fit in fits:
+        if isinstance(fit, str):
+            out.append({"accelerator": acc, "framework": fw, "problem": fit})
+            continue
+        entry = calibration_dict(fit)
+        out.append({key: entry[key] for key in ("accelerator", "framework", "factors", "errors")})
+    return out
+
+
+def render_cross_validation(console: Console, fits) -> None:
+    """One line per (accelerator, framework): the published figures' error, and the calibrated profile's
+    when each model is left out of its fit."""
+    for acc, fw, fit in fits:
+        if isinstance(fit, str):
+            console.print(f"calibrate {acc} {fw}: not fitted: {fit}", markup=False)
+            continue
+        before, held = _stats(fit.error_before), _stats(fit.error_held_out)
+        factors = ", ".join(f"{f.factor.name} {f.value:.2f}" for f in fit.fits if f.informative)
+        console.print(
+            f"{acc} {fw}: published figures median |error| {before[0]:.1%}, max {before[1]:.1%}; calibrated, "
+            f"leave one model out: median {held[0]:.1%}, max {held[1]:.1%} ({factors})",
+            markup=False,
+        )

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nestplan.units import GiB
-from nestplan.validate import RowResult, Summary, summarise
+from nestplan.validate import Miss, RowResult, Summary, summarise
 
 NO_VALUE = "-"
 
@@ -29,43 +29,57 @@ def _fit(r: RowResult) -> str:
     return f"{verdict} ({r.peak_memory_bytes / GiB:.1f}/{r.capacity_bytes / GiB:.0f} GiB)"
 
 
+def _memory(r: RowResult) -> tuple[str, str, str]:
+    """Measured and predicted memory per device (GiB, what the measurement counts) and the memory error."""
+    if r.memory_error is None:
+        return NO_VALUE, NO_VALUE, NO_VALUE
+    measured = r.run.measured
+    return (
+        f"{measured.memory_bytes / GiB:.1f} {measured.memory_metric}",
+        f"{r.predicted_memory_bytes / GiB:.1f}",
+        f"{100 * r.memory_error:+.1f}%",
+    )
+
+
 def summaries(results: Sequence[RowResult]) -> list[Summary]:
-    """All rows, then by precision, by model and by tensor-parallel degree."""
+    """All rows, then by precision, by model and by tensor-parallel degree; then the memory error of the
+    rows that measured memory."""
     return (
         summarise(results, lambda r: "all", "{}")
         + summarise(results, lambda r: r.run.precision, "{}")
         + summarise(results, lambda r: r.run.model.name, "{}")
         + summarise(results, lambda r: r.run.dims.tp, "tp {}")
+        + summarise(results, lambda r: "all", "memory, {}", memory=True)
     )
 
 
-def render_validation(console: Console, results: Sequence[RowResult]) -> None:
+def _table(results: Sequence[RowResult]) -> Table:
+    memory = any(r.memory_error is not None for r in results)
     table = Table(title="measured runs against nestplan (error: predicted throughput / measured - 1)")
-    for name, justify in (
-        ("run", "left"),
-        ("GPUs", "right"),
-        ("plan", "left"),
-        ("precision", "left"),
-        ("measured tok/s/GPU", "right"),
-        ("predicted", "right"),
-        ("error", "right"),
-        ("fits", "left"),
-    ):
+    columns = [("run", "left"), ("GPUs", "right"), ("plan", "left"), ("precision", "left")]
+    columns += [("measured tok/s/GPU", "right"), ("predicted", "right"), ("error", "right"), ("fits", "left")]
+    if memory:
+        columns += [("measured GiB", "right"), ("predicted GiB", "right"), ("memory error", "right")]
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     for r in results:
         if r.run is None:
             continue
-        table.add_row(
-            escape(r.id),
-            str(r.run.dims.devices),
-            _degrees(r),
-            r.run.precision,
-            f"{r.measured_tokens_per_s_per_gpu:,.0f}",
-            f"{r.predicted_tokens_per_s_per_gpu:,.0f}",
-            f"{100 * r.error:+.1f}%",
-            _fit(r),
-        )
-    console.print(table)
+        cells = [escape(r.id), str(r.run.dims.devices), _degrees(r), r.run.precision]
+        cells += [f"{r.measured_tokens_per_s_per_gpu:,.0f}", f"{r.predicted_tokens_per_s_per_gpu:,.0f}"]
+        cells += [f"{100 * r.error:+.1f}%", _fit(r)]
+        table.add_row(*cells, *(_memory(r) if memory else ()))
+    return table
+
+
+def render_validation(
+    console: Console, results: Sequence[RowResult], tolerance_pct: float | None = None, missed: Sequence[Miss] = ()
+) -> None:
+    """The table of evaluated rows, one line per row not evaluated, the error statistics, and under a
+    tolerance the rows that miss it."""
+    console.print(_table(results))
+    evaluated = sum(r.run is not None for r in results)
+    console.print(f"{evaluated} of {len(results)} rows evaluated", markup=False)
     for r in results:
         if r.run is None:
             console.print(f"{r.id}: not evaluated: {r.problem}", markup=False)
@@ -75,33 +89,23 @@ def render_validation(console: Console, results: Sequence[RowResult]) -> None:
             f"{100 * s.max_abs:.1f}%, mean {100 * s.mean:+.1f}%",
             markup=False,
         )
+    if tolerance_pct is None:
+        return
+    if not missed:
+        console.print(f"tolerance {tolerance_pct:g}%: all {len(results)} rows within it", markup=False)
+        return
+    console.print(f"tolerance {tolerance_pct:g}%: {len(missed)} of {len(results)} rows miss it", markup=False)
+    for miss in missed:
+        console.print(f"  {miss.id}: {miss.reason}", markup=False)
 
 
-def validation_dict(results: Sequence[RowResult]) -> dict[str, Any]:
-    rows = []
-    for r in results:
-        if r.run is None:
-            rows.append({"id": r.id, "evaluated": False, "problem": r.problem})
-            continue
-        rows.append(
-            {
-                "id": r.id,
-                "evaluated": True,
-                "gpus": r.run.dims.devices,
-                "plan": _degrees(r),
-                "precision": r.run.precision,
-                "measured_step_s": r.run.measured_step_s,
-                "predicted_step_s": r.predicted_step_s,
-                "measured_tokens_per_s_per_gpu": r.measured_tokens_per_s_per_gpu,
-                "predicted_tokens_per_s_per_gpu": r.predicted_tokens_per_s_per_gpu,
-                "error": r.error,
-                "fits": r.fits,
-                "peak_memory_bytes": r.peak_memory_bytes,
-                "capacity_bytes": r.capacity_bytes,
-            }
-        )
-    return {
-        "rows": rows,
+def validation_dict(
+    results: Sequence[RowResult], tolerance_pct: float | None = None, missed: Sequence[Miss] = ()
+) -> dict[str, Any]:
+    """Every row (RowResult.to_dict, with its plan in one line), the summaries and, under a tolerance,
+    the rows that miss it."""
+    out: dict[str, Any] = {
+        "rows": [r.to_dict() | ({"plan": _degrees(r)} if r.run is not None else {}) for r in results],
         "summaries": [
             {
                 "group": s.label,
@@ -113,3 +117,10 @@ def validation_dict(results: Sequence[RowResult]) -> dict[str, Any]:
             for s in summaries(results)
         ],
     }
+    if tolerance_pct is not None:
+        out["tolerance"] = {
+            "percent": tolerance_pct,
+            "passed": not missed,
+            "missed": [{"id": m.id, "reason": m.reason} for m in missed],
+        }
+    return out
