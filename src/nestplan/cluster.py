@@ -30,7 +30,8 @@ Instead of ``[[levels]]`` a file may give exactly one of::
     edges = [[0, 1, 100, 1], [1, 4, 25, 3], ...]   # [u, v, bandwidth_GBps, latency_us]; ids >= devices are switches
     kind = "infiniband"              # or bus_efficiency = ...; optional
 
-Optional top-level ``source`` and ``notes`` strings document the file. Files are read by
+Optional top-level ``source`` and ``notes`` strings document the file; an optional ``[facility]``
+table gives storage, failure rates, power and prices for a whole run (nestplan.hardware.facility). Files are read by
 ``nestplan.inputs`` (size, encoding, syntax, nesting, finite numbers, no control
 characters); every field is then checked, and converted to SI, by the network's one reader
 of level and link figures (``nestplan.network._checks``: its ``*_RANGE`` bounds), unknown
@@ -52,13 +53,14 @@ from nestplan import units
 from nestplan.catalog import data_file, entry_path, is_file, names, user_path
 from nestplan.errors import ConfigError, brief
 from nestplan.hardware.accelerator import Accelerator, accelerator_from_dict, load_accelerator
+from nestplan.hardware.facility import DEFAULT_FACILITY, Facility, facility_from_dict, facility_to_dict
 from nestplan.inputs import Fields, load_object
 from nestplan.network._checks import FILE_UNITS, MAX_NAME_CHARS, read_level
 from nestplan.network.builders import hierarchical, read_torus
 from nestplan.network.graph import read_graph
 from nestplan.network.topology import MAX_LEVELS, Level, Topology
 
-_TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes")
+_TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes", "facility")
 _NETWORK_KEYS = ("levels", "torus", "graph")
 _SUFFIXES = (".toml", ".json")
 
@@ -76,6 +78,7 @@ class Cluster:
     accelerator: Accelerator
     topology: Topology
     device_order: tuple[int, ...] | None = None
+    facility: Facility = DEFAULT_FACILITY  # storage, failures, power, prices for a whole run
 
     @property
     def devices(self) -> int:
@@ -226,7 +229,8 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
         f.string(key, "", blank=True)
     accelerator = _accelerator(f, name)
     topology, order = _network(f, name)
-    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order)
+    facility = facility_from_dict(f.raw("facility", None), f"cluster '{name}'")
+    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order, facility=facility)
 
 
 # ---------------------------------------------------------------------------
@@ -265,6 +269,7 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
         "fp8_matmul_efficiency": acc.fp8_matmul_efficiency,
         "attention_efficiency": acc.attention_efficiency,
         "attention_backward_efficiency": acc.attention_backward_efficiency,
+        "board_power_W": acc.board_power_W,
     }
     return table | {key: value for key, value in optional.items() if value is not None}
 
@@ -287,8 +292,9 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     they are after ``--devices``: a torus or a graph as the levels derived from it), so that
     ``cluster_from_dict(cluster_to_dict(c))`` has the topology and the accelerator of ``c``
     (``== c`` where ``c`` was not derived from a graph: ``device_order`` is not written)."""
+    facility = {} if cluster.facility == DEFAULT_FACILITY else {"facility": facility_to_dict(cluster.facility)}
     return {
         "name": cluster.name,
         "accelerator": _accelerator_table(cluster.accelerator),
         "levels": [_level_table(level) for level in cluster.topology.levels],
-    }
+    } | facility

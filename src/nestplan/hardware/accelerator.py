@@ -26,6 +26,7 @@ HBM_BANDWIDTH_TBps_RANGE = (1e-6, 1e3)  # 1 MB/s to 1 PB/s: a B200 streams 8 TB/
 EFFICIENCY_RANGE = (1e-3, 1.0)  # matmul and memory efficiency: fractions of peak (the catalog's: 0.8)
 MATMUL_HALF_DIM_RANGE = (1e-3, 2.0**16)  # a GEMM dimension (the catalog's tile quantum: 64)
 RESERVED_GiB_RANGE = (0.0, HBM_GiB_RANGE[1])  # and below the device's memory (the catalog's: 2 GiB)
+BOARD_POWER_W_RANGE = (1.0, 1e5)  # a board's power limit: an H100 SXM's is 700 W
 MAX_NAME_CHARS = 200  # an accelerator's name labels plans and tables
 _STRING_FIELDS = ("source", "name", "notes")
 
@@ -56,6 +57,7 @@ class Accelerator:
     # None: attention runs at the GEMM efficiency of its shapes
     attention_efficiency: float | None = None
     attention_backward_efficiency: float | None = None
+    board_power_W: float | None = None  # the board's power limit (TDP), for a run's energy; None: not known
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``."""
@@ -109,6 +111,7 @@ _KNOWN = (
     "fp8_matmul_efficiency",
     "attention_efficiency",
     "attention_backward_efficiency",
+    "board_power_W",
     *_STRING_FIELDS,
 )
 
@@ -188,6 +191,7 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
         fp8_matmul_efficiency=_optional(f, "fp8_matmul_efficiency"),
         attention_efficiency=_optional(f, "attention_efficiency"),
         attention_backward_efficiency=_optional(f, "attention_backward_efficiency"),
+        board_power_W=f.number("board_power_W", *BOARD_POWER_W_RANGE) if f.has("board_power_W") else None,
     )
 
 
