@@ -1,4 +1,5 @@
-"""How many devices: the best plan at each size of a range (powers of two that fill whole hosts), its
+"""How many devices: the best plan at each size of a range (powers of two, or a host's accelerators
+times a power of two, that fill whole hosts), its
 whole run (cost/run.py), and the size that meets an objective within limits.
 
 Objectives: ``step`` (the fastest step), ``time`` (the fewest wall-clock days, failures included),
@@ -68,19 +69,18 @@ class SizeChoice:
 
 
 def range_sizes(low: int, high: int, cluster: Cluster) -> list[int]:
-    """Powers of two in low..high (at most the cluster's devices) that fill whole hosts, or one host's
-    part (a power of two below a host's size); ConfigError when none does."""
+    """The device counts of low..high (at most the cluster's) that are powers of two, or a host's
+    accelerators times a power of two, and fill whole hosts (or lie within one host); ConfigError
+    when none does."""
     per_host = ranks_per_host(cluster)
     top = min(high, cluster.devices)
-    sizes, size = [], 1
-    while size <= top:
-        if size >= low and (size % per_host == 0 or size < per_host):
-            sizes.append(size)
-        size *= 2
+    doublings = [1 << k for k in range(top.bit_length())]
+    candidates = sorted({*doublings, *(per_host * d for d in doublings)})
+    sizes = [n for n in candidates if low <= n <= top and (n % per_host == 0 or n < per_host)]
     if not sizes:
         raise ConfigError(
-            f"--devices-range {low}..{high} holds no power of two that fills whole hosts of {per_host} devices "
-            f"within the cluster's {cluster.devices}",
+            f"--devices-range {low}..{high} holds no power of two (or hosts of {per_host} devices times one) "
+            f"that fills whole hosts within the cluster's {cluster.devices} devices",
             field="devices-range",
             value=f"{low}..{high}",
             limit=f"powers of two, multiples of {per_host}, at most {cluster.devices}",
