@@ -39,6 +39,8 @@ Optional top-level fields::
                                     # hosts per domain that divide the job)
 
 and ``source`` and ``notes`` strings that document the file. Files are read by
+Optional top-level ``source`` and ``notes`` strings document the file; an optional ``[facility]``
+table gives storage, failure rates, power and prices for a whole run (nestplan.hardware.facility). Files are read by
 ``nestplan.inputs`` (size, encoding, syntax, nesting, finite numbers, no control
 characters); every field is then checked, and converted to SI, by the network's one reader
 of level and link figures (``nestplan.network._checks``: its ``*_RANGE`` bounds), unknown
@@ -60,6 +62,7 @@ from nestplan import units
 from nestplan.catalog import data_file, entry_path, is_file, names, user_path
 from nestplan.errors import ConfigError, brief
 from nestplan.hardware.accelerator import Accelerator, accelerator_from_dict, load_accelerator
+from nestplan.hardware.facility import DEFAULT_FACILITY, Facility, facility_from_dict, facility_to_dict
 from nestplan.inputs import Fields, load_object
 from nestplan.network._checks import FILE_UNITS, MAX_NAME_CHARS, read_level
 from nestplan.network.builders import hierarchical, read_torus
@@ -69,6 +72,7 @@ from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Level, Topology
 
 _TOP_KEYS = ("name", "accelerator", "gpus_per_host", "gpus_per_domain", "levels", "torus", "graph", "source", "notes")
 _HOST_KEYS = ("gpus_per_host", "gpus_per_domain")
+_TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes", "facility")
 _NETWORK_KEYS = ("levels", "torus", "graph")
 _SUFFIXES = (".toml", ".json")
 
@@ -95,6 +99,8 @@ class Cluster:
 
     def __post_init__(self) -> None:
         check_hosts(self.topology, self.gpus_per_host, self.gpus_per_domain)
+
+    facility: Facility = DEFAULT_FACILITY  # storage, failures, power, prices for a whole run
 
     @property
     def devices(self) -> int:
@@ -260,6 +266,8 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
     topology, order = _network(f, name)
     hosts = {key: f.integer(key, MAX_DEVICES) for key in _HOST_KEYS if f.has(key)}
     return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order, **hosts)
+    facility = facility_from_dict(f.raw("facility", None), f"cluster '{name}'")
+    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order, facility=facility)
 
 
 # ---------------------------------------------------------------------------
@@ -301,6 +309,7 @@ def _accelerator_table(acc: Accelerator) -> dict[str, Any]:
         "attention_backward_efficiency": acc.attention_backward_efficiency,
         "attention_factor": None if acc.attention_factor == 1.0 else acc.attention_factor,
         "calibration": None if acc.calibration is None else dict(vars(acc.calibration)),
+        "board_power_W": acc.board_power_W,
     }
     return table | {key: value for key, value in optional.items() if value is not None}
 
@@ -324,9 +333,10 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     ``cluster_from_dict(cluster_to_dict(c))`` has the topology and the accelerator of ``c``
     (``== c`` where ``c`` was not derived from a graph: ``device_order`` is not written)."""
     hosts = {key: getattr(cluster, key) for key in _HOST_KEYS if getattr(cluster, key) is not None}
+    facility = {} if cluster.facility == DEFAULT_FACILITY else {"facility": facility_to_dict(cluster.facility)}
     return {
         "name": cluster.name,
         "accelerator": _accelerator_table(cluster.accelerator),
         **hosts,
         "levels": [_level_table(level) for level in cluster.topology.levels],
-    }
+    } | facility

@@ -8,6 +8,8 @@ What the library offers, by module (every name below is importable as ``nestplan
 - the catalog (``listings``): ``catalog_names``, ``catalog_entries``, ``CATALOG_KINDS``;
 - one given plan (``evaluation``): ``evaluate``, ``evaluate_full`` and its ``Evaluation``, ``plot_plan``;
 - the search (``planning``): ``plan``, its ``PlanReport`` and ``ScheduleAlternative``, ``MAX_TOP``;
+- a whole run (``run``): ``run_length``, ``with_facility``, ``plan_range`` and its ``RangeReport``,
+  ``Limits``;
 - baseline planners (``comparison``): ``CompareCase``, ``Comparison``, ``compare``, ``paper_cases``;
 - the tools (``tools``): ``sweep``, ``sweep_report``, ``MAX_WORKERS``, ``load_plan``, ``validate``,
   ``validation_misses``, ``export_plan``, ``trace``, ``calibrate``, ``nest_solve``, ``nest_explain``.
@@ -20,6 +22,7 @@ from nestplan.api.display import NAME_WIDTH
 from nestplan.api.evaluation import Evaluation, evaluate, evaluate_full, plot_plan
 from nestplan.api.listings import CATALOG_KINDS, catalog_entries, catalog_names
 from nestplan.api.planning import MAX_TOP, PlanReport, ScheduleAlternative, plan
+from nestplan.api.run import RangeReport, plan_range, run_length, with_facility
 from nestplan.api.resolve import (
     DEFAULT_GLOBAL_BATCH,
     check_exportable,
@@ -48,6 +51,7 @@ from nestplan.api.tools import (
     validation_misses,
 )
 from nestplan.job import make_job
+from nestplan.search.sizes import Limits
 
 __all__ = [
     "CATALOG_KINDS",
@@ -58,7 +62,9 @@ __all__ = [
     "CompareCase",
     "Comparison",
     "Evaluation",
+    "Limits",
     "PlanReport",
+    "RangeReport",
     "ScheduleAlternative",
     "calibrate",
     "calibrate_runs",
@@ -81,13 +87,16 @@ __all__ = [
     "nest_solve",
     "paper_cases",
     "plan",
+    "plan_range",
     "plot_plan",
     "resolve_cluster",
     "resolve_model",
+    "run_length",
     "search_space",
     "sweep",
     "sweep_report",
     "trace",
     "validate",
     "validation_misses",
+    "with_facility",
 ]

@@ -14,7 +14,10 @@ import typer
 
 from nestplan.api import DEFAULT_GLOBAL_BATCH, MAX_TOP
 from nestplan.cli.parse import DEVICES as DEVICES_PARSER
-from nestplan.cli.parse import ETP_HELP, MAX_MICRO_BATCH, MAX_VIRTUAL_STAGES, fraction, integer
+from nestplan.cli.parse import ETP_HELP, MAX_MICRO_BATCH, MAX_VIRTUAL_STAGES, fraction, integer, number
+from nestplan.cost.run import MAX_STEPS, MAX_TOKENS
+from nestplan.hardware.facility import MAX_SPARE_HOSTS, PRICE_PER_GPU_HOUR_RANGE, PRICE_PER_KWH_RANGE
+from nestplan.search.sizes import Objective
 from nestplan.cli.parse import GLOBAL_BATCH as GLOBAL_BATCH_PARSER
 from nestplan.cli.parse import SEQ_LEN as SEQ_LEN_PARSER
 from nestplan.job import Optimizer
@@ -166,3 +169,117 @@ TRACE = typer.Option(
     "--trace",
     help="calibrate the model's block FLOPs and activations on its traced PyTorch graph first (extra [trace])",
 )
+
+
+# -- a whole run (evaluate and plan; plan alone: objectives, limits, a range of device counts) -----
+def _run_parameters(ranged: bool) -> list[inspect.Parameter]:
+    """The run's options as keyword parameters (file units: prices in USD)."""
+    specs: list[tuple[str, object, object]] = [
+        (
+            "tokens",
+            float | None,
+            typer.Option(
+                None,
+                "--tokens",
+                parser=number("--tokens", 1, MAX_TOKENS),
+                help="train this many tokens: the whole run (days, GPU-hours, energy, failures)",
+            ),
+        ),
+        (
+            "steps",
+            int | None,
+            typer.Option(None, "--steps", parser=integer("--steps", 1, MAX_STEPS), help="or this many steps"),
+        ),
+        (
+            "price_per_gpu_hour_usd",
+            float | None,
+            typer.Option(
+                None,
+                "--price-per-gpu-hour",
+                parser=number("--price-per-gpu-hour", *PRICE_PER_GPU_HOUR_RANGE),
+                help="USD per GPU-hour (default: the cluster file's [facility])",
+            ),
+        ),
+        (
+            "price_per_kwh_usd",
+            float | None,
+            typer.Option(
+                None,
+                "--price-per-kwh",
+                parser=number("--price-per-kwh", *PRICE_PER_KWH_RANGE),
+                help="USD per kWh of the facility's energy, added to the cost",
+            ),
+        ),
+        (
+            "spare_hosts",
+            int | None,
+            typer.Option(
+                None,
+                "--spare-hosts",
+                parser=integer("--spare-hosts", 0, MAX_SPARE_HOSTS),
+                help="hosts held back for failures (default: the count that costs the fewest device-hours)",
+            ),
+        ),
+    ]
+    if ranged:
+        specs += [
+            (
+                "devices_range",
+                str | None,
+                typer.Option(
+                    None,
+                    "--devices-range",
+                    help="plan each power-of-two device count in LOW..HIGH (whole hosts) "
+                    "and choose one by --objective, e.g. 256..16384",
+                ),
+            ),
+            (
+                "max_devices",
+                int | None,
+                typer.Option(
+                    None,
+                    "--max-devices",
+                    parser=integer("--max-devices", 1, MAX_DEVICES),
+                    help="with --objective: the range 1..N",
+                ),
+            ),
+            ("objective", Objective, typer.Option(Objective.TIME, "--objective", help="what a range minimises")),
+            (
+                "max_days",
+                float | None,
+                typer.Option(
+                    None, "--max-days", parser=number("--max-days", 1e-6, 1e6), help="wall-clock days at most"
+                ),
+            ),
+            (
+                "max_cost",
+                float | None,
+                typer.Option(None, "--max-cost", parser=number("--max-cost", 0, 1e15), help="cost in USD at most"),
+            ),
+        ]
+    return [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+        for name, kind, option in specs
+    ]
+
+
+def run_options(ranged: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the run's options, after its own; it receives them as one dict, ``run``."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command)
+        own = [p for p in signature.parameters.values() if p.name != "run"]
+        added = _run_parameters(ranged)
+        names = [p.name for p in added]
+
+        @functools.wraps(command)
+        def run(**given: object) -> None:
+            inputs = {name: given.pop(name) for name in names}
+            command(**given, run=inputs)
+
+        run.__signature__ = signature.replace(parameters=own + added)
+        run.__annotations__ = {**getattr(command, "__annotations__", {}), **{p.name: p.annotation for p in added}}
+        run.__annotations__.pop("run", None)
+        return run
+
+    return decorate

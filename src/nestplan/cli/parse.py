@@ -190,3 +190,48 @@ def parse_layers(text: str | None) -> tuple[int, ...] | None:
 
 def parse_axis_order(text: str) -> tuple[str, ...]:
     return tuple(a.strip() for a in text.replace("-", ",").split(","))
+
+
+def number(option: str, low: float, high: float) -> Callable[[object], float]:
+    """A typer parser for a number in [low, high] (a finite decimal or exponent form: 15e12)."""
+
+    def parse(value: object) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            result = float(str(value))
+        except ValueError:
+            result = float("nan")
+        if not low <= result <= high:
+            raise ConfigError(
+                f"{option} {shown(str(value))} is not a number in [{low:g}, {high:g}]",
+                field=option.lstrip("-"),
+                value=shown(str(value)),
+                limit=f"[{low:g}, {high:g}]",
+            )
+        return result
+
+    return parse
+
+
+def devices_range(text: str | None) -> tuple[int, int] | None:
+    """``--devices-range LOW..HIGH``: two device counts, LOW at most HIGH."""
+    if text is None:
+        return None
+    low, sep, high = text.partition("..")
+    if not sep:
+        raise ConfigError(
+            f"--devices-range '{shown(text)}' must be LOW..HIGH, e.g. 256..16384",
+            field="devices-range",
+            value=shown(text),
+            limit="LOW..HIGH",
+        )
+    bounds = (
+        _parse_int("--devices-range", low.strip(), 1, MAX_DEVICES),
+        _parse_int("--devices-range", high.strip(), 1, MAX_DEVICES),
+    )
+    if bounds[0] > bounds[1]:
+        raise ConfigError(
+            f"--devices-range {shown(text)}: LOW must not exceed HIGH", field="devices-range", value=shown(text)
+        )
+    return bounds

@@ -10,7 +10,7 @@ from rich.console import Console
 from nestplan import api
 from nestplan.cli.app import app
 from nestplan.cli import options as opt
-from nestplan.cli.options import run_setting_options
+from nestplan.cli.options import run_options, run_setting_options
 from nestplan.cli.output import (
     print_trace,
     check_output,
@@ -25,6 +25,7 @@ from nestplan.cli.output import (
     say,
     write_report,
 )
+from nestplan.cli.parse import devices_range as parse_devices_range
 from nestplan.cli.parse import (
     GLOBAL_BATCH,
     MAX_LIST_ENTRIES,
@@ -36,6 +37,8 @@ from nestplan.cli.parse import (
     parse_layers,
     schedule_list,
 )
+from nestplan.cluster import Cluster
+from nestplan.cost.run import RunLength
 from nestplan.cost.schedules import named as named_schedule
 from nestplan.errors import ConfigError
 from nestplan.job import Optimizer
@@ -63,6 +66,7 @@ def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> tuple[Parallel
 
 @app.command()
 @run_setting_options(searched=False)
+@run_options(ranged=False)
 def evaluate(
     model: str = opt.MODEL,
     cluster: str = opt.CLUSTER,
@@ -92,6 +96,7 @@ def evaluate(
     report: Path | None = opt.REPORT,
     profile: str | None = opt.PROFILE,
     run_settings: dict[str, object] | None = None,
+    run: dict[str, object] | None = None,
 ) -> None:
     """Predict step time, its breakdown and memory per device of one plan. A plan that does not fit
     is still predicted (exit 0): a warning on stderr, the verdict in the first line, "fits" in JSON."""
@@ -113,14 +118,20 @@ def evaluate(
         layers_per_stage=parse_layers(layers_per_stage),
     )
     plan, note = _from_megatron_dp(plan, devices)
-    full = api.resolve_cluster(cluster, gpus_per_domain=gpus_per_domain)
+    full, length = _run_inputs(api.resolve_cluster(cluster, gpus_per_domain=gpus_per_domain), run)
     job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
     result = api.evaluate_full(
         spec, full, plan, job, devices=devices, axis_order=parse_axis_order(axis_order), profile=profile
     )
     if note:
         say(note)
-    _show_evaluation(result, as_json, plot, report)
+    _show_evaluation(result, as_json, plot, report, length)
+
+
+def _run_inputs(cluster: Cluster, run: dict[str, object]) -> tuple[Cluster, RunLength | None]:
+    """The cluster with the facility options given, and the run's length (None: not asked)."""
+    given = {key: run[key] for key in ("price_per_gpu_hour_usd", "price_per_kwh_usd", "spare_hosts")}
+    return api.with_facility(cluster, **given), api.run_length(run["tokens"], run["steps"])
 
 
 def _check_outputs(plot: Path | None = None, report: Path | None = None, out: Path | None = None) -> None:
@@ -130,10 +141,13 @@ def _check_outputs(plot: Path | None = None, report: Path | None = None, out: Pa
             check_output(option, path, folder=folder)
 
 
-def _show_evaluation(result: api.Evaluation, as_json: bool, plot: Path | None, report: Path | None) -> None:
+def _show_evaluation(
+    result: api.Evaluation, as_json: bool, plot: Path | None, report: Path | None, length: RunLength | None
+) -> None:
+    from nestplan.report.run import render_run
     from nestplan.report.text import fit_verdict, render_plan
 
-    typed = result.plan
+    typed = result.plan.with_run(length)
     if not typed.predicted.fits:
         say(f"nestplan: warning: the plan {fit_verdict(typed.predicted)}")
     console = make_console()
@@ -141,6 +155,7 @@ def _show_evaluation(result: api.Evaluation, as_json: bool, plot: Path | None, r
         print_json(typed.to_dict())
     else:
         render_plan(console, typed)
+        render_run(console, typed.run)
     written = plots(plot, result.plot) if plot is not None else []
     if not as_json:
         print_paths(console, "plots", written)
@@ -152,6 +167,7 @@ def _show_evaluation(result: api.Evaluation, as_json: bool, plot: Path | None, r
 
 @app.command("plan")
 @run_setting_options(searched=True)
+@run_options(ranged=True)
 def plan_command(
     model: str = opt.MODEL,
     cluster: str = opt.CLUSTER,
@@ -174,6 +190,7 @@ def plan_command(
     report_path: Path | None = opt.REPORT,
     profile: str | None = opt.PROFILE,
     run_settings: dict[str, object] | None = None,
+    run: dict[str, object] | None = None,
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
     _check_outputs(plot=plot, report=report_path, out=out if export is not None else None)
@@ -182,7 +199,8 @@ def plan_command(
 
         check_framework(export)
     spec = _planned_model(model, seq_len, trace, export)
-    cl = api.resolve_cluster(cluster, devices, gpus_per_domain)
+    sizes = _devices_range(run, devices)
+    cl, length = _run_inputs(api.resolve_cluster(cluster, None if sizes else devices, gpus_per_domain), run)
     searched = {name: run_settings.pop(name, None) for name in ("cp_comm_type", "moe_comm_overlap")}
     if export is not None:
         run_settings["framework"] = api.export_framework(export, run_settings.get("framework"))
@@ -197,9 +215,28 @@ def plan_command(
     )
     run_settings["cp_comm_type"] = space.cp_comm_types[0]  # the search tries the others (search/planner.py)
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
+    if sizes is not None:
+        limits = api.Limits(max_days=run["max_days"], max_cost_usd=run["max_cost"])
+        ranged = api.plan_range(spec, cl, job, space, sizes, length, str(run["objective"]), limits, top)
+        _show_plan(ranged.report, as_json, plot, export, out, report_path, ranged)
+        return
     with progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance, space=space, profile=profile)
-    _show_plan(report, as_json, plot, export, out, report_path)
+    _show_plan(report, as_json, plot, export, out, report_path, length=length)
+
+
+def _devices_range(run: dict[str, object], devices: int | None) -> tuple[int, int] | None:
+    """The device counts to choose from (--devices-range, or --max-devices as 1..N); None: plan --devices."""
+    given = parse_devices_range(run["devices_range"])
+    if given is None and run["max_devices"] is not None:
+        given = (1, int(run["max_devices"]))
+    if given is not None and devices is not None:
+        raise ConfigError(
+            "give --devices or a range of them (--devices-range, --max-devices), not both", field="devices"
+        )
+    if given is not None and run["max_devices"] is not None:
+        given = (given[0], min(given[1], int(run["max_devices"])))
+    return given
 
 
 def _planned_model(model: str, seq_len: int | None, trace: bool, export: str | None) -> ModelSpec:
@@ -219,14 +256,27 @@ def _planned_model(model: str, seq_len: int | None, trace: bool, export: str | N
 
 
 def _show_plan(
-    report: api.PlanReport, as_json: bool, plot: Path | None, export: str | None, out: Path, page: Path | None
+    report: api.PlanReport,
+    as_json: bool,
+    plot: Path | None,
+    export: str | None,
+    out: Path,
+    page: Path | None,
+    ranged: api.RangeReport | None = None,
+    length: RunLength | None = None,
 ) -> None:
-    best = report.plan
+    from nestplan.report.run import range_json, render_range, render_run
+
+    best = report.plan.with_run(ranged.length if ranged else length)
     console = make_console()
     if as_json:
         print_json(report.to_dict())
+        print_json(best.to_dict() | ({} if ranged is None else {"devices_range": range_json(ranged.choice)}))
     else:
         _render_report(console, best, report)
+        render_run(console, best.run)
+        if ranged is not None:
+            render_range(console, ranged.choice)
     written = plots(plot, lambda folder: api.plot_plan(best, folder)) if plot is not None else []
     if export is not None:
         with output("--out", out):

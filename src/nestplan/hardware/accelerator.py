@@ -53,6 +53,7 @@ EFFICIENCY_RANGE = (1e-3, 1.0)  # matmul and memory efficiency: fractions of pea
 MATMUL_HALF_DIM_RANGE = (1e-3, 2.0**16)  # a GEMM dimension (the catalog's tile quantum: 64)
 ATTENTION_FACTOR_RANGE = (0.05, 4.0)  # a calibrated attention kernel's speed over its published figure
 RESERVED_GiB_RANGE = (0.0, HBM_GiB_RANGE[1])  # and below the device's memory (the catalog's: 2 GiB)
+BOARD_POWER_W_RANGE = (1.0, 1e5)  # a board's power limit: an H100 SXM's is 700 W
 MAX_NAME_CHARS = 200  # an accelerator's name labels plans and tables
 _STRING_FIELDS = ("source", "name", "notes")
 
@@ -87,6 +88,7 @@ class Accelerator:
     # a calibrated multiplier of every attention kernel's speed (nestplan.profile's ``attention`` factor)
     attention_factor: float = 1.0
     calibration: Calibration | None = None  # the profile applied, if any
+    board_power_W: float | None = None  # the board's power limit (TDP), for a run's energy; None: not known
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``."""
@@ -143,6 +145,7 @@ _KNOWN = (
     "architecture",
     "attention_factor",
     "calibration",
+    "board_power_W",
     *_STRING_FIELDS,
 )
 
@@ -238,6 +241,7 @@ def _calibration(f: Fields) -> Calibration:
         max_error=f.number("max_error", 0.0, 100.0),
         rows=f.integer("rows", 10**6, minimum=0),
         models=f.integer("models", 10**6, minimum=0),
+        board_power_W=f.number("board_power_W", *BOARD_POWER_W_RANGE) if f.has("board_power_W") else None,
     )
 
 

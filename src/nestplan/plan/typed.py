@@ -8,6 +8,7 @@ from typing import Any
 from nestplan.cluster import Cluster, cluster_to_dict
 from nestplan.profile import trust_band
 from nestplan.cost.prediction import Prediction
+from nestplan.cost.run import RunEstimate, RunLength, estimate_run, state_bytes
 from nestplan.errors import ConfigError, printable
 from nestplan.job import Job, check_context
 from nestplan.model.config import config_dict
@@ -24,6 +25,7 @@ from nestplan.plan.reader import (
     read_predicted,
     read_search,
 )
+from nestplan.plan.run import read_run_length, run_section
 from nestplan.plan.schema import SCHEMA
 from nestplan.plan.summary import PredictionSummary
 from nestplan.plan.writer import sections
@@ -48,6 +50,7 @@ class Plan:
     predicted: PredictionSummary
     search: SearchStats
     prediction: Prediction | None = field(default=None, compare=False, repr=False)
+    run_length: RunLength | None = None  # the whole run's tokens or steps, where asked (``run``)
 
     def __post_init__(self) -> None:
         assert self.dims.layers_per_stage is not None, "a plan states its layers per stage"
@@ -96,13 +99,27 @@ class Plan:
         acc = self.cluster.accelerator
         return trust_band(acc.calibration, acc.name, self.job.settings.framework)
 
+    def run(self) -> RunEstimate | None:
+        """The whole run at this plan's step (cost/run.py), where a length was given."""
+        if self.run_length is None:
+            return None
+        stages = [dict(s.memory_breakdown_bytes) for s in self.predicted.stages]
+        state = state_bytes(self.dims, stages)
+        return estimate_run(
+            state, self.predicted.step_time_s, self.job, self.devices_used, self.cluster, self.run_length
+        )
+
+    def with_run(self, length: RunLength | None) -> Plan:
+        """This plan with the run of ``length`` (None: without a run)."""
+        return replace(self, run_length=length)
+
     @property
     def level_names(self) -> tuple[str, ...]:
         return tuple(lv.name for lv in self.cluster.topology.levels)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan JSON object, schema ``nestplan.plan/2``."""
-        order = self.cluster.device_order
+        order, run = self.cluster.device_order, self.run
         return {
             "schema": SCHEMA,
             "model": self.model.name,
@@ -119,6 +136,7 @@ class Plan:
             "cluster_definition": cluster_to_dict(self.cluster),
             "trust": self.trust,
             **({} if order is None else {"device_order": list(order)}),
+            **({} if run is None else {"run": run_section(self.run_length, run, self.cluster)}),
         }
 
     @classmethod
@@ -143,7 +161,8 @@ class Plan:
                 limit=f">= {dims.devices}",
             )
         cl = read_cluster(data, cluster, devices_total, version2)
-        return cls(spec, cl, job, dims, axis_order, read_predicted(data, dims), read_search(data))
+        predicted, search = read_predicted(data, dims), read_search(data)
+        return cls(spec, cl, job, dims, axis_order, predicted, search, run_length=read_run_length(data))
 
 
 def _check_model(dims: ParallelDims, model: ModelSpec) -> None:

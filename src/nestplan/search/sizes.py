@@ -1,0 +1,154 @@
+"""How many devices: the best plan at each size of a range (powers of two, or a host's accelerators
+times a power of two, that fill whole hosts), its
+whole run (cost/run.py), and the size that meets an objective within limits.
+
+Objectives: ``step`` (the fastest step), ``time`` (the fewest wall-clock days, failures included),
+``cost`` (the lowest cost; GPU-hours where no price is given, the same order for one price per
+GPU-hour) and ``energy`` (the fewest MWh; GPU-hours where the accelerator's board power is not
+known). Limits: days and cost at most the ones given. Each size is planned by ``plan_job`` as a
+single plan is; a size where nothing fits or the batch does not divide is a row with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from nestplan.cluster import Cluster
+from nestplan.cost.prediction import Prediction
+from nestplan.cost.run import RunEstimate, RunLength, predicted_run, ranks_per_host
+from nestplan.errors import ConfigError, InfeasibleError, PlannerError
+from nestplan.job import Job
+from nestplan.model import ModelSpec
+from nestplan.search.planner import PlanResult, plan_job
+from nestplan.search.space import SearchSpace
+from nestplan.strategy.describe import describe
+
+MAX_SIZES = 64  # device counts of one range
+
+
+class Objective(StrEnum):
+    STEP = "step"
+    TIME = "time"
+    COST = "cost"
+    ENERGY = "energy"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_days: float | None = None
+    max_cost_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    """One device count: its best plan and run, or why it has none; ``note`` says why it was not chosen."""
+
+    devices: int
+    result: PlanResult | None
+    run: RunEstimate | None
+    note: str
+    cpu_s: float
+
+    @property
+    def best(self) -> Prediction | None:
+        return None if self.result is None else self.result.best
+
+    @property
+    def plan_text(self) -> str:
+        return "-" if self.best is None else describe(self.best.plan)
+
+
+@dataclass(frozen=True)
+class SizeChoice:
+    rows: tuple[SizeRow, ...]
+    chosen: SizeRow
+    objective: Objective
+
+
+def range_sizes(low: int, high: int, cluster: Cluster) -> list[int]:
+    """The device counts of low..high (at most the cluster's) that are powers of two, or a host's
+    accelerators times a power of two, and fill whole hosts (or lie within one host); ConfigError
+    when none does."""
+    per_host = ranks_per_host(cluster)
+    top = min(high, cluster.devices)
+    doublings = [1 << k for k in range(top.bit_length())]
+    candidates = sorted({*doublings, *(per_host * d for d in doublings)})
+    sizes = [n for n in candidates if low <= n <= top and (n % per_host == 0 or n < per_host)]
+    if not sizes:
+        raise ConfigError(
+            f"--devices-range {low}..{high} holds no power of two (or hosts of {per_host} devices times one) "
+            f"that fills whole hosts within the cluster's {cluster.devices} devices",
+            field="devices-range",
+            value=f"{low}..{high}",
+            limit=f"powers of two, multiples of {per_host}, at most {cluster.devices}",
+        )
+    return sizes[-MAX_SIZES:]
+
+
+def objective_value(run: RunEstimate, objective: Objective) -> float:
+    """What the objective minimises for one run."""
+    if objective is Objective.STEP:
+        return run.step_time_s
+    if objective is Objective.TIME:
+        return run.wall_s
+    if objective is Objective.COST and run.cost_usd is not None:
+        return run.cost_usd
+    if objective is Objective.ENERGY and run.energy_J is not None:
+        return run.energy_J
+    return run.gpu_hours
+
+
+def _breach(run: RunEstimate, limits: Limits) -> str:
+    if limits.max_days is not None and run.days > limits.max_days:
+        return f"over {limits.max_days:g} days"
+    if limits.max_cost_usd is not None and (run.cost_usd is None or run.cost_usd > limits.max_cost_usd):
+        return f"over ${limits.max_cost_usd:,.0f}"
+    return ""
+
+
+def _plan_size(plan_one: Callable[[Cluster], PlanResult], cluster: Cluster, size: int, job: Job, length: RunLength):
+    start = time.process_time()
+    try:
+        result = plan_one(cluster.truncate(size))
+    except PlannerError as err:
+        return SizeRow(size, None, None, str(err).split(";")[0][:80], time.process_time() - start)
+    run = predicted_run(result.best, result.job, cluster, length)
+    return SizeRow(size, result, run, "", time.process_time() - start)
+
+
+def plan_sizes(
+    model: ModelSpec,
+    cluster: Cluster,
+    job: Job,
+    space: SearchSpace,
+    sizes: list[int],
+    length: RunLength,
+    objective: Objective,
+    limits: Limits,
+    top: int = 0,
+) -> SizeChoice:
+    """Plan every size, then choose the one that minimises ``objective`` within ``limits`` (ties: fewer
+    devices). InfeasibleError when no size has a plan within the limits."""
+
+    def plan_one(part: Cluster) -> PlanResult:
+        return plan_job(model, part, job, space, top=top)
+
+    rows = [_plan_size(plan_one, cluster, size, job, length) for size in sizes]
+    rows = [row if row.run is None else _noted(row, _breach(row.run, limits)) for row in rows]
+    valid = [row for row in rows if row.run is not None and not row.note]
+    if not valid:
+        reasons = "; ".join(f"{row.devices}: {row.note}" for row in rows)
+        raise InfeasibleError(
+            f"no device count in {sizes[0]}..{sizes[-1]} has a plan within the limits ({reasons})",
+            field="devices-range",
+            value=f"{sizes[0]}..{sizes[-1]}",
+        )
+    chosen = min(valid, key=lambda row: (objective_value(row.run, objective), row.devices))
+    return SizeChoice(tuple(rows), chosen, objective)
+
+
+def _noted(row: SizeRow, note: str) -> SizeRow:
+    return SizeRow(row.devices, row.result, row.run, note, row.cpu_s)
