@@ -70,9 +70,8 @@ from nestplan.network.graph import read_graph
 from nestplan.network.hosts import check_hosts, take
 from nestplan.network.topology import MAX_DEVICES, MAX_LEVELS, Level, Topology
 
-_TOP_KEYS = ("name", "accelerator", "gpus_per_host", "gpus_per_domain", "levels", "torus", "graph", "source", "notes")
 _HOST_KEYS = ("gpus_per_host", "gpus_per_domain")
-_TOP_KEYS = ("name", "accelerator", "levels", "torus", "graph", "source", "notes", "facility")
+_TOP_KEYS = ("name", "accelerator", *_HOST_KEYS, "levels", "torus", "graph", "source", "notes", "facility")
 _NETWORK_KEYS = ("levels", "torus", "graph")
 _SUFFIXES = (".toml", ".json")
 
@@ -96,11 +95,10 @@ class Cluster:
     device_order: tuple[int, ...] | None = None
     gpus_per_host: int | None = None
     gpus_per_domain: int | None = None
+    facility: Facility = DEFAULT_FACILITY  # storage, failures, power, prices for a whole run
 
     def __post_init__(self) -> None:
         check_hosts(self.topology, self.gpus_per_host, self.gpus_per_domain)
-
-    facility: Facility = DEFAULT_FACILITY  # storage, failures, power, prices for a whole run
 
     @property
     def devices(self) -> int:
@@ -265,9 +263,10 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
     accelerator = _accelerator(f, name)
     topology, order = _network(f, name)
     hosts = {key: f.integer(key, MAX_DEVICES) for key in _HOST_KEYS if f.has(key)}
-    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order, **hosts)
     facility = facility_from_dict(f.raw("facility", None), f"cluster '{name}'")
-    return Cluster(name=name, accelerator=accelerator, topology=topology, device_order=order, facility=facility)
+    return Cluster(
+        name=name, accelerator=accelerator, topology=topology, device_order=order, facility=facility, **hosts
+    )
 
 
 # ---------------------------------------------------------------------------

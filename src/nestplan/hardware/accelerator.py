@@ -228,6 +228,7 @@ def accelerator_from_dict(name: str, entry: Mapping[str, Any]) -> Accelerator:
         architecture=Architecture(f.choice("architecture", [a.value for a in Architecture], Architecture.OTHER.value)),
         attention_factor=f.number("attention_factor", *ATTENTION_FACTOR_RANGE, default=1.0),
         calibration=_calibration(f.table("calibration")) if f.has("calibration") else None,
+        board_power_W=f.number("board_power_W", *BOARD_POWER_W_RANGE) if f.has("board_power_W") else None,
     )
 
 
@@ -241,7 +242,6 @@ def _calibration(f: Fields) -> Calibration:
         max_error=f.number("max_error", 0.0, 100.0),
         rows=f.integer("rows", 10**6, minimum=0),
         models=f.integer("models", 10**6, minimum=0),
-        board_power_W=f.number("board_power_W", *BOARD_POWER_W_RANGE) if f.has("board_power_W") else None,
     )
 
 

@@ -99,6 +99,7 @@ class Plan:
         acc = self.cluster.accelerator
         return trust_band(acc.calibration, acc.name, self.job.settings.framework)
 
+    @property
     def run(self) -> RunEstimate | None:
         """The whole run at this plan's step (cost/run.py), where a length was given."""
         if self.run_length is None:
