@@ -270,8 +270,8 @@ def _show_plan(
     best = report.plan.with_run(ranged.length if ranged else length)
     console = make_console()
     if as_json:
-        print_json(report.to_dict())
-        print_json(best.to_dict() | ({} if ranged is None else {"devices_range": range_json(ranged.choice)}))
+        runners = {"runners_up": report.to_dict()["runners_up"]}
+        print_json(best.to_dict() | runners | ({} if ranged is None else {"devices_range": range_json(ranged.choice)}))
     else:
         _render_report(console, best, report)
         render_run(console, best.run)

@@ -91,7 +91,12 @@ class Kernels:
     @classmethod
     def of(cls, settings: RunSettings, acc: Accelerator) -> Kernels:
         """The job's kernels on ``acc``, the attention kernel's speed times the accelerator's calibrated
-        ``attention_factor`` (1 unless a profile set it: nestplan.profile)."""
-        forward, backward = relative_attention_speed(attention_kernel(settings), acc.architecture)
+        ``attention_factor`` (1 unless a profile set it: nestplan.profile). A framework whose own kernel does
+        not run on the accelerator (FlashAttention on a V100) runs the accelerator's fused attention as its
+        figures state it; a kernel the job names is refused there."""
+        kernel = attention_kernel(settings)
+        if settings.attention_kernel is None and (kernel, acc.architecture) not in _RELATIVE:
+            kernel = AttentionKernel.CUDNN
+        forward, backward = relative_attention_speed(kernel, acc.architecture)
         factor = acc.attention_factor
         return cls(forward * factor, backward * factor, settings.framework in EAGER_FRAMEWORKS)

@@ -15,6 +15,8 @@ from nestplan.model.config import load_model, parse_config
 from nestplan.model.spec import ModelSpec
 from nestplan.network.graph import MAX_GRAPH_NODES
 from nestplan.network.topology import MAX_LEVELS
+from nestplan.profile import calibrated_cluster
+from nestplan.settings import Framework
 from nestplan.plan.fields import (
     bool_field,
     choice_field,
@@ -225,13 +227,16 @@ def _device_order(data: Any, devices: int) -> tuple[int, ...] | None:
     return tuple(order)
 
 
-def read_cluster(data: Any, given: str | Cluster | None, devices_total: int, version2: bool) -> Cluster:
+def read_cluster(
+    data: Any, given: str | Cluster | None, devices_total: int, version2: bool, framework: Framework
+) -> Cluster:
     """The cluster given (a name loaded with ``devices_total`` devices), else the plan's definition
-    (/2) or its name (/1)."""
+    (/2) or its name (/1); one loaded by name as ``plan`` and ``evaluate`` calibrate it, with the catalog's
+    profile for its accelerator and ``framework`` (nestplan.profile), where it has one."""
     if isinstance(given, Cluster):
         return given
     if given is not None or not version2:
-        return load_cluster(given or data["cluster"], devices_total)
+        return calibrated_cluster(load_cluster(given or data["cluster"], devices_total), framework)
     cluster = cluster_from_dict(object_field(data, "cluster_definition", ""), origin="in plan JSON cluster_definition")
     if cluster.name != data["cluster"]:
         raise ConfigError(

@@ -161,7 +161,7 @@ class Plan:
                 value=devices_total,
                 limit=f">= {dims.devices}",
             )
-        cl = read_cluster(data, cluster, devices_total, version2)
+        cl = read_cluster(data, cluster, devices_total, version2, job.settings.framework)
         predicted, search = read_predicted(data, dims), read_search(data)
         return cls(spec, cl, job, dims, axis_order, predicted, search, run_length=read_run_length(data))
 
