@@ -72,7 +72,7 @@ def _looks_like_path(text: str, suffixes: tuple[str, ...]) -> bool:
     return text.lower().endswith(suffixes) or "/" in text or "\\" in text
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sources:
     """Where a runs file's rows find their model and cluster files: relative to ``folder`` (the runs
     file's); each file is read once and its model or cluster shared by the rows that name it."""
