@@ -12,6 +12,7 @@ from nestplan.api.evaluation import plot_plan
 from nestplan.api.resolve import (
     DEFAULT_GLOBAL_BATCH,
     job_for,
+    search_space,
     resolve_cluster,
     resolve_model,
 )
@@ -169,7 +170,6 @@ def plan(
     Raises InfeasibleError (exit code 3) explaining the leanest plan's memory when nothing fits.
     """
     from nestplan.search.planner import plan_job
-    from nestplan.search.space import SearchSpace
 
     if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP:
         raise ConfigError(
@@ -183,5 +183,7 @@ def plan(
     if job is None:
         job = job_for(spec, cl, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)
     cl = calibrated_cluster(cl, job.settings.framework, profile)
-    result = plan_job(spec, cl, job, space or SearchSpace(), top=top, progress=progress)
+    if space is None:  # what the job's framework runs, as the command line searches it
+        space = search_space(model=spec, framework=job.settings.framework)
+    result = plan_job(spec, cl, job, space, top=top, progress=progress)
     return PlanReport(spec, cl, result.job, result.best, result.runners_up, result.stats)

@@ -92,6 +92,10 @@ EXPORT_FRAMEWORKS = {
 }
 
 
+# the export each framework's plans are narrowed as (plain FSDP has none: search/space.py FSDP_SPACE)
+FRAMEWORK_EXPORTS = {fw: name for name, fw in EXPORT_FRAMEWORKS.items()}
+
+
 def export_framework(export: str, given: object = None) -> Framework:
     """The framework ``export`` runs, which its plan is costed for; a ``--framework`` given that differs
     is refused (the export would launch other software than the one costed)."""
@@ -126,12 +130,14 @@ def search_space(
     expert_tp: Sequence[int | None] | None = None,
     moe_comm_overlap: bool = True,
     model: ModelSpec | None = None,
+    framework: Framework | None = None,
 ) -> SearchSpace:
     """The full search space, its pipeline schedules narrowed to ``schedules``, its context-parallel
     exchanges to ``cp_comm_types`` and its expert tensor parallelism to ``expert_tp`` (None: all; an
     entry None is etp = tp), each also to those the ``export`` framework runs as costed, and the MoE
     all-to-all overlap tried where ``moe_comm_overlap`` and the framework allow (for ``model``, which an
-    ``export`` needs). 1F1B, the schedule
+    ``export`` needs); without an export, to what ``framework`` runs: as its export would, or for plain FSDP
+    data parallelism alone (search/space.py ``FSDP_SPACE``). 1F1B, the schedule
     the search ranks splits under, is always in. ``memory_margin``: the fraction of device
     memory plans leave free (None: search/space.py DEFAULT_MEMORY_MARGIN)."""
     from nestplan.export import (
@@ -141,8 +147,11 @@ def search_space(
         framework_moe_overlap,
         framework_schedules,
     )
-    from nestplan.search.space import DEFAULT_MEMORY_MARGIN, SearchSpace
+    from nestplan.search.space import DEFAULT_MEMORY_MARGIN, FSDP_SPACE, SearchSpace
 
+    runs_as = FRAMEWORK_EXPORTS.get(framework) if export is None and framework is not None else None
+    if runs_as is not None and model is not None:
+        export = runs_as
     chosen = tuple(schedules) if schedules is not None else tuple(Schedule)
     kinds = tuple(cp_comm_types) if cp_comm_types is not None else tuple(CpCommType)
     etps = tuple(expert_tp) if expert_tp is not None else SearchSpace().etp
@@ -155,10 +164,11 @@ def search_space(
             etps = tuple(e for e in etps if e in runs) or runs
         assert model is not None, "an export's search space depends on the model"
         moe_comm_overlap = moe_comm_overlap and framework_moe_overlap(key, model)
-    return SearchSpace(
+    space = SearchSpace(
         schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B),
         cp_comm_types=kinds,
         etp=etps,
         moe_comm_overlap=moe_comm_overlap,
         memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin,
     )
+    return replace(space, **FSDP_SPACE) if framework is Framework.FSDP else space

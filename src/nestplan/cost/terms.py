@@ -212,8 +212,13 @@ def _block(
         else 0.0
     )
     transient = b.activations[Recompute.NONE] if dims.recompute is Recompute.FULL else 0.0
+    fp8_copies = fp8_weight_copies(job) * params.total
     if dims.zero is ZeroStage.PARAMETERS:
-        transient += 2 * params.total * job.dtype_bytes  # the gathered layer and the prefetched next one
+        # the gathered layer and the prefetched next one, with the FP8 copies cast from them: under ZeRO 3 a
+        # layer's weights exist whole only while it runs (FSDP frees them after its forward and backward), and
+        # so do the FP8 casts of them (Transformer Engine casts the weight it is given at each use)
+        transient += 2 * (params.total * job.dtype_bytes + fp8_copies)
+        fp8_copies = 0.0
     if job.settings.cp_comm_type is CpCommType.ALLGATHER and dims.cp > 1:
         transient += gathered_kv_bytes(model, shard_of(dims.subgraph, job), dims.cp)
     return NodeTerms(
@@ -230,7 +235,7 @@ def _block(
         activations=b.activations[dims.recompute] / (dims.tp if split else 1),
         forward=fs * t.forward + c.tp_forward + c.cp_forward + c.ep_forward + zero_f,
         transient=transient,
-        fp8_weight_bytes=fp8_weight_copies(job) * params.total,
+        fp8_weight_bytes=fp8_copies,
         weight_gradient=fs * t.weight_gradient,
         weight_gradient_bytes=b.weight_gradient_bytes,
     )

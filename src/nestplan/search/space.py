@@ -148,3 +148,18 @@ def replica_counts(sub: SubGraph, job: Job, devices: int) -> list[int]:
     small = [d for d in range(1, math.isqrt(quotient) + 1) if quotient % d == 0]
     divisors = sorted(set(small + [quotient // d for d in small]))
     return [d for d in divisors if d <= limit]
+
+
+# What plain PyTorch FSDP runs (Hugging Face Accelerate/Trainer, Composer): data parallelism alone, sharded as
+# NO_SHARD (ZeRO 0), SHARD_GRAD_OP (ZeRO 2) or FULL_SHARD (ZeRO 3) (torch.distributed.fsdp.ShardingStrategy), with
+# or without activation checkpointing of every block (full recomputation): no tensor, sequence, context, expert or
+# pipeline parallelism.
+FSDP_SPACE = {
+    "tp": (1,),
+    "sp": (False,),
+    "cp": (1,),
+    "ep": (1,),
+    "max_pp": 1,
+    "zero": (ZeroStage.NONE, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS),
+    "recompute": (Recompute.NONE, Recompute.FULL),
+}
