@@ -384,8 +384,10 @@ FRAMEWORK_PRESETS: Mapping[Framework, Mapping[str, Any]] = {
     # torchtitan: FSDP2 reduces in fp32 (training.mixed_precision_reduce = "float32", torchtitan/config
     # job_config.py); async tensor parallelism off by default (parallelism.enable_async_tensor_parallel)
     Framework.TORCHTITAN: {"grad_dtype": "fp32", "tp_comm_overlap": False},
-    # DeepSpeed's bf16 optimizer accumulates and reduces fp32 gradients (deepspeed/runtime/bf16_optimizer.py,
-    # fp32_groups_gradients); no userbuffer tensor-parallel overlap
+    # DeepSpeed's bf16 optimizer (ZeRO 0 and 1 with bf16) accumulates gradients in a full-size fp32 flat buffer,
+    # not partitioned, and reduces them from it (deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat,
+    # grad_acc_dtype float32 by default): 4 bytes per parameter, as fp32 grad_dtype costs them; no userbuffer
+    # tensor-parallel overlap
     Framework.DEEPSPEED: {"grad_dtype": "fp32", "tp_comm_overlap": False},
     # PyTorch FSDP's MixedPrecision as Accelerate and Composer set it for bf16: parameters bf16, reduce_dtype
     # float32 (Composer's DEFAULT mode); no tensor-parallel overlap

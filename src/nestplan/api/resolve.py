@@ -137,7 +137,8 @@ def search_space(
     entry None is etp = tp), each also to those the ``export`` framework runs as costed, and the MoE
     all-to-all overlap tried where ``moe_comm_overlap`` and the framework allow (for ``model``, which an
     ``export`` needs); without an export, to what ``framework`` runs: as its export would, or for plain FSDP
-    data parallelism alone (search/space.py ``FSDP_SPACE``). 1F1B, the schedule
+    data parallelism alone (search/space.py ``FSDP_SPACE``); Megatron-LM, the default framework, is not
+    narrowed (every schedule and exchange nestplan costs; ``export="megatron"`` narrows to what it runs). 1F1B, the schedule
     the search ranks splits under, is always in. ``memory_margin``: the fraction of device
     memory plans leave free (None: search/space.py DEFAULT_MEMORY_MARGIN)."""
     from nestplan.export import (
@@ -149,7 +150,9 @@ def search_space(
     )
     from nestplan.search.space import DEFAULT_MEMORY_MARGIN, FSDP_SPACE, SearchSpace
 
-    runs_as = FRAMEWORK_EXPORTS.get(framework) if export is None and framework is not None else None
+    # Megatron-LM, the default, searches everything nestplan costs (its export narrows: --export megatron)
+    narrowed = export is None and framework not in (None, Framework.MEGATRON)
+    runs_as = FRAMEWORK_EXPORTS.get(framework) if narrowed else None
     if runs_as is not None and model is not None:
         export = runs_as
     chosen = tuple(schedules) if schedules is not None else tuple(Schedule)

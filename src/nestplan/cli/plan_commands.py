@@ -212,7 +212,7 @@ def plan_command(
         expert_tp=expert_tp_list(expert_tp),
         moe_comm_overlap=searched["moe_comm_overlap"] is not False,
         model=spec,
-        framework=Framework(run_settings.get("framework", Framework.MEGATRON)),
+        framework=Framework(run_settings.get("framework", Framework.MEGATRON)),  # megatron: every schedule
     )
     run_settings["cp_comm_type"] = space.cp_comm_types[0]  # the search tries the others (search/planner.py)
     job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)

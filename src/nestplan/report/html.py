@@ -156,7 +156,8 @@ def _summary(plan: Plan) -> str:
         f"<p>{plan.devices_used} of {plan.cluster.devices} devices of {_e(plan.cluster.name)} "
         f"({_e(plan.cluster.accelerator.name)}), global batch {job.global_batch_size}, sequence {job.seq_len}, "
         f"{_e(job.dtype)}; {shown}.</p>\n<p><b>step time {p.step_time_s:.4f} s</b>, "
-        f"{p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}.</p>"
+        f"{p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}.</p>\n"
+        f"<p>framework {_e(job.settings.framework.value)}; trust: {_e(str(plan.trust['note']))}.</p>"
     )
 
 
