@@ -138,3 +138,11 @@ def test_the_bounded_ridge_solves_and_respects_bounds() -> None:
     assert x[0] == 0.1
     x = _bounded_ridge(J, r, np.zeros(1), np.array([0.01]), np.array([-1.0]), np.array([1.0]))
     assert abs(x[0]) < 0.01  # a tight prior keeps the factor near 1
+
+
+def test_a_name_from_a_file_never_becomes_a_profile_path() -> None:
+    from nestplan.catalog import profile_file
+
+    assert profile_file("h100-sxm-80gb", "nemo") is not None
+    for name in ("../profiles/h100-sxm-80gb", "h100-sxm-80gb/..", ".hidden", "a\\b", "H100 SXM"):
+        assert profile_file(name, "nemo") is None

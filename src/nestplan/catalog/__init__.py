@@ -6,11 +6,13 @@ This module only locates files; parsing lives with the type each file describes
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
 from nestplan.errors import UnknownNameError
 
+_CATALOG_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*(\.[a-z0-9_-]+)*")  # no separators, no "..", no leading dot
 _KINDS = {
     "model": ("models", ".json"),
     "cluster": ("clusters", ".toml"),
@@ -55,7 +57,10 @@ def data_file(filename: str) -> Path:
 
 
 def profile_file(accelerator: str, framework: str) -> Path | None:
-    """The catalog's calibration profile for (``accelerator``, ``framework``), None where it has none."""
+    """The catalog's calibration profile for (``accelerator``, ``framework``), None where it has none (or where a
+    name is not a catalog-style name: a name from a user's file never becomes a path)."""
+    if not all(_CATALOG_NAME.fullmatch(name) for name in (accelerator, framework)):
+        return None
     path = _root() / "profiles" / f"{accelerator}.{framework}.toml"
     return path if path.is_file() else None
 
