@@ -26,7 +26,7 @@ from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.legality import check_against_model, check_cp_comm
+from nestplan.strategy.legality import check_against_accelerator, check_against_model, check_cp_comm
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, Placement, place
 
@@ -68,6 +68,7 @@ def evaluate_plan(
     that evaluates many plans of it (the planner); the result is the same without it."""
     check_against_model(dims, model, job.seq_len)
     check_cp_comm(dims, model, job)
+    check_against_accelerator(job.settings, cluster.accelerator)
     if dims.devices > cluster.devices:
         raise ConfigError(
             f"the plan needs {dims.devices} devices but cluster '{cluster.name}' has {cluster.devices}",
