@@ -248,7 +248,7 @@ class RunSettings:
     cp_a2a_size: int = setting(
         1,
         flag="--cp-a2a-size",
-        help="a2a+p2p's all-to-all group size (the ring runs across cp / size groups)",
+        help="a2a+p2p's all-to-all group size (the ring runs across cp / size groups); evaluate's default: the widest in an NVLink domain",
         source="Megatron-LM --hierarchical-context-parallel-sizes",
         bounds=(1, MAX_CP_A2A_SIZE),
     )

@@ -14,7 +14,7 @@ from nestplan.errors import ConfigError
 from nestplan.settings import CpCommType, Fp8Recipe, Framework, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
-from nestplan.strategy.legality import check_against_accelerator
+from nestplan.strategy.legality import check_against_accelerator, widest_a2a_group
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the exports and the sweep
     from nestplan.search.space import SearchSpace
@@ -53,12 +53,18 @@ def job_for(
     dtype: str | None = None,
     optimizer: Optimizer = Optimizer.ADAM,
     fp8: bool = False,
+    dims: ParallelDims | None = None,
     **settings: Any,
 ) -> Job:
     """A Job for ``model`` on ``cluster``: ``dtype`` by default the accelerator's (``default_dtype``),
     its run settings by name in ``settings`` (each checked; an unknown name refused), the FP8 recipe
     as ``framework_settings`` resolves it, refused where the accelerator cannot run them
-    (``strategy.legality.accelerator_conflict``)."""
+    (``strategy.legality.accelerator_conflict``). With the plan's ``dims``, a2a+p2p without its group size
+    takes the widest inside an NVLink domain (``strategy.legality.widest_a2a_group``)."""
+    hierarchical = dims is not None and settings.get("cp_comm_type") in (CpCommType.A2A_P2P, CpCommType.A2A_P2P.value)
+    if hierarchical and settings.get("cp_a2a_size") is None:
+        group = widest_a2a_group(model, dims.cp, dims.tp, cluster.topology.levels[0].size)
+        settings = settings | ({"cp_a2a_size": group} if group is not None else {})
     run = RunSettings.from_mapping(framework_settings(cluster, fp8=fp8, **settings))
     check_against_accelerator(run, cluster.accelerator)
     return make_job(

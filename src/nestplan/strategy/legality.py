@@ -165,6 +165,18 @@ def cp_exchange_conflict(
     return None
 
 
+def widest_a2a_group(model: ModelSpec, cp: int, tp: int, domain_devices: int) -> int | None:
+    """The a2a+p2p all-to-all group meant where none is named: the largest that stays inside one NVLink
+    domain (its tp x group ranks consecutive, tp fastest as in the default rank order), leaves a ring of 2
+    or more across (it divides cp, below it) and splits a device's query and key/value heads
+    (``cp_exchange_conflict``); None where no group does."""
+    heads, kv_heads = model.num_heads // tp, math.ceil(model.num_kv_heads / tp)
+    for group in range(cp // 2, 1, -1):
+        if cp % group == 0 and tp * group <= domain_devices and heads % group == 0 and kv_heads % group == 0:
+            return group
+    return None
+
+
 def cp_comm_conflict(job: Job, cp: int, tp: int, model: ModelSpec) -> ConfigError | None:
     """Why ``job``'s context-parallel exchange cannot run at cp with tp's share of the heads, or why cp
     cannot split the model's Mamba mixers (strategy/dims.py ``mamba_cp_conflict``), or None."""
