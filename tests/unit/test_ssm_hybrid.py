@@ -389,14 +389,14 @@ def test_elementwise_traffic_per_sub_block():
 
 def test_evaluate_a_hybrid_plan():
     """A plan of Nemotron-H-8B on one DGX H100 evaluates and fits; its model FLOPs are 3x the forward
-    count of each layer of its kind (Mamba, MLP, attention) and the head's."""
+    count of each layer of its kind (Mamba, MLP, attention: its causal half) and the head's."""
     spec = load_model("nemotron-h-8b")
     cluster = api.resolve_cluster("dgx-h100", devices=8)
     seq, batch = 4096, 16
     prediction = api.evaluate(spec, cluster, ParallelDims(tp=2, sp=True, dp=4), api.job_for(spec, cluster, batch, seq))
-    forward = sum(L.block_model_flops(spec, i, seq, seq) for i in range(spec.num_layers)) + L.head_model_flops(
-        spec, seq
-    )
+    forward = sum(
+        L.block_model_flops(spec, i, seq, seq, attended=True) for i in range(spec.num_layers)
+    ) + L.head_model_flops(spec, seq)
     assert prediction.model_flops_per_step == pytest.approx(3 * batch * forward)
     assert prediction.fits and prediction.step_time_s > 0
 
