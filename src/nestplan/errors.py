@@ -8,16 +8,20 @@ Programmer invariants use ``assert`` instead.
 
 from __future__ import annotations
 
-import re
 from typing import Any
-
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``), so that an
-    error or a label stays one line and never drives the terminal."""
-    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+    """``text`` with every character Python does not print as itself (``str.isprintable``: control characters,
+    line separators, the invisible format characters a name can hide behind: bidirectional overrides and
+    isolates, the "Trojan Source" characters of CVE-2021-42574, zero-width spaces and joiners, the byte-order
+    mark; spaces other than the plain one; unassigned code points) written as its escape (``\\n``, ``\\x1b``,
+    ``\\u202e``, ``\\u200b``), so that an error, a comment or a label stays one line, never drives the terminal and
+    shows every character it holds. Every channel that shows input as text goes through it: error lines,
+    tables, generated files' comments, the HTML report, plot titles."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 def brief(value: Any, width: int = 60) -> str:

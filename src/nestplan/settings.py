@@ -17,7 +17,6 @@ from enum import Enum
 from typing import Any
 
 from nestplan.errors import ConfigError, brief
-from nestplan.units import DTYPE_BYTES
 
 
 class Framework(str, Enum):
@@ -81,6 +80,10 @@ class Fp8Recipe(str, Enum):
     MXFP8 = "mxfp8"  # 32-element blocks with E8M0 scales (MXFP8BlockScaling; Blackwell)
 
 
+# the dtypes gradients are accumulated and reduced in: Megatron-Core's DDP (grad_reduce_in_fp32, else the params'
+# bf16/fp16), PyTorch FSDP MixedPrecision.reduce_dtype; tf32 is a matmul mode, not a storage dtype, and no
+# framework reduces gradients in fp8
+REDUCTION_DTYPES = ("fp32", "bf16", "fp16")
 MAX_CP_A2A_SIZE = 2**20  # the bound of any parallel degree
 # --moe-expert-capacity-factor: below 1 most tokens would be dropped; above 16 nearly every expert pads
 # to many times its share (published runs use 1.0 to 2.0: Megatron-Core MoE README, Switch Transformer)
@@ -94,7 +97,7 @@ class Setting:
     flag: the command-line option (a boolean's ``--x/--no-x`` pair is derived from it).
     help: the option's help, which docs/formats.md's table repeats.
     source: the framework's own name for it (the flag or config key it stands for).
-    kind: ``bool``, ``int``, ``float``, ``dtype`` (a key of units.DTYPE_BYTES) or an Enum class.
+    kind: ``bool``, ``int``, ``float``, ``dtype`` (one of REDUCTION_DTYPES) or an Enum class.
     bounds: (low, high) of an int or float.
     optional: None is a value (no FP8 recipe; dropless routing): the annotation admits None.
     searched: ``plan`` tries its values where the model and the framework allow; the option then
@@ -120,7 +123,7 @@ class Setting:
     def choices(self) -> list[str]:
         """The values a choice takes, as strings ([] for a number or a boolean)."""
         if self.kind == "dtype":
-            return list(DTYPE_BYTES)
+            return list(REDUCTION_DTYPES)
         if isinstance(self.kind, type) and issubclass(self.kind, Enum):
             return [member.value for member in self.kind]
         return []
@@ -245,7 +248,7 @@ class RunSettings:
     cp_a2a_size: int = setting(
         1,
         flag="--cp-a2a-size",
-        help="a2a+p2p's all-to-all group size (the ring runs across cp / size groups)",
+        help="a2a+p2p's all-to-all group size (the ring runs across cp / size groups); evaluate's default: the widest in an NVLink domain",
         source="Megatron-LM --hierarchical-context-parallel-sizes",
         bounds=(1, MAX_CP_A2A_SIZE),
     )

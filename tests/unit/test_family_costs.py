@@ -217,20 +217,23 @@ def test_cp_must_split_the_mamba_heads_and_match_the_groups() -> None:
 # ---------------------------------------------------------------- selective recomputation
 def test_selective_recomputation_reruns_attention_cores_only() -> None:
     """The recomputed FLOPs are the attention cores' forward: MLA's 2 s a (d_qk + d_v) (DeepSeek-V3:
-    192 and 128, not 4 s a 192; its MTP module's block too), and nothing for Nemotron-H's Mamba and
-    MLP layers."""
+    192 and 128, not 4 s a 192; its MTP module's block too), over the causal half the kernel computes,
+    and nothing for Nemotron-H's Mamba and MLP layers."""
     seq = 4096
     for spec in (DEEPSEEK, NEMOTRON_H, LLAMA):
         model, hardware = _model_flops(spec, seq, 1, Recompute.SELECTIVE)
         blocks = list(range(spec.num_layers)) + [spec.num_layers - 1] * spec.mtp_layers
         attention = [i for i in blocks if spec.mixer_of(i) == "attention"]
-        expected = seq * sum(L.attention_model_flops(spec, i, seq) for i in attention)
+        expected = seq * sum(
+            L.attended_fraction(spec, i, seq) * L.attention_model_flops(spec, i, seq) for i in attention
+        )
         assert hardware - model == pytest.approx(expected)
     model, hardware = _model_flops(DEEPSEEK, seq, 1, Recompute.SELECTIVE)
     assert DEEPSEEK.mtp_layers == 1
-    assert hardware - model == pytest.approx((DEEPSEEK.num_layers + 1) * 2 * seq * seq * 128 * (192 + 128))
+    # the causal half of each layer's 2 s^2 a (d_qk + d_v)
+    assert hardware - model == pytest.approx((DEEPSEEK.num_layers + 1) * seq * seq * 128 * (192 + 128))
     model, hardware = _model_flops(NEMOTRON_H, seq, 1, Recompute.SELECTIVE)
-    assert hardware - model == pytest.approx(4 * 4 * seq * seq * NEMOTRON_H.q_channels)  # 4 attention layers
+    assert hardware - model == pytest.approx(4 * 2 * seq * seq * NEMOTRON_H.q_channels)  # 4 causal attention layers
 
 
 # ---------------------------------------------------------------- parameters per device

@@ -19,6 +19,7 @@ from nestplan.strategy.dims import ParallelDims
 
 MODEL = api.resolve_model("llama3-70b")
 H100 = api.resolve_cluster("dgx-h100", 64)
+B200 = api.resolve_cluster("dgx-b200", 64)  # MXFP8 runs on Blackwell only (strategy/legality.py)
 PLAN = ParallelDims(tp=8, sp=True, pp=2, dp=4, zero=1)
 BASE = Job(global_batch_size=64, seq_len=4096)
 
@@ -150,7 +151,8 @@ def _framework_plan(**settings):
     from nestplan.export.plan import ExportInput
 
     job = BASE.with_settings(grad_dtype="bf16", **settings)
-    plan = api.evaluate_full(MODEL, H100, PLAN, job, devices=64).plan
+    cluster = B200 if settings.get("fp8_recipe") is Fp8Recipe.MXFP8 else H100
+    plan = api.evaluate_full(MODEL, cluster, PLAN, job, devices=64).plan
     return ExportInput(plan, "test")
 
 

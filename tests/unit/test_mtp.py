@@ -61,7 +61,7 @@ def test_mtp_slows_the_last_stage_and_counts_in_the_model_flops() -> None:
     assert mtp.stages[-1].peak_memory_bytes > plain.stages[-1].peak_memory_bytes
     seq = JOB.seq_len
     module = (
-        L.block_model_flops(MODEL, MODEL.num_layers - 1, seq, seq)
+        L.block_model_flops(MODEL, MODEL.num_layers - 1, seq, seq, attended=True)
         + L.head_model_flops(MODEL, seq)
         + 2 * seq * 2 * MODEL.hidden_size**2
     )

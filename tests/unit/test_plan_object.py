@@ -179,7 +179,8 @@ JOBS += [Job(16, 512, settings=RunSettings(overlap_grad_reduce=False, overlap_pa
     ),
 )
 def test_round_trip_every_job_setting(job) -> None:
-    plan = _plan("llama2-7b", "h100-spine-leaf", ParallelDims(tp=2, sp=True, pp=2, dp=2), job=job)
+    cluster = "dgx-b200" if job.settings.fp8_recipe is Fp8Recipe.MXFP8 else "h100-spine-leaf"  # MXFP8: Blackwell
+    plan = _plan("llama2-7b", cluster, ParallelDims(tp=2, sp=True, pp=2, dp=2), job=job)
     _round_trip(plan)
     assert Plan.from_dict(_saved(plan)).job == job
 

@@ -449,8 +449,9 @@ def test_job_settings_reach_the_config(bridge, settings, tmp_path, monkeypatch) 
     """The job's overlap, cp exchange and precision as Megatron-Bridge parses them (Llama 3 70B's recipe,
     whose own comm_overlap section turns tp overlap on for its tp 4)."""
     job = Job.from_flat(512, 16384, **settings)
+    cluster = "dgx-b200" if settings.get("fp8_recipe") is Fp8Recipe.MXFP8 else "dgx-h100"  # MXFP8: Blackwell
     plan = api.evaluate_full(
-        "llama3-70b", "dgx-h100", ParallelDims(tp=4, sp=True, cp=4, pp=4, dp=2, zero=1), job, devices=128
+        "llama3-70b", cluster, ParallelDims(tp=4, sp=True, cp=4, pp=4, dp=2, zero=1), job, devices=128
     ).plan
     check_export(bridge, plan, tmp_path, monkeypatch)
 

@@ -118,7 +118,7 @@ def test_nemotron_h_8b_parameters_counted_by_hand():
     expected = 24 * mamba + 24 * mlp + 4 * attention + 2 * v * h + norm  # untied embedding and head, final norm
     assert L.total_params(spec) == expected == 8_100_852_736
     assert round(L.total_params(spec) / 1e9) == 8
-    assert L.active_params(spec) == L.total_params(spec)
+    assert L.active_params(spec) == L.total_params(spec) - v * h  # all but the input embedding
 
 
 def test_nemotron_h_56b_parameters_counted_by_hand():
@@ -346,10 +346,10 @@ def test_nemotron_3_nano_parameters():
     total = 23 * mamba + 23 * (moe_dense + routed) + 6 * attention + 2 * v * h + h
     assert L.total_params(spec) == total
     assert L.total_params(spec) == pytest.approx(31.6e9, rel=0.005)
-    active = total - 23 * routed * (1 - 6 / experts)
+    active = total - 23 * routed * (1 - 6 / experts) - v * h  # the input embedding is not active
     assert L.active_params(spec) == pytest.approx(active)
-    assert round(L.active_params(spec) / 1e8) == 36  # "3.6B with the embeddings"
-    assert round((L.active_params(spec) - L.embedding_params(spec)) / 1e8) == 32  # "3.2B active"
+    assert round(L.active_params(spec) / 1e8) == 32  # "3.2B active"
+    assert round((L.active_params(spec) + L.embedding_params(spec)) / 1e8) == 36  # "3.6B with the embeddings"
 
 
 def test_an_moe_layer_has_no_mixer():
@@ -389,14 +389,14 @@ def test_elementwise_traffic_per_sub_block():
 
 def test_evaluate_a_hybrid_plan():
     """A plan of Nemotron-H-8B on one DGX H100 evaluates and fits; its model FLOPs are 3x the forward
-    count of each layer of its kind (Mamba, MLP, attention) and the head's."""
+    count of each layer of its kind (Mamba, MLP, attention: its causal half) and the head's."""
     spec = load_model("nemotron-h-8b")
     cluster = api.resolve_cluster("dgx-h100", devices=8)
     seq, batch = 4096, 16
     prediction = api.evaluate(spec, cluster, ParallelDims(tp=2, sp=True, dp=4), api.job_for(spec, cluster, batch, seq))
-    forward = sum(L.block_model_flops(spec, i, seq, seq) for i in range(spec.num_layers)) + L.head_model_flops(
-        spec, seq
-    )
+    forward = sum(
+        L.block_model_flops(spec, i, seq, seq, attended=True) for i in range(spec.num_layers)
+    ) + L.head_model_flops(spec, seq)
     assert prediction.model_flops_per_step == pytest.approx(3 * batch * forward)
     assert prediction.fits and prediction.step_time_s > 0
 
@@ -425,7 +425,7 @@ def test_jamba_parameters_counted_by_hand():
     attention, mlp = 2 * h * h + 2 * h * 8 * 128, 3 * h * 14336
     total = 28 * mamba + 4 * attention + 16 * mlp + 16 * (h * 16 + 16 * mlp) + 32 * 2 * h + 2 * 65536 * h + h
     assert L.total_params(spec) == total
-    assert L.active_params(spec) == pytest.approx(total - 16 * 14 * mlp)
+    assert L.active_params(spec) == pytest.approx(total - 16 * 14 * mlp - 65536 * h)  # no input embedding
     assert (round(L.total_params(spec) / 1e9), round(L.active_params(spec) / 1e9)) == (52, 12)
 
 

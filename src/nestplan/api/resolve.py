@@ -8,12 +8,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nestplan.cluster import Cluster, load_cluster
-from nestplan.job import Job, Optimizer, check_fp8, default_fp8_recipe, make_job, preferred_dtype
+from nestplan.job import Job, Optimizer, default_fp8_recipe, make_job, preferred_dtype
 from nestplan.model import ModelSpec, load_model
 from nestplan.errors import ConfigError
 from nestplan.settings import CpCommType, Fp8Recipe, Framework, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
+from nestplan.strategy.legality import check_against_accelerator, widest_a2a_group
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the exports and the sweep
     from nestplan.search.space import SearchSpace
@@ -38,9 +39,7 @@ def framework_settings(
     """Run settings by name (``settings.RunSettings``'s fields) as given, and an FP8 recipe when ``fp8``
     or ``fp8_recipe`` asks for one, by default the accelerator's (``job.default_fp8_recipe``)."""
     acc = cluster.accelerator
-    if fp8_recipe is not None:
-        check_fp8(acc.peak_flops)
-    elif fp8:
+    if fp8_recipe is None and fp8:
         fp8_recipe = default_fp8_recipe(acc.peak_flops, acc.mx_block_scaling)
     return {"fp8_recipe": fp8_recipe, **settings}
 
@@ -54,12 +53,20 @@ def job_for(
     dtype: str | None = None,
     optimizer: Optimizer = Optimizer.ADAM,
     fp8: bool = False,
+    dims: ParallelDims | None = None,
     **settings: Any,
 ) -> Job:
     """A Job for ``model`` on ``cluster``: ``dtype`` by default the accelerator's (``default_dtype``),
     its run settings by name in ``settings`` (each checked; an unknown name refused), the FP8 recipe
-    as ``framework_settings`` resolves it."""
+    as ``framework_settings`` resolves it, refused where the accelerator cannot run them
+    (``strategy.legality.accelerator_conflict``). With the plan's ``dims``, a2a+p2p without its group size
+    takes the widest inside an NVLink domain (``strategy.legality.widest_a2a_group``)."""
+    hierarchical = dims is not None and settings.get("cp_comm_type") in (CpCommType.A2A_P2P, CpCommType.A2A_P2P.value)
+    if hierarchical and settings.get("cp_a2a_size") is None:
+        group = widest_a2a_group(model, dims.cp, dims.tp, cluster.topology.levels[0].size)
+        settings = settings | ({"cp_a2a_size": group} if group is not None else {})
     run = RunSettings.from_mapping(framework_settings(cluster, fp8=fp8, **settings))
+    check_against_accelerator(run, cluster.accelerator)
     return make_job(
         model, global_batch_size, seq_len, dtype=dtype or default_dtype(cluster), optimizer=optimizer, settings=run
     )

@@ -129,10 +129,12 @@ RECOMPUTE = typer.Option(Recompute.NONE, "--recompute")
 MBS = typer.Option(1, "--mbs", parser=integer("--mbs", 1, MAX_MICRO_BATCH), help="microbatch size")
 SCHEDULE = typer.Option(Schedule.ONE_F_ONE_B, "--schedule")
 VIRTUAL_STAGES = typer.Option(
-    1,
+    None,
     "--virtual-stages",
     parser=integer("--virtual-stages", 1, MAX_VIRTUAL_STAGES),
-    help="model chunks per stage; v > 1 with --schedule 1f1b (the default) runs interleaved 1F1B",
+    help="model chunks per stage; v > 1 with --schedule 1f1b (the default) runs interleaved 1F1B; default: "
+    "the chunks the schedule always runs (2 for zbv and dualpipev), else 1",
+    show_default=False,
 )
 LAYERS_PER_STAGE = typer.Option(
     None,

@@ -129,26 +129,36 @@ def write_report(path: Path, page: Callable[[], str]) -> None:
 
 
 class progress:
-    """A transient rich progress bar on stderr (only on a terminal): yields an advance callback."""
+    """A transient rich progress bar on stderr (only on a terminal): yields an advance callback,
+    ``advance(i)`` after the i-th unit (from 0), or ``advance(i, total)`` where the total is known (a
+    sweep's cases): the bar then shows done / total and the time left."""
 
-    def __init__(self, unit: str = "groups", every: int = 64) -> None:
-        self._unit, self._every = unit, every
+    def __init__(self, unit: str = "groups", every: int = 64, verb: str = "planning") -> None:
+        self._unit, self._every, self._verb = unit, every, verb
 
     def __enter__(self):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self._bar = Progress(
-            TextColumn("planning"),
+            TextColumn(self._verb),
             BarColumn(),
-            TextColumn("{task.completed} " + self._unit),
+            TextColumn("{task.completed}" + "{task.fields[of]} " + self._unit),
             TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
             console=Console(stderr=True),
             transient=True,
             disable=not sys.stderr.isatty(),
         )
         self._bar.__enter__()
-        task = self._bar.add_task("plan", total=None)
-        return lambda i: self._bar.update(task, completed=i + 1) if i % self._every == 0 else None
+        task = self._bar.add_task("plan", total=None, of="")
+
+        def advance(i: int, total: int | None = None) -> None:
+            if i % self._every == 0 or total is not None:
+                of = {} if total is None else {"total": total, "of": f" of {total}"}
+                self._bar.update(task, completed=i + 1, **of)
+
+        return advance
 
     def __exit__(self, *exc) -> None:
         self._bar.__exit__(*exc)

@@ -83,7 +83,7 @@ def evaluate(
     recompute: Recompute = opt.RECOMPUTE,
     mbs: int = opt.MBS,
     schedule: Schedule = opt.SCHEDULE,
-    virtual_stages: int = opt.VIRTUAL_STAGES,
+    virtual_stages: int | None = opt.VIRTUAL_STAGES,
     layers_per_stage: str | None = opt.LAYERS_PER_STAGE,
     global_batch_size: int = opt.REQUIRED_GLOBAL_BATCH,
     seq_len: int | None = opt.SEQ_LEN,
@@ -102,6 +102,7 @@ def evaluate(
     is still predicted (exit 0): a warning on stderr, the verdict in the first line, "fits" in JSON."""
     _check_outputs(plot=plot, report=report)
     spec = api.resolve_model(model)
+    virtual_stages = virtual_stages or Schedule(schedule).chunks or 1  # zbv, dualpipev: their 2 chunks
     plan = ParallelDims(
         tp=tp,
         pp=pp,
@@ -119,7 +120,9 @@ def evaluate(
     )
     plan, note = _from_megatron_dp(plan, devices)
     full, length = _run_inputs(api.resolve_cluster(cluster, gpus_per_domain=gpus_per_domain), run)
-    job = api.job_for(spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
+    job = api.job_for(
+        spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, dims=plan, **run_settings
+    )
     result = api.evaluate_full(
         spec, full, plan, job, devices=devices, axis_order=parse_axis_order(axis_order), profile=profile
     )

@@ -52,8 +52,10 @@ def sweep_command(
             value=printable(str(folder)),
         )
     check_output("--out", out, folder=True)
-    with progress("cases", every=1) as advance:
-        summary = api.sweep(target, out, workers=workers, ray=ray, progress=lambda done, total: advance(done - 1))
+    with progress("cases", every=1, verb="sweep") as advance:
+        summary = api.sweep(
+            target, out, workers=workers, ray=ray, progress=lambda done, total: advance(done - 1, total)
+        )
     console.print(
         f"sweep: {summary.total} cases, {summary.skipped} already done, {summary.finished} solved now "
         f"({summary.failed} failed) in {summary.elapsed_s:.1f} s -> {printable(str(summary.store))}",

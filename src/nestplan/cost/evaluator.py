@@ -26,7 +26,7 @@ from nestplan.job import Job
 from nestplan.model import layers as L
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.legality import check_against_model, check_cp_comm
+from nestplan.strategy.legality import check_against_accelerator, check_against_model, check_cp_comm
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER, Placement, place
 
@@ -37,18 +37,24 @@ if TYPE_CHECKING:
 @lru_cache(maxsize=256)
 def _model_flops(model: ModelSpec, seq: int, global_batch_size: int, recompute: Recompute) -> tuple[float, float]:
     """(model, hardware) FLOPs of one step: 3x forward (Narayanan et al. SC'21 eq. 3), MTP modules
-    included, plus recomputation, which re-runs the blocks (an MTP module's block like the main ones)."""
-    fwd = sum(L.block_model_flops(model, i, seq, seq) for i in range(model.num_layers))
-    fwd += L.head_model_flops(model, seq) + L.mtp_model_flops(model, seq)
+    included, plus recomputation, which re-runs the blocks (an MTP module's block like the main ones).
+    Attention counts the pairs a causal model attends, the causal half of the square (Megatron-LM's
+    convention, ``block_model_flops(attended=True)``), as its time is costed: MFU stays below 100%."""
+    fwd = sum(L.block_model_flops(model, i, seq, seq, attended=True) for i in range(model.num_layers))
+    fwd += L.head_model_flops(model, seq) + L.mtp_model_flops(model, seq, attended=True)
     model_flops = 3.0 * fwd * global_batch_size
     # the blocks as they run, each MTP module's like the last main one
     blocks = list(range(model.num_layers)) + [model.num_layers - 1] * model.mtp_layers
     if recompute is Recompute.FULL:
-        extra = sum(L.block_model_flops(model, i, seq, seq) for i in blocks)
+        extra = sum(L.block_model_flops(model, i, seq, seq, attended=True) for i in blocks)
     elif recompute is Recompute.SELECTIVE:
         # selective recomputation re-runs the attention cores only (Korthikanti et al. 2022 section 5):
         # their forward FLOPs, with MLA's own query/key and value head widths; Mamba and MLP-only blocks none
-        extra = seq * sum(L.attention_model_flops(model, i, seq) for i in blocks if model.mixer_of(i) == "attention")
+        extra = seq * sum(
+            L.attended_fraction(model, i, seq) * L.attention_model_flops(model, i, seq)
+            for i in blocks
+            if model.mixer_of(i) == "attention"
+        )
     else:
         extra = 0.0
     return model_flops, model_flops + extra * global_batch_size
@@ -68,6 +74,7 @@ def evaluate_plan(
     that evaluates many plans of it (the planner); the result is the same without it."""
     check_against_model(dims, model, job.seq_len)
     check_cp_comm(dims, model, job)
+    check_against_accelerator(job.settings, cluster.accelerator)
     if dims.devices > cluster.devices:
         raise ConfigError(
             f"the plan needs {dims.devices} devices but cluster '{cluster.name}' has {cluster.devices}",

@@ -30,6 +30,7 @@ from nestplan.export.common import (
     torchrun_prologue,
 )
 from nestplan.export.plan import ExportInput
+from nestplan.model.config import catalog_architecture
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.settings import CpCommType, Fp8Recipe, OptimizerState, Framework
@@ -65,7 +66,8 @@ SETTINGS = {
 }
 moe_comm_overlap = megatron.moe_comm_overlap  # Megatron-core runs it
 # Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
-# catalog models they were written for; any other decoder runs the generic GPT recipe
+# catalog models they were written for, chosen for a model of that architecture whatever its name
+# (model.config.catalog_architecture); any other decoder runs the generic GPT recipe
 # (megatron/bridge/recipes/gpt/vanilla_gpt.py), every model field being overridden either way.
 RECIPES = {
     "llama2-7b": "llama2_7b_pretrain_config",
@@ -87,8 +89,8 @@ Items = list[tuple[str, object]]
 
 
 def recipe(model: ModelSpec) -> str:
-    """The recipe function ``run_recipe.py --recipe`` loads for this model."""
-    return RECIPES.get(model.name, GENERIC_RECIPE)
+    """The recipe function ``run_recipe.py --recipe`` loads for this model: its architecture's, never its name's."""
+    return RECIPES.get(catalog_architecture(model, RECIPES), GENERIC_RECIPE)
 
 
 def _value(v: object) -> str:
@@ -234,9 +236,9 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
 
 def _model_notes(m: ModelSpec, seq_len: int) -> list[str]:
     notes = list(megatron.attention_options(m).notes)
-    if m.name not in RECIPES:
+    if catalog_architecture(m, RECIPES) is None:
         notes.append(
-            f"Megatron-Bridge 0.6.2 has no recipe for {m.name}: its generic GPT recipe ({GENERIC_RECIPE}) "
+            f"Megatron-Bridge 0.6.2 has no recipe of the architecture of {m.name}: its generic GPT recipe ({GENERIC_RECIPE}) "
             "runs with every model field nestplan costs set to nestplan's model; what it does not "
             "model (RoPE base, norm epsilon, tokenizer, data) stays the generic recipe's: set it for yours"
         )

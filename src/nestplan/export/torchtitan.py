@@ -54,6 +54,7 @@ from nestplan.export.torchtitan_split import layers_per_stage_flag, listed_split
 from nestplan.export.torchtitan_split import titan_split as titan_split  # re-exported: the split lives there
 from nestplan.job import Job
 from nestplan.settings import CpCommType, Fp8Recipe, MoeDispatcher, OptimizerState, Framework
+from nestplan.model.config import catalog_architecture
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
@@ -398,7 +399,7 @@ def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
         + compiled
     )
     ckpt, ckpt_notes = _checkpoint(p)
-    if inp.model.name not in MODEL_CONFIGS:
+    if catalog_architecture(inp.model, MODEL_CONFIGS) is None:
         notes.append(
             f"torchtitan ships no tokenizer for {inp.model.name}: give --hf-assets-path the folder of its "
             f"Hugging Face tokenizer ({inp.model.vocab_size} tokens); the config's default is Llama 3.1's"

@@ -10,10 +10,12 @@ from dataclasses import replace
 from nestplan.export.common import comment_text
 from nestplan.export.plan import ExportInput
 from nestplan.export.torchtitan_split import listed_split
+from nestplan.model.config import catalog_architecture
 from nestplan.model.spec import ModelSpec, QKNorm
 
 # catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
-# Hugging Face assets folder); the 405B takes the 70B's settings: torchtitan's llama3_405b builds FP8
+# Hugging Face assets folder), chosen for a model of that catalog model's architecture, whatever its name
+# (model.config.catalog_architecture); the 405B takes the 70B's settings: torchtitan's llama3_405b builds FP8
 # linears and compiles (torchtitan/models/llama3/config_registry.py)
 MODEL_CONFIGS = {
     "llama3-8b": ("llama3_8b", "8B", "./assets/hf/Llama-3.1-8B"),
@@ -96,8 +98,9 @@ def _model_source(m: ModelSpec, fp8: bool, compiled: bool) -> tuple[str, str]:
     at ``m``'s sizes, resized from a shipped flavor that lends the initialisation and rotary settings."""
     converter = f'Float8LinearConverter.Config(filter_fqns=["lm_head"], model_compile_enabled={compiled})'
     imports = "from torchtitan.components.quantization import Float8LinearConverter\n" if fp8 else ""
-    if m.name in MODEL_CONFIGS:
-        _, flavor, _ = MODEL_CONFIGS[m.name]
+    shipped = catalog_architecture(m, MODEL_CONFIGS)
+    if shipped is not None:
+        _, flavor, _ = MODEL_CONFIGS[shipped]
         return imports, f'    return model_registry("{flavor}"{f", converters=[{converter}]" if fp8 else ""})\n'
     imports = "from dataclasses import replace\n\n" + imports
     sizes = (
@@ -148,7 +151,7 @@ def config_module(inp: ExportInput, m: ModelSpec, compiled: bool) -> str:
     value in it is an integer of the validated model or a fixed name."""
     job = inp.plan.job
     imports, body = _model_source(m, job.fp8, compiled)
-    base, _, assets = MODEL_CONFIGS.get(m.name, ("llama3_70b", "", ""))
+    base, _, assets = MODEL_CONFIGS.get(catalog_architecture(m, MODEL_CONFIGS), ("llama3_70b", "", ""))
     assets_line = f'    config.hf_assets_path = "{assets}"\n' if assets else ""
     listed = listed_split(inp.plan)
     stages, stages_line = _stages_source(listed) if listed is not None else ("", "")

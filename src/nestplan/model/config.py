@@ -14,6 +14,8 @@ is bounded (``MAX_LAYERS`` ...: ``model.families.common``).
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_POSITIONS",
     "MAX_VOCAB",
+    "catalog_architecture",
     "config_dict",
     "load_model",
     "model_names",
@@ -158,6 +161,23 @@ def load_model(name_or_path: str) -> ModelSpec:
         return parse_config(data, _name_for_path(data, path))
     entry = catalog.entry_path("model", text)
     return parse_config(load_object(entry, "model config file", "json"), entry.stem)
+
+
+def catalog_architecture(spec: ModelSpec, names: Iterable[str]) -> str | None:
+    """The first catalog model of ``names`` whose architecture is ``spec``'s (every field equal but the name and
+    the trace calibration), else None. Exports choose a framework's model flavour or recipe by it, never by
+    the name a config gives itself: a small config.json named ``llama3-8b`` is not Llama 3 8B, and a
+    config.json of Llama 3 8B's shape under another name is."""
+    return next((name for name in names if _architecture(_catalog_model(name)) == _architecture(spec)), None)
+
+
+def _architecture(spec: ModelSpec) -> ModelSpec:
+    return dataclasses.replace(spec, name="", traced_flops_scale=1.0, traced_activation_scale=1.0)
+
+
+@functools.cache
+def _catalog_model(name: str) -> ModelSpec:
+    return load_model(name)
 
 
 def model_names() -> list[str]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from nestplan.cluster import Cluster, cluster_to_dict
 from nestplan.profile import trust_band
+from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.cost.run import RunEstimate, RunLength, estimate_run, state_bytes
 from nestplan.errors import ConfigError, printable
@@ -31,7 +32,7 @@ from nestplan.plan.summary import PredictionSummary
 from nestplan.plan.writer import sections
 from nestplan.search.stats import SearchStats
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.legality import check_against_model
+from nestplan.strategy.legality import check_against_accelerator, check_against_model
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Plan:
         _check_model(self.dims, self.model)
         check_context(self.model, self.job.seq_len)
         check_against_model(self.dims, self.model, self.job.seq_len)
+        check_against_accelerator(self.job.settings, self.cluster.accelerator)
         self.dims.num_microbatches(self.job.global_batch_size)
         if self.cluster.devices < self.devices_used:
             raise ConfigError(
@@ -148,7 +150,8 @@ class Plan:
 
         ``model`` and ``cluster`` replace the plan's own (needed for a /1 plan whose model or
         cluster is not in the catalog); a cluster named is loaded with the plan's ``devices_total``,
-        a ``Cluster`` is used as it is."""
+        a ``Cluster`` is used as it is. With either given, the prediction is the evaluator's on them, not
+        the one saved (which was made on the plan's own)."""
         check_schema(data)
         version2 = data["schema"] == SCHEMA
         dims, job, axis_order = read_dims(data), read_job(data, version2), read_axis_order(data)
@@ -163,7 +166,12 @@ class Plan:
             )
         cl = read_cluster(data, cluster, devices_total, version2, job.settings.framework)
         predicted, search = read_predicted(data, dims), read_search(data)
-        return cls(spec, cl, job, dims, axis_order, predicted, search, run_length=read_run_length(data))
+        plan = cls(spec, cl, job, dims, axis_order, predicted, search, run_length=read_run_length(data))
+        if model is None and cluster is None:
+            return plan
+        # the saved prediction is the plan's on its own model and cluster: on those given, it is evaluated again
+        pred = evaluate_plan(spec, cl, dims, job, axis_order)
+        return replace(plan, predicted=PredictionSummary.from_prediction(pred), prediction=pred)
 
 
 def _check_model(dims: ParallelDims, model: ModelSpec) -> None:

@@ -6,6 +6,8 @@ import csv
 from pathlib import Path
 from typing import Sequence
 
+from nestplan.report.cells import csv_cell
+from nestplan.report.plots import plain_text
 from nestplan.search.compare import CompareRow
 
 CSV_FIELDS = (
@@ -27,21 +29,21 @@ def write_csv(path: Path, rows: Sequence[CompareRow], normalized: Sequence[float
         w = csv.writer(fh)
         w.writerow(CSV_FIELDS)
         for r, x in zip(rows, normalized):
-            w.writerow(
-                [
-                    r.model,
-                    r.cluster,
-                    r.devices,
-                    r.micro_batch_size,
-                    r.planner,
-                    int(r.feasible),
-                    f"{r.tokens_per_s:.6g}",
-                    f"{x:.6g}",
-                    f"{r.solve_time_s:.4g}",
-                ]
-            )
+            row = [
+                r.model,
+                r.cluster,
+                r.devices,
+                r.micro_batch_size,
+                r.planner,
+                int(r.feasible),
+                f"{r.tokens_per_s:.6g}",
+                f"{x:.6g}",
+                f"{r.solve_time_s:.4g}",
+            ]
+            w.writerow([csv_cell(cell) for cell in row])
 
 
+@plain_text()
 def plot(path: Path, rows: Sequence[CompareRow], normalized: Sequence[float], title: str) -> None:
     """Grouped bars of normalised throughput per device count (the paper's Figure 5), and a
     line plot of tokens/s against devices, one line per planner; infeasible cases get no bar

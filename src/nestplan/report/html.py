@@ -23,7 +23,7 @@ from typing import Protocol
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
-from nestplan.errors import PlannerError
+from nestplan.errors import PlannerError, printable
 from nestplan.export import FRAMEWORKS, build
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.plan import Plan, StageSummary
@@ -120,8 +120,9 @@ def _page(title: str, intro: str, sections: Sequence[tuple[str, str, str]]) -> s
 
 # -- building blocks ------------------------------------------------------------------------------
 def _e(value: object) -> str:
-    """Any value as page text: escaped, quotes included."""
-    return html.escape(str(value), quote=True)
+    """Any value as page text: markup escaped, quotes included, and every invisible character but the line
+    breaks of a file shown whole shown as its escape (``printable``)."""
+    return html.escape("\n".join(printable(line) for line in str(value).split("\n")), quote=True)
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[object]], text_columns: Sequence[int] = (0,)) -> str:

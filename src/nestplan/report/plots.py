@@ -10,6 +10,8 @@ predicted step time.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from nestplan.cost.prediction import Prediction
 from nestplan.cost.schedules.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD
 from nestplan.cost.schedules.periodic import Timeline, simulate
 from nestplan.cost.schedules.walk import SplitTimes, simulate_operations
+from nestplan.errors import printable
 from nestplan.network.topology import Topology
 from nestplan.strategy.dims import AXES
 from nestplan.strategy.placement import rank_grid
@@ -99,16 +102,28 @@ def device_map(pred: Prediction, devices: int) -> tuple[np.ndarray, np.ndarray]:
     return stage, replica
 
 
-def write_plan_plots(pred: Prediction, topology: Topology, out_dir: Path, title: str) -> list[Path]:
-    """Write timeline.png, memory.png and placement.png into out_dir; returns their paths."""
+@contextmanager
+def plain_text() -> Iterator[None]:
+    """Every figure drawn inside: its text drawn as written, never read as TeX or mathtext (a model named
+    ``a$\\foo$b`` is a name: matplotlib would otherwise parse ``$...$`` and fail on the unknown ``\\foo``).
+    Every nestplan figure is drawn inside it (plots of a plan, of a comparison, of a sweep)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    with matplotlib.rc_context({"text.usetex": False, "text.parse_math": False}):
+        yield
+
+
+def write_plan_plots(pred: Prediction, topology: Topology, out_dir: Path, title: str) -> list[Path]:
+    """Write timeline.png, memory.png and placement.png into out_dir; returns their paths. The title is drawn
+    as plain text, its invisible characters as escapes."""
+    title = printable(title)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "timeline.png", out_dir / "memory.png", out_dir / "placement.png"]
-    _timeline_figure(step_timeline(pred), pred, paths[0], title)
-    _memory_figure(pred, paths[1], title)
-    _placement_figure(pred, topology, paths[2], title)
+    with plain_text():
+        _timeline_figure(step_timeline(pred), pred, paths[0], title)
+        _memory_figure(pred, paths[1], title)
+        _placement_figure(pred, topology, paths[2], title)
     return paths
 
 

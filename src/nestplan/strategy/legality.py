@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 
 from nestplan.errors import ConfigError
+from nestplan.hardware.accelerator import Accelerator
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.model.ssm import Mamba1Shape, Mamba2Shape
-from nestplan.settings import CpCommType, RunSettings
+from nestplan.settings import CpCommType, Fp8Recipe, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute
 
@@ -164,6 +165,18 @@ def cp_exchange_conflict(
     return None
 
 
+def widest_a2a_group(model: ModelSpec, cp: int, tp: int, domain_devices: int) -> int | None:
+    """The a2a+p2p all-to-all group meant where none is named: the largest that stays inside one NVLink
+    domain (its tp x group ranks consecutive, tp fastest as in the default rank order), leaves a ring of 2
+    or more across (it divides cp, below it) and splits a device's query and key/value heads
+    (``cp_exchange_conflict``); None where no group does."""
+    heads, kv_heads = model.num_heads // tp, math.ceil(model.num_kv_heads / tp)
+    for group in range(cp // 2, 1, -1):
+        if cp % group == 0 and tp * group <= domain_devices and heads % group == 0 and kv_heads % group == 0:
+            return group
+    return None
+
+
 def cp_comm_conflict(job: Job, cp: int, tp: int, model: ModelSpec) -> ConfigError | None:
     """Why ``job``'s context-parallel exchange cannot run at cp with tp's share of the heads, or why cp
     cannot split the model's Mamba mixers (strategy/dims.py ``mamba_cp_conflict``), or None."""
@@ -200,3 +213,36 @@ def moe_overlap_conflict(dims: ParallelDims, model: ModelSpec, job: Job) -> Conf
         value=value,
         limit=limit,
     )
+
+
+def accelerator_conflict(settings: RunSettings, accelerator: Accelerator) -> ConfigError | None:
+    """Why ``settings`` cannot run on ``accelerator``, or None: FP8 needs FP8 tensor cores (a peak for fp8;
+    Transformer Engine's check_fp8_support: compute capability 8.9 or later), and the MXFP8 recipe tensor
+    cores that scale 32-element blocks themselves (``mx_block_scaling``; Transformer Engine's
+    check_mxfp8_support refuses it below compute capability 10.0, Blackwell)."""
+    recipe = settings.fp8_recipe
+    if recipe is None:
+        return None
+    if "fp8" not in accelerator.peak_flops:
+        return _err(
+            f"accelerator {accelerator.name} has no FP8 tensor cores; FP8 (--fp8, --fp8-recipe) needs Hopper or later",
+            "fp8_recipe",
+            recipe.value,
+            "an accelerator with a peak_fp8_TFLOPS",
+        )
+    if recipe is Fp8Recipe.MXFP8 and not accelerator.mx_block_scaling:
+        usable = ", ".join(r.value for r in Fp8Recipe if r is not Fp8Recipe.MXFP8)
+        return _err(
+            f"fp8 recipe mxfp8 needs tensor cores that scale 32-element blocks (Blackwell; Transformer Engine "
+            f"refuses MXFP8 below compute capability 10.0) and {accelerator.name} has none; use {usable}",
+            "fp8_recipe",
+            recipe.value,
+            usable,
+        )
+    return None
+
+
+def check_against_accelerator(settings: RunSettings, accelerator: Accelerator) -> None:
+    problem = accelerator_conflict(settings, accelerator)
+    if problem is not None:
+        raise problem

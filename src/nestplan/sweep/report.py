@@ -22,6 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from nestplan.errors import ConfigError, printable
+from nestplan.report.cells import csv_cell
+from nestplan.report.plots import plain_text
 from nestplan.strategy.describe import describe
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
@@ -144,7 +146,7 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
         w = csv.writer(fh)
         w.writerow(CSV_FIELDS)
         for r in rows:
-            w.writerow(csv_record(r).values())
+            w.writerow(csv_cell(cell) for cell in csv_record(r).values())
 
 
 def to_dataframe(rows: Sequence[dict[str, Any]]) -> pandas.DataFrame:
@@ -155,6 +157,7 @@ def to_dataframe(rows: Sequence[dict[str, Any]]) -> pandas.DataFrame:
     return dataframe([csv_record(r) for r in rows], CSV_FIELDS)
 
 
+@plain_text()
 def write_plots(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
     import matplotlib
 

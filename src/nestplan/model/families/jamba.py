@@ -110,7 +110,7 @@ def _jamba_fields(spec: ModelSpec) -> dict[str, Any]:
     return {
         **rotary_fields(spec),
         "intermediate_size": spec.ffn_hidden_size,
-        "num_experts": spec.num_experts if spec.is_moe else 1,
+        "num_experts": spec.num_experts or 1,  # experts declared even where no layer falls on their period
         "num_experts_per_tok": spec.experts_per_token or 1,
         "attn_layer_period": attn_period,
         "attn_layer_offset": attn_offset,

@@ -22,9 +22,11 @@ from nestplan.model.spec import FFN, Block, ModelSpec, QKNorm
 
 def _rope_layers(f: ConfigFields, num_layers: int) -> tuple[int, ...]:
     """Llama 4's ``no_rope_layers``: one 0/1 per layer, 1 where the layer has rotary positions (HF
-    Llama4TextConfig); absent, every ``no_rope_layer_interval``-th layer (default 4) has none."""
+    Llama4TextConfig); absent, null or empty (the class's default ``[]``, which it replaces by the computed
+    list: "no_rope_layers == [] is invalid as we cannot have 0 layers"), every ``no_rope_layer_interval``-th
+    layer (default 4) has none."""
     flags = f.raw("no_rope_layers", None)
-    if flags is None:
+    if flags is None or flags == []:
         interval = f.integer("no_rope_layer_interval", MAX_LAYERS, default=4)
         return tuple(i for i in range(num_layers) if (i + 1) % interval != 0)
     if (

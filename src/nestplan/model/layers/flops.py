@@ -141,23 +141,28 @@ def attention_core_flops(spec: ModelSpec, shard: Shard, layer: int | None = None
     return attended_fraction(spec, layer, shard.seq_len) * sum(g.flops for g in gemms)
 
 
-def block_model_flops(spec: ModelSpec, layer: int, tokens: float, seq_len: int) -> float:
+def block_model_flops(spec: ModelSpec, layer: int, tokens: float, seq_len: int, attended: bool = False) -> float:
     """Forward model FLOPs of one block for ``tokens`` tokens (no parallelism, the full s x s
     attention rectangle; s x w in a layer with a sliding window of w < s keys).
 
     Narayanan et al. SC'21 eq. 3 counts 24 b s h^2 + 4 b s^2 h per GPT layer; this is the
-    same count generalised to GQA, gated MLPs, top-k experts and local attention.
+    same count generalised to GQA, gated MLPs, top-k experts and local attention. ``attended``: only
+    the part of the rectangle a causal model attends (``attended_fraction``: the causal half of the
+    square), as Megatron-LM counts the FLOPs it reports (training.py ``num_floating_point_operations``:
+    "causal mask (only half of the mask is non-zero)"): the convention of nestplan's MFU.
     """
     per_token = sum(g.flops for g in block_gemms(spec, layer, Shard(seq_len=seq_len))) / seq_len
-    return tokens * (per_token + _core_model_flops(spec, layer, seq_len))
+    return tokens * (per_token + _core_model_flops(spec, layer, seq_len, attended))
 
 
-def _core_model_flops(spec: ModelSpec, layer: int, seq_len: int) -> float:
+def _core_model_flops(spec: ModelSpec, layer: int, seq_len: int, attended: bool) -> float:
     """Forward model FLOPs per token of block ``layer``'s mixer core: the attention's
-    (``attention_model_flops``), a Mamba mixer's scan (model/ssm.py ``scan_flops``), none without a mixer."""
+    (``attention_model_flops``, of its attended part where ``attended``), a Mamba mixer's scan
+    (model/ssm.py ``scan_flops``), none without a mixer."""
     mixer = spec.mixer_of(layer)
     if mixer == "attention":
-        return attention_model_flops(spec, layer, seq_len)
+        share = attended_fraction(spec, layer, seq_len) if attended else 1.0
+        return share * attention_model_flops(spec, layer, seq_len)
     return ssm.scan_flops(spec.mamba, 1) if mixer == "mamba" else 0.0
 
 
@@ -178,12 +183,12 @@ def head_model_flops(spec: ModelSpec, tokens: float) -> float:
     return 2.0 * tokens * spec.hidden_size * spec.vocab_size
 
 
-def mtp_model_flops(spec: ModelSpec, seq_len: int) -> float:
-    """Forward model FLOPs of a sequence's MTP modules: each a block like the last, its projection M
-    (2h x h per token) and the output head again (Megatron-LM counts them in its reported FLOPs,
-    training.py ``num_floating_point_operations``)."""
+def mtp_model_flops(spec: ModelSpec, seq_len: int, attended: bool = False) -> float:
+    """Forward model FLOPs of a sequence's MTP modules: each a block like the last (``attended`` as
+    ``block_model_flops``), its projection M (2h x h per token) and the output head again (Megatron-LM
+    counts them in its reported FLOPs, training.py ``num_floating_point_operations``)."""
     module = (
-        block_model_flops(spec, spec.num_layers - 1, seq_len, seq_len)
+        block_model_flops(spec, spec.num_layers - 1, seq_len, seq_len, attended)
         + head_model_flops(spec, seq_len)
         + 2.0 * seq_len * 2 * spec.hidden_size * spec.hidden_size
     )

@@ -106,12 +106,15 @@ def total_params(spec: ModelSpec) -> float:
 
 
 def active_params(spec: ModelSpec) -> float:
-    """Parameters one token passes through: everything but the routed experts, plus the
-    ``experts_per_token`` of them its router picks in each MoE block (equal to ``total_params`` for
-    a dense model; the "activated parameters" of the MoE model cards)."""
+    """Parameters one token computes with, as the model cards count their "active parameters": every
+    block's but the routed experts, plus the ``experts_per_token`` of them its router picks in each MoE
+    block, plus the output head (its norm and projection, a tied one included: the token's logits are a
+    GEMM with it); not the input embedding, a lookup (token, position and type tables), which the cards
+    leave out (gpt-oss-120b: 5.13B active of 116.83B, OpenAI's gpt-oss model card, table 1;
+    DeepSeek-V2-Lite: 2.4B of 15.7B, its Hugging Face model card)."""
     routed = spec.experts_per_token / spec.num_experts if spec.num_experts else 0.0
     blocks = sum(p.dense + routed * p.expert for p in (block_params(spec, i) for i in range(spec.num_layers)))
-    return blocks + embedding_params(spec) + head_params(spec, separate_copy=False)
+    return blocks + head_params(spec, separate_copy=True)
 
 
 def mtp_params(spec: ModelSpec, own_embedding_and_head: bool) -> float:
