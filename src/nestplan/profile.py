@@ -183,7 +183,7 @@ def apply_profile(cluster: Cluster, profile: Profile) -> Cluster:
     if profile.accelerator != acc.name:
         raise ConfigError(
             f"profile '{printable(profile.name)}' was calibrated on {printable(profile.accelerator)}, "
-            f"not on cluster '{cluster.name}''s {acc.name}",
+            f"not on {acc.name} (cluster '{cluster.name}')",
             field="profile",
             value=profile.accelerator,
             limit=acc.name,
