@@ -9,7 +9,6 @@ predicted step time.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nestplan import outputs
 from nestplan.cost.memory import MEMORY_TERMS
 from nestplan.cost.prediction import Prediction
 from nestplan.cost.schedules.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD
@@ -121,16 +121,15 @@ def plain_text() -> Iterator[None]:
 
 
 def write_plan_plots(pred: Prediction, topology: Topology, out_dir: Path, title: str) -> list[Path]:
-    """Write timeline.png, memory.png and placement.png into out_dir; returns their paths. The title is drawn
-    as plain text, its invisible characters as escapes."""
+    """Write timeline.png, memory.png and placement.png into out_dir, the three or none (nestplan.outputs.staged);
+    returns their paths. The title is drawn as plain text, its invisible characters as escapes."""
     title = printable(title)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "timeline.png", out_dir / "memory.png", out_dir / "placement.png"]
-    with plain_text():
-        _timeline_figure(step_timeline(pred), pred, paths[0], title)
-        _memory_figure(pred, paths[1], title)
-        _placement_figure(pred, topology, paths[2], title)
-    return paths
+    names = ("timeline.png", "memory.png", "placement.png")
+    with plain_text(), outputs.staged(out_dir, "--plot") as stage:
+        _timeline_figure(step_timeline(pred), pred, stage / names[0], title)
+        _memory_figure(pred, stage / names[1], title)
+        _placement_figure(pred, topology, stage / names[2], title)
+    return [out_dir / name for name in names]
 
 
 def _timeline_figure(step: StepTimeline, pred: Prediction, path: Path, title: str) -> None:
@@ -308,14 +307,11 @@ def _draw_levels(ax, topology: Topology, rows: int, row_devices: int, folds: int
 
 
 def _save(fig, path: Path) -> None:
-    """Write the figure whole or not at all: into a temporary file beside ``path``, then moved over it."""
+    """Write the figure to ``path`` (in a private folder of nestplan.outputs, moved into place by it)."""
     import matplotlib.pyplot as plt
 
-    partial = path.with_name(f".nestplan-{os.getpid()}.partial.png")
     try:
         fig.tight_layout()
-        fig.savefig(partial, dpi=110, format="png")
-        os.replace(partial, path)
+        fig.savefig(path, dpi=110, format="png")
     finally:
         plt.close(fig)
-        partial.unlink(missing_ok=True)
