@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "units": 0,
     "errors": 0,
     "inputs": 0,
+    "outputs": 0,
     "job": 0,
     "settings": 0,
     "catalog": 0,

@@ -32,7 +32,7 @@ def calibrate(
     names = None if factors is None else [n.strip() for n in factors.split(",") if n.strip()]
     with progress() as advance:
         result = api.calibrate_runs(runs, accelerator=accelerator, framework=framework, factors=names, progress=advance)
-    with output("--out", out), replacing(out) as partial:
+    with output("--out", out), replacing(out, "--out") as partial:
         partial.write_text(result.profile.to_toml())
     if as_json:
         print_json(calibration_dict(result))

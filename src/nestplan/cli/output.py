@@ -7,12 +7,12 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from rich.console import Console
 
-from nestplan import api
+from nestplan import api, outputs
 from nestplan.errors import ConfigError, printable
 
 PIPE_WIDTH = 10_000  # columns of rich output that is not on a terminal: rows stay one line
@@ -95,20 +95,10 @@ def check_output(option: str, path: Path, folder: bool) -> None:
             )
 
 
-@contextmanager
-def replacing(path: Path) -> Iterator[Path]:
-    """A temporary file beside ``path`` to write, moved over ``path`` once complete, so that a
-    failure (a full disk) leaves no half-written file; a link or a special file (/dev/stdout) is
-    written through."""
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        yield path
-        return
-    temporary = path.with_name(f".nestplan-{os.getpid()}.partial{path.suffix}")
-    try:
-        yield temporary
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+def replacing(path: Path, option: str) -> AbstractContextManager[Path]:
+    """A private temporary file to write, moved over ``path`` once complete (nestplan.outputs: a link at
+    ``path`` refused, a special file such as /dev/stdout written through)."""
+    return outputs.replaced(path, option)
 
 
 def plots(out: Path, draw: Callable[[Path], list[Path]]) -> list[Path]:
@@ -123,8 +113,7 @@ def write_report(path: Path, page: Callable[[], str]) -> None:
     text = page()
     with output("--report", path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        with replacing(path) as partial:
-            partial.write_text(text, encoding="utf-8")
+        outputs.write_text(path, text, "--report")
     say(f"nestplan: wrote the report {path}")
 
 

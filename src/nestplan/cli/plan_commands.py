@@ -353,11 +353,11 @@ def compare_command(
         render_compare(console, result.title, result.rows, result.normalised)
         if csv_path is not None:
             target = csv_path / f"{result.tag}.csv" if paper else csv_path
-            with output("--csv", target), replacing(target) as partial:
+            with output("--csv", target), replacing(target, "--csv") as partial:
                 write_csv(partial, result.rows, result.normalised)
         if plot is not None:
             target = plot / f"{result.tag}.png" if paper else plot
-            with drawing("--plot", target), replacing(target) as partial:
+            with drawing("--plot", target), replacing(target, "--plot") as partial:
                 draw(partial, result.rows, result.normalised, result.title)
     if report is not None:
         from nestplan.report.html import compare_report

@@ -78,7 +78,7 @@ def nest_solve_command(
         inp, out, result = api.nest_solve(input_path, progress=step)
     text = json.dumps(out, indent=2, allow_nan=False) + "\n"
     if output_path is not None:
-        with output("OUTPUT.json", output_path), replacing(output_path) as partial:
+        with output("OUTPUT.json", output_path), replacing(output_path, "OUTPUT.json") as partial:
             partial.write_text(text)
     else:
         sys.stdout.write(text)

@@ -18,7 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from nestplan.cost.schedules.periodic import chunk_times, simulate
-from nestplan.cost.schedules.walk import SplitTimes, simulate_operations
+from nestplan.cost.schedules.steady import split_makespan_busy
+from nestplan.cost.schedules.walk import SplitTimes
 from nestplan.strategy.enums import Schedule
 
 Times = Sequence[float] | np.ndarray  # per stage (p,), or per stage and chunk (p, v): cost/schedule.chunk_times
@@ -69,9 +70,10 @@ def split_pipeline_time(
 ) -> tuple[float, float, int, float]:
     """``pipeline_time`` for the schedules that split the backward (cost/schedules/walk.py), and the
     busy seconds of the bottleneck stage: the stage that computes longest (the sum of its
-    operations' durations, overlapped ones counted once) is the bottleneck, idle the rest."""
-    run = simulate_operations(schedule, times, num_microbatches)
-    busy = [float((end - start).sum()) for start, end in zip(run.start_s, run.end_s)]
+    operations' durations, overlapped ones counted once) is the bottleneck, idle the rest; many microbatches
+    take cost/schedules/steady.py's closed form."""
+    makespan_s, stage_busy = split_makespan_busy(schedule, times, num_microbatches)
+    busy = stage_busy.tolist()
     slowest = max(range(len(busy)), key=lambda i: busy[i])
-    bubble = max(0.0, run.makespan_s - busy[slowest])
+    bubble = max(0.0, makespan_s - busy[slowest])
     return busy[slowest] + bubble, bubble, slowest, busy[slowest]

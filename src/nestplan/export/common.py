@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from nestplan import outputs
 from nestplan.cost.kernels import FRAMEWORK_ATTENTION
 from nestplan.errors import ConfigError, printable
 from nestplan.export.plan import ExportInput
@@ -82,19 +83,14 @@ class Export:
     notes: tuple[str, ...]
 
     def write(self, out_dir: str | Path) -> list[Path]:
-        """Write the files into ``out_dir`` (created if missing); returns their paths."""
+        """Write the files into ``out_dir`` (created if missing), all or none, modes set before they move in
+        (nestplan.outputs.staged: a link where a file would go is refused); returns their paths."""
         folder = Path(out_dir)
-        if folder.exists() and not folder.is_dir():
-            raise ConfigError(f"--out {folder} exists and is not a folder", field="out", value=str(folder))
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for f in self.files:
-            path = folder / f.name
-            path.write_text(f.text)
-            if f.executable:
-                path.chmod(0o755)
-            paths.append(path)
-        return paths
+        with outputs.staged(folder, "--out") as stage:
+            for f in self.files:
+                (stage / f.name).write_text(f.text)
+                (stage / f.name).chmod(outputs.file_mode(f.executable))
+        return [folder / f.name for f in self.files]
 
 
 def comment_text(text: object) -> str:

@@ -26,8 +26,9 @@ widest first (O(E log E)); latencies from a NumPy Bellman-Ford from all devices
 per level (O(levels * D * E * hop-diameter), a few seconds for thousands of nodes).
 Oversubscription is not derived from a graph: every level gets 1. Ids are below
 ``MAX_GRAPH_NODES``, links at most ``MAX_GRAPH_EDGES``, and a graph whose latencies
-would take more than ``MAX_RELAXATIONS`` Bellman-Ford cells is refused (ConfigError): at once
-when a hop count shows it, else when the sweep runs out of its budget.
+would take more than ``MAX_RELAXATIONS`` Bellman-Ford cells is refused (ConfigError): by counting
+(4 x devices x links) before a link is read, then when a hop count shows it, else when the sweep
+runs out of its budget.
 
 Re-exported from ``nestplan.network.builders`` and ``nestplan.network``.
 """
@@ -124,9 +125,21 @@ def _refuse_sure_overrun(where: str, n_dev: int, src: np.ndarray, dst: np.ndarra
         hops += 1
 
 
-def _read_edges(f: Fields, figures: FigureUnits) -> tuple[np.ndarray, ...]:
-    """The links of ``f``'s ``edges`` (1 to ``MAX_GRAPH_EDGES``) as arrays of ids, bytes/s and seconds."""
+def _refuse_by_count(where: str, n_dev: int, n_links: int, limit: int) -> None:
+    """Refuse, before any link is read, a graph whose latencies must take more than ``limit`` relaxations
+    by counting alone: the outermost level's sweep relaxes both directions of its links for every device
+    as a source, at least twice (one sweep that reaches, one that finds nothing better), so
+    4 x devices x links, taken as if every link belonged to the outermost level (links narrower than
+    every bottleneck are rare)."""
+    if 4 * n_dev * n_links > limit:
+        raise _too_much_work(where, limit)
+
+
+def _read_edges(f: Fields, figures: FigureUnits, where: str, n_dev: int) -> tuple[np.ndarray, ...]:
+    """The links of ``f``'s ``edges`` (1 to ``MAX_GRAPH_EDGES``) as arrays of ids, bytes/s and seconds;
+    refused by their count first (:func:`_refuse_by_count`)."""
     links = f.listed("edges", MAX_GRAPH_EDGES, minimum=1)
+    _refuse_by_count(where, n_dev, len(links.data), MAX_RELAXATIONS)
     us, vs, bws, lats = zip(*(read_link(links, key, figures, MAX_GRAPH_NODES - 1) for key in links.data))
     return (
         np.asarray(us, dtype=np.int64),
@@ -160,13 +173,15 @@ def _bellman_ford_max(
     dst: np.ndarray,
     lat: np.ndarray,
     sources: np.ndarray,
-    targets_mask: np.ndarray,
+    inner: np.ndarray | None,
     budget: _Budget,
 ) -> float:
-    """Largest shortest-path latency from ``sources`` to the targets ``targets_mask`` marks (per source row).
+    """Largest shortest-path latency from ``sources`` to the other sources, skipping pairs whose ``inner``
+    labels (per source, the unit of the level below) are equal.
 
     Bellman-Ford from all sources at once, in blocks, vectorised with NumPy: each
-    sweep relaxes every link for every source of the block.
+    sweep relaxes every link for every source of the block; the targets are marked per block, so memory
+    stays within the block's cells.
     """
     s2 = np.concatenate([src, dst])
     d2 = np.concatenate([dst, src])
@@ -189,7 +204,8 @@ def _bellman_ford_max(
             if not better.any():
                 break
             dist[heads] = np.where(better, best, current)
-        mask = targets_mask[rows]
+        mask = np.zeros((len(rows), n_local), dtype=bool)
+        mask[:, sources] = True if inner is None else inner[rows, None] != inner[None, :]
         if mask.any():
             worst = max(worst, float(dist.T[mask].max()))
     return worst
@@ -228,12 +244,8 @@ def _max_latency_within_units(
         local_src = np.searchsorted(nodes, src[e])
         local_dst = np.searchsorted(nodes, dst[e])
         sources = np.searchsorted(nodes, devices)
-        targets = np.zeros((len(devices), len(nodes)), dtype=bool)
-        targets[:, sources] = True
-        if inner_labels is not None:
-            inner = inner_labels[devices]
-            targets[:, sources] &= inner[:, None] != inner[None, :]
-        worst = max(worst, _bellman_ford_max(len(nodes), local_src, local_dst, lat[e], sources, targets, budget))
+        inner = None if inner_labels is None else inner_labels[devices]
+        worst = max(worst, _bellman_ford_max(len(nodes), local_src, local_dst, lat[e], sources, inner, budget))
     return worst
 
 
@@ -410,7 +422,7 @@ def read_graph(
     f.require(GRAPH_KEYS[:2])
     where = f"graph '{name}'"
     n_dev = f.integer("devices", MAX_GRAPH_NODES, minimum=2)
-    src, dst, bw, lat = _read_edges(f, figures)
+    src, dst, bw, lat = _read_edges(f, figures, where, n_dev)
     eff = read_bus_efficiency(f, kinds)
     n_nodes = int(max(n_dev, src.max() + 1, dst.max() + 1))
 

@@ -9,7 +9,6 @@ predicted step time.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from nestplan import outputs
 from nestplan.cost.memory import MEMORY_TERMS
 from nestplan.cost.prediction import Prediction
 from nestplan.cost.schedules.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD
-from nestplan.cost.schedules.periodic import Timeline, simulate
+from nestplan.cost.schedules.periodic import OPERATIONS_PER_CHUNK_SPLIT, Timeline, check_recorded, simulate
 from nestplan.cost.schedules.walk import SplitTimes, simulate_operations
 from nestplan.errors import printable
 from nestplan.network.topology import Topology
@@ -38,6 +38,11 @@ OPERATION_STYLES = (
 )
 MAX_LABELLED_OPS = 400  # microbatch numbers are written in the bars up to this many operations
 MAX_NODE_ROWS = 32  # the placement figure folds the nodes into columns of this many
+# The placement figure draws a cell per device up to this many; beyond, a cell per block of whole nodes,
+# at most this many blocks (a 2^20-device cluster asked for a ~10 GB canvas): with MAX_ROW_CELLS a row and
+# MAX_NODE_ROWS rows a column, the canvas stays under ~2,700 x 1,100 pixels at 110 dpi.
+MAX_PLACEMENT_CELLS = 1024
+MAX_ROW_CELLS = 32  # cells in one row of the placement figure when a cell is a block of nodes
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,7 @@ def step_timeline(pred: Prediction) -> StepTimeline:
     dims = pred.plan
     step_end = pred.breakdown_s["dp_sync"] + pred.breakdown_s["optimizer"]
     if dims.schedule.splits_backward:
+        check_recorded(len(pred.stages), pred.num_microbatches, dims.virtual_stages, OPERATIONS_PER_CHUNK_SPLIT)
         return StepTimeline(
             simulate_operations(dims.schedule, _split_times(pred), pred.num_microbatches).timeline(), step_end
         )
@@ -115,16 +121,15 @@ def plain_text() -> Iterator[None]:
 
 
 def write_plan_plots(pred: Prediction, topology: Topology, out_dir: Path, title: str) -> list[Path]:
-    """Write timeline.png, memory.png and placement.png into out_dir; returns their paths. The title is drawn
-    as plain text, its invisible characters as escapes."""
+    """Write timeline.png, memory.png and placement.png into out_dir, the three or none (nestplan.outputs.staged);
+    returns their paths. The title is drawn as plain text, its invisible characters as escapes."""
     title = printable(title)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "timeline.png", out_dir / "memory.png", out_dir / "placement.png"]
-    with plain_text():
-        _timeline_figure(step_timeline(pred), pred, paths[0], title)
-        _memory_figure(pred, paths[1], title)
-        _placement_figure(pred, topology, paths[2], title)
-    return paths
+    names = ("timeline.png", "memory.png", "placement.png")
+    with plain_text(), outputs.staged(out_dir, "--plot") as stage:
+        _timeline_figure(step_timeline(pred), pred, stage / names[0], title)
+        _memory_figure(pred, stage / names[1], title)
+        _placement_figure(pred, topology, stage / names[2], title)
+    return [out_dir / name for name in names]
 
 
 def _timeline_figure(step: StepTimeline, pred: Prediction, path: Path, title: str) -> None:
@@ -228,29 +233,49 @@ def _placement_figure(pred: Prediction, topology: Topology, path: Path, title: s
     import matplotlib.pyplot as plt
 
     stage, replica = device_map(pred, topology.devices)
-    per_node = topology.levels[0].size
-    nodes = topology.devices // per_node
-    folds = -(-nodes // MAX_NODE_ROWS)
-    rows = min(nodes, MAX_NODE_ROWS)
-    fig, axes = plt.subplots(1, 2, figsize=(2 + 2 * max(3.0, 0.35 * per_node * folds), 1.5 + 0.25 * rows))
+    cells = _placement_cells(topology)
+    rows_total = -(-topology.devices // (cells.block * cells.per_row))
+    folds = -(-rows_total // MAX_NODE_ROWS)
+    rows = min(rows_total, MAX_NODE_ROWS)
+    fig, axes = plt.subplots(1, 2, figsize=(2 + 2 * max(3.0, 0.35 * cells.per_row * folds), 1.5 + 0.25 * rows))
     for ax, values, name in ((axes[0], stage, "pipeline stage"), (axes[1], replica, "data-parallel replica")):
-        image = _fold(values.astype(float), per_node, rows, folds)
+        image = _fold(values[:: cells.block].astype(float), cells.per_row, rows, folds)
         cmap, top = _categories(matplotlib, int(values.max()) + 1)
         ax.imshow(
             np.ma.masked_less(image, 0), cmap=cmap, vmin=-0.5, vmax=top - 0.5, aspect="auto", interpolation="nearest"
         )
-        _draw_levels(ax, topology, rows, per_node, folds)
-        ax.set_title(f"{name} of every device (white: idle)", fontsize=9)
-        ax.set_xlabel(
-            f"device in its {topology.levels[0].name}" + (f" ({folds} columns of nodes)" if folds > 1 else "")
-        )
-        ax.set_ylabel(topology.levels[0].name)
+        _draw_levels(ax, topology, rows, cells.block * cells.per_row, folds, cells.per_row)
+        ax.set_title(f"{name} of every {cells.what} (white: idle)", fontsize=9)
+        ax.set_xlabel(f"{cells.what} in its {cells.row_name}" + (f" ({folds} columns of rows)" if folds > 1 else ""))
+        ax.set_ylabel(cells.row_name)
         ax.set_xticks([])
     spans = pred.placement.levels_spanned()
     names = [lv.name for lv in topology.levels]
     groups = ", ".join(f"{a} {pred.plan.degree(a)} in {names[spans[a]]}" for a in AXES if pred.plan.degree(a) > 1)
     fig.suptitle(f"{title}: rank order {'-'.join(pred.placement.axis_order)} (fastest first)\n{groups}", fontsize=9)
     _save(fig, path)
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """How the placement figure draws devices: ``block`` devices per cell, ``per_row`` cells per row."""
+
+    block: int
+    per_row: int
+    what: str  # what a cell is: a device, or a unit of a level (shown as its first device)
+    row_name: str
+
+
+def _placement_cells(topology: Topology) -> _Cells:
+    """A cell per device, a row per node, up to MAX_PLACEMENT_CELLS devices; beyond, a cell per block of
+    whole nodes (the fewest that keep the cells at most MAX_PLACEMENT_CELLS), MAX_ROW_CELLS cells a row."""
+    level0 = topology.levels[0]
+    if topology.devices <= MAX_PLACEMENT_CELLS:
+        return _Cells(1, level0.size, "device", level0.name)
+    nodes = topology.devices // level0.size
+    block = level0.size * -(-nodes // MAX_PLACEMENT_CELLS)
+    per_row = min(-(-topology.devices // block), MAX_ROW_CELLS)
+    return _Cells(block, per_row, f"block of {block:,} devices (its first device)", f"row of {per_row} blocks")
 
 
 def _categories(matplotlib, n: int):
@@ -269,27 +294,24 @@ def _fold(values: np.ndarray, per_node: int, rows: int, folds: int) -> np.ndarra
     return np.concatenate(list(blocks), axis=1)
 
 
-def _draw_levels(ax, topology: Topology, rows: int, per_node: int, folds: int) -> None:
-    """Lines between the units of every level above the node (thicker for outer levels)."""
+def _draw_levels(ax, topology: Topology, rows: int, row_devices: int, folds: int, per_row: int) -> None:
+    """Lines between the units of every level above a row (thicker for outer levels)."""
     for f in range(1, folds):
-        ax.axvline(f * per_node - 0.5, color="black", linewidth=2.5)
+        ax.axvline(f * per_row - 0.5, color="black", linewidth=2.5)
     for level in range(1, topology.num_levels):
-        nodes_per_unit = topology.unit_devices(level) // per_node
-        if nodes_per_unit >= rows:
+        nodes_per_unit = topology.unit_devices(level) // row_devices
+        if nodes_per_unit < 1 or nodes_per_unit >= rows:
             continue
         for r in range(nodes_per_unit, rows, nodes_per_unit):
             ax.axhline(r - 0.5, color="black", linewidth=0.8 * level)
 
 
 def _save(fig, path: Path) -> None:
-    """Write the figure whole or not at all: into a temporary file beside ``path``, then moved over it."""
+    """Write the figure to ``path`` (in a private folder of nestplan.outputs, moved into place by it)."""
     import matplotlib.pyplot as plt
 
-    partial = path.with_name(f".nestplan-{os.getpid()}.partial.png")
     try:
         fig.tight_layout()
-        fig.savefig(partial, dpi=110, format="png")
-        os.replace(partial, path)
+        fig.savefig(path, dpi=110, format="png")
     finally:
         plt.close(fig)
-        partial.unlink(missing_ok=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from nestplan import outputs
 from nestplan.errors import ConfigError, printable
 from nestplan.report.cells import csv_cell
 from nestplan.report.plots import plain_text
@@ -142,7 +143,7 @@ def csv_record(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    with _writing(path), open(path, "w", newline="") as fh:
+    with _writing(path), outputs.replaced(path, "--out") as partial, open(partial, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(CSV_FIELDS)
         for r in rows:
@@ -184,8 +185,8 @@ def write_plots(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
         ax.set_title(model, fontsize=9)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    with _writing(paths[0]):
-        fig.savefig(paths[0], dpi=110)
+    with _writing(paths[0]), outputs.replaced(paths[0], "--out") as partial:
+        fig.savefig(partial, dpi=110)
     plt.close(fig)
     paths += _heatmaps(ok, models, out_dir, plt)
     return paths
@@ -219,8 +220,8 @@ def _heatmaps(ok: list[dict], models: list[str], out_dir: Path, plt) -> list[Pat
         fig.colorbar(im, ax=ax)
         fig.tight_layout()
         path = out_dir / f"heatmap_{model}_{px}_{py}.png".replace("/", "_")
-        with _writing(path):
-            fig.savefig(path, dpi=110)
+        with _writing(path), outputs.replaced(path, "--out") as partial:
+            fig.savefig(partial, dpi=110)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -20,6 +20,7 @@ from nestplan.cost.schedules.operations import (
     Op,
     dualpipev_order,
     megatron_order,
+    representative_microbatches,
     zb_h1_order,
     zbv_order,
 )
@@ -170,12 +171,14 @@ class _SplitBackward(PipelineSchedule):
 
     def warmup_forwards(self, stage: int | np.ndarray, pp: int | np.ndarray, m: int, virtual: int) -> np.ndarray:
         """Read off its order as Megatron-LM counts them: the forwards before the first operation of
-        another kind, less the one that opens the steady state (all of them where every forward runs first)."""
+        another kind, less the one that opens the steady state (all of them where every forward runs first).
+        Read off the order of :func:`representative_microbatches`, which has the same count."""
 
         def count(s: int, p: int) -> int:
-            kinds = [op.kind for op in self.operations(s, p, m, virtual)]
+            shown = representative_microbatches(p, m)
+            kinds = [op.kind for op in self.operations(s, p, shown, virtual)]
             leading = next((i for i, kind in enumerate(kinds) if kind != FORWARD), len(kinds))
-            return leading if leading == m * virtual else leading - 1
+            return leading if leading == shown * virtual else leading - 1
 
         return np.vectorize(count, otypes=[int])(stage, pp)
 

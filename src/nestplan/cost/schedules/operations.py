@@ -32,6 +32,23 @@ import numpy as np
 
 FORWARD, INPUT_GRAD, WEIGHT_GRAD, FULL_BACKWARD, OVERLAPPED = range(5)
 KIND_NAMES = ("F", "B", "W", "BW", "F&BW")
+# The split-backward orders below are a warm-up and a cool-down of at most 2 pp microbatches each around a
+# steady part that repeats once per microbatch; a probe of this many microbatches per stage (at least
+# PROBE_MIN_MICROBATCHES) holds both ends and a steady window of 8 pp between them (cost/schedules/steady.py).
+PROBE_MICROBATCHES_PER_STAGE = 16
+PROBE_MIN_MICROBATCHES = 64
+
+
+def probe_microbatches(pp: int) -> int:
+    """The microbatches of the probe run that stands for any larger m (cost/schedules/steady.py)."""
+    return max(PROBE_MIN_MICROBATCHES, PROBE_MICROBATCHES_PER_STAGE * pp)
+
+
+def representative_microbatches(pp: int, m: int) -> int:
+    """The m whose split-backward order has every per-stage count of m's that does not grow with m (the
+    warm-up forwards, the most activations held at once): m itself up to the probe, the probe beyond it,
+    where the steady part only repeats (checked against m's own order in tests/unit/test_schedule_steady.py)."""
+    return min(m, probe_microbatches(pp))
 
 
 class Op(NamedTuple):

@@ -40,6 +40,7 @@ from nestplan.strategy.enums import Schedule
 
 FORWARD, BACKWARD = 0, 1
 MAX_RECORDED_OPERATIONS = 2**22  # a recorded timeline keeps 6 arrays per operation: ~200 MB at this bound
+OPERATIONS_PER_CHUNK_SPLIT = 3  # a split-backward schedule runs F, B and W per microbatch and chunk (at most)
 
 
 @dataclass(frozen=True)
@@ -191,14 +192,7 @@ def simulate(
 def _record(w: np.ndarray, p: int, m: int, v: int, fwd_s: np.ndarray, bwd_s: np.ndarray) -> tuple[float, Timeline]:
     """Every operation of the step, run one by one (for the timeline plot)."""
     n = 2 * m * v
-    if p * n > MAX_RECORDED_OPERATIONS:
-        raise ConfigError(
-            f"the pipeline timeline has {p * n:,} operations ({p} stages x {n:,}); at most "
-            f"{MAX_RECORDED_OPERATIONS:,} are recorded for a plot: plot a step with fewer microbatches",
-            field="num_microbatches",
-            value=m,
-            limit=MAX_RECORDED_OPERATIONS // (2 * p * v),
-        )
+    check_recorded(p, m, v, 2)
     end = _Ring(p, n)
     pt = _pattern(w, p, m, v, np.arange(n))
     dur = _durations(pt, fwd_s, bwd_s)
@@ -213,6 +207,20 @@ def _record(w: np.ndarray, p: int, m: int, v: int, fwd_s: np.ndarray, bwd_s: np.
         end.values.ravel(),
     )
     return timeline.makespan_s, timeline
+
+
+def check_recorded(p: int, m: int, v: int, per_chunk: int) -> None:
+    """Refuse a timeline of more than MAX_RECORDED_OPERATIONS operations (p stages x m microbatches x v chunks
+    x ``per_chunk`` operations each) before it is recorded."""
+    n = per_chunk * m * v
+    if p * n > MAX_RECORDED_OPERATIONS:
+        raise ConfigError(
+            f"the pipeline timeline has {p * n:,} operations ({p} stages x {n:,}); at most "
+            f"{MAX_RECORDED_OPERATIONS:,} are recorded for a plot: plot a step with fewer microbatches",
+            field="num_microbatches",
+            value=m,
+            limit=MAX_RECORDED_OPERATIONS // (per_chunk * p * v),
+        )
 
 
 def _durations(pt: _Pattern, fwd_s: np.ndarray, bwd_s: np.ndarray) -> np.ndarray:

@@ -31,7 +31,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from nestplan.cost.schedules import family, operation_arrays, stage_operations
-from nestplan.cost.schedules.operations import FORWARD, FULL_BACKWARD, INPUT_GRAD, OVERLAPPED, WEIGHT_GRAD, Op
+from nestplan.cost.schedules.operations import (
+    FORWARD,
+    FULL_BACKWARD,
+    INPUT_GRAD,
+    OVERLAPPED,
+    WEIGHT_GRAD,
+    Op,
+    representative_microbatches,
+)
 from nestplan.cost.schedules.periodic import Timeline
 from nestplan.strategy.dims import virtual_stage_index
 from nestplan.strategy.enums import Schedule
@@ -204,7 +212,9 @@ def activation_peak(
     simulation runs them: a forward of chunk c stores ``chunk_bytes[c]``; its B frees all but
     ``kept_bytes[c]`` (the GEMM inputs W reads, cost/memory.py ``weight_gradient_input_bytes``), its
     W the rest, a full backward all of it. An overlapped F&BW holds the forward's bytes before the
-    backward frees its own. Only forwards add, so the peak follows one."""
+    backward frees its own. Only forwards add, so the peak follows one. Walked over the order of
+    :func:`representative_microbatches`, whose peak is m's (its steady part only repeats)."""
+    m = representative_microbatches(pp, m)
     kind, chunk, chunk2 = operation_arrays(schedule, stage, pp, m, len(chunk_bytes))
     a, kept = np.asarray(chunk_bytes, float), np.asarray(kept_bytes, float)
     stores = np.isin(kind, (FORWARD, OVERLAPPED))
