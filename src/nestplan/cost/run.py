@@ -3,7 +3,8 @@
 - steps = ceil(tokens / (global batch x sequence length)), or as given;
 - compute time = steps x step time; wall-clock = compute time / goodput (cost/reliability.py:
   checkpoints, lost work and restarts);
-- GPU-hours = (devices + spare hosts x accelerators per host) x wall-clock;
+- GPU-hours = (devices + spare hosts x accelerators per host) x wall-clock, hosts as the cluster
+  counts them (``Cluster.host_devices``: launchers' and schedulers' nodes, not NVLink domains);
 - energy = devices x (board power + the host's and the network's share per accelerator) x PUE x
   wall-clock: every board at its power limit (an upper bound; Llama 3 section 3.3.4 reports the
   cluster's power swinging by tens of megawatts with the step), spares idle and not counted;
@@ -28,9 +29,11 @@ MAX_TOKENS = 1e18  # a run's tokens: Llama 3 405B trained on 1.56e13
 MAX_STEPS = 10**12
 
 
-def ranks_per_host(cluster: Cluster) -> int:
-    """Accelerators per host: the innermost level's size (a node of NVLink or ICI)."""
-    return cluster.topology.levels[0].size
+def ranks_per_host(cluster: Cluster, devices: int) -> int:
+    """Accelerators per host that a job of ``devices`` uses: the cluster's hosts (``Cluster.host_devices``:
+    a DGX H100 of 8, a GB200 compute tray of 4 within its 72-GPU rack), all of a job's devices when it
+    takes part of one host."""
+    return min(cluster.host_devices, devices)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def estimate_run(
 ) -> RunEstimate:
     """The run of ``length`` at ``step_time_s`` per step on ``devices`` of ``cluster`` (its facility)."""
     facility = cluster.facility
-    per_host = ranks_per_host(cluster)
+    per_host = ranks_per_host(cluster, devices)
     tokens_per_step = job.global_batch_size * job.seq_len
     steps = length.steps_for(tokens_per_step)
     reliability = run_reliability(state, step_time_s, steps, devices, per_host, facility)

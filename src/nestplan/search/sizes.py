@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from nestplan.cluster import Cluster
 from nestplan.cost.prediction import Prediction
-from nestplan.cost.run import RunEstimate, RunLength, predicted_run, ranks_per_host
+from nestplan.cost.run import RunEstimate, RunLength, predicted_run
 from nestplan.errors import ConfigError, InfeasibleError, PlannerError
 from nestplan.job import Job
 from nestplan.model import ModelSpec
@@ -70,13 +70,13 @@ class SizeChoice:
 
 def range_sizes(low: int, high: int, cluster: Cluster) -> list[int]:
     """The device counts of low..high (at most the cluster's) that are powers of two, or a host's
-    accelerators times a power of two, and fill whole hosts (or lie within one host); ConfigError
-    when none does."""
-    per_host = ranks_per_host(cluster)
+    accelerators times a power of two, and that a job can take as ``--devices`` takes them (whole hosts,
+    equally many per domain: ``Cluster.truncate``); ConfigError when none is."""
+    per_host = cluster.host_devices
     top = min(high, cluster.devices)
     doublings = [1 << k for k in range(top.bit_length())]
     candidates = sorted({*doublings, *(per_host * d for d in doublings)})
-    sizes = [n for n in candidates if low <= n <= top and (n % per_host == 0 or n < per_host)]
+    sizes = [n for n in candidates if low <= n <= top and _takes(cluster, n)]
     if not sizes:
         raise ConfigError(
             f"--devices-range {low}..{high} holds no power of two (or hosts of {per_host} devices times one) "
@@ -86,6 +86,15 @@ def range_sizes(low: int, high: int, cluster: Cluster) -> list[int]:
             limit=f"powers of two, multiples of {per_host}, at most {cluster.devices}",
         )
     return sizes[-MAX_SIZES:]
+
+
+def _takes(cluster: Cluster, devices: int) -> bool:
+    """Whether a job of ``devices`` can run on ``cluster`` (network/hosts.py's rules)."""
+    try:
+        cluster.truncate(devices)
+    except ConfigError:
+        return False
+    return True
 
 
 def objective_value(run: RunEstimate, objective: Objective) -> float:
