@@ -60,7 +60,9 @@ def main() -> None:
             print(f"{model} {cluster} {label}: cpu {cpu:.1f} s, wall {wall:.1f} s  ({last[:90]})", flush=True)
         if len(figures) == 2:
             (cpu0, wall0), (cpu1, wall1) = figures
-            print(f"{model} {cluster} ratio before/after: cpu {cpu0 / cpu1:.1f}x, wall {wall0 / wall1:.1f}x", flush=True)
+            print(
+                f"{model} {cluster} ratio before/after: cpu {cpu0 / cpu1:.1f}x, wall {wall0 / wall1:.1f}x", flush=True
+            )
 
 
 if __name__ == "__main__":
