@@ -33,6 +33,7 @@ from nestplan.search.space import SearchSpace
 from nestplan.strategy.describe import describe
 
 MAX_SIZES = 64  # device counts of one range
+SKIPPED = "not planned: at least"  # the note of a size whose floor cannot win
 
 
 class Objective(StrEnum):
@@ -61,6 +62,11 @@ class SizeRow:
     @property
     def best(self) -> Prediction | None:
         return None if self.result is None else self.result.best
+
+    @property
+    def skipped(self) -> bool:
+        """Not planned: its floor cannot beat the best run found."""
+        return self.result is None and self.note.startswith(SKIPPED)
 
     @property
     def plan_text(self) -> str:
@@ -159,7 +165,7 @@ def plan_sizes(
     for size in sorted(sizes, reverse=descending):
         floor = run_floor(flops, job, size, cluster, length)
         if best is not None and objective_value(floor, objective) > best:
-            rows.append(SizeRow(size, None, None, f"not planned: at least {_shown(floor, objective)}", 0.0))
+            rows.append(SizeRow(size, None, None, f"{SKIPPED} {_shown(floor, objective)}", 0.0))
             continue
         row = _plan_size(plan_one, cluster, size, job, length)
         if row.run is not None:
