@@ -290,7 +290,7 @@ def _show_plan(
     if page is not None:
         from nestplan.report.html import plan_report
 
-        write_report(page, lambda: plan_report(best, report.runners_up))
+        write_report(page, lambda: plan_report(best, report.runners_up, None if ranged is None else ranged.choice))
 
 
 def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None:

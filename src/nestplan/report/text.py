@@ -195,13 +195,13 @@ def render_compare(console: Console, title: str, rows: Sequence[Any], normalised
             f"{r.tokens_per_s:,.0f}" if r.feasible else "-",
             f"{x:.2f}" if r.feasible else "-",
             f"{r.solve_time_s:.2f}",
-            *(_run_cells(r) if runs else ()),
+            *(compare_run_cells(r) if runs else ()),
             Text(r.plan),
         )
     console.print(table)
 
 
-def _run_cells(row: Any) -> tuple[str, ...]:
+def compare_run_cells(row: Any) -> tuple[str, ...]:
     """A comparison row's run: days, GPU-hours, MWh, cost and goodput (``-`` where not known)."""
     cells = (
         (row.days, "{:,.1f}"),
