@@ -52,3 +52,16 @@ def test_skipping_sizes_that_cannot_win_chooses_as_planning_all(objective) -> No
     for row in choice.rows:
         if row.run is None:
             assert row.note.startswith("not planned") and every[row.devices] > every[choice.chosen.devices]
+
+
+def test_sizes_sharing_the_memory_answers_plan_as_each_alone() -> None:
+    spec, cluster = api.resolve_model("deepseek-v2-lite"), api.resolve_cluster("dgx-h100")  # dense and MoE blocks
+    job = api.job_for(spec, cluster, 128, 2048)
+    sizes = [16, 32, 64]
+    choice = plan_sizes(spec, cluster, job, SearchSpace(), sizes, LENGTH, Objective.COST, Limits(), top=2)
+    for row in choice.rows:
+        alone = plan_job(spec, cluster.truncate(row.devices), job, SearchSpace(), top=2)
+        shared = (row.result.best, *row.result.runners_up)
+        assert [(p.plan, p.step_time_s) for p in shared] == [
+            (p.plan, p.step_time_s) for p in (alone.best, *alone.runners_up)
+        ]

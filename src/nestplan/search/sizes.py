@@ -12,7 +12,9 @@ Sizes that cannot win are not planned: each size's floor (cost/run.py ``run_floo
 the accelerator's ceiling, goodput 1, no spares) bounds the objective of every plan on it, so a size
 whose floor is above the best valid run found so far is a row with that note. Under ``step`` and
 ``time`` the largest sizes go first (their floors are the lowest); the floors of ``cost`` and
-``energy`` hardly depend on the size, so there the smallest go first and few are skipped.
+``energy`` hardly depend on the size, so there the smallest go first and few are skipped. The sizes
+share the search's memory answers (search/physical.py ``FeasibleMemo``: which pipeline depths of a
+sub-graph, ZeRO stage, replica count and microbatch count fit), which do not depend on the size.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from nestplan.cost.run import RunEstimate, RunFloor, RunLength, gemm_flops_per_s
 from nestplan.errors import ConfigError, InfeasibleError, PlannerError
 from nestplan.job import Job
 from nestplan.model import ModelSpec
+from nestplan.search.physical import FeasibleMemo
 from nestplan.search.planner import PlanResult, plan_job
 from nestplan.search.space import SearchSpace
 from nestplan.strategy.describe import describe
@@ -155,8 +158,10 @@ def plan_sizes(
     ``objective`` within ``limits`` (ties: fewer devices). InfeasibleError when no size has a plan
     within the limits."""
 
+    memo = FeasibleMemo()  # which depths fit in memory: the same answers at every size
+
     def plan_one(part: Cluster) -> PlanResult:
-        return plan_job(model, part, job, space, top=top)
+        return plan_job(model, part, job, space, top=top, feasible_memo=memo)
 
     flops = gemm_flops_per_step(model, job)
     descending = objective in (Objective.STEP, Objective.TIME)
