@@ -75,8 +75,23 @@ class RunLength:
         return self.steps if self.steps is not None else math.ceil(self.tokens / tokens_per_step)
 
 
+class _RunUnits:
+    """Days and MWh of a run's (or a floor's) wall-clock seconds and joules."""
+
+    wall_s: float
+    energy_J: float | None
+
+    @property
+    def days(self) -> float:
+        return self.wall_s / DAY
+
+    @property
+    def energy_MWh(self) -> float | None:
+        return None if self.energy_J is None else self.energy_J / KWH / 1000.0
+
+
 @dataclass(frozen=True)
-class RunEstimate:
+class RunEstimate(_RunUnits):
     """A run's figures (SI units; None where an input they need is not given)."""
 
     steps: int
@@ -91,14 +106,6 @@ class RunEstimate:
     energy_J: float | None
     cost_usd: float | None
     reliability: Reliability
-
-    @property
-    def days(self) -> float:
-        return self.wall_s / DAY
-
-    @property
-    def energy_MWh(self) -> float | None:
-        return None if self.energy_J is None else self.energy_J / KWH / 1000.0
 
 
 def state_bytes(dims: ParallelDims, stage_memory: list[dict[str, float]]) -> StateBytes:
@@ -155,7 +162,7 @@ def estimate_run(
 
 
 @dataclass(frozen=True)
-class RunFloor:
+class RunFloor(_RunUnits):
     """Lower bounds of every plan's run on ``devices`` (None where the estimate's figure would be None)."""
 
     devices: int
@@ -164,14 +171,6 @@ class RunFloor:
     gpu_hours: float
     energy_J: float | None
     cost_usd: float | None
-
-    @property
-    def days(self) -> float:
-        return self.wall_s / DAY
-
-    @property
-    def energy_MWh(self) -> float | None:
-        return None if self.energy_J is None else self.energy_J / KWH / 1000.0
 
 
 def gemm_flops_per_step(model: ModelSpec, job: Job) -> float:
