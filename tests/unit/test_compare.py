@@ -83,6 +83,11 @@ def test_compare_cli_writes_csv_and_plot(capsys, tmp_path) -> None:
         "tokens_per_s",
         "normalized",
         "solve_time_s",
+        "days",  # the run's columns, empty without --tokens or --steps
+        "gpu_hours",
+        "energy_MWh",
+        "cost_usd",
+        "goodput",
     }
     assert "normalised" in out
 

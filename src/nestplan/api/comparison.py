@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from nestplan.api.display import short
 from nestplan.api.resolve import DEFAULT_GLOBAL_BATCH, job_for, resolve_cluster, resolve_model
 from nestplan.cluster import Cluster
+from nestplan.cost.run import RunLength
 from nestplan.model import ModelSpec
 from nestplan.units import GiB, MiB
 
@@ -81,13 +82,15 @@ def compare(
     cases: Sequence[CompareCase],
     baselines: Sequence[str] = ("manual", "phaze", "mcmc", "alpa"),
     global_batch_size: int = DEFAULT_GLOBAL_BATCH,
+    length: RunLength | None = None,
 ) -> list[Comparison]:
     """nestplan against baseline planners on each case, independent cases in parallel processes
-    (one per core); each baseline runs once however often it is named."""
+    (one per core); each baseline runs once however often it is named. With ``length`` every row
+    that has a plan has its run as well (on the case's cluster's facility)."""
     from nestplan.search.compare import check_baselines
 
     names = list(dict.fromkeys(check_baselines(baselines)))
-    jobs = [(case, names, global_batch_size) for case in cases]
+    jobs = [(case, names, global_batch_size, length) for case in cases]
     if len(jobs) == 1:
         return [_compare_case(jobs[0])]
     from concurrent.futures import ProcessPoolExecutor
@@ -96,11 +99,11 @@ def compare(
         return list(pool.map(_compare_case, jobs))
 
 
-def _compare_case(args: tuple[CompareCase, list[str], int]) -> Comparison:
+def _compare_case(args: tuple[CompareCase, list[str], int, RunLength | None]) -> Comparison:
     """One case of :func:`compare` (a top-level function, so that it runs in a worker process)."""
     from nestplan.search.compare import normalise, run_compare
 
-    case, names, global_batch_size = args
+    case, names, global_batch_size, length = args
     spec, whole = resolve_model(case.model), resolve_cluster(case.cluster)
     job = job_for(spec, whole, global_batch_size, case.seq_len)
 
@@ -110,7 +113,7 @@ def _compare_case(args: tuple[CompareCase, list[str], int]) -> Comparison:
             return cl
         return replace(cl, accelerator=replace(cl.accelerator, hbm_bytes=case.hbm_bytes, reserved_bytes=0.0))
 
-    rows = run_compare(spec, load, job, case.devices, case.micro_batch_sizes, names)
+    rows = run_compare(spec, load, job, case.devices, case.micro_batch_sizes, names, length=length)
     title = f"{spec.name} on {whole.name}"
     if case.hbm_bytes is not None:
         gib = case.hbm_bytes / GiB

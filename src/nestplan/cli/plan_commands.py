@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -293,7 +294,7 @@ def _show_plan(
     if page is not None:
         from nestplan.report.html import plan_report
 
-        write_report(page, lambda: plan_report(best, report.runners_up))
+        write_report(page, lambda: plan_report(best, report.runners_up, None if ranged is None else ranged.choice))
 
 
 def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None:
@@ -313,6 +314,7 @@ def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None
 
 
 @app.command("compare")
+@run_options(ranged=False)
 def compare_command(
     model: str | None = typer.Option(None, "--model", help="catalog name or path to a config.json"),
     cluster: str | None = typer.Option(None, "--cluster", help="catalog name or path to a cluster file"),
@@ -325,8 +327,10 @@ def compare_command(
     csv_path: Path | None = typer.Option(None, "--csv", help="CSV file (with --paper: a folder)"),
     paper: bool = typer.Option(False, "--paper", help="the NEST paper's grid (Figure 5, Table 3 setting)"),
     report: Path | None = opt.REPORT,
+    run: dict[str, object] | None = None,
 ) -> None:
-    """Compare nestplan with baseline planners over device counts (and microbatch sizes)."""
+    """Compare nestplan with baseline planners over device counts (and microbatch sizes); with --tokens or
+    --steps, each plan's whole run too."""
     from nestplan.report.compare import plot as draw
     from nestplan.report.compare import write_csv
     from nestplan.report.text import render_compare
@@ -342,13 +346,16 @@ def compare_command(
                 model, cluster, int_list(devices, "--devices", MAX_DEVICES, MAX_LIST_ENTRIES), mbs_list, seq_len
             )
         ]
+    length = api.run_length(run["tokens"], run["steps"])
+    if length is not None:
+        cases = [replace(case, cluster=_run_inputs(api.resolve_cluster(case.cluster), run)[0]) for case in cases]
     for option, path in (("--plot", plot), ("--csv", csv_path)):
         if path is not None:
             check_output(option, path, folder=paper)
     if report is not None:
         check_output("--report", report, folder=False)
     console = make_console()
-    results = api.compare(cases, baselines.split(","), global_batch_size)
+    results = api.compare(cases, baselines.split(","), global_batch_size, length)
     for result in results:
         render_compare(console, result.title, result.rows, result.normalised)
         if csv_path is not None:

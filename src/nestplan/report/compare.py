@@ -8,7 +8,7 @@ from typing import Sequence
 
 from nestplan.report.cells import csv_cell
 from nestplan.report.plots import plain_text
-from nestplan.search.compare import CompareRow
+from nestplan.search.compare import RUN_FIELDS, CompareRow
 
 CSV_FIELDS = (
     "model",
@@ -20,6 +20,7 @@ CSV_FIELDS = (
     "tokens_per_s",
     "normalized",
     "solve_time_s",
+    *RUN_FIELDS,  # empty without a run
 )
 
 
@@ -39,6 +40,7 @@ def write_csv(path: Path, rows: Sequence[CompareRow], normalized: Sequence[float
                 f"{r.tokens_per_s:.6g}",
                 f"{x:.6g}",
                 f"{r.solve_time_s:.4g}",
+                *("" if getattr(r, k) is None else f"{getattr(r, k):.6g}" for k in RUN_FIELDS),
             ]
             w.writerow([csv_cell(cell) for cell in row])
 

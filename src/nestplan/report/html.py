@@ -23,12 +23,15 @@ from typing import Protocol
 
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
+from nestplan.cost.run import RunEstimate
 from nestplan.errors import PlannerError, printable
 from nestplan.export import FRAMEWORKS, build
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.plan import Plan, StageSummary
-from nestplan.report.text import fit_verdict, why_lost
+from nestplan.report.text import compare_run_cells, fit_verdict, why_lost
+from nestplan.report.run import money
 from nestplan.search.compare import CompareRow
+from nestplan.search.sizes import SizeChoice
 from nestplan.strategy.describe import describe
 from nestplan.strategy.dims import AXES
 from nestplan.units import GiB
@@ -64,9 +67,10 @@ img { max-width: 100%; border: 1px solid #dddddd; margin: 0.4em 0; }
 
 
 # -- pages ----------------------------------------------------------------------------------------
-def plan_report(plan: Plan, runners_up: Sequence[Prediction] = ()) -> str:
+def plan_report(plan: Plan, runners_up: Sequence[Prediction] = (), sizes: SizeChoice | None = None) -> str:
     """The report of ``plan`` (from ``plan`` or ``evaluate``) and, for a search, its runner-ups
-    (best first): one HTML page that needs nothing else."""
+    (best first), its whole run where it has one and the device range it was chosen from: one HTML
+    page that needs nothing else."""
     pred = plan.prediction or evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, plan.axis_order)
     title = f"{plan.model.name} on {plan.cluster.name}"
     sections = [
@@ -75,6 +79,10 @@ def plan_report(plan: Plan, runners_up: Sequence[Prediction] = ()) -> str:
         ("memory", "Memory per stage", _memory_section(plan)),
         ("pictures", "Pictures", _pictures(lambda folder: _plan_figures(pred, plan, folder))),
     ]
+    if plan.run is not None:
+        sections.append(("run", "The whole run", run_section(plan.run)))
+    if sizes is not None:
+        sections.append(("devices", "How many devices", range_section(sizes, title)))
     if runners_up:
         sections.append(("runners-up", "Runner-ups", _runners_up_section(pred, runners_up)))
     sections += [
@@ -267,6 +275,64 @@ def _pictures(draw: Callable[[Path], list[tuple[str, Path]]]) -> str:
     )
 
 
+def run_section(run: RunEstimate) -> str:
+    """The run's figures (cost/run.py, cost/reliability.py): time, resources, failures and checkpoints."""
+    r, c = run.reliability, run.reliability.checkpoint
+    figures = [
+        ("length", f"{run.steps:,} steps, {run.tokens:.4g} tokens"),
+        ("devices", f"{run.devices:,} + {run.spare_devices:,} spare ({r.spare_hosts} hosts)"),
+        ("wall-clock", f"{run.days:.2f} days (compute {run.compute_s / 86400:.2f} days)"),
+        ("GPU-hours", f"{run.gpu_hours:,.0f}"),
+        ("energy", "- (no board power)" if run.energy_MWh is None else f"{run.energy_MWh:,.1f} MWh"),
+        ("cost", money(run.cost_usd)),
+        ("goodput", f"{r.goodput:.1%}"),
+        (
+            "interruptions",
+            f"{run.interruptions:,.1f}" + ("" if r.mtbi_s is None else f", one every {r.mtbi_s / 3600:.2f} h"),
+        ),
+        ("checkpoint interval", f"{r.interval_steps:,} steps ({r.interval_s / 60:.1f} min)"),
+        (
+            "checkpoint",
+            f"{_gib(c.written_bytes_per_rank)} GiB written per rank of {_gib(c.held_bytes_per_rank)} held; write {c.write_s:.1f} s, {c.blocking_s:.2f} s blocking",
+        ),
+        ("restart", f"{r.restart_s / 60:.1f} min (read {c.read_s:.0f} s, waiting for a host {r.spare_wait_s:.0f} s)"),
+    ]
+    return (
+        "<p>The plan's step times the run's steps, over its goodput (Daly's expected time under exponential "
+        "failures, checkpoints at his optimum interval, restarts); the assumptions and their sources are in the "
+        "plan JSON's <code>run</code> section.</p>" + _pairs(figures)
+    )
+
+
+def range_section(choice: SizeChoice, title: str) -> str:
+    """A device range: every size's best plan and run, the chosen one, and days and cost against devices."""
+    from nestplan.report.plots import write_range_plot
+
+    rows = []
+    for row in choice.rows:
+        run = row.run
+        mark = "chosen" if row.devices == choice.chosen.devices else row.note
+        if run is None:
+            rows.append((f"{row.devices:,}", "-", "-", "-", "-", "-", "-", "-", mark))
+            continue
+        mwh = "-" if run.energy_MWh is None else f"{run.energy_MWh:,.0f}"
+        shown = (f"{run.step_time_s:.3f}", f"{run.days:.2f}", f"{run.reliability.goodput:.1%}", f"{run.gpu_hours:,.0f}")
+        rows.append((f"{row.devices:,}", row.plan_text, *shown, mwh, money(run.cost_usd), mark))
+    header = ("devices", "plan", "step s", "days", "goodput", "GPU-hours", "MWh", "cost", "note")
+    table = _table(header, rows, text_columns=(1, 8))
+
+    def draw(folder: Path) -> list[tuple[str, Path]]:
+        path = write_range_plot(choice.rows, choice.chosen.devices, folder / "devices.png", title)
+        return [("Days and cost (GPU-hours without a price) against devices; the goodput at each size.", path)]
+
+    intro = (
+        f"<p>The best plan at each size of the range, and the size chosen by the objective "
+        f"<b>{_e(choice.objective)}</b>; a size whose floor (its GEMM FLOPs at the accelerator's ceiling) "
+        "cannot beat the best run found is not planned.</p>"
+    )
+    return intro + table + (_pictures(draw) if any(row.run is not None for row in choice.rows) else "")
+
+
 def _runners_up_section(best: Prediction, runners_up: Sequence[Prediction]) -> str:
     rows = [
         (
@@ -349,6 +415,7 @@ def _plan_json(plan: Plan) -> str:
 def _comparison_section(c: Comparison) -> str:
     from nestplan.report.compare import plot
 
+    runs = any(r.days is not None for r in c.rows)
     rows = [
         (
             r.devices,
@@ -357,13 +424,14 @@ def _comparison_section(c: Comparison) -> str:
             f"{r.tokens_per_s:,.0f}" if r.feasible else "-",
             f"{x:.2f}" if r.feasible else "-",
             f"{r.solve_time_s:.2f}",
+            *(compare_run_cells(r) if runs else ()),
             r.plan,
         )
         for r, x in zip(c.rows, c.normalised)
     ]
-    table = _table(
-        ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"), rows, text_columns=(2, 6)
-    )
+    run_columns = ("days", "GPU-hours", "MWh", "cost", "goodput") if runs else ()
+    header = ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", *run_columns, "plan")
+    table = _table(header, rows, text_columns=(2, len(header) - 1))
 
     def draw(folder: Path) -> list[tuple[str, Path]]:
         path = folder / "compare.png"

@@ -9,10 +9,12 @@ predicted step time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -304,6 +306,37 @@ def _draw_levels(ax, topology: Topology, rows: int, row_devices: int, folds: int
             continue
         for r in range(nodes_per_unit, rows, nodes_per_unit):
             ax.axhline(r - 0.5, color="black", linewidth=0.8 * level)
+
+
+def write_range_plot(rows: Sequence[Any], chosen: int, path: Path, title: str) -> Path:
+    """Days and cost (GPU-hours where no price is given) against devices, one point per size with a run
+    (search/sizes.py SizeRow), the goodput written at each and the chosen size marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(row.devices, row.run) for row in rows if row.run is not None]
+    devices = [n for n, _ in runs]
+    priced = all(run.cost_usd is not None for _, run in runs)
+    spend = [run.cost_usd if priced else run.gpu_hours for _, run in runs]
+    fig, days_ax = plt.subplots(figsize=(8, 4.5))
+    days_ax.plot(devices, [run.days for _, run in runs], marker="o", color="tab:blue", label="days")
+    for n, run in runs:
+        days_ax.annotate(f"{run.reliability.goodput:.1%}", (n, run.days), textcoords="offset points", xytext=(0, 7))
+    if chosen in devices:
+        days_ax.axvline(chosen, color="grey", linestyle=":", label=f"chosen: {chosen:,}")
+    days_ax.set_xscale("log", base=2)
+    days_ax.set_xlabel("devices (goodput at each point)")
+    days_ax.set_ylabel("wall-clock days")
+    spend_ax = days_ax.twinx()
+    spend_ax.plot(devices, spend, marker="s", color="tab:red", label="cost, USD" if priced else "GPU-hours")
+    spend_ax.set_ylabel("cost, USD" if priced else "GPU-hours")
+    handles = days_ax.get_legend_handles_labels()[0] + spend_ax.get_legend_handles_labels()[0]
+    days_ax.legend(handles=handles, fontsize=8, loc="upper center")
+    days_ax.set_title(f"{title}: the best plan's run at each size", fontsize=9)
+    _save(fig, path)
+    return path
 
 
 def _save(fig, path: Path) -> None:

@@ -71,10 +71,15 @@ def range_table(rows: Sequence[Any], chosen: int | None, objective: str) -> Tabl
 
 
 def render_range(console: Console, choice: Any) -> None:
-    """The range's table and the CPU time each size took."""
+    """The range's table and the CPU time the sizes took (those whose floor cannot win are not planned)."""
     console.print(range_table(choice.rows, choice.chosen.devices, str(choice.objective)))
     cpu = sum(row.cpu_s for row in choice.rows)
-    console.print(f"sizes planned: {len(choice.rows)} in {cpu:.2f} s of CPU", markup=False, highlight=False)
+    skipped = sum(row.skipped for row in choice.rows)
+    console.print(
+        f"sizes: {len(choice.rows) - skipped} planned in {cpu:.2f} s of CPU, {skipped} skipped (their floor cannot win)",
+        markup=False,
+        highlight=False,
+    )
 
 
 def range_json(choice: Any) -> dict[str, Any]:

@@ -181,9 +181,11 @@ def render_schedules(console: Console, best: Prediction, alternatives: Sequence[
 
 
 def render_compare(console: Console, title: str, rows: Sequence[Any], normalised: Sequence[float]) -> None:
-    """One comparison: a row per (devices, microbatch size, planner)."""
+    """One comparison: a row per (devices, microbatch size, planner), and its plan's run where rows have one."""
     table = Table(title=Text(printable(title)))
-    for col in ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", "plan"):
+    runs = any(r.days is not None for r in rows)
+    run_columns = ("days", "GPU-hours", "MWh", "cost", "goodput") if runs else ()
+    for col in ("devices", "mbs", "planner", "tokens/s", "normalised", "solve s", *run_columns, "plan"):
         table.add_column(col, justify="left" if col in ("planner", "plan") else "right")
     for r, x in zip(rows, normalised):
         table.add_row(
@@ -193,9 +195,22 @@ def render_compare(console: Console, title: str, rows: Sequence[Any], normalised
             f"{r.tokens_per_s:,.0f}" if r.feasible else "-",
             f"{x:.2f}" if r.feasible else "-",
             f"{r.solve_time_s:.2f}",
+            *(compare_run_cells(r) if runs else ()),
             Text(r.plan),
         )
     console.print(table)
+
+
+def compare_run_cells(row: Any) -> tuple[str, ...]:
+    """A comparison row's run: days, GPU-hours, MWh, cost and goodput (``-`` where not known)."""
+    cells = (
+        (row.days, "{:,.1f}"),
+        (row.gpu_hours, "{:,.0f}"),
+        (row.energy_MWh, "{:,.0f}"),
+        (row.cost_usd, "${:,.0f}"),
+        (row.goodput, "{:.1%}"),
+    )
+    return tuple("-" if value is None else shape.format(value) for value, shape in cells)
 
 
 SOURCE_COLUMN_WIDTH = 60  # the catalog's source column at most, cut with an ellipsis (``--json`` has it whole)

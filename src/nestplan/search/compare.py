@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from nestplan.cluster import Cluster
 from nestplan.errors import ConfigError, InfeasibleError
 from nestplan.cost.prediction import Prediction
+from nestplan.cost.run import RunLength, predicted_run
 from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.search.baselines import BASELINES
@@ -54,9 +55,32 @@ class CompareRow:
     tokens_per_s: float
     solve_time_s: float
     plan: str
+    # the plan's whole run (cost/run.py) where a length is given and the planner found a plan
+    days: float | None = None
+    gpu_hours: float | None = None
+    energy_MWh: float | None = None
+    cost_usd: float | None = None
+    goodput: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+RUN_FIELDS = ("days", "gpu_hours", "energy_MWh", "cost_usd", "goodput")
+
+
+def run_cells(pred: Prediction | None, job: Job, cluster: Cluster, length: RunLength | None) -> dict[str, Any]:
+    """A row's run fields: the plan's run (``RUN_FIELDS``), none without a plan or a length."""
+    if pred is None or length is None:
+        return {}
+    run = predicted_run(pred, job, cluster, length)
+    return {
+        "days": run.days,
+        "gpu_hours": run.gpu_hours,
+        "energy_MWh": run.energy_MWh,
+        "cost_usd": run.cost_usd,
+        "goodput": run.reliability.goodput,
+    }
 
 
 def plan_cell(pred: Prediction | None) -> str:
@@ -64,20 +88,29 @@ def plan_cell(pred: Prediction | None) -> str:
     return "-" if pred is None else describe(pred.plan)
 
 
-def _nestplan(model: ModelSpec, cluster: Cluster, job: Job, devices: int, mbs: int) -> tuple[Prediction | None, float]:
+def _nestplan(model: ModelSpec, cluster: Cluster, job: Job, mbs: int) -> tuple[Prediction | None, Job, float]:
     start = time.perf_counter()
     try:
-        best = plan_job(model, cluster, job, SearchSpace(micro_batch_sizes=(mbs,)), top=0).best
+        result = plan_job(model, cluster, job, SearchSpace(micro_batch_sizes=(mbs,)), top=0)
+        best, job = result.best, result.job
     except InfeasibleError:
         best = None
-    return best, time.perf_counter() - start
+    return best, job, time.perf_counter() - start
 
 
-def compare_case(model: ModelSpec, cluster: Cluster, job: Job, mbs: int, baselines: Sequence[str]) -> list[CompareRow]:
-    """nestplan and each baseline on one (cluster size, microbatch size)."""
+def compare_case(
+    model: ModelSpec,
+    cluster: Cluster,
+    job: Job,
+    mbs: int,
+    baselines: Sequence[str],
+    length: RunLength | None = None,
+) -> list[CompareRow]:
+    """nestplan and each baseline on one (cluster size, microbatch size), with each plan's run of
+    ``length`` where given."""
     n = cluster.devices
     rows = []
-    best, secs = _nestplan(model, cluster, job, n, mbs)
+    best, planned_job, secs = _nestplan(model, cluster, job, mbs)
     rows.append(
         CompareRow(
             model.name,
@@ -89,6 +122,7 @@ def compare_case(model: ModelSpec, cluster: Cluster, job: Job, mbs: int, baselin
             best.tokens_per_s if best else 0.0,
             secs,
             plan_cell(best),
+            **run_cells(best, planned_job, cluster, length),
         )
     )
     for name in baselines:
@@ -104,6 +138,7 @@ def compare_case(model: ModelSpec, cluster: Cluster, job: Job, mbs: int, baselin
                 r.tokens_per_s,
                 r.solve_time_s,
                 plan_cell(r.prediction),
+                **run_cells(r.prediction, job, cluster, length),
             )
         )
     return rows
@@ -140,6 +175,7 @@ def run_compare(
     micro_batch_sizes: Sequence[int],
     baselines: Sequence[str],
     progress: Callable[[str], None] | None = None,
+    length: RunLength | None = None,
 ) -> list[CompareRow]:
     rows: list[CompareRow] = []
     for n in devices:
@@ -147,7 +183,7 @@ def run_compare(
         for mbs in micro_batch_sizes:
             if progress:
                 progress(f"{model.name} on {n} devices, microbatch {mbs}")
-            rows.extend(compare_case(model, cluster, job, mbs, baselines))
+            rows.extend(compare_case(model, cluster, job, mbs, baselines, length))
     return rows
 
 

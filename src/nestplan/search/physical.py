@@ -9,7 +9,7 @@ or memory term of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import numpy as np
 
 from nestplan.cluster import Cluster
@@ -26,6 +26,24 @@ from nestplan.search.partition import fitting_depths
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import ZeroStage
 from nestplan.strategy.subgraph import SubGraph
+
+
+@dataclass
+class FeasibleMemo:
+    """Which pipeline depths fit in memory, by memory key (``feasible_depths``), shared by the searches of
+    one model and job on several sizes of one accelerator (search/sizes.py): what a stage holds depends on
+    the sub-graph, the ZeRO stage, the replicas that shard it and the microbatches in flight, never on the
+    network or the rank order. ``owner`` is what the answers hold for, set by the first search."""
+
+    owner: tuple | None = None
+    answers: dict = field(default_factory=dict)
+
+    def bind(self, owner: tuple) -> dict:
+        """The answers, for a search of ``owner`` (model, job, accelerator, capacity)."""
+        if self.owner is None:
+            self.owner = owner
+        assert self.owner == owner, "a FeasibleMemo serves one model, job, accelerator and capacity"
+        return self.answers
 
 
 @dataclass(frozen=True)
@@ -48,7 +66,13 @@ class PhysicalSearchModel(SearchCostModel):
     quantities of cost/stage.py arranged per group."""
 
     def __init__(
-        self, model: ModelSpec, cluster: Cluster, job: Job, devices: int, capacity_bytes: float | None = None
+        self,
+        model: ModelSpec,
+        cluster: Cluster,
+        job: Job,
+        devices: int,
+        capacity_bytes: float | None = None,
+        feasible_memo: FeasibleMemo | None = None,
     ) -> None:
         self.model, self.cluster, self.job, self.devices = model, cluster, job, devices
         # memory a stage may use (the planner's margin taken off the device's capacity)
@@ -63,7 +87,10 @@ class PhysicalSearchModel(SearchCostModel):
         self._contexts: dict[tuple, stage.StageContext] = {}  # per (ZeRO stage, dense and expert shard ranks)
         self._sums: dict[tuple, stage.StageSums] = {}
         self._feasible: tuple = (None, None)  # the last group's feasible_depths (fits, then lower_bound, ask)
-        self._feasible_by_key: dict[tuple, np.ndarray | None] = {}
+        memo = feasible_memo or FeasibleMemo()
+        self._feasible_by_key: dict[tuple, np.ndarray] = memo.bind(
+            (model, job, cluster.accelerator, self.capacity_bytes)
+        )
         self._inflight: dict[int, np.ndarray] = {}  # first_stage_in_flight by microbatches (up to L)
         self._transfers: dict[SubGraph, np.ndarray] = {}  # _per_level_transfer by sub-graph
         self._block_kinds = tuple(model.block_kind(i) for i in range(model.num_layers))
@@ -178,14 +205,11 @@ class PhysicalSearchModel(SearchCostModel):
         if self._feasible[0] == g:
             return self._feasible[1]
         # Whether depth p fits depends on the stages of depth p only, not on the deepest the group
-        # may take; the capacities depend on the memory terms, the ZeRO shards (none below ZeRO 1)
-        # and the microbatches in flight, min(k, m) at k <= L. Groups that share those share the
-        # answer for every depth up to L, of which each takes its first P.
-        key = (
-            self._terms_key(g) if self._mixed else (g.sub, g.zero),
-            g.replicas if g.zero else 0,
-            min(g.microbatches, self.num_blocks),
-        )
+        # may take; the capacities depend on the memory terms (the sub-graph's and the ZeRO stage's,
+        # not the rank order's or the network's), the ZeRO shards (none below ZeRO 1) and the
+        # microbatches in flight, min(k, m) at k <= L. Groups that share those share the answer for
+        # every depth up to L, of which each takes its first P.
+        key = (g.sub, g.zero, g.replicas if g.zero else 0, min(g.microbatches, self.num_blocks))
         every = self._feasible_by_key.get(key)
         if every is None or len(every) < min(g.max_depth, self.num_blocks):
             every = self._feasible_by_key[key] = self._feasible_depths(g)
@@ -202,7 +226,7 @@ class PhysicalSearchModel(SearchCostModel):
         if inflight is None:
             inflight = self._inflight[m] = stage.first_stage_in_flight(m, L, moe_a2a_early(self.job))
         if self._mixed:  # whether two kinds of block hold the same bytes depends on all their terms
-            t = self.terms(g)
+            t = self.memory_terms(g)
             held = {(ctx.node_state_bytes(b), b.activations, b.transient) for b in t.blocks.values()}
             if len(held) > 1:
                 memory = stage.position_memory(ctx, t, self._kinds, inflight)

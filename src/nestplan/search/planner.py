@@ -15,7 +15,7 @@ from nestplan.job import Job, check_context
 from nestplan.model.spec import ModelSpec
 from nestplan.search.engine import Engine, run_best_first
 from nestplan.search.infeasible import infeasible_error
-from nestplan.search.physical import Group, PhysicalSearchModel
+from nestplan.search.physical import FeasibleMemo, Group, PhysicalSearchModel
 from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs, tp_values
 from nestplan.search.stats import SearchStats
 from nestplan.settings import CpCommType
@@ -81,13 +81,17 @@ def plan_job(
     *,
     top: int = 5,
     progress: Callable[[int], None] | None = None,
+    feasible_memo: FeasibleMemo | None = None,
 ) -> PlanResult:
     """Plan ``job`` on all of ``cluster``'s devices as every caller does (the API and the CLI, sweeps,
     comparisons): the sequence checked against the model, the batch against the devices, the search, and
-    an InfeasibleError explaining the leanest plan's memory when nothing fits."""
+    an InfeasibleError explaining the leanest plan's memory when nothing fits. ``feasible_memo``: the
+    memory answers shared with other searches of the job on the accelerator (search/sizes.py)."""
     check_context(model, job.seq_len)
     check_job(model, cluster, job, cluster.devices, space)
-    result = search(model, cluster, job, cluster.devices, space, top=top, progress=progress)
+    result = search(
+        model, cluster, job, cluster.devices, space, top=top, progress=progress, feasible_memo=feasible_memo
+    )
     if result.best is None:
         raise infeasible_error(model, cluster, job, cluster.devices, space)
     return result
@@ -168,11 +172,12 @@ def search(
     space: SearchSpace | None = None,
     top: int = 5,
     progress: Callable[[int], None] | None = None,
+    feasible_memo: FeasibleMemo | None = None,
 ) -> PlanResult:
     """Find the fastest plan that fits on the first ``devices`` devices of ``cluster``."""
     space = space or SearchSpace()
     capacity = space.capacity_bytes(cluster.accelerator.hbm_bytes)
-    cost = PhysicalSearchModel(model, cluster, job, devices, capacity)
+    cost = PhysicalSearchModel(model, cluster, job, devices, capacity, feasible_memo)
     engine = Engine(cost, capacity, keep=max(32, 4 * top))
 
     def fits(pred: Prediction) -> bool:

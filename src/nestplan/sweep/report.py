@@ -33,7 +33,9 @@ from nestplan.sweep.store import COLUMNS, Store
 if TYPE_CHECKING:
     import pandas
 
+RUN_FIELDS = ("days", "gpu_hours", "energy_MWh", "cost_usd", "goodput")  # a case's run, where the spec gives one
 CSV_FIELDS = tuple(column for column in COLUMNS if column not in ("key", "cluster", "details", "finished_at"))
+CSV_FIELDS += RUN_FIELDS
 
 
 def read_rows(out_dir: Path) -> list[dict[str, Any]]:
@@ -53,13 +55,36 @@ def read_rows(out_dir: Path) -> list[dict[str, Any]]:
 
 
 TABLE_COLUMNS = ("model", "cluster variant", "devices", "status", "tok/s/device", "MFU", "plan")
-RIGHT_ALIGNED = ("devices", "tok/s/device", "MFU")
+RUN_COLUMNS = ("days", "GPU-hours", "MWh", "cost", "goodput")  # with runs: after the plan
+RIGHT_ALIGNED = ("devices", "tok/s/device", "MFU", *RUN_COLUMNS)
+
+
+def run_of(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's run figures by RUN_FIELDS (None each where the case has no run or the figure no input)."""
+    run = (row.get("details") or {}).get("run")
+    if run is None:
+        return dict.fromkeys(RUN_FIELDS)
+    return {k: run["reliability"]["goodput"] if k == "goodput" else run.get(k) for k in RUN_FIELDS}
+
+
+def _run_cells(row: dict[str, Any]) -> tuple[str, ...]:
+    run = run_of(row)
+    days, hours, mwh, cost, good = (run[k] for k in RUN_FIELDS)
+    return (
+        "-" if days is None else f"{days:,.1f}",
+        "-" if hours is None else f"{hours:,.0f}",
+        "-" if mwh is None else f"{mwh:,.0f}",
+        "-" if cost is None else f"${cost:,.0f}",
+        "-" if good is None else f"{good:.1%}",
+    )
 
 
 def report_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
-    """The report's table, one row per case; every cell and the title are plain text."""
+    """The report's table, one row per case (with the run's figures where any case has a run); every cell
+    and the title are plain text."""
     table = Table(title=Text(printable(title)))
-    for col in TABLE_COLUMNS:
+    runs = any(run_of(r)["days"] is not None for r in rows)
+    for col in TABLE_COLUMNS + (RUN_COLUMNS if runs else ()):
         table.add_column(col, justify="right" if col in RIGHT_ALIGNED else "left")
     for r in rows:
         ok = r["status"] == "ok"
@@ -71,7 +96,7 @@ def report_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
             f"{r['tokens_per_s_per_device']:,.0f}" if ok else "-",
             f"{r['mfu']:.1%}" if ok else "-",
             plan_text(r["plan"]),
-        )
+        ) + (_run_cells(r) if runs else ())
         table.add_row(*(Text(printable(cell)) for cell in cells))
     return table
 
@@ -136,9 +161,18 @@ def _writing(path: Path) -> Iterator[None]:
 
 
 def csv_record(row: dict[str, Any]) -> dict[str, Any]:
-    """A store row as results.csv writes it: CSV_FIELDS, the cluster variant and the plan as text."""
+    """A store row as results.csv writes it: CSV_FIELDS, the cluster variant and the plan as text, the run's
+    figures (empty without a run)."""
+    run = run_of(row)
     return {
-        f: variant(row) if f == "overrides" else plan_text(row["plan"]) if f == "plan" else row[f] for f in CSV_FIELDS
+        f: variant(row)
+        if f == "overrides"
+        else plan_text(row["plan"])
+        if f == "plan"
+        else run[f]
+        if f in run
+        else row[f]
+        for f in CSV_FIELDS
     }
 
 

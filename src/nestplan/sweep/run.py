@@ -24,9 +24,12 @@ from typing import Any
 
 from nestplan.cluster import Cluster, cluster_data, cluster_from_dict
 from nestplan.cost.prediction import Prediction
+from nestplan.cost.run import RunLength, predicted_run
 from nestplan.errors import ConfigError, InfeasibleError, PlannerError
+from nestplan.hardware.facility import with_overrides
 from nestplan.job import Job, make_job, preferred_dtype
 from nestplan.model import ModelSpec, load_model
+from nestplan.plan.run import run_figures
 from nestplan.report.plan_json import SearchStats, plan_to_dict
 from nestplan.search.planner import plan_job
 from nestplan.search.space import SearchSpace
@@ -79,7 +82,8 @@ def build_cluster(case: Case) -> Cluster:
                 unit="GiB",
             )
         cluster = replace(cluster, accelerator=replace(cluster.accelerator, hbm_bytes=hbm))
-    return cluster
+    prices = {k: v for k, v in case.run if k.startswith("price_")}
+    return replace(cluster, facility=with_overrides(cluster.facility, prices)) if prices else cluster
 
 
 def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[str, Any]:
@@ -94,7 +98,11 @@ def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[st
         job = make_job(
             model, inputs["global_batch_size"], inputs["seq_len"], dtype=preferred_dtype(cl.accelerator.peak_flops)
         )
-        best, data = best_plan(model, cl, job)
+        best, job, data = best_plan(model, cl, job)
+        details = _details(data, inputs.get("keep", ()))
+        if "run" in inputs:
+            length = RunLength(tokens=inputs["run"].get("tokens"), steps=inputs["run"].get("steps"))
+            details = (details or {}) | {"run": run_figures(predicted_run(best, job, cl, length))}
         out = {
             "status": "ok",
             "tokens_per_s": best.tokens_per_s,
@@ -104,7 +112,7 @@ def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[st
             "peak_memory_GiB": bytes_to_GiB(best.peak_memory_bytes_per_device),
             "plan": data["parallel"],
             "error": None,
-            "details": _details(data, inputs.get("keep", ())),
+            "details": details,
         }
     except InfeasibleError as exc:
         out = {"status": "infeasible", "error": str(exc)}
@@ -116,19 +124,23 @@ def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[st
     return out
 
 
-def best_plan(model: ModelSpec, cluster: Cluster, job: Job) -> tuple[Prediction, dict[str, Any]]:
-    """The best plan of ``nestplan plan``'s search on all of ``cluster`` and its plan JSON object; an
-    InfeasibleError explaining the leanest plan's memory when nothing fits."""
+def best_plan(model: ModelSpec, cluster: Cluster, job: Job) -> tuple[Prediction, Job, dict[str, Any]]:
+    """The best plan of ``nestplan plan``'s search on all of ``cluster``, the job it was planned for and its
+    plan JSON object; an InfeasibleError explaining the leanest plan's memory when nothing fits."""
     result = plan_job(model, cluster, job, SearchSpace(), top=0)
     stats = SearchStats(result.stats.solve_time_s, result.stats.candidates, result.stats.pruned_memory)
-    return result.best, plan_to_dict(
+    return (
         result.best,
-        model=model.name,
-        cluster=cluster.name,
-        devices_total=cluster.devices,
-        job=result.job,
-        level_names=[lv.name for lv in cluster.topology.levels],
-        search=stats,
+        result.job,
+        plan_to_dict(
+            result.best,
+            model=model.name,
+            cluster=cluster.name,
+            devices_total=cluster.devices,
+            job=result.job,
+            level_names=[lv.name for lv in cluster.topology.levels],
+            search=stats,
+        ),
     )
 
 
@@ -163,7 +175,7 @@ def _inputs(cases: list[Case]) -> tuple[dict[str, ModelSpec], dict[tuple, Cluste
 
 
 def _cluster_key(c: Case) -> tuple:
-    return (c.cluster_base, c.cluster_label, c.accelerator, c.overrides, c.hbm_GiB)
+    return (c.cluster_base, c.cluster_label, c.accelerator, c.overrides, c.hbm_GiB, c.run)
 
 
 def run_sweep(

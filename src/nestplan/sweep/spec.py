@@ -7,6 +7,8 @@
     seq_len = [2048]                           # optional (default: the model's, at most 8192)
     hbm_GiB = [80]                             # optional: device memory replaces the accelerator's
     keep = ["breakdown", "memory"]             # optional: also store these parts of each plan JSON
+    tokens = 15e12                             # optional (or steps = N): each case's whole run
+    price_per_gpu_hour_usd = 2.0               # optional: the run's cost (and price_per_kwh_usd)
 
     [[clusters]]                               # one or more cluster families
     base = "h100-spine-leaf"                   # catalog name or cluster file
@@ -42,10 +44,13 @@ from typing import Any
 from nestplan.version import __version__
 from nestplan.errors import brief, printable
 from nestplan.inputs import Fields, load_object
+from nestplan.cost.run import MAX_STEPS, MAX_TOKENS
+from nestplan.hardware.facility import PRICE_PER_GPU_HOUR_RANGE, PRICE_PER_KWH_RANGE
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN
 from nestplan.network.topology import MAX_DEVICES  # largest device count swept: what one network holds
 
-TOP_KEYS = ("name", "models", "devices", "global_batch_size", "seq_len", "hbm_GiB", "keep", "clusters")
+RUN_KEYS = ("tokens", "steps", "price_per_gpu_hour_usd", "price_per_kwh_usd")  # one value each, for every case
+TOP_KEYS = ("name", "models", "devices", "global_batch_size", "seq_len", "hbm_GiB", "keep", "clusters", *RUN_KEYS)
 KEEP_CHOICES = ("breakdown", "memory", "stages", "placement")  # parts of the plan JSON kept per case
 CLUSTER_KEYS = ("base", "label", "accelerator", "set", "sweep")
 LEVEL_FIELDS = ("size", "bandwidth_GBps", "latency_us", "oversubscription")
@@ -75,6 +80,7 @@ class SweepSpec:
     hbm_GiB: tuple[float | None, ...]
     clusters: tuple[ClusterFamily, ...]
     keep: tuple[str, ...] = ()
+    run: tuple[tuple[str, float], ...] = ()  # RUN_KEYS given: the run's length and prices
 
 
 @dataclass(frozen=True)
@@ -91,9 +97,10 @@ class Case:
     global_batch_size: int
     seq_len: int | None
     hbm_GiB: float | None
+    run: tuple[tuple[str, float], ...] = ()  # the spec's run keys (none: the key of a case without a run)
 
     def inputs(self) -> dict[str, Any]:
-        return {
+        return ({"run": dict(self.run)} if self.run else {}) | {
             "model": self.model,
             "cluster": self.cluster_base,
             "label": self.cluster_label,
@@ -218,6 +225,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
         else (None,),
         clusters=tuple(_family(table) for table in f.tables("clusters", MAX_CASES)),
         keep=tuple(keep.choice(index, KEEP_CHOICES) for index in keep.data),
+        run=_run(f),
     )
     cases = case_count(spec)
     if cases > MAX_CASES:
@@ -228,6 +236,24 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
             MAX_CASES,
         )
     return spec
+
+
+def _run(f: Fields) -> tuple[tuple[str, float], ...]:
+    """The spec's run keys: tokens or steps (not both), prices only with one of them."""
+    if f.has("tokens") and f.has("steps"):
+        raise f.error("give the run's length as tokens or as steps, not both", "tokens", "tokens and steps", "one")
+    bounds = {
+        "tokens": (1, MAX_TOKENS),
+        "steps": (1, MAX_STEPS),
+        "price_per_gpu_hour_usd": PRICE_PER_GPU_HOUR_RANGE,
+        "price_per_kwh_usd": PRICE_PER_KWH_RANGE,
+    }
+    run = {key: f.number(key, *bounds[key]) for key in RUN_KEYS if f.has(key)}
+    if "steps" in run:
+        run["steps"] = f.integer("steps", MAX_STEPS)
+    if run and not {"tokens", "steps"} & set(run):
+        raise f.error("prices need the run's length: give tokens or steps", "tokens", sorted(run), "tokens or steps")
+    return tuple(run.items())
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -259,6 +285,8 @@ def expand(spec: SweepSpec) -> list[Case]:
                 spec.devices, spec.global_batch_sizes, spec.seq_lens, spec.hbm_GiB
             ):
                 cases.append(
-                    Case(model, fam.base, fam.label, fam.accelerator, overrides, tuple(names), n, gbs, seq, hbm)
+                    Case(
+                        model, fam.base, fam.label, fam.accelerator, overrides, tuple(names), n, gbs, seq, hbm, spec.run
+                    )
                 )
     return cases

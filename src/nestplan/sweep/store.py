@@ -205,6 +205,18 @@ def _is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def _is_run(value: Any) -> bool:
+    """A case's run as the sweep stores it (plan/run.py run_figures): what a report shows of it."""
+    if not isinstance(value, dict) or not isinstance(value.get("reliability"), dict):
+        return False
+    optional = (value.get("energy_MWh"), value.get("cost_usd"))
+    return (
+        all(_is_number(value.get(k)) for k in ("days", "gpu_hours"))
+        and _is_number(value["reliability"].get("goodput"))
+        and all(v is None or _is_number(v) for v in optional)
+    )
+
+
 ROW_CHECKS = {  # what a report relies on, per column
     "model": _is_text,
     "label": _is_text,
@@ -214,6 +226,7 @@ ROW_CHECKS = {  # what a report relies on, per column
     "hbm_GiB": lambda v: v is None or _is_number(v),
     "overrides": lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values()),
     "plan": lambda v: v is None or (isinstance(v, dict) and all(isinstance(v.get(k), (int, float)) for k in PLAN_KEYS)),
+    "details": lambda v: v is None or (isinstance(v, dict) and ("run" not in v or _is_run(v["run"]))),
 }
 OK_ROW_CHECKS = {"tokens_per_s_per_device": _is_number, "mfu": _is_number}  # and for a solved case
 
