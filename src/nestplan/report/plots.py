@@ -9,7 +9,6 @@ predicted step time.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -310,10 +309,13 @@ def _draw_levels(ax, topology: Topology, rows: int, row_devices: int, folds: int
 
 def write_range_plot(rows: Sequence[Any], chosen: int, path: Path, title: str) -> Path:
     """Days and cost (GPU-hours where no price is given) against devices, one point per size with a run
-    (search/sizes.py SizeRow), the goodput written at each and the chosen size marked."""
-    import matplotlib
+    (search/sizes.py SizeRow), the goodput written at each and the chosen size marked; its text plain."""
+    with plain_text():
+        _draw_range(rows, chosen, path, title)
+    return path
 
-    matplotlib.use("Agg")
+
+def _draw_range(rows: Sequence[Any], chosen: int, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     runs = [(row.devices, row.run) for row in rows if row.run is not None]
@@ -336,7 +338,6 @@ def write_range_plot(rows: Sequence[Any], chosen: int, path: Path, title: str) -
     days_ax.legend(handles=handles, fontsize=8, loc="upper center")
     days_ax.set_title(f"{title}: the best plan's run at each size", fontsize=9)
     _save(fig, path)
-    return path
 
 
 def _save(fig, path: Path) -> None:
