@@ -146,3 +146,26 @@ def test_a_name_from_a_file_never_becomes_a_profile_path() -> None:
     assert profile_file("h100-sxm-80gb", "nemo") is not None
     for name in ("../profiles/h100-sxm-80gb", "h100-sxm-80gb/..", ".hidden", "a\\b", "H100 SXM"):
         assert profile_file(name, "nemo") is None
+
+
+def test_a_sweep_spec_sweeps_frameworks_and_keeps_megatron_keys() -> None:
+    from nestplan.sweep.spec import expand, spec_from_dict
+
+    base = {"models": ["llama3-8b"], "devices": [16], "clusters": [{"base": "dgx-h100"}]}
+    (only,) = expand(spec_from_dict(base))
+    both = expand(spec_from_dict(base | {"frameworks": ["megatron", "fsdp"]}))
+    assert [c.framework for c in both] == ["megatron", "fsdp"]
+    assert both[0].key == only.key and both[1].key != only.key  # earlier stores keep their keys
+    with pytest.raises(ConfigError, match="frameworks"):
+        spec_from_dict(base | {"frameworks": ["megatorn"]})
+
+
+def test_compare_costs_every_plan_on_the_framework_given() -> None:
+    from nestplan.api import CompareCase, compare
+
+    rows = {
+        fw: compare([CompareCase("llama3-8b", "dgx-h100", (16,), framework=fw)], ("manual",), 64)[0].rows
+        for fw in (Framework.MEGATRON, Framework.FSDP)
+    }
+    manual = {fw: next(r for r in found if r.planner == "manual") for fw, found in rows.items()}
+    assert manual[Framework.FSDP].tokens_per_s < manual[Framework.MEGATRON].tokens_per_s

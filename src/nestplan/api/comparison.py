@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from nestplan.api.display import short
 from nestplan.api.resolve import DEFAULT_GLOBAL_BATCH, job_for, resolve_cluster, resolve_model
+from nestplan.profile import ProfileChoice, calibrated_cluster
+from nestplan.settings import Framework
 from nestplan.cluster import Cluster
 from nestplan.cost.run import RunLength
 from nestplan.model import ModelSpec
@@ -27,6 +29,7 @@ class CompareCase:
     model, cluster: names (or paths), or the objects themselves (the cluster is cut to each count).
     hbm_bytes: device memory to plan with instead of the accelerator's, without a framework
         reserve (the paper's hypothetical small devices); None keeps the accelerator as it is.
+    framework, profile: the software that runs every plan, and the calibration of the cluster.
     """
 
     model: str | ModelSpec
@@ -35,6 +38,8 @@ class CompareCase:
     micro_batch_sizes: tuple[int, ...] = (1,)
     seq_len: int | None = None
     hbm_bytes: float | None = None
+    framework: Framework = Framework.MEGATRON  # the software every plan runs on (its kernels and presets)
+    profile: ProfileChoice = None  # calibration (nestplan.profile.calibrated_cluster; None: the catalog's)
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,9 @@ def _compare_case(args: tuple[CompareCase, list[str], int, RunLength | None]) ->
     from nestplan.search.compare import normalise, run_compare
 
     case, names, global_batch_size, length = args
-    spec, whole = resolve_model(case.model), resolve_cluster(case.cluster)
-    job = job_for(spec, whole, global_batch_size, case.seq_len)
+    spec = resolve_model(case.model)
+    whole = calibrated_cluster(resolve_cluster(case.cluster), case.framework, case.profile)
+    job = job_for(spec, whole, global_batch_size, case.seq_len, framework=case.framework)
 
     def load(n: int) -> Cluster:
         cl = whole.truncate(n)

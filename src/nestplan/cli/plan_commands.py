@@ -327,6 +327,8 @@ def compare_command(
     csv_path: Path | None = typer.Option(None, "--csv", help="CSV file (with --paper: a folder)"),
     paper: bool = typer.Option(False, "--paper", help="the NEST paper's grid (Figure 5, Table 3 setting)"),
     report: Path | None = opt.REPORT,
+    framework: Framework = typer.Option(Framework.MEGATRON, "--framework", help="the software every plan runs on"),
+    profile: str | None = opt.PROFILE,
     run: dict[str, object] | None = None,
 ) -> None:
     """Compare nestplan with baseline planners over device counts (and microbatch sizes); with --tokens or
@@ -346,6 +348,7 @@ def compare_command(
                 model, cluster, int_list(devices, "--devices", MAX_DEVICES, MAX_LIST_ENTRIES), mbs_list, seq_len
             )
         ]
+    cases = [replace(case, framework=framework, profile=profile) for case in cases]
     length = api.run_length(run["tokens"], run["steps"])
     if length is not None:
         cases = [replace(case, cluster=_run_inputs(api.resolve_cluster(case.cluster), run)[0]) for case in cases]

@@ -102,13 +102,16 @@ def report_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
 
 
 def variant(row: dict[str, Any]) -> str:
-    """A cluster variant's name: label, accelerator, level overrides in brackets, device memory."""
+    """A cluster variant's name: label, accelerator, level overrides in brackets, device memory, and the
+    framework where a case ran on another than Megatron-LM (kept in its details)."""
     swept = ", ".join(f"{k}={v:g}" for k, v in sorted(row["overrides"].items()))
+    framework = (row.get("details") or {}).get("framework")
     return (
         row["label"]
         + (f" {row['accelerator']}" if row["accelerator"] else "")
         + (f" [{swept}]" if swept else "")
         + (f" {row['hbm_GiB']:g} GiB" if row["hbm_GiB"] else "")
+        + (f" on {framework}" if framework else "")
     )
 
 

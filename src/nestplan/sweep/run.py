@@ -32,7 +32,9 @@ from nestplan.model import ModelSpec, load_model
 from nestplan.plan.run import run_figures
 from nestplan.report.plan_json import SearchStats, plan_to_dict
 from nestplan.search.planner import plan_job
-from nestplan.search.space import SearchSpace
+from nestplan.profile import calibrated_cluster
+from nestplan.search.space import FSDP_SPACE, SearchSpace
+from nestplan.settings import Framework, RunSettings
 from nestplan.sweep.spec import Case, SweepSpec, expand
 from nestplan.sweep.store import Store
 from nestplan.units import GiB_to_bytes, bytes_to_GiB
@@ -95,11 +97,15 @@ def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[st
             raise PlannerError(
                 f"cluster variant has {cluster.devices} devices, fewer than the {inputs['devices']} asked"
             )
-        job = make_job(
-            model, inputs["global_batch_size"], inputs["seq_len"], dtype=preferred_dtype(cl.accelerator.peak_flops)
-        )
+        framework = Framework(inputs.get("framework", Framework.MEGATRON))
+        cl = calibrated_cluster(cl, framework)
+        settings = RunSettings.from_mapping({"framework": framework.value})
+        dtype = preferred_dtype(cl.accelerator.peak_flops)
+        job = make_job(model, inputs["global_batch_size"], inputs["seq_len"], dtype=dtype, settings=settings)
         best, job, data = best_plan(model, cl, job)
         details = _details(data, inputs.get("keep", ()))
+        if framework is not Framework.MEGATRON:  # the report names the software a case ran on
+            details = (details or {}) | {"framework": framework.value}
         if "run" in inputs:
             length = RunLength(tokens=inputs["run"].get("tokens"), steps=inputs["run"].get("steps"))
             details = (details or {}) | {"run": run_figures(predicted_run(best, job, cl, length))}
@@ -126,8 +132,10 @@ def solve(inputs: dict[str, Any], model: ModelSpec, cluster: Cluster) -> dict[st
 
 def best_plan(model: ModelSpec, cluster: Cluster, job: Job) -> tuple[Prediction, Job, dict[str, Any]]:
     """The best plan of ``nestplan plan``'s search on all of ``cluster``, the job it was planned for and its
-    plan JSON object; an InfeasibleError explaining the leanest plan's memory when nothing fits."""
-    result = plan_job(model, cluster, job, SearchSpace(), top=0)
+    plan JSON object; an InfeasibleError explaining the leanest plan's memory when nothing fits. Plain FSDP
+    searches data parallelism alone (search/space.py FSDP_SPACE); the other frameworks the whole space."""
+    space = replace(SearchSpace(), **FSDP_SPACE) if job.settings.framework is Framework.FSDP else SearchSpace()
+    result = plan_job(model, cluster, job, space, top=0)
     stats = SearchStats(result.stats.solve_time_s, result.stats.candidates, result.stats.pruned_memory)
     return (
         result.best,

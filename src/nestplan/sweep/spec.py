@@ -48,9 +48,22 @@ from nestplan.cost.run import MAX_STEPS, MAX_TOKENS
 from nestplan.hardware.facility import PRICE_PER_GPU_HOUR_RANGE, PRICE_PER_KWH_RANGE
 from nestplan.job import MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN
 from nestplan.network.topology import MAX_DEVICES  # largest device count swept: what one network holds
+from nestplan.settings import Framework
 
 RUN_KEYS = ("tokens", "steps", "price_per_gpu_hour_usd", "price_per_kwh_usd")  # one value each, for every case
-TOP_KEYS = ("name", "models", "devices", "global_batch_size", "seq_len", "hbm_GiB", "keep", "clusters", *RUN_KEYS)
+TOP_KEYS = (
+    "name",
+    "models",
+    "devices",
+    "global_batch_size",
+    "seq_len",
+    "hbm_GiB",
+    "keep",
+    "clusters",
+    "frameworks",
+    *RUN_KEYS,
+)
+DEFAULT_FRAMEWORK = Framework.MEGATRON.value
 KEEP_CHOICES = ("breakdown", "memory", "stages", "placement")  # parts of the plan JSON kept per case
 CLUSTER_KEYS = ("base", "label", "accelerator", "set", "sweep")
 LEVEL_FIELDS = ("size", "bandwidth_GBps", "latency_us", "oversubscription")
@@ -81,6 +94,7 @@ class SweepSpec:
     clusters: tuple[ClusterFamily, ...]
     keep: tuple[str, ...] = ()
     run: tuple[tuple[str, float], ...] = ()  # RUN_KEYS given: the run's length and prices
+    frameworks: tuple[str, ...] = (DEFAULT_FRAMEWORK,)  # the software each case runs on (settings.Framework)
 
 
 @dataclass(frozen=True)
@@ -98,20 +112,26 @@ class Case:
     seq_len: int | None
     hbm_GiB: float | None
     run: tuple[tuple[str, float], ...] = ()  # the spec's run keys (none: the key of a case without a run)
+    framework: str = DEFAULT_FRAMEWORK  # in the case's key only when another (earlier stores keep their keys)
 
     def inputs(self) -> dict[str, Any]:
-        return ({"run": dict(self.run)} if self.run else {}) | {
-            "model": self.model,
-            "cluster": self.cluster_base,
-            "label": self.cluster_label,
-            "accelerator": self.accelerator,
-            "overrides": {k: v for k, v in self.overrides},
-            "swept": list(self.swept),
-            "devices": self.devices,
-            "global_batch_size": self.global_batch_size,
-            "seq_len": self.seq_len,
-            "hbm_GiB": self.hbm_GiB,
-        }
+        framework = {} if self.framework == DEFAULT_FRAMEWORK else {"framework": self.framework}
+        return (
+            ({"run": dict(self.run)} if self.run else {})
+            | framework
+            | {
+                "model": self.model,
+                "cluster": self.cluster_base,
+                "label": self.cluster_label,
+                "accelerator": self.accelerator,
+                "overrides": {k: v for k, v in self.overrides},
+                "swept": list(self.swept),
+                "devices": self.devices,
+                "global_batch_size": self.global_batch_size,
+                "seq_len": self.seq_len,
+                "hbm_GiB": self.hbm_GiB,
+            }
+        )
 
     @property
     def key(self) -> str:
@@ -226,6 +246,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
         clusters=tuple(_family(table) for table in f.tables("clusters", MAX_CASES)),
         keep=tuple(keep.choice(index, KEEP_CHOICES) for index in keep.data),
         run=_run(f),
+        frameworks=_frameworks(f),
     )
     cases = case_count(spec)
     if cases > MAX_CASES:
@@ -256,6 +277,14 @@ def _run(f: Fields) -> tuple[tuple[str, float], ...]:
     return tuple(run.items())
 
 
+def _frameworks(f: Fields) -> tuple[str, ...]:
+    """``frameworks``: the software the cases run on, each a settings.Framework name (default megatron)."""
+    if not f.has("frameworks"):
+        return (DEFAULT_FRAMEWORK,)
+    listed = f.listed("frameworks", len(Framework))
+    return tuple(dict.fromkeys(listed.choice(index, [fw.value for fw in Framework]) for index in listed.data))
+
+
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep spec; a bad one raises ConfigError naming the key or value."""
     return spec_from_dict(load_object(path, "sweep spec", "toml"))
@@ -266,6 +295,7 @@ def case_count(spec: SweepSpec) -> int:
     variants = sum(math.prod(len(values) for _, values in fam.swept) for fam in spec.clusters)
     return (
         len(spec.models)
+        * len(spec.frameworks)
         * variants
         * len(spec.devices)
         * len(spec.global_batch_sizes)
@@ -281,12 +311,23 @@ def expand(spec: SweepSpec) -> list[Case]:
         names = [k for k, _ in fam.swept]
         for values in itertools.product(*(v for _, v in fam.swept)):
             overrides = tuple(sorted((dict(fam.fixed) | dict(zip(names, values))).items()))
-            for n, gbs, seq, hbm in itertools.product(
-                spec.devices, spec.global_batch_sizes, spec.seq_lens, spec.hbm_GiB
+            for n, gbs, seq, hbm, fw in itertools.product(
+                spec.devices, spec.global_batch_sizes, spec.seq_lens, spec.hbm_GiB, spec.frameworks
             ):
                 cases.append(
                     Case(
-                        model, fam.base, fam.label, fam.accelerator, overrides, tuple(names), n, gbs, seq, hbm, spec.run
+                        model,
+                        fam.base,
+                        fam.label,
+                        fam.accelerator,
+                        overrides,
+                        tuple(names),
+                        n,
+                        gbs,
+                        seq,
+                        hbm,
+                        spec.run,
+                        fw,
                     )
                 )
     return cases
