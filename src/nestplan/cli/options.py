@@ -174,91 +174,92 @@ TRACE = typer.Option(
 
 
 # -- a whole run (evaluate and plan; plan alone: objectives, limits, a range of device counts) -----
+# the run options of evaluate and plan (a whole run: its length, prices and spares), and plan's device range
+RUN_SPECS: tuple[tuple[str, object, object], ...] = (
+    (
+        "tokens",
+        float | None,
+        typer.Option(
+            None,
+            "--tokens",
+            parser=number("--tokens", 1, MAX_TOKENS),
+            help="train this many tokens: the whole run (days, GPU-hours, energy, failures)",
+        ),
+    ),
+    (
+        "steps",
+        int | None,
+        typer.Option(None, "--steps", parser=integer("--steps", 1, MAX_STEPS), help="or this many steps"),
+    ),
+    (
+        "price_per_gpu_hour_usd",
+        float | None,
+        typer.Option(
+            None,
+            "--price-per-gpu-hour",
+            parser=number("--price-per-gpu-hour", *PRICE_PER_GPU_HOUR_RANGE),
+            help="USD per GPU-hour (default: the cluster file's [facility])",
+        ),
+    ),
+    (
+        "price_per_kwh_usd",
+        float | None,
+        typer.Option(
+            None,
+            "--price-per-kwh",
+            parser=number("--price-per-kwh", *PRICE_PER_KWH_RANGE),
+            help="USD per kWh of the facility's energy, added to the cost",
+        ),
+    ),
+    (
+        "spare_hosts",
+        int | None,
+        typer.Option(
+            None,
+            "--spare-hosts",
+            parser=integer("--spare-hosts", 0, MAX_SPARE_HOSTS),
+            help="hosts held back for failures (default: the count that costs the fewest device-hours)",
+        ),
+    ),
+)
+RANGE_SPECS: tuple[tuple[str, object, object], ...] = (
+    (
+        "devices_range",
+        str | None,
+        typer.Option(
+            None,
+            "--devices-range",
+            help="plan each power-of-two device count in LOW..HIGH (whole hosts) "
+            "and choose one by --objective, e.g. 256..16384",
+        ),
+    ),
+    (
+        "max_devices",
+        int | None,
+        typer.Option(
+            None,
+            "--max-devices",
+            parser=integer("--max-devices", 1, MAX_DEVICES),
+            help="with --objective: the range 1..N",
+        ),
+    ),
+    ("objective", Objective, typer.Option(Objective.TIME, "--objective", help="what a range minimises")),
+    (
+        "max_days",
+        float | None,
+        typer.Option(None, "--max-days", parser=number("--max-days", 1e-6, 1e6), help="wall-clock days at most"),
+    ),
+    (
+        "max_cost",
+        float | None,
+        typer.Option(None, "--max-cost", parser=number("--max-cost", 0, 1e15), help="cost in USD at most"),
+    ),
+)
+
+
 def _run_parameters(ranged: bool) -> list[inspect.Parameter]:
     """The run's options as keyword parameters (file units: prices in USD)."""
-    specs: list[tuple[str, object, object]] = [
-        (
-            "tokens",
-            float | None,
-            typer.Option(
-                None,
-                "--tokens",
-                parser=number("--tokens", 1, MAX_TOKENS),
-                help="train this many tokens: the whole run (days, GPU-hours, energy, failures)",
-            ),
-        ),
-        (
-            "steps",
-            int | None,
-            typer.Option(None, "--steps", parser=integer("--steps", 1, MAX_STEPS), help="or this many steps"),
-        ),
-        (
-            "price_per_gpu_hour_usd",
-            float | None,
-            typer.Option(
-                None,
-                "--price-per-gpu-hour",
-                parser=number("--price-per-gpu-hour", *PRICE_PER_GPU_HOUR_RANGE),
-                help="USD per GPU-hour (default: the cluster file's [facility])",
-            ),
-        ),
-        (
-            "price_per_kwh_usd",
-            float | None,
-            typer.Option(
-                None,
-                "--price-per-kwh",
-                parser=number("--price-per-kwh", *PRICE_PER_KWH_RANGE),
-                help="USD per kWh of the facility's energy, added to the cost",
-            ),
-        ),
-        (
-            "spare_hosts",
-            int | None,
-            typer.Option(
-                None,
-                "--spare-hosts",
-                parser=integer("--spare-hosts", 0, MAX_SPARE_HOSTS),
-                help="hosts held back for failures (default: the count that costs the fewest device-hours)",
-            ),
-        ),
-    ]
-    if ranged:
-        specs += [
-            (
-                "devices_range",
-                str | None,
-                typer.Option(
-                    None,
-                    "--devices-range",
-                    help="plan each power-of-two device count in LOW..HIGH (whole hosts) "
-                    "and choose one by --objective, e.g. 256..16384",
-                ),
-            ),
-            (
-                "max_devices",
-                int | None,
-                typer.Option(
-                    None,
-                    "--max-devices",
-                    parser=integer("--max-devices", 1, MAX_DEVICES),
-                    help="with --objective: the range 1..N",
-                ),
-            ),
-            ("objective", Objective, typer.Option(Objective.TIME, "--objective", help="what a range minimises")),
-            (
-                "max_days",
-                float | None,
-                typer.Option(
-                    None, "--max-days", parser=number("--max-days", 1e-6, 1e6), help="wall-clock days at most"
-                ),
-            ),
-            (
-                "max_cost",
-                float | None,
-                typer.Option(None, "--max-cost", parser=number("--max-cost", 0, 1e15), help="cost in USD at most"),
-            ),
-        ]
+    specs = RUN_SPECS + (RANGE_SPECS if ranged else ())
     return [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
         for name, kind, option in specs
