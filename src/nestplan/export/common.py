@@ -128,13 +128,13 @@ def schedule_refusal(
     d = plan.dims
     other = evaluate_plan(plan.model, plan.cluster, runs, plan.job, plan.axis_order)
     chunks = f" with {runs.virtual_stages} chunks per stage" if runs.virtual_stages > 1 else ""
-    setting = f"schedule={runs.schedule.value}" + (f",virtual_stages={runs.virtual_stages}" if chunks else "")
+    split = f",layers_per_stage={counts_text(runs.layers_per_stage)}" if runs.layers_per_stage else ""
     return refuse(
         framework,
         f"it has no {d.schedule.value} schedule and would run {runs.schedule.value}{chunks} on the same degrees "
         f"and stages, for which nestplan predicts step {other.step_time_s:.3f} s ({other.tokens_per_s:,.0f} "
-        f"tokens/s) where the {d.schedule.value} plan's is {plan.predicted.step_time_s:.3f} s; evaluate it "
-        f"with {setting}, or plan with --export {name}",
+        f"tokens/s) where the {d.schedule.value} plan's is {plan.predicted.step_time_s:.3f} s; evaluate it with "
+        f"nestplan evaluate --plan PLAN.json --set schedule={runs.schedule.value}{split}, or plan with --export {name}",
         "schedule",
         d.schedule.value,
         [s.value for s in costed],
