@@ -8,6 +8,7 @@ Programmer invariants use ``assert`` instead.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 
@@ -61,11 +62,18 @@ class ConfigError(PlannerError):
 
 
 class UnknownNameError(ConfigError):
-    """A catalog name that does not exist; ``limit`` lists the valid names."""
+    """A catalog name that does not exist; ``limit`` lists the valid names. The closest of them lead the
+    line ("did you mean"; difflib's ratio, case and surrounding spaces ignored); ``files``: a path to a
+    file is accepted in the name's place."""
 
-    def __init__(self, kind: str, name: str, valid: list[str]) -> None:
+    def __init__(self, kind: str, name: str, valid: list[str], files: bool = True) -> None:
+        by_key = {v.lower(): v for v in valid}
+        close = difflib.get_close_matches(name.strip().lower(), list(by_key), n=3, cutoff=0.6)
+        shown = [repr(by_key[c]) for c in close]
+        mean = f" (did you mean {' or '.join(shown)}?)" if close else ""
+        files_too = " (or a path to a file)" if files else ""
         super().__init__(
-            f"unknown {kind} '{name}'; valid {kind}s: {', '.join(valid)} (or a path to a file)",
+            f"unknown {kind} '{name}'{mean}; valid {kind}s: {', '.join(valid)}{files_too}",
             field=kind,
             value=name,
             limit=valid,

@@ -4,22 +4,25 @@ dense and MoE, tp/sp, cp > 1, pp with even, uneven and interleaved splits, ZeRO 
 Each case is a real search (``api.plan``) on a catalog model and cluster, some with the search space
 narrowed so that the shape appears (a ZeRO stage, a cp degree, a pipeline depth); the plan is
 whatever the planner picks there. The tests that use them run the frameworks' own validators on
-each export. ``planned_plans()`` caches the plans for the whole test session (about a minute of
-searches on a 2-core machine), so the tests using it are marked slow.
+each export. A case is planned among the pipeline schedules the exporting framework runs (an export
+refuses the others, issue 27); ``planned_plans(framework)`` caches the plans of each set of schedules
+for the whole test session (about a minute of searches on a 2-core machine), so the tests using it are
+marked slow.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from nestplan import api
+from nestplan.export import framework_schedules
 from nestplan.job import Job
 from nestplan.plan import Plan
 from nestplan.search.space import SearchSpace
 from nestplan.settings import Fp8Recipe, OptimizerState
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.enums import Recompute, ZeroStage
+from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 
 
 @dataclass(frozen=True)
@@ -93,19 +96,31 @@ CASES: tuple[Case, ...] = (
 )
 
 
+def planned_plans(framework: str) -> dict[str, Plan]:
+    """Each case's best plan among the pipeline schedules ``framework`` runs (its export refuses the
+    others), planned once per test session for each set of schedules."""
+    return _planned_under(framework_schedules(framework))
+
+
 @lru_cache(maxsize=None)
-def planned_plans() -> dict[str, Plan]:
-    """Each case's best plan, planned once per test session."""
-    return {c.name: planned(c) for c in CASES}
+def _planned_under(schedules: tuple[Schedule, ...]) -> dict[str, Plan]:
+    return {c.name: planned(c, schedules) for c in CASES}
 
 
-def planned(case: Case) -> Plan:
+def planned(case: Case, schedules: tuple[Schedule, ...]) -> Plan:
     job = Job.from_flat(case.global_batch_size, case.seq_len, **case.job)
-    report = api.plan(case.model, case.cluster, job, devices=case.devices, top=0, space=SearchSpace(**case.space))
+    space = SearchSpace(**case.space)
+    space = replace(space, schedules=tuple(s for s in space.schedules if s in schedules))
+    report = api.plan(case.model, case.cluster, job, devices=case.devices, top=0, space=space)
     return report.plan
 
 
 ISSUE_ORDER = ("tp", "cp", "ep", "dp", "pp")
+
+
+def _schedules_of(framework: str) -> SearchSpace:
+    """The full search space with the pipeline schedules ``framework`` runs (its export refuses the others)."""
+    return api.search_space(schedules=framework_schedules(framework))
 
 
 def evaluated(model: str, cluster: str, devices: int, dims: ParallelDims, gbs: int, seq: int) -> Plan:
@@ -134,5 +149,7 @@ def issue_plans() -> dict[str, Plan]:
             4096,
             8192,
         ),
-        "llama3.1-405b-2048": api.plan("llama3.1-405b", "dgx-h100", job405, devices=2048, top=0).plan,
+        "llama3.1-405b-2048": api.plan(
+            "llama3.1-405b", "dgx-h100", job405, devices=2048, top=0, space=_schedules_of("megatron")
+        ).plan,
     }

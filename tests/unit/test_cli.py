@@ -88,7 +88,7 @@ def test_evaluate_readable(capsys) -> None:
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--model", "gpt5"], "unknown model 'gpt5'; valid models:"),
+        (["--model", "gpt5"], "unknown model 'gpt5' (did you mean 'gpt3-35b'"),
         (["--cluster", "nowhere"], "unknown cluster 'nowhere'; valid clusters:"),
         (["--tp", "7"], "tp 7 does not divide the model's 96 attention heads"),
         (["--dp", "2"], "= 128, not the 64 devices"),

@@ -107,15 +107,15 @@ def test_a_chunk_without_blocks_is_an_empty_segment() -> None:
     assert pattern.startswith("|M-") and pattern.endswith("-|") and _segments(plan) == [0, 26, 26, 0]
 
 
-def test_a_v_schedule_runs_interleaved_with_the_stages_keeping_their_blocks() -> None:
+def test_a_v_schedule_is_refused_naming_interleaved_with_the_stages_keeping_their_blocks() -> None:
     plan = _plan(
         ParallelDims(
             tp=2, sp=True, pp=2, dp=4, zero=1, schedule="dualpipev", virtual_stages=2, layers_per_stage=(26, 26)
         )
     )
-    export = megatron.export(ExportInput(plan, "test"))
-    assert _segments(plan) == [13, 13, 13, 13]
-    assert any("no dualpipev schedule" in n for n in export.notes)
+    with pytest.raises(ConfigError, match="no dualpipev schedule and would run interleaved with 2 chunks"):
+        megatron.export(ExportInput(plan, "test"))
+    assert _segments(_plan(megatron.runs_instead(plan))) == [13, 13, 13, 13]
 
 
 @pytest.mark.parametrize(

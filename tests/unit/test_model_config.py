@@ -39,6 +39,8 @@ CATALOG = [
     "llama3-70b",
     "llama3-8b",
     "llama3.1-405b",
+    "llama3.1-70b",
+    "llama3.1-8b",
     "llama4-maverick",
     "llama4-scout",
     "mixtral-8x7b",

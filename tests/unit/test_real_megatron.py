@@ -382,7 +382,7 @@ def test_megatron_accepts_the_issue_plans_as_costed(issue_plans, name, tmp_path,
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [c.name for c in CASES])
 def test_megatron_accepts_every_planned_case_as_costed(case, tmp_path, monkeypatch) -> None:
-    check_export(planned_plans()[case], tmp_path, monkeypatch)
+    check_export(planned_plans("megatron")[case], tmp_path, monkeypatch)
 
 
 # ---------------------------------------------------------------- rank order a launcher follows (issue 18, item 3)
@@ -506,22 +506,17 @@ def test_bert_runs_megatron_lms_bert_entry_point(tmp_path, monkeypatch) -> None:
     check_export(plan, tmp_path / "again", monkeypatch)
 
 
-def test_v_schedule_runs_interleaved_with_the_costed_stage_layers(tmp_path, monkeypatch) -> None:
-    """Megatron-core has no DualPipeV: it runs interleaved 1F1B with two chunks per stage, each stage
-    keeping the uneven layers costed (its chunks then differ from the V's, which the note says)."""
-    plan = _evaluated(
-        "llama3-70b",
-        "dgx-h100",
-        128,
-        ParallelDims(
-            tp=8, sp=True, pp=4, dp=4, zero=1, schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)
-        ),
-        512,
-        4096,
+def test_what_a_refused_v_plan_would_run_is_a_plan_megatron_runs(tmp_path, monkeypatch) -> None:
+    """Megatron-core has no DualPipeV: the export refuses such a plan and names interleaved 1F1B with two
+    chunks per stage, each stage keeping its costed uneven layers (tests/unit/test_export_schedules.py).
+    That plan, evaluated and exported, passes Megatron's own checks with the layout it needs."""
+    dims = ParallelDims(
+        tp=8, sp=True, pp=4, dp=4, zero=1, schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)
     )
+    refused = _evaluated("llama3-70b", "dgx-h100", 128, dims, 512, 4096)
+    plan = _evaluated("llama3-70b", "dgx-h100", 128, megatron.runs_instead(refused), 512, 4096)
     launch = Launch(plan, tmp_path)
     assert "--pipeline-model-parallel-layout" in launch.argv
-    assert any("no dualpipev schedule" in n for n in launch.export.notes)
     check_export(plan, tmp_path / "again", monkeypatch)
 
 

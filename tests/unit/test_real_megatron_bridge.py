@@ -474,22 +474,17 @@ def test_the_replica_major_order_is_megatrons_tp_pp_dp_mapping(bridge, tmp_path,
     assert_config_is_the_plan(bridge, cfg, plan)
 
 
-def test_a_v_schedule_runs_interleaved_with_the_costed_stage_layers(bridge, tmp_path, monkeypatch) -> None:
-    """Megatron-core (under Megatron-Bridge) has no DualPipeV: the export runs interleaved 1F1B with two
-    chunks per stage, each stage keeping its costed uneven layers, through a layout; the note says so."""
-    plan = _evaluated(
-        "llama3-70b",
-        "dgx-h100",
-        128,
-        ParallelDims(
-            tp=8, sp=True, pp=4, dp=4, zero=1, schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)
-        ),
-        512,
-        4096,
+def test_what_a_refused_v_plan_would_run_is_a_plan_the_bridge_runs(bridge, tmp_path, monkeypatch) -> None:
+    """Megatron-core (under Megatron-Bridge) has no DualPipeV: the export refuses such a plan and names
+    interleaved 1F1B with two chunks per stage, each stage keeping its costed uneven layers. That plan,
+    evaluated and exported, runs through a layout the recipe accepts."""
+    dims = ParallelDims(
+        tp=8, sp=True, pp=4, dp=4, zero=1, schedule="dualpipev", virtual_stages=2, layers_per_stage=(16, 22, 22, 20)
     )
+    refused = _evaluated("llama3-70b", "dgx-h100", 128, dims, 512, 4096)
+    plan = _evaluated("llama3-70b", "dgx-h100", 128, megatron.runs_instead(refused), 512, 4096)
     _, overrides = launch_arguments(plan, tmp_path)
     assert any(item.startswith("model.pipeline_model_parallel_layout=") and "null" not in item for item in overrides)
-    assert any("no dualpipev schedule" in n for n in nemo.export(ExportInput(plan, "test")).notes)
     check_export(bridge, plan, tmp_path / "again", monkeypatch)
 
 
@@ -510,7 +505,7 @@ def test_an_encoder_is_refused(bridge) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [c.name for c in CASES])
 def test_megatron_bridge_runs_every_planned_case_as_costed(bridge, case, tmp_path, monkeypatch) -> None:
-    plan = planned_plans()[case]
+    plan = planned_plans("megatron-bridge")[case]
     if not plan.model.causal:
         with pytest.raises(ConfigError, match="no encoder"):
             nemo.export(ExportInput(plan, "test"))

@@ -383,7 +383,7 @@ def test_deepspeed_refuses_the_layout(capsys, tmp_path) -> None:
     saved.write_text(json.dumps(_plan(LAYOUT).to_dict()))
     code, _, err = run_cli(capsys, ["export", str(saved), "--framework", "deepspeed", "--out", str(tmp_path / "d")])
     assert code == 2 and err.count("\n") == 1
-    assert "cannot export to DeepSpeed" in err and "per virtual stage" in err
+    assert "cannot export to DeepSpeed" in err and "no interleaved schedule" in err
     with pytest.raises(ConfigError):
         deepspeed.check(_plan(LAYOUT), 32)
 

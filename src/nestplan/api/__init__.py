@@ -6,7 +6,8 @@ What the library offers, by module (every name below is importable as ``nestplan
   ``make_job``, ``default_dtype``, ``search_space``, ``check_exportable``, ``megatron_dp``,
   ``DEFAULT_GLOBAL_BATCH``;
 - the catalog (``listings``): ``catalog_names``, ``catalog_entries``, ``CATALOG_KINDS``;
-- one given plan (``evaluation``): ``evaluate``, ``evaluate_full`` and its ``Evaluation``, ``plot_plan``;
+- one given plan (``evaluation``): ``evaluate``, ``evaluate_full`` and its ``Evaluation``, ``plot_plan``,
+  ``framework_order`` (the rank order ``evaluate`` takes by default), ``reevaluate`` (a saved plan with changes);
 - the search (``planning``): ``plan``, its ``PlanReport`` and ``ScheduleAlternative``, ``MAX_TOP``;
 - a whole run (``run``): ``run_length``, ``with_facility``, ``plan_range`` and its ``RangeReport``,
   ``Limits``;
@@ -19,7 +20,7 @@ The CLI calls each as ``api.<name>`` at call time, so that a test replacing one 
 
 from nestplan.api.comparison import CompareCase, Comparison, compare, paper_cases
 from nestplan.api.display import NAME_WIDTH
-from nestplan.api.evaluation import Evaluation, evaluate, evaluate_full, plot_plan
+from nestplan.api.evaluation import Evaluation, evaluate, evaluate_full, framework_order, plot_plan, reevaluate
 from nestplan.api.listings import CATALOG_KINDS, catalog_entries, catalog_names
 from nestplan.api.planning import MAX_TOP, PlanReport, ScheduleAlternative, plan
 from nestplan.api.run import RangeReport, plan_range, run_length, with_facility
@@ -76,6 +77,8 @@ __all__ = [
     "default_dtype",
     "evaluate",
     "evaluate_full",
+    "framework_order",
+    "reevaluate",
     "export_framework",
     "export_plan",
     "framework_settings",

@@ -1,24 +1,28 @@
-"""Evaluating one given plan: ``evaluate``, ``evaluate_full`` and its ``Evaluation``, and ``plot_plan``."""
+"""Evaluating one given plan: ``evaluate``, ``evaluate_full`` and its ``Evaluation``, a saved plan again
+with changes (``reevaluate``), the rank order a framework runs (``framework_order``), and ``plot_plan``."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from nestplan.api.display import heading, summary
-from nestplan.api.resolve import resolve_cluster, resolve_model
+from nestplan.api.resolve import FRAMEWORK_EXPORTS, resolve_cluster, resolve_model
 from nestplan.profile import ProfileChoice, calibrated_cluster
 from nestplan.cluster import Cluster
 from nestplan.cost.evaluator import evaluate_plan
+from nestplan.cost.schedules import named as named_schedule
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError
 from nestplan.job import Job, check_context
 from nestplan.model import ModelSpec
 from nestplan.plan import Plan, SearchStats
+from nestplan.settings import Framework
 from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Schedule
 from nestplan.strategy.legality import check_against_model
 from nestplan.strategy.placement import DEFAULT_AXIS_ORDER
 
@@ -64,10 +68,11 @@ def evaluate(
     job: Job,
     *,
     devices: int | None = None,
-    axis_order: Sequence[str] = DEFAULT_AXIS_ORDER,
+    axis_order: Sequence[str] | None = None,
     profile: ProfileChoice = None,
 ) -> Prediction:
-    """Predict step time, its breakdown and memory per device of one plan."""
+    """Predict step time, its breakdown and memory per device of one plan (``axis_order`` None: the rank
+    order the job's framework runs by default, ``framework_order``)."""
     return evaluate_full(model, cluster, plan, job, devices=devices, axis_order=axis_order, profile=profile).prediction
 
 
@@ -78,14 +83,16 @@ def evaluate_full(
     job: Job,
     *,
     devices: int | None = None,
-    axis_order: Sequence[str] = DEFAULT_AXIS_ORDER,
+    axis_order: Sequence[str] | None = None,
     profile: ProfileChoice = None,
 ) -> Evaluation:
     """Like :func:`evaluate`, keeping the inputs for reporting.
 
     ``devices`` takes the first N devices of the cluster and must equal the plan's
-    tp x cp x ep x pp x dp; without it the plan's product is taken. ``profile``: the calibration
-    (``resolve.calibrated_cluster``; default the catalog's for the accelerator and the job's framework).
+    tp x cp x ep x pp x dp; without it the plan's product is taken. ``axis_order`` (fastest first) by
+    default the framework's own (``framework_order``: the degrees of a recipe give its step).
+    ``profile``: the calibration (``resolve.calibrated_cluster``; default the catalog's for the
+    accelerator and the job's framework).
     """
     spec = resolve_model(model)
     check_context(spec, job.seq_len)
@@ -101,8 +108,69 @@ def evaluate_full(
         )
     cl = calibrated_cluster(resolve_cluster(cluster, plan.devices), job.settings.framework, profile)
     start = time.perf_counter()
-    pred = evaluate_plan(spec, cl, plan, job, axis_order)
+    order = framework_order(job.settings.framework) if axis_order is None else axis_order
+    pred = evaluate_plan(spec, cl, plan, job, order)
     return Evaluation(spec, cl, job, pred, time.perf_counter() - start)
+
+
+# a saved plan's fields by the names of evaluate's options, as ParallelDims names them
+PLAN_FIELDS = {
+    "tp": "tp",
+    "pp": "pp",
+    "dp": "dp",
+    "cp": "cp",
+    "ep": "ep",
+    "etp": "etp",
+    "sp": "sp",
+    "zero": "zero",
+    "recompute": "recompute",
+    "mbs": "micro_batch_size",
+    "schedule": "schedule",
+    "virtual_stages": "virtual_stages",
+    "layers_per_stage": "layers_per_stage",
+}
+
+
+def reevaluate(
+    plan: Plan, changes: Mapping[str, Any], *, cluster: Cluster | None = None, profile: ProfileChoice = None
+) -> Evaluation:
+    """A saved plan (``load_plan``) evaluated again with ``changes``: its fields by the names of evaluate's
+    options (``PLAN_FIELDS``) and run settings by name (each checked as ``Job.with_settings`` checks it),
+    on the plan's model, cluster (or ``cluster``: the plan's with a facility), batch and rank order. A new
+    schedule without virtual stages takes its own chunks per stage (1F1B one, ZB-V and DualPipeV two,
+    interleaved the plan's); a new pp, schedule or virtual stages without layers_per_stage splits the
+    layers evenly."""
+    dims_changes = {PLAN_FIELDS[k]: v for k, v in changes.items() if k in PLAN_FIELDS}
+    settings = {k: v for k, v in changes.items() if k not in PLAN_FIELDS}
+    if {"pp", "schedule", "virtual_stages"} & set(dims_changes) and "layers_per_stage" not in dims_changes:
+        dims_changes["layers_per_stage"] = None
+    if "schedule" in dims_changes or "virtual_stages" in dims_changes:
+        dims_changes |= _schedule_change(plan.dims, dims_changes.get("schedule"), dims_changes.get("virtual_stages"))
+    dims = replace(plan.dims, **dims_changes)
+    job = plan.job.with_settings(**settings) if settings else plan.job
+    on = plan.cluster if cluster is None else cluster
+    return evaluate_full(plan.model, on, dims, job, axis_order=plan.axis_order, profile=profile)
+
+
+def _schedule_change(dims: ParallelDims, schedule: Schedule | None, virtual: int | None) -> dict[str, Any]:
+    """The schedule and chunks per stage a change of either gives: a schedule without chunks takes its own
+    (interleaved keeps the plan's), chunks without a schedule turn 1F1B into interleaved and back
+    (cost/schedules ``named``)."""
+    if schedule is None:
+        schedule = Schedule.ONE_F_ONE_B if dims.schedule is Schedule.INTERLEAVED else dims.schedule
+    if virtual is None:
+        virtual = Schedule(schedule).chunks or dims.virtual_stages
+    return {"schedule": named_schedule(schedule, virtual), "virtual_stages": virtual}
+
+
+def framework_order(framework: Framework) -> tuple[str, ...]:
+    """The rank order (fastest axis first) ``framework`` lays ranks out in unless told otherwise (its
+    export's default: Megatron-LM's and NeMo's tp-cp-ep-dp-pp, torchtitan's device mesh, DeepSpeed's
+    topology); nestplan's own for plain FSDP, which has no export and shards over the data axis alone."""
+    from nestplan.export import default_order
+
+    export = FRAMEWORK_EXPORTS.get(framework)
+    return DEFAULT_AXIS_ORDER if export is None else default_order(export)
 
 
 def _expert_dp_hint(plan: ParallelDims, devices: int) -> str:

@@ -92,8 +92,10 @@ FP8 = typer.Option(False, "--fp8", help="FP8 GEMMs in the transformer blocks (Tr
 
 
 # -- the model, cluster and job ---------------------------------------------------------------------
-MODEL = typer.Option(..., "--model", help="catalog name or path to a Hugging Face config.json")
-CLUSTER = typer.Option(..., "--cluster", help="catalog name or path to a cluster TOML/JSON file")
+MODEL_HELP = "catalog name or path to a Hugging Face config.json"
+CLUSTER_HELP = "catalog name or path to a cluster TOML/JSON file"
+MODEL = typer.Option(..., "--model", help=MODEL_HELP)
+CLUSTER = typer.Option(..., "--cluster", help=CLUSTER_HELP)
 DEVICES = typer.Option(None, "--devices", parser=DEVICES_PARSER, help="use the first N devices")
 GPUS_PER_DOMAIN = typer.Option(
     None,
@@ -142,7 +144,12 @@ LAYERS_PER_STAGE = typer.Option(
     help="per stage, e.g. 10,11,11,10; with --virtual-stages V > 1 also pp x V "
     "virtual stages in model order, NxK = N repeated K times, e.g. 1,2x62,1",
 )
-AXIS_ORDER = typer.Option(",".join(DEFAULT_AXIS_ORDER), "--axis-order", help="rank grid, fastest first")
+AXIS_ORDER = typer.Option(
+    None,
+    "--axis-order",
+    help="rank grid, fastest first (default: the framework's own, tp-cp-ep-dp-pp for Megatron-LM and NeMo; "
+    f"{','.join(DEFAULT_AXIS_ORDER)} for fsdp)",
+)
 
 
 # -- the search (plan) ------------------------------------------------------------------------------

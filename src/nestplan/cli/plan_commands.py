@@ -10,6 +10,8 @@ from rich.console import Console
 
 from nestplan import api
 from nestplan.cli.app import app
+from nestplan.cli.changes import EVALUATE_PLAN_OPTIONS, flags_given, saved_plan
+from nestplan.cli.jobs import JOB, require, with_job
 from nestplan.cli import options as opt
 from nestplan.cli.options import run_options, run_setting_options
 from nestplan.cli.output import (
@@ -38,6 +40,7 @@ from nestplan.cli.parse import (
     parse_layers,
     schedule_list,
 )
+from nestplan.api.jobfile import JobFile
 from nestplan.cluster import Cluster
 from nestplan.cost.run import RunLength
 from nestplan.cost.schedules import named as named_schedule
@@ -69,8 +72,9 @@ def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> tuple[Parallel
 @run_setting_options(searched=False)
 @run_options(ranged=False)
 def evaluate(
-    model: str = opt.MODEL,
-    cluster: str = opt.CLUSTER,
+    ctx: typer.Context,
+    model: str | None = typer.Option(None, "--model", help=opt.MODEL_HELP + " (required without --plan)"),
+    cluster: str | None = typer.Option(None, "--cluster", help=opt.CLUSTER_HELP + " (required without --plan)"),
     devices: int | None = opt.DEVICES,
     gpus_per_domain: int | None = opt.GPUS_PER_DOMAIN,
     tp: int = opt.degree("--tp"),
@@ -86,22 +90,49 @@ def evaluate(
     schedule: Schedule = opt.SCHEDULE,
     virtual_stages: int | None = opt.VIRTUAL_STAGES,
     layers_per_stage: str | None = opt.LAYERS_PER_STAGE,
-    global_batch_size: int = opt.REQUIRED_GLOBAL_BATCH,
+    global_batch_size: int | None = typer.Option(
+        None, "--global-batch-size", parser=GLOBAL_BATCH, help="sequences per step (required without --plan)"
+    ),
     seq_len: int | None = opt.SEQ_LEN,
     dtype: str | None = opt.DTYPE,
     optimizer: Optimizer = opt.OPTIMIZER,
     fp8: bool = opt.FP8,
-    axis_order: str = opt.AXIS_ORDER,
+    axis_order: str | None = opt.AXIS_ORDER,
     as_json: bool = opt.JSON,
     plot: Path | None = opt.PLOT,
     report: Path | None = opt.REPORT,
     profile: str | None = opt.PROFILE,
+    job_path: Path | None = JOB,
+    plan_file: Path | None = typer.Option(None, "--plan", help="a saved plan (plan --json) to evaluate again"),
+    changes: str | None = typer.Option(
+        None,
+        "--set",
+        help="with --plan: KEY=VALUE,... (tp, pp, dp, cp, ep, etp, sp, zero, recompute, mbs, "
+        "schedule, virtual_stages, layers_per_stage, or a run setting by name)",
+    ),
     run_settings: dict[str, object] | None = None,
     run: dict[str, object] | None = None,
 ) -> None:
-    """Predict step time, its breakdown and memory per device of one plan. A plan that does not fit
-    is still predicted (exit 0): a warning on stderr, the verdict in the first line, "fits" in JSON."""
+    """Predict step time, its breakdown and memory per device of one plan, or of a saved plan with changes
+    (--plan, --set). A plan that does not fit is still predicted (exit 0): a warning on stderr, the
+    verdict in the first line, "fits" in JSON."""
     _check_outputs(plot=plot, report=report)
+    if plan_file is not None or changes is not None:
+        given = flags_given(ctx, (*EVALUATE_PLAN_OPTIONS, "job_path")) + [
+            f"--{k.replace('_', '-')}" for k in run_settings
+        ]
+        saved, wanted = saved_plan(plan_file, changes, given)
+        full, length = _run_inputs(saved.cluster, run)
+        _show_evaluation(api.reevaluate(saved, wanted, cluster=full, profile=profile), as_json, plot, report, length)
+        return
+    options = dict(model=model, cluster=cluster, devices=devices, global_batch_size=global_batch_size)
+    options |= dict(seq_len=seq_len, dtype=dtype, optimizer=optimizer)
+    values, run_settings, job_file = with_job(ctx, job_path, options, run_settings)
+    require({k: values[k] for k in ("model", "cluster", "global_batch_size")}, ctx, "--job or --plan")
+    model, cluster, devices, global_batch_size = (
+        values[k] for k in ("model", "cluster", "devices", "global_batch_size")
+    )
+    seq_len, dtype, optimizer = values["seq_len"], values["dtype"], values["optimizer"]
     spec = api.resolve_model(model)
     virtual_stages = virtual_stages or Schedule(schedule).chunks or 1  # zbv, dualpipev: their 2 chunks
     plan = ParallelDims(
@@ -125,11 +156,16 @@ def evaluate(
         spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, dims=plan, **run_settings
     )
     result = api.evaluate_full(
-        spec, full, plan, job, devices=devices, axis_order=parse_axis_order(axis_order), profile=profile
+        spec, full, plan, job, devices=devices, axis_order=axis_order and parse_axis_order(axis_order), profile=profile
     )
     if note:
         say(note)
-    _show_evaluation(result, as_json, plot, report, length)
+    _show_evaluation(result, as_json, plot, report, length, job_file)
+
+
+def _named(job_file: JobFile | None) -> dict[str, object]:
+    """What --json adds for a job file: the job it answered, the file's path and contents."""
+    return {} if job_file is None else {"job_file": job_file.named()}
 
 
 def _run_inputs(cluster: Cluster, run: dict[str, object]) -> tuple[Cluster, RunLength | None]:
@@ -146,7 +182,12 @@ def _check_outputs(plot: Path | None = None, report: Path | None = None, out: Pa
 
 
 def _show_evaluation(
-    result: api.Evaluation, as_json: bool, plot: Path | None, report: Path | None, length: RunLength | None
+    result: api.Evaluation,
+    as_json: bool,
+    plot: Path | None,
+    report: Path | None,
+    length: RunLength | None,
+    job_file: JobFile | None = None,
 ) -> None:
     from nestplan.report.run import render_run
     from nestplan.report.text import fit_verdict, render_plan
@@ -156,7 +197,7 @@ def _show_evaluation(
         say(f"nestplan: warning: the plan {fit_verdict(typed.predicted)}")
     console = make_console()
     if as_json:
-        print_json(typed.to_dict())
+        print_json(typed.to_dict() | _named(job_file))
     else:
         render_plan(console, typed)
         render_run(console, typed.run)
@@ -173,8 +214,9 @@ def _show_evaluation(
 @run_setting_options(searched=True)
 @run_options(ranged=True)
 def plan_command(
-    model: str = opt.MODEL,
-    cluster: str = opt.CLUSTER,
+    ctx: typer.Context,
+    model: str | None = typer.Option(None, "--model", help=opt.MODEL_HELP + " (required without --job)"),
+    cluster: str | None = typer.Option(None, "--cluster", help=opt.CLUSTER_HELP + " (required without --job)"),
     devices: int | None = opt.DEVICES,
     gpus_per_domain: int | None = opt.GPUS_PER_DOMAIN,
     global_batch_size: int = opt.GLOBAL_BATCH,
@@ -193,11 +235,21 @@ def plan_command(
     trace: bool = opt.TRACE,
     report_path: Path | None = opt.REPORT,
     profile: str | None = opt.PROFILE,
+    job_path: Path | None = JOB,
     run_settings: dict[str, object] | None = None,
     run: dict[str, object] | None = None,
 ) -> None:
     """Find the fastest plan that fits (NEST's network- and memory-aware dynamic program)."""
     _check_outputs(plot=plot, report=report_path, out=out if export is not None else None)
+    options = dict(model=model, cluster=cluster, devices=devices, global_batch_size=global_batch_size, seq_len=seq_len)
+    options |= dict(dtype=dtype, optimizer=optimizer, top=top, memory_margin=memory_margin)
+    options["schedules"] = schedule_list(schedules)
+    values, run_settings, job_file = with_job(ctx, job_path, options, run_settings)
+    require({k: values[k] for k in ("model", "cluster")}, ctx, "--job")
+    model, cluster, devices, global_batch_size = (
+        values[k] for k in ("model", "cluster", "devices", "global_batch_size")
+    )
+    seq_len, dtype, optimizer, top = values["seq_len"], values["dtype"], values["optimizer"], values["top"]
     if export is not None:
         from nestplan.export import check_framework
 
@@ -209,10 +261,10 @@ def plan_command(
     if export is not None:
         run_settings["framework"] = api.export_framework(export, run_settings.get("framework"))
     space = api.search_space(
-        schedules=schedule_list(schedules),
+        schedules=values["schedules"],
         export=export,
         cp_comm_types=None if searched["cp_comm_type"] is None else (CpCommType(searched["cp_comm_type"]),),
-        memory_margin=memory_margin,
+        memory_margin=values["memory_margin"],
         expert_tp=expert_tp_list(expert_tp),
         moe_comm_overlap=searched["moe_comm_overlap"] is not False,
         model=spec,
@@ -223,11 +275,11 @@ def plan_command(
     if sizes is not None:
         limits = api.Limits(max_days=run["max_days"], max_cost_usd=run["max_cost"])
         ranged = api.plan_range(spec, cl, job, space, sizes, length, str(run["objective"]), limits, top)
-        _show_plan(ranged.report, as_json, plot, export, out, report_path, ranged)
+        _show_plan(ranged.report, as_json, plot, export, out, report_path, ranged, job_file=job_file)
         return
     with progress() as advance:
         report = api.plan(spec, cl, job, top=top, progress=advance, space=space, profile=profile)
-    _show_plan(report, as_json, plot, export, out, report_path, length=length)
+    _show_plan(report, as_json, plot, export, out, report_path, length=length, job_file=job_file)
 
 
 def _devices_range(run: dict[str, object], devices: int | None) -> tuple[int, int] | None:
@@ -269,6 +321,7 @@ def _show_plan(
     page: Path | None,
     ranged: api.RangeReport | None = None,
     length: RunLength | None = None,
+    job_file: JobFile | None = None,
 ) -> None:
     from nestplan.report.run import range_json, render_range, render_run
 
@@ -276,7 +329,8 @@ def _show_plan(
     console = make_console()
     if as_json:
         runners = {"runners_up": report.to_dict()["runners_up"]}
-        print_json(best.to_dict() | runners | ({} if ranged is None else {"devices_range": range_json(ranged.choice)}))
+        ranges = {} if ranged is None else {"devices_range": range_json(ranged.choice)}
+        print_json(best.to_dict() | runners | ranges | _named(job_file))
     else:
         _render_report(console, best, report)
         render_run(console, best.run)

@@ -10,7 +10,7 @@ differently from what nestplan costed; a plan it cannot launch at all is a Confi
 from __future__ import annotations
 
 from nestplan.cost.evaluator import evaluate_plan
-from nestplan.errors import ConfigError
+from nestplan.errors import UnknownNameError
 from nestplan.export import deepspeed, megatron, nemo, torchtitan
 from nestplan.export.common import Export, choose_order
 from nestplan.export.plan import ExportInput
@@ -24,11 +24,20 @@ FRAMEWORKS = tuple(EXPORTERS)
 ALIASES = {alias: nemo.NAME for alias in nemo.ALIASES}  # older framework names, still accepted
 
 
+def default_order(framework: str) -> tuple[str, ...]:
+    """The rank order (fastest axis first) ``framework`` lays ranks out in unless told otherwise, whatever
+    the plan: Megatron-core's without --use-tp-pp-dp-mapping, torchtitan's device mesh, DeepSpeed's
+    pipeline topology."""
+    if framework in (megatron.NAME, nemo.NAME):
+        return next(iter(megatron.ORDERS))
+    return torchtitan.STAGE_MAJOR if framework == torchtitan.NAME else deepspeed.STAGE_MAJOR
+
+
 def framework_orders(framework: str, plan: Plan) -> list[tuple[str, ...]]:
     """The rank orders (fastest axis first) the framework can run this plan with, its default first."""
     if framework in (megatron.NAME, nemo.NAME):
         return megatron.orders(plan)
-    return [torchtitan.STAGE_MAJOR if framework == "torchtitan" else deepspeed.STAGE_MAJOR]
+    return [default_order(framework)]
 
 
 def framework_schedules(framework: str) -> tuple[Schedule, ...]:
@@ -63,12 +72,7 @@ def check_framework(name: str) -> str:
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in EXPORTERS:
-        raise ConfigError(
-            f"unknown framework '{name}'; choose one of: {', '.join(FRAMEWORKS)}",
-            field="export",
-            value=name,
-            limit=list(FRAMEWORKS) + list(ALIASES),
-        )
+        raise UnknownNameError("framework", name, list(FRAMEWORKS) + list(ALIASES), files=False)
     return key
 
 

@@ -20,12 +20,15 @@ from enum import Enum
 from pathlib import Path
 
 from nestplan import outputs
+from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.kernels import FRAMEWORK_ATTENTION
 from nestplan.errors import ConfigError, printable
 from nestplan.export.plan import ExportInput
 from nestplan.plan import Plan
 from nestplan.settings import Framework
 from nestplan.strategy.describe import describe
+from nestplan.strategy.dims import ParallelDims
+from nestplan.strategy.enums import Schedule
 from nestplan.strategy.placement import (
     REPLICA_MAJOR as REPLICA_MAJOR,
 )
@@ -109,6 +112,29 @@ def shell_word(value: object) -> str:
 def refuse(framework: str, what: str, field: str, value: object, limit: object = None) -> ConfigError:
     """The error for a plan the framework cannot launch as nestplan costed it."""
     return ConfigError(f"cannot export to {framework}: {what}", field=field, value=value, limit=limit)
+
+
+def schedule_refusal(
+    framework: str, name: str, plan: Plan, runs: ParallelDims, costed: Sequence[Schedule]
+) -> ConfigError:
+    """The error for a plan whose pipeline schedule ``framework`` (exported as ``name``; it runs ``costed``)
+    does not run, as issue 16 decided: an export runs what was costed, or refuses. The line names the
+    schedule the framework would run instead (``runs``: the plan's degrees and stage split under it) and
+    nestplan's prediction of that plan, so that the user can take it or plan for the framework."""
+    d = plan.dims
+    other = evaluate_plan(plan.model, plan.cluster, runs, plan.job, plan.axis_order)
+    chunks = f" with {runs.virtual_stages} chunks per stage" if runs.virtual_stages > 1 else ""
+    split = f",layers_per_stage={counts_text(runs.layers_per_stage)}" if runs.layers_per_stage else ""
+    return refuse(
+        framework,
+        f"it has no {d.schedule.value} schedule and would run {runs.schedule.value}{chunks} on the same degrees "
+        f"and stages, for which nestplan predicts step {other.step_time_s:.3f} s ({other.tokens_per_s:,.0f} "
+        f"tokens/s) where the {d.schedule.value} plan's is {plan.predicted.step_time_s:.3f} s; evaluate it with "
+        f"nestplan evaluate --plan PLAN.json --set schedule={runs.schedule.value}{split}, or plan with --export {name}",
+        "schedule",
+        d.schedule.value,
+        [s.value for s in costed],
+    )
 
 
 def counts_text(counts: Sequence[int]) -> str:

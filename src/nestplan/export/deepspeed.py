@@ -22,8 +22,8 @@ mpu of the user's making):
   samples a step trains; the export says so).
 
 The expert-parallel width comes from ``deepspeed.moe.layer.MoE(ep_size=...)``, not from the config;
-the launch script says it. ZeRO 2 and 3 cannot run under the pipeline engine, nor layers given
-per virtual stage (it runs 1F1B, no interleaving): such plans are refused.
+the launch script says it. ZeRO 2 and 3 cannot run under the pipeline engine, nor any schedule but 1F1B
+(no interleaving, no zero-bubble or V schedule): such plans are refused.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from nestplan.export.common import (
     header,
     rank_order_note,
     refuse,
+    schedule_refusal,
     sbatch_lines,
     shell_word,
 )
@@ -53,7 +54,6 @@ from nestplan.strategy.legality import cp_exchange_conflict, saved_activations_d
 from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState, Framework
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
-from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, Schedule
 from nestplan.units import GiB
 
@@ -168,8 +168,14 @@ def check_model(m: ModelSpec) -> None:
 
 
 def check(plan: Plan, heads: int) -> None:
-    """Refuse a plan DeepSpeed cannot run as costed (``heads``: its model's query heads): the first of
-    ``_refusals`` that applies."""
+    """Refuse a plan DeepSpeed cannot run as costed (``heads``: its model's query heads): a schedule its
+    pipeline engine does not run (it would run 1F1B on the stages costed), then the first of ``_refusals``
+    that applies."""
+    d = plan.dims
+    if d.schedule not in COSTED_SCHEDULES:
+        split = d.stage_layers(plan.model.num_layers) if d.layers_per_stage is not None else None
+        one_f_one_b = replace(d, schedule=Schedule.ONE_F_ONE_B, virtual_stages=1, layers_per_stage=split)
+        raise schedule_refusal(TITLE, NAME, plan, one_f_one_b, COSTED_SCHEDULES)
     for bad, what, field, value, limit in _refusals(plan, heads):
         if bad:
             raise refuse(TITLE, what, field, value, limit)
@@ -199,17 +205,9 @@ def _refusals(plan: Plan, heads: int) -> list[Refusal]:
 
 
 def _layout_refusals(plan: Plan, heads: int) -> list[Refusal]:
-    """Virtual stages, and Ulysses beside a pipeline, beside AutoTP, or over heads it cannot split."""
+    """Ulysses beside a pipeline, beside AutoTP, or over heads it cannot split."""
     d, kv_heads = plan.dims, plan.model.num_kv_heads
     return [
-        (
-            d.per_virtual_stage,
-            "DeepSpeed's pipeline engine runs one contiguous part per stage (PipelineModule, 1F1B) "
-            f"and cannot place layers per virtual stage ({d.pp} x {d.virtual_stages} chunks)",
-            "layers_per_stage",
-            len(d.layers_per_stage or ()),
-            d.pp,
-        ),
         (
             d.cp > 1 and d.pp > 1,
             f"DeepSpeed's pipeline topology (pipe, data, model) has no sequence axis: Ulysses of "
@@ -318,13 +316,6 @@ def _pipeline_notes(plan: Plan) -> list[str]:
             f"topology's model axis ({d.tp} ranks, e.g. Megatron-DeepSpeed's), so the config names no "
             "autotp_size"
         )
-    if d.schedule not in COSTED_SCHEDULES:
-        virtual = f" with {d.virtual_stages} virtual stages" if d.virtual_stages > 1 else ""
-        one_f_one_b = replace(d, schedule=Schedule.ONE_F_ONE_B, virtual_stages=1)
-        notes.append(
-            f"DeepSpeed's pipeline engine runs 1F1B; nestplan costed {d.schedule.value}{virtual}: under "
-            f"1F1B {_prediction_under(plan, dims=one_f_one_b)}"
-        )
     return notes
 
 
@@ -342,7 +333,7 @@ def _ulysses_note(plan: Plan) -> str:
         return note + " (the all-to-all nestplan costed)"
     return (
         note + f"; it exchanges heads by all-to-all where nestplan costed {job.settings.cp_comm_type.value}: under "
-        f"a2a {_prediction_under(plan, job=_ulysses(job))}"
+        f"a2a {_prediction_under(plan, _ulysses(job))}"
     )
 
 
@@ -351,9 +342,9 @@ def _ulysses(job: Job) -> Job:
     return job.with_settings(cp_comm_type=CP_EXCHANGES[0], cp_a2a_size=1)
 
 
-def _prediction_under(plan: Plan, dims: ParallelDims | None = None, job: Job | None = None) -> str:
-    """nestplan's prediction of the plan with DeepSpeed's ``dims`` or ``job`` in place of the costed ones."""
-    pred = evaluate_plan(plan.model, plan.cluster, dims or plan.dims, job or plan.job, plan.axis_order)
+def _prediction_under(plan: Plan, job: Job) -> str:
+    """nestplan's prediction of the plan with DeepSpeed's ``job`` in place of the costed one."""
+    pred = evaluate_plan(plan.model, plan.cluster, plan.dims, job, plan.axis_order)
     text = (
         f"nestplan predicts step {pred.step_time_s:.3f} s ({pred.tokens_per_s:,.0f} tokens/s) instead of "
         f"{plan.predicted.step_time_s:.3f} s"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.schedules import named as named_schedule
 from nestplan.export import rank_order
 from nestplan.export.common import (
@@ -35,6 +34,7 @@ from nestplan.export.common import (
     header,
     rank_order_note,
     refuse,
+    schedule_refusal,
     sbatch_lines,
     torchrun_prologue,
 )
@@ -98,9 +98,8 @@ def orders(plan: Plan) -> list[tuple[str, ...]]:
 
 
 # The schedules Megatron-LM runs as nestplan costs them (megatron/core/pipeline_parallel/schedules.py): 1F1B
-# and interleaved 1F1B, no zero-bubble or DualPipe schedule. One it lacks runs as 1F1B with the plan's
-# chunks per stage (cost/schedules ``named``): GPipe and ZB-H1 as 1F1B on the same stages, the V-shaped ones
-# (two chunks per stage) as interleaved 1F1B with two chunks per stage, placed round-robin.
+# and interleaved 1F1B, no GPipe, zero-bubble or DualPipe schedule; a plan under one it lacks is refused
+# (``check_schedule``), naming what it would run instead (``runs_instead``) and nestplan's prediction of that.
 COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
 CP_EXCHANGES = tuple(CpCommType)  # --cp-comm-type takes every exchange
 EXPERT_TP = None  # --expert-tensor-parallel-size takes any divisor of tp (parallel folding): no restriction
@@ -133,29 +132,20 @@ def moe_comm_overlap(m: ModelSpec) -> bool:
     return not m.is_hybrid
 
 
-def run_dims(plan: Plan) -> ParallelDims:
-    """The plan as Megatron-core runs it: its own schedule where it lacks the costed one, each stage
-    keeping its costed layers (a V schedule's stage s holds virtual stages s and 2 pp - 1 - s; under
-    interleaving its two chunks are virtual stages s and pp + s, each half the stage's layers)."""
+def runs_instead(plan: Plan) -> ParallelDims:
+    """The plan as Megatron-core would run it under its own schedule where it lacks the costed one: 1F1B
+    with the plan's chunks per stage (cost/schedules ``named``), each stage keeping its costed layers (a V
+    schedule's stage s holds virtual stages s and 2 pp - 1 - s; under interleaving its two chunks would be
+    virtual stages s and pp + s, each half the stage's layers)."""
     d = plan.dims
-    if d.schedule in COSTED_SCHEDULES:
-        return d
     split = d.stage_layers(plan.model.num_layers) if d.layers_per_stage is not None else None
     return replace(d, schedule=named_schedule(Schedule.ONE_F_ONE_B, d.virtual_stages), layers_per_stage=split)
 
 
-def schedule_note(plan: Plan) -> str | None:
-    """The schedule Megatron-core runs where it lacks the costed one, with nestplan's prediction for it."""
-    d, run = plan.dims, run_dims(plan)
-    if run == d:
-        return None
-    other = evaluate_plan(plan.model, plan.cluster, run, plan.job, plan.axis_order)
-    chunks = " (two chunks per stage, round-robin: the head on the last stage)" if run.virtual_stages > 1 else ""
-    return (
-        f"Megatron-core has no {d.schedule.value} schedule; it runs {run.schedule.value}{chunks}, the stages "
-        f"keeping their layers: under it nestplan predicts step {other.step_time_s:.3f} s "
-        f"({other.tokens_per_s:,.0f} tokens/s) instead of {plan.predicted.step_time_s:.3f} s"
-    )
+def check_schedule(plan: Plan, title: str, name: str) -> None:
+    """Refuse a plan whose schedule Megatron-core does not run (export ``name``, shown as ``title``)."""
+    if plan.dims.schedule not in COSTED_SCHEDULES:
+        raise schedule_refusal(title, name, plan, runs_instead(plan), COSTED_SCHEDULES)
 
 
 def _pipeline_split(plan: Plan) -> Flags:
@@ -164,8 +154,7 @@ def _pipeline_split(plan: Plan) -> Flags:
     validate_args refuses the layout, virtual stages and, with pipes, first/last counts beside it)."""
     if plan.model.is_hybrid:
         return []
-    run = run_dims(plan)
-    n, v = run.layers_per_stage or (), run.virtual_stages
+    n, v = plan.dims.layers_per_stage or (), plan.dims.virtual_stages
     if len(set(n)) == 1:
         return [("--num-virtual-stages-per-pipeline-rank", v)] if v > 1 else []
     middle = n[1:-1]
@@ -179,9 +168,8 @@ def layout(plan: Plan) -> str:
     virtual chunk v of pipeline rank k, as Megatron's interleaved schedule places them), E = embedding
     on the first, L = loss (head) on the last with the model's MTP modules (m) before it, t*n = n
     transformer layers (none: the segment is E or L alone); three or more equal segments in a row as Megatron's (segment|)*k
-    (megatron/core/transformer/pipeline_parallel_layer_layout.py, parse_str_to_list). The split is
-    the one Megatron-core runs (``run_dims``)."""
-    counts = run_dims(plan).virtual_stage_layers(plan.model.num_layers)
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py, parse_str_to_list)."""
+    counts = plan.dims.virtual_stage_layers(plan.model.num_layers)
     segments = [f"t*{n}" if n else "" for n in counts]
     segments[0] = "E" + segments[0]
     segments[-1] = segments[-1] + "m" * plan.model.mtp_layers + "L"
@@ -303,7 +291,6 @@ def parallel_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
             ("--moe-pad-expert-input-to-capacity", None),
         ]
     zero, zero_notes = _zero(inp.plan)
-    notes += [n for n in [schedule_note(inp.plan)] if n]
     return flags + _pipeline_split(inp.plan) + zero + _recompute(inp.plan), notes + zero_notes
 
 
@@ -325,14 +312,13 @@ def hybrid_pattern(plan: Plan) -> str:
     """Megatron-core's --hybrid-layer-pattern for the plan: one symbol per block (``hybrid_symbol``),
     and with pp > 1 the costed split as pipe-separated segments, one per virtual stage in model order
     (segment v pp + k is chunk v of pipeline rank k, as Megatron-core's select_pipeline_segment reads
-    it; validate_args then derives the virtual pipeline size from their number). The split is the
-    one Megatron-core runs (``run_dims``)."""
+    it; validate_args then derives the virtual pipeline size from their number)."""
     m = plan.model
     symbols = hybrid_layers(m)
     if plan.dims.pp == 1:
         return symbols
     segments, start = [], 0
-    for count in run_dims(plan).virtual_stage_layers(m.num_layers):
+    for count in plan.dims.virtual_stage_layers(m.num_layers):
         segments.append(symbols[start : start + count])
         start += count
     return PIPE.join(segments)
@@ -406,6 +392,7 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
 
 
 def check(inp: ExportInput) -> None:
+    check_schedule(inp.plan, TITLE, NAME)
     job, ep = inp.plan.job, inp.plan.dims.ep
     if job.dtype not in ("bf16", "fp16", "fp32"):
         raise refuse(TITLE, f"Megatron-LM trains in bf16, fp16 or fp32, not {job.dtype}", "dtype", job.dtype)

@@ -121,7 +121,9 @@ def check_model(m: ModelSpec) -> None:
 
 
 def check(inp: ExportInput) -> None:
-    """What Megatron-Bridge cannot run as costed: Megatron-LM's limits, its models, fp32 training."""
+    """What Megatron-Bridge cannot run as costed: Megatron-core's schedules, Megatron-LM's limits, its models,
+    fp32 training."""
+    megatron.check_schedule(inp.plan, TITLE, NAME)
     megatron.check(inp)
     check_model(inp.model)
     if inp.plan.job.dtype not in ("bf16", "fp16"):
@@ -139,12 +141,10 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
     check(inp)
     p, d, job = inp.plan, inp.plan.dims, inp.plan.job
     order, notes = megatron.rank_layout(inp, TITLE, "tp-pp-dp mapping")
-    notes += [n for n in [megatron.schedule_note(p)] if n]
-    run = megatron.run_dims(p)  # Megatron-core's schedule where it lacks the costed one
     out: Items = [
         ("model.tensor_model_parallel_size", d.tp),
         ("model.pipeline_model_parallel_size", d.pp),
-        ("model.virtual_pipeline_model_parallel_size", run.virtual_stages if run.virtual_stages > 1 else None),
+        ("model.virtual_pipeline_model_parallel_size", d.virtual_stages if d.virtual_stages > 1 else None),
         ("model.context_parallel_size", d.cp),
         ("model.sequence_parallel", d.sp_active),
         ("model.expert_model_parallel_size", d.expert_parallel),
@@ -178,13 +178,11 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
 def _pipeline_split(plan: Plan) -> Items:
     """The split as costed, whatever the recipe set: no embedding/loss accounting (nestplan counts
     transformer layers per stage), first/last stage counts when only they differ, else a layout; the
-    layout is given (null where unused) so that run_recipe.py does not rebuild the recipe's own. The split
-    is the one Megatron-core runs (``megatron.run_dims``)."""
-    run = megatron.run_dims(plan)
-    n = run.layers_per_stage or ()
+    layout is given (null where unused) so that run_recipe.py does not rebuild the recipe's own."""
+    n = plan.dims.layers_per_stage or ()
     first = last = layout = None
     if len(set(n)) > 1:
-        if run.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
+        if plan.dims.virtual_stages == 1 and len(set(n[1:-1])) <= 1:
             first, last = n[0], n[-1]
         else:
             layout = megatron.layout(plan)

@@ -12,8 +12,9 @@ Where the costed order differs, the launch script renumbers the nodes when that 
 on its costed device, else a note quotes the prediction under torchtitan's order.
 ZeRO maps onto FSDP2: ZeRO 0 replicates (DDP), ZeRO 3 shards parameters and reshards after
 forward, ZeRO 1 and 2 shard without resharding (FSDP2 has no optimizer-only sharding).
-What torchtitan runs differently (all-gathered K/V for context parallelism, ZB-H1 as 1F1B, rowwise
-FP8, another architecture as a Llama-architecture stand-in) is noted with nestplan's prediction for it.
+What torchtitan runs differently (all-gathered K/V for context parallelism, rowwise FP8, another
+architecture as a Llama-architecture stand-in) is noted with nestplan's prediction for it; a ZB-H1 plan
+(torch.distributed.pipelining has no single-chunk zero-bubble schedule) is refused, naming 1F1B's prediction.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from nestplan.export.common import (
     header,
     rank_order_note,
     refuse,
+    schedule_refusal,
     sbatch_lines,
     torchrun_prologue,
 )
@@ -63,18 +65,16 @@ from nestplan.strategy.enums import Recompute, Schedule
 NAME = "torchtitan"
 TITLE = "torchtitan"
 PIN = "torchtitan 0.3.0 command-line flags"
-# torch.distributed.pipelining's schedule names (get_schedule_class); it has no single-chunk ZB-H1, which runs
-# as its closest, 1F1B (the same microbatch order with the backward whole)
+# torch.distributed.pipelining's schedule names (get_schedule_class); it has no single-chunk ZB-H1: a plan
+# under it is refused (``export``), naming its closest, 1F1B (the same microbatch order, the backward whole)
 SCHEDULES = {
     Schedule.ONE_F_ONE_B: "1F1B",
     Schedule.GPIPE: "GPipe",
     Schedule.INTERLEAVED: "Interleaved1F1B",
-    Schedule.ZB_H1: "1F1B",
     Schedule.ZBV: "ZBVZeroBubble",
     Schedule.DUALPIPEV: "DualPipeV",
 }
-RUNS_AS = {Schedule.ZB_H1: Schedule.ONE_F_ONE_B}
-COSTED_SCHEDULES = tuple(s for s in Schedule if s not in RUNS_AS)  # what it runs as nestplan costs it
+COSTED_SCHEDULES = tuple(SCHEDULES)  # what it runs as nestplan costs it
 CP_EXCHANGES = (CpCommType.ALLGATHER,)  # 0.3.0's context parallelism all-gathers K/V (FlexAttention)
 EXPERT_TP = (1,)  # 0.3.0's experts have no tensor parallelism: expert parallelism borrows the tp ranks
 # What the export does with every run setting (settings.RunSettings) that differs from its default;
@@ -186,8 +186,7 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
     """The model, degrees and job torchtitan 0.3.0 runs for the plan where they differ in what nestplan
     can cost, and what differs: a model of another architecture is built as a Llama-architecture one
     of its sizes (``run_model``); without pp, ZeRO 1 runs as ZeRO 2 (FSDP2 reduce-scatters gradients each
-    microbatch; with pp, torch's pipeline stages defer that to the last one, as ZeRO 1); ZB-H1 runs as 1F1B (torch.distributed.pipelining has no single-chunk zero
-    bubble schedule); its context parallelism all-gathers K/V (FlexAttention with ``flex_cp_allgather``;
+    microbatch; with pp, torch's pipeline stages defer that to the last one, as ZeRO 1); its context parallelism all-gathers K/V (FlexAttention with ``flex_cp_allgather``;
     0.3.0 has no ring or all-to-all option); its float8 linears (torchao) scale from the current amax
     (rowwise; nestplan's closest recipe is tensorwise current scaling) and keep parameters in the
     training dtype."""
@@ -201,12 +200,6 @@ def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
     dims, sharding = _run_sharding(plan)
     job, moe = _run_moe(plan.job)
     changes += sharding + moe
-    if dims.pp > 1 and dims.schedule in RUNS_AS:
-        changes.append(
-            "torch.distributed.pipelining has no single-chunk zero-bubble schedule: torchtitan runs "
-            f"the {dims.schedule.value} plan as {SCHEDULES[RUNS_AS[dims.schedule]]}"
-        )
-        dims = replace(dims, schedule=RUNS_AS[dims.schedule])
     if dims.cp > 1 and job.settings.cp_comm_type not in CP_EXCHANGES:
         changes.append(
             f"torchtitan 0.3.0's context parallelism all-gathers K/V (FlexAttention); it has no "
@@ -357,6 +350,8 @@ def _node_order_lines(order: tuple[int, ...]) -> str:
 def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
     """Every torchtitan flag of the export, the checkpoint subcommand, and the notes."""
     p, d, job = inp.plan, inp.plan.dims, inp.plan.job
+    if d.schedule not in COSTED_SCHEDULES:  # ZB-H1: its closest is 1F1B
+        raise schedule_refusal(TITLE, NAME, p, replace(d, schedule=Schedule.ONE_F_ONE_B), COSTED_SCHEDULES)
     if job.dtype not in DTYPES:
         raise refuse(TITLE, "torchtitan 0.3.0 computes in bfloat16 or float32", "job.dtype", job.dtype, list(DTYPES))
     remap = node_order(inp)
