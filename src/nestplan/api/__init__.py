@@ -52,6 +52,7 @@ from nestplan.api.tools import (
     validation_misses,
 )
 from nestplan.job import make_job
+from nestplan.profile import calibrated_cluster
 from nestplan.search.sizes import Limits
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "ScheduleAlternative",
     "calibrate",
     "calibrate_runs",
+    "calibrated_cluster",
     "cross_validate",
     "catalog_entries",
     "catalog_names",

@@ -81,6 +81,13 @@ def run_setting_options(searched: bool) -> Callable[[Callable[..., None]], Calla
     return decorate
 
 
+SAVED_PLAN = typer.Option(None, "--plan", help="a saved plan (plan --json) to evaluate again")
+CHANGES = typer.Option(
+    None,
+    "--set",
+    help="with --plan: KEY=VALUE,... (tp, pp, dp, cp, ep, etp, sp, zero, recompute, mbs, "
+    "schedule, virtual_stages, layers_per_stage, or a run setting by name)",
+)
 PROFILE = typer.Option(
     None,
     "--profile",
@@ -273,23 +280,52 @@ def _run_parameters(ranged: bool) -> list[inspect.Parameter]:
     ]
 
 
-def run_options(ranged: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give a command the run's options, after its own; it receives them as one dict, ``run``."""
+def _grouped(group: str, added: list[inspect.Parameter]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the options ``added``, after its own; it receives them as one dict, ``group``, in place of
+    its parameter of that name."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         signature = inspect.signature(command)
-        own = [p for p in signature.parameters.values() if p.name != "run"]
-        added = _run_parameters(ranged)
+        own = [p for p in signature.parameters.values() if p.name != group]
         names = [p.name for p in added]
 
         @functools.wraps(command)
         def run(**given: object) -> None:
             inputs = {name: given.pop(name) for name in names}
-            command(**given, run=inputs)
+            command(**given, **{group: inputs})
 
         run.__signature__ = signature.replace(parameters=own + added)
         run.__annotations__ = {**getattr(command, "__annotations__", {}), **{p.name: p.annotation for p in added}}
-        run.__annotations__.pop("run", None)
+        run.__annotations__.pop(group, None)
         return run
 
     return decorate
+
+
+def run_options(ranged: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the run's options, after its own; it receives them as one dict, ``run``."""
+    return _grouped("run", _run_parameters(ranged))
+
+
+def degree_options() -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command one plan's degrees and strategy (evaluate's), after its own; it receives them as one
+    dict, ``degrees``, by ParallelDims's names (``mbs`` for the microbatch size)."""
+    specs = (
+        ("tp", int, degree("--tp")),
+        ("pp", int, degree("--pp")),
+        ("dp", int, degree("--dp", "data-parallel replicas, not counting ep (Megatron-LM's count is converted)")),
+        ("cp", int, degree("--cp")),
+        ("ep", int, degree("--ep", EP_HELP)),
+        ("etp", int | None, ETP),
+        ("sp", bool, SP),
+        ("zero", int, ZERO),
+        ("recompute", Recompute, RECOMPUTE),
+        ("mbs", int, MBS),
+        ("schedule", Schedule, SCHEDULE),
+        ("virtual_stages", int | None, VIRTUAL_STAGES),
+        ("layers_per_stage", str | None, LAYERS_PER_STAGE),
+    )
+    return _grouped(
+        "degrees",
+        [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=o, annotation=k) for n, k, o in specs],
+    )

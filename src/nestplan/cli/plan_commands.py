@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -51,7 +52,10 @@ from nestplan.network.topology import MAX_DEVICES
 from nestplan.plan import Plan
 from nestplan.settings import CpCommType, Framework
 from nestplan.strategy.dims import ParallelDims
-from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.enums import Schedule
+
+if TYPE_CHECKING:  # the CLI starts without the search
+    from nestplan.search.space import SearchSpace
 
 
 def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> tuple[ParallelDims, str | None]:
@@ -71,25 +75,13 @@ def _from_megatron_dp(plan: ParallelDims, devices: int | None) -> tuple[Parallel
 @app.command()
 @run_setting_options(searched=False)
 @run_options(ranged=False)
+@opt.degree_options()
 def evaluate(
     ctx: typer.Context,
     model: str | None = typer.Option(None, "--model", help=opt.MODEL_HELP + " (required without --plan)"),
     cluster: str | None = typer.Option(None, "--cluster", help=opt.CLUSTER_HELP + " (required without --plan)"),
     devices: int | None = opt.DEVICES,
     gpus_per_domain: int | None = opt.GPUS_PER_DOMAIN,
-    tp: int = opt.degree("--tp"),
-    pp: int = opt.degree("--pp"),
-    dp: int = opt.degree("--dp", "data-parallel replicas, not counting ep (Megatron-LM's count is converted)"),
-    cp: int = opt.degree("--cp"),
-    ep: int = opt.degree("--ep", opt.EP_HELP),
-    etp: int | None = opt.ETP,
-    sp: bool = opt.SP,
-    zero: int = opt.ZERO,
-    recompute: Recompute = opt.RECOMPUTE,
-    mbs: int = opt.MBS,
-    schedule: Schedule = opt.SCHEDULE,
-    virtual_stages: int | None = opt.VIRTUAL_STAGES,
-    layers_per_stage: str | None = opt.LAYERS_PER_STAGE,
     global_batch_size: int | None = typer.Option(
         None, "--global-batch-size", parser=GLOBAL_BATCH, help="sequences per step (required without --plan)"
     ),
@@ -103,15 +95,11 @@ def evaluate(
     report: Path | None = opt.REPORT,
     profile: str | None = opt.PROFILE,
     job_path: Path | None = JOB,
-    plan_file: Path | None = typer.Option(None, "--plan", help="a saved plan (plan --json) to evaluate again"),
-    changes: str | None = typer.Option(
-        None,
-        "--set",
-        help="with --plan: KEY=VALUE,... (tp, pp, dp, cp, ep, etp, sp, zero, recompute, mbs, "
-        "schedule, virtual_stages, layers_per_stage, or a run setting by name)",
-    ),
+    plan_file: Path | None = opt.SAVED_PLAN,
+    changes: str | None = opt.CHANGES,
     run_settings: dict[str, object] | None = None,
     run: dict[str, object] | None = None,
+    degrees: dict[str, object] | None = None,
 ) -> None:
     """Predict step time, its breakdown and memory per device of one plan, or of a saved plan with changes
     (--plan, --set). A plan that does not fit is still predicted (exit 0): a warning on stderr, the
@@ -134,23 +122,7 @@ def evaluate(
     )
     seq_len, dtype, optimizer = values["seq_len"], values["dtype"], values["optimizer"]
     spec = api.resolve_model(model)
-    virtual_stages = virtual_stages or Schedule(schedule).chunks or 1  # zbv, dualpipev: their 2 chunks
-    plan = ParallelDims(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        etp=etp,
-        sp=sp,
-        zero=zero,
-        recompute=recompute,
-        micro_batch_size=mbs,
-        schedule=named_schedule(schedule, virtual_stages),  # the registry's rule: 1f1b with v > 1 is interleaved
-        virtual_stages=virtual_stages,
-        layers_per_stage=parse_layers(layers_per_stage),
-    )
-    plan, note = _from_megatron_dp(plan, devices)
+    plan, note = _from_megatron_dp(_plan_of(degrees), devices)
     full, length = _run_inputs(api.resolve_cluster(cluster, gpus_per_domain=gpus_per_domain), run)
     job = api.job_for(
         spec, full, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, dims=plan, **run_settings
@@ -166,6 +138,21 @@ def evaluate(
 def _named(job_file: JobFile | None) -> dict[str, object]:
     """What --json adds for a job file: the job it answered, the file's path and contents."""
     return {} if job_file is None else {"job_file": job_file.named()}
+
+
+def _plan_of(degrees: dict[str, object]) -> ParallelDims:
+    """One plan from evaluate's degree options (``opt.degree_options``)."""
+    d = dict(degrees)
+    schedule = Schedule(d.pop("schedule"))
+    virtual_stages = d.pop("virtual_stages") or schedule.chunks or 1  # zbv, dualpipev: their 2 chunks
+    micro_batch_size, layers = d.pop("mbs"), parse_layers(d.pop("layers_per_stage"))
+    return ParallelDims(
+        **d,  # tp, pp, dp, cp, ep, etp, sp, zero, recompute
+        micro_batch_size=micro_batch_size,
+        schedule=named_schedule(schedule, virtual_stages),  # the registry's rule: 1f1b with v > 1 is interleaved
+        virtual_stages=virtual_stages,
+        layers_per_stage=layers,
+    )
 
 
 def _run_inputs(cluster: Cluster, run: dict[str, object]) -> tuple[Cluster, RunLength | None]:
@@ -257,6 +244,24 @@ def plan_command(
     spec = _planned_model(model, seq_len, trace, export)
     sizes = _devices_range(run, devices)
     cl, length = _run_inputs(api.resolve_cluster(cluster, None if sizes else devices, gpus_per_domain), run)
+    space = _plan_space(spec, values, export, expert_tp, run_settings)
+    job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
+    cl = api.calibrated_cluster(cl, job.settings.framework, profile)
+    if sizes is not None:
+        limits = api.Limits(max_days=run["max_days"], max_cost_usd=run["max_cost"])
+        ranged = api.plan_range(spec, cl, job, space, sizes, length, str(run["objective"]), limits, top)
+        _show_plan(ranged.report, as_json, plot, export, out, report_path, ranged, job_file=job_file)
+        return
+    with progress() as advance:
+        report = api.plan(spec, cl, job, top=top, progress=advance, space=space, profile=profile)
+    _show_plan(report, as_json, plot, export, out, report_path, length=length, job_file=job_file)
+
+
+def _plan_space(
+    spec: ModelSpec, values: dict[str, object], export: str | None, expert_tp: str | None, run_settings: dict
+) -> SearchSpace:
+    """What plan searches: the schedules, exchanges and expert tensor parallelism asked, narrowed to what the
+    framework (or the export's) runs; ``run_settings`` gets the export's framework and the exchange tried first."""
     searched = {name: run_settings.pop(name, None) for name in ("cp_comm_type", "moe_comm_overlap")}
     if export is not None:
         run_settings["framework"] = api.export_framework(export, run_settings.get("framework"))
@@ -271,15 +276,7 @@ def plan_command(
         framework=Framework(run_settings.get("framework", Framework.MEGATRON)),  # megatron: every schedule
     )
     run_settings["cp_comm_type"] = space.cp_comm_types[0]  # the search tries the others (search/planner.py)
-    job = api.job_for(spec, cl, global_batch_size, seq_len, dtype=dtype, optimizer=optimizer, fp8=fp8, **run_settings)
-    if sizes is not None:
-        limits = api.Limits(max_days=run["max_days"], max_cost_usd=run["max_cost"])
-        ranged = api.plan_range(spec, cl, job, space, sizes, length, str(run["objective"]), limits, top)
-        _show_plan(ranged.report, as_json, plot, export, out, report_path, ranged, job_file=job_file)
-        return
-    with progress() as advance:
-        report = api.plan(spec, cl, job, top=top, progress=advance, space=space, profile=profile)
-    _show_plan(report, as_json, plot, export, out, report_path, length=length, job_file=job_file)
+    return space
 
 
 def _devices_range(run: dict[str, object], devices: int | None) -> tuple[int, int] | None:
