@@ -90,3 +90,11 @@ def test_notes_are_printed_once_every_output_is_written(capsys, tmp_path) -> Non
     assert code == 0 and page.is_file() and (tmp_path / "o").is_dir()
     assert err.strip().splitlines()[-1] == f"nestplan: wrote the report {page}"
     assert "wrote: " in stdout
+
+
+def test_a_range_of_sizes_keeps_the_same_top_bound(tmp_path) -> None:
+    from nestplan.api.run import plan_range
+
+    spec = api.resolve_model("llama2-7b")
+    with pytest.raises(ConfigError, match="at most 512 runner-ups"):
+        plan_range(spec, api.resolve_cluster("dgx-h100", 64), None, None, (8, 64), None, top=513)

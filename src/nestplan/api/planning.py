@@ -154,6 +154,19 @@ class PlanReport:
         )
 
 
+def check_top_layers(top: int, model: ModelSpec) -> None:
+    """Refuse more runner-ups than MAX_TOP_LAYERS allows on ``model``'s layers, in one line."""
+    if top * model.num_layers > MAX_TOP_LAYERS:
+        most = MAX_TOP_LAYERS // model.num_layers
+        raise ConfigError(
+            f"top {top} runner-ups on {model.num_layers:,} layers exceeds {MAX_TOP_LAYERS:,} runner-up layers: "
+            f"at most {most} runner-ups for this model",
+            field="top",
+            value=top,
+            limit=most,
+        )
+
+
 def plan(
     model: str | ModelSpec,
     cluster: str | Cluster,
@@ -182,15 +195,7 @@ def plan(
             limit=f"0..{MAX_TOP}",
         )
     spec = resolve_model(model)
-    if top * spec.num_layers > MAX_TOP_LAYERS:
-        most = MAX_TOP_LAYERS // spec.num_layers
-        raise ConfigError(
-            f"top {top} runner-ups on {spec.num_layers:,} layers exceeds {MAX_TOP_LAYERS:,} runner-up layers: "
-            f"at most {most} runner-ups for this model",
-            field="top",
-            value=top,
-            limit=most,
-        )
+    check_top_layers(top, spec)
     cl = resolve_cluster(cluster, devices)
     if job is None:
         job = job_for(spec, cl, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)
