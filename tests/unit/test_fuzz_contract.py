@@ -390,28 +390,15 @@ def test_model_config_files(capsys, tmp_path_factory, raw) -> None:
 @FUZZ
 @given(raw=mutated_toml(CLUSTER_TOML))
 def test_cluster_files(capsys, tmp_path_factory, raw) -> None:
-    path = tmp_path_factory.mktemp("cluster") / "cluster.toml"
-    path.write_bytes(raw)
-    check_contract(
-        capsys,
-        [
-            "evaluate",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            str(path),
-            "--devices",
-            "16",
-            "--tp",
-            "8",
-            "--dp",
-            "2",
-            "--global-batch-size",
-            "64",
-            "--seq-len",
-            "2048",
-            "--json",
-        ],
+    cluster_case(capsys, tmp_path_factory.mktemp("cluster"), raw)
+
+
+def cluster_case(capsys, folder: Path, raw: bytes) -> None:
+    """Evaluate a plan on the cluster file ``raw``."""
+    (folder / "cluster.toml").write_bytes(raw)
+    argv = ["evaluate", "--model", "llama3-8b", "--cluster", "cluster.toml", "--devices", "16", "--tp", "8"]
+    check_writes(
+        capsys, argv + ["--dp", "2", "--global-batch-size", "64", "--seq-len", "2048", "--json"], folder, set()
     )
 
 

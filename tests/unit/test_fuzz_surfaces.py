@@ -28,6 +28,7 @@ from test_fuzz_contract import (
     _replace_line,
     check_contract,
     check_writes,
+    cluster_case,
     mutated_json,
     mutated_toml,
     saved_plan,
@@ -196,27 +197,7 @@ def test_campaign(capsys, tmp_path_factory, plan_json, data, seed) -> None:
         path.write_bytes(data.draw(mutated_json(CONFIG)))
         check_contract(capsys, ["evaluate", *SMALL[2:], "--model", str(path), "--tp", "8", "--dp", "2", "--json"])
     elif kind == "cluster":
-        path = tmp_path_factory.mktemp("cluster") / "c.toml"
-        path.write_bytes(data.draw(mutated_toml(CLUSTER_TOML)))
-        check_contract(
-            capsys,
-            [
-                "evaluate",
-                "--model",
-                "llama3-8b",
-                "--cluster",
-                str(path),
-                "--devices",
-                "16",
-                "--tp",
-                "8",
-                "--dp",
-                "2",
-                "--global-batch-size",
-                "64",
-                "--json",
-            ],
-        )
+        cluster_case(capsys, tmp_path_factory.mktemp("cluster"), data.draw(mutated_toml(CLUSTER_TOML)))
     else:
         folder = tmp_path_factory.mktemp("plan")
         (folder / "plan.json").write_bytes(data.draw(mutated_json(plan_json)))
