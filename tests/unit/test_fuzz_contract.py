@@ -1,21 +1,32 @@
 """The CLI's contract under random and mutated input (a hypothesis-driven fuzzer).
 
-Whatever the arguments and files, every command:
-- exits 0, 2 (bad input) or 3 (nothing fits), never with a traceback;
-- prints exactly one line on stderr when it exits 2 or 3, with no control character in it;
-- prints valid JSON (no NaN/Infinity) on stdout with ``--json``;
-- returns within a bound (an alarm turns a hang into a failure).
+The contract, whatever the arguments and files:
+- the exit code is 0 (done), 1 (a check failed: ``validate --tolerance``), 2 (bad input) or 3 (nothing
+  fits), never a traceback;
+- exit 2 or 3 prints exactly one line on stderr, with no control character in it;
+- ``--json`` prints valid JSON (no NaN/Infinity) on stdout;
+- no file is written outside the paths asked for (``--out``, ``--plot``, ``--report``, OUTPUT.json):
+  the commands run in an empty folder that holds only those afterwards (nothing beside them, no
+  temporary left behind);
+- every case returns within HANG_S seconds (an alarm turns a hang into a failure).
 
-Inputs are mutations of valid ones: a catalog config.json, a cluster file, a plan JSON, a sweep
-spec and a NEST solver input, each with one value replaced by a hostile one (huge, negative,
-non-finite, wrong type, deep nesting, control characters, shell metacharacters), truncated, or
-made invalid UTF-8. A longer campaign of the same kind runs under the ``slow`` marker.
+It reaches every input surface: command lines (evaluate, plan and random words), model files (a catalog
+config.json mutated, and config files whose names are hostile: ``$``, bidi overrides, zero-width
+characters, ``=`` and other formula prefixes, very long), cluster files, plan JSON for export, sweep specs
+(mutated from a seed the reader accepts; a test checks that most mutations get past its first checks),
+``validate`` runs files (hostile ids, values at the bounds), NEST solver inputs, ``--plot`` and ``--report``,
+and large valid values (batch 2^24, sequence 2^21, 2^20 devices on a cluster that has them). Mutations
+replace one value with a hostile one (huge, negative, non-finite, wrong type, deep nesting, control
+characters, shell metacharacters), truncate the text, or make it invalid UTF-8. The fast suite draws a
+few examples of each (``FUZZ``, a handful where a case plans and draws); a longer campaign of the same
+kind runs under the ``slow`` marker. The surfaces added for issue 30 and the campaign are in
+test_fuzz_surfaces.py, which imports this file's strategies and checks.
 """
 
 from __future__ import annotations
 
 import json
-import random
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +36,7 @@ import pytest
 from cli_helpers import run_cli, with_options
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from nestplan.catalog import entry_path
 
@@ -92,8 +104,9 @@ def check_contract(capsys, argv: list[str]) -> tuple[int, str]:
     """Run ``nestplan argv`` and assert the contract; (exit code, stdout)."""
     with _alarm(HANG_S):
         code, out, err = run_cli(capsys, argv)
-    assert code in (0, 2, 3), (argv, code, err)
-    event(f"exit {code}")  # --hypothesis-show-statistics shows how often each path ran
+    assert code in (0, 2, 3) or (code == 1 and "--tolerance" in argv), (argv, code, err)
+    if currently_in_test_context():
+        event(f"exit {code}")  # --hypothesis-show-statistics shows how often each path ran
     assert "Traceback" not in err, (argv, err)
     if code in (2, 3):
         lines = err.strip().splitlines()
@@ -102,6 +115,28 @@ def check_contract(capsys, argv: list[str]) -> tuple[int, str]:
     if code == 0 and "--json" in argv:
         json.loads(out, parse_constant=_no_constants)
     return code, out
+
+
+@contextmanager
+def _inside(folder: Path) -> Iterator[None]:
+    """Run with ``folder`` as the working directory (a command's relative outputs land there)."""
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def check_writes(capsys, argv: list[str], folder: Path, allowed: set[str]) -> tuple[int, str]:
+    """:func:`check_contract` run inside ``folder`` (which holds the inputs), then: nothing in it but the
+    inputs and the outputs ``allowed`` (names of ``folder``'s entries)."""
+    inputs = {p.name for p in folder.iterdir()}
+    with _inside(folder):
+        result = check_contract(capsys, argv)
+    stray = {p.name for p in folder.iterdir()} - inputs - allowed
+    assert not stray, (argv, stray)
+    return result
 
 
 # ---------------------------------------------------------------------------
@@ -181,9 +216,10 @@ def test_evaluate_options(capsys, data) -> None:
 @FUZZ
 @given(data=st.data())
 def test_plan_options(capsys, tmp_path_factory, data) -> None:
-    out = tmp_path_factory.mktemp("export")
-    base = ["plan", *SMALL, "--top", "2", "--json", "--out", str(out)]
-    check_contract(capsys, _mutated(base, PLAN_OPTIONS, data))
+    folder = tmp_path_factory.mktemp("export")
+    base = ["plan", *SMALL, "--top", "2", "--json", "--out", "o"]
+    argv = _mutated(base, PLAN_OPTIONS, data)
+    check_writes(capsys, argv, folder, {argv[argv.index("--out") + 1]})
 
 
 @FUZZ
@@ -297,12 +333,21 @@ def mutated_toml(draw, text: str) -> bytes:
     if how == "bytes":
         cut = draw(st.integers(0, len(text)))
         return text[:cut].encode() + b"\xc3\x28" + text[cut:].encode()
+    i = draw(st.sampled_from(_assignments(text)))
+    return _replace_line(text, i, draw(st.sampled_from(HOSTILE_VALUES))).encode()
+
+
+def _assignments(text: str) -> list[int]:
+    """The numbers of ``text``'s ``key = value`` lines."""
+    return [i for i, line in enumerate(text.splitlines()) if "=" in line and not line.lstrip().startswith("#")]
+
+
+def _replace_line(text: str, i: int, value) -> str:
+    """``text`` with line ``i``'s value replaced by ``value`` written as TOML."""
     lines = text.splitlines()
-    assignments = [i for i, line in enumerate(lines) if "=" in line and not line.lstrip().startswith("#")]
-    i = draw(st.sampled_from(assignments))
     key = lines[i].split("=", 1)[0]
-    lines[i] = f"{key}= {_toml_value(draw(st.sampled_from(HOSTILE_VALUES)))}"
-    return "\n".join(lines).encode()
+    lines[i] = f"{key}= {_toml_value(value)}"
+    return "\n".join(lines)
 
 
 CONFIG = json.loads(entry_path("model", "llama3-8b").read_text())
@@ -320,12 +365,17 @@ bandwidth_GBps = 25
 latency_us = 5
 oversubscription = 1.0
 """
-SWEEP_TOML = """models = ["llama3-8b"]
+SWEEP_TOML = """name = "fuzz"
+models = ["llama3-8b"]
 devices = [8]
-global_batch_sizes = [16]
-seq_lens = [1024]
+global_batch_size = [16]
+seq_len = [1024]
+keep = ["memory"]
 [[clusters]]
 base = "dgx-a100"
+label = "a100"
+[clusters.set]
+"fabric.oversubscription" = 1
 """
 
 
@@ -340,38 +390,30 @@ def test_model_config_files(capsys, tmp_path_factory, raw) -> None:
 @FUZZ
 @given(raw=mutated_toml(CLUSTER_TOML))
 def test_cluster_files(capsys, tmp_path_factory, raw) -> None:
-    path = tmp_path_factory.mktemp("cluster") / "cluster.toml"
-    path.write_bytes(raw)
-    check_contract(
-        capsys,
-        [
-            "evaluate",
-            "--model",
-            "llama3-8b",
-            "--cluster",
-            str(path),
-            "--devices",
-            "16",
-            "--tp",
-            "8",
-            "--dp",
-            "2",
-            "--global-batch-size",
-            "64",
-            "--seq-len",
-            "2048",
-            "--json",
-        ],
+    cluster_case(capsys, tmp_path_factory.mktemp("cluster"), raw)
+
+
+def cluster_case(capsys, folder: Path, raw: bytes) -> None:
+    """Evaluate a plan on the cluster file ``raw``."""
+    (folder / "cluster.toml").write_bytes(raw)
+    argv = ["evaluate", "--model", "llama3-8b", "--cluster", "cluster.toml", "--devices", "16", "--tp", "8"]
+    check_writes(
+        capsys, argv + ["--dp", "2", "--global-batch-size", "64", "--seq-len", "2048", "--json"], folder, set()
     )
 
 
-@pytest.fixture(scope="module")
-def plan_json() -> dict:
+def saved_plan() -> dict:
+    """A small plan's JSON, as ``plan --json`` prints it (the seed of the export mutations)."""
     from nestplan import api
 
     spec = api.resolve_model("llama3-8b")
     cluster = api.resolve_cluster("dgx-a100", 16)
     return api.plan(spec, cluster, api.make_job(spec, 64, 2048), top=0).to_dict()
+
+
+@pytest.fixture(scope="module")
+def plan_json() -> dict:
+    return saved_plan()
 
 
 @FUZZ
@@ -380,7 +422,7 @@ def test_plan_files_for_export(capsys, tmp_path_factory, plan_json, data) -> Non
     folder = tmp_path_factory.mktemp("plan")
     (folder / "plan.json").write_bytes(data.draw(mutated_json(plan_json)))
     framework = data.draw(st.sampled_from(["megatron", "torchtitan", "deepspeed", "nemo"]))
-    check_contract(capsys, ["export", str(folder / "plan.json"), "--framework", framework, "--out", str(folder / "o")])
+    check_writes(capsys, ["export", "plan.json", "--framework", framework, "--out", "o"], folder, {"o"})
 
 
 @FUZZ
@@ -388,7 +430,7 @@ def test_plan_files_for_export(capsys, tmp_path_factory, plan_json, data) -> Non
 def test_sweep_specs(capsys, tmp_path_factory, raw) -> None:
     folder = tmp_path_factory.mktemp("sweep")
     (folder / "spec.toml").write_bytes(raw)
-    check_contract(capsys, ["sweep", str(folder / "spec.toml"), "--out", str(folder / "out"), "--workers", "1"])
+    check_writes(capsys, ["sweep", "spec.toml", "--out", "out", "--workers", "1"], folder, {"out"})
 
 
 NEST_CASE = Path(__file__).resolve().parents[3] / "shared/reference/nest-artifact-cases/tpuv4_fatTree_gpt3_64_mbs1_seq"
@@ -402,50 +444,3 @@ def test_nest_solver_inputs(capsys, tmp_path_factory, data) -> None:
     folder = tmp_path_factory.mktemp("nest")
     (folder / "in.json").write_bytes(data.draw(mutated_json(doc)))
     check_contract(capsys, ["nest-solve", str(folder / "in.json"), str(folder / "out.json")])
-
-
-@pytest.mark.slow
-@FUZZ_SLOW
-@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
-def test_campaign(capsys, tmp_path_factory, plan_json, data, seed) -> None:
-    """The longer campaign: every kind above, drawn at random."""
-    kind = random.Random(seed).choice(["evaluate", "plan", "config", "cluster", "export"])
-    if kind == "evaluate":
-        check_contract(
-            capsys,
-            _mutated(["evaluate", *SMALL, "--tp", "2", "--pp", "2", "--dp", "4", "--json"], EVALUATE_OPTIONS, data),
-        )
-    elif kind == "plan":
-        check_contract(capsys, _mutated(["plan", *SMALL, "--top", "2", "--json"], PLAN_OPTIONS, data))
-    elif kind == "config":
-        path = tmp_path_factory.mktemp("model") / "config.json"
-        path.write_bytes(data.draw(mutated_json(CONFIG)))
-        check_contract(capsys, ["evaluate", *SMALL[2:], "--model", str(path), "--tp", "8", "--dp", "2", "--json"])
-    elif kind == "cluster":
-        path = tmp_path_factory.mktemp("cluster") / "c.toml"
-        path.write_bytes(data.draw(mutated_toml(CLUSTER_TOML)))
-        check_contract(
-            capsys,
-            [
-                "evaluate",
-                "--model",
-                "llama3-8b",
-                "--cluster",
-                str(path),
-                "--devices",
-                "16",
-                "--tp",
-                "8",
-                "--dp",
-                "2",
-                "--global-batch-size",
-                "64",
-                "--json",
-            ],
-        )
-    else:
-        folder = tmp_path_factory.mktemp("plan")
-        (folder / "plan.json").write_bytes(data.draw(mutated_json(plan_json)))
-        check_contract(
-            capsys, ["export", str(folder / "plan.json"), "--framework", "megatron", "--out", str(folder / "o")]
-        )

@@ -34,6 +34,9 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without the search, the
 
 
 MAX_TOP = 100  # runner-up plans a search keeps: each costs finalists kept and simulated
+# runner-ups x layers: each runner-up keeps 4 finalists, each evaluated and its schedule variants simulated
+# over every layer (a 1,024-layer model: at most 16 runner-ups, tens of seconds; 100 of them took minutes)
+MAX_TOP_LAYERS = 2**14
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,19 @@ class PlanReport:
         )
 
 
+def check_top_layers(top: int, model: ModelSpec) -> None:
+    """Refuse more runner-ups than MAX_TOP_LAYERS allows on ``model``'s layers, in one line."""
+    if top * model.num_layers > MAX_TOP_LAYERS:
+        most = MAX_TOP_LAYERS // model.num_layers
+        raise ConfigError(
+            f"top {top} runner-ups on {model.num_layers:,} layers exceeds {MAX_TOP_LAYERS:,} runner-up layers: "
+            f"at most {most} runner-ups for this model",
+            field="top",
+            value=top,
+            limit=most,
+        )
+
+
 def plan(
     model: str | ModelSpec,
     cluster: str | Cluster,
@@ -179,6 +195,7 @@ def plan(
             limit=f"0..{MAX_TOP}",
         )
     spec = resolve_model(model)
+    check_top_layers(top, spec)
     cl = resolve_cluster(cluster, devices)
     if job is None:
         job = job_for(spec, cl, global_batch_size or DEFAULT_GLOBAL_BATCH, seq_len)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nestplan.api.planning import PlanReport
+from nestplan.api.planning import PlanReport, check_top_layers
 from nestplan.cluster import Cluster
 from nestplan.cost.run import RunLength
 from nestplan.errors import ConfigError
@@ -57,6 +57,7 @@ def plan_range(
     top: int = 0,
 ) -> RangeReport:
     """Plan every size of ``devices_range`` (search/sizes.py) and choose one by ``objective``."""
+    check_top_layers(top, model)
     if length is None:
         raise ConfigError("--devices-range needs the run's length: give --tokens or --steps", field="tokens")
     goal = Objective(objective)

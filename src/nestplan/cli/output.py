@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from rich.console import Console
@@ -107,14 +108,46 @@ def plots(out: Path, draw: Callable[[Path], list[Path]]) -> list[Path]:
         return draw(out)
 
 
-def write_report(path: Path, page: Callable[[], str]) -> None:
+def write_report(path: Path, page: Callable[[], str], quiet: bool = False) -> list[Path]:
     """The HTML report ``page`` builds, written whole to ``path`` (``--report``; missing folders created);
-    one line on stderr names it."""
+    one line on stderr names it (unless ``quiet``: the caller names it once every output is written)."""
     text = page()
     with output("--report", path):
         path.parent.mkdir(parents=True, exist_ok=True)
         outputs.write_text(path, text, "--report")
-    say(f"nestplan: wrote the report {path}")
+    if not quiet:
+        say(f"nestplan: wrote the report {path}")
+    return [path]
+
+
+class LateOutputs:
+    """A command's outputs written one after another (plots, then an export, then a report) before it
+    prints anything, undone together: should a later one fail, the files the earlier ones wrote and the
+    folders they created are removed, so that the command's one error line leaves nothing behind."""
+
+    def __init__(self) -> None:
+        self._files: list[Path] = []
+        self._folders: list[Path] = []
+
+    def write(self, folder: Path, write: Callable[[], list[Path]]) -> list[Path]:
+        """``write()``'s paths (files it wrote into ``folder``, or the file ``folder`` itself), kept for undoing."""
+        created = not folder.exists()
+        try:
+            paths = write()
+        except BaseException:
+            self.undo()
+            raise
+        self._files += paths
+        if created:
+            self._folders.append(folder)
+        return paths
+
+    def undo(self) -> None:
+        for path in self._files:
+            with suppress(OSError):
+                path.unlink()
+        for folder in reversed(self._folders):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class progress:

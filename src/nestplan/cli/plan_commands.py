@@ -20,6 +20,7 @@ from nestplan.cli.output import (
     check_output,
     drawing,
     make_console,
+    LateOutputs,
     output,
     plots,
     print_json,
@@ -111,7 +112,8 @@ def evaluate(
         ]
         saved, wanted = saved_plan(plan_file, changes, given)
         full, length = _run_inputs(saved.cluster, run)
-        _show_evaluation(api.reevaluate(saved, wanted, cluster=full, profile=profile), as_json, plot, report, length)
+        reevaluated = api.reevaluate(saved, wanted, cluster=full, profile=profile)
+        _show_evaluation(reevaluated, as_json, plot, report, length, None)
         return
     options = dict(model=model, cluster=cluster, devices=devices, global_batch_size=global_batch_size)
     options |= dict(seq_len=seq_len, dtype=dtype, optimizer=optimizer)
@@ -130,9 +132,7 @@ def evaluate(
     result = api.evaluate_full(
         spec, full, plan, job, devices=devices, axis_order=axis_order and parse_axis_order(axis_order), profile=profile
     )
-    if note:
-        say(note)
-    _show_evaluation(result, as_json, plot, report, length, job_file)
+    _show_evaluation(result, as_json, plot, report, length, note, job_file)
 
 
 def _named(job_file: JobFile | None) -> dict[str, object]:
@@ -174,12 +174,21 @@ def _show_evaluation(
     plot: Path | None,
     report: Path | None,
     length: RunLength | None,
+    note: str | None,
     job_file: JobFile | None = None,
 ) -> None:
+    """The plots and the report written first (undone together on a failure), then the lines printed."""
+    from nestplan.report.html import plan_report
     from nestplan.report.run import render_run
     from nestplan.report.text import fit_verdict, render_plan
 
     typed = result.plan.with_run(length)
+    late = LateOutputs()
+    written = late.write(plot, lambda: plots(plot, result.plot)) if plot is not None else []
+    if report is not None:
+        late.write(report, lambda: write_report(report, lambda: plan_report(typed), quiet=True))
+    if note:
+        say(note)
     if not typed.predicted.fits:
         say(f"nestplan: warning: the plan {fit_verdict(typed.predicted)}")
     console = make_console()
@@ -188,13 +197,9 @@ def _show_evaluation(
     else:
         render_plan(console, typed)
         render_run(console, typed.run)
-    written = plots(plot, result.plot) if plot is not None else []
-    if not as_json:
         print_paths(console, "plots", written)
     if report is not None:
-        from nestplan.report.html import plan_report
-
-        write_report(report, lambda: plan_report(typed))
+        say(f"nestplan: wrote the report {report}")
 
 
 @app.command("plan")
@@ -323,6 +328,9 @@ def _show_plan(
     from nestplan.report.run import range_json, render_range, render_run
 
     best = report.plan.with_run(ranged.length if ranged else length)
+    notes, written = _write_plan_outputs(best, report, plot, export, out, page, ranged)
+    for note in notes:
+        say(note)
     console = make_console()
     if as_json:
         runners = {"runners_up": report.to_dict()["runners_up"]}
@@ -333,19 +341,40 @@ def _show_plan(
         render_run(console, best.run)
         if ranged is not None:
             render_range(console, ranged.choice)
-    written = plots(plot, lambda folder: api.plot_plan(best, folder)) if plot is not None else []
-    if export is not None:
-        with output("--out", out):
-            paths, result = api.export_plan(best, export, out)
-        written += paths
-        for note in result.notes:
-            say(f"{export}: note: {note}")
-    if not as_json:
         print_paths(console, "wrote", written)
     if page is not None:
-        from nestplan.report.html import plan_report
+        say(f"nestplan: wrote the report {page}")
 
-        write_report(page, lambda: plan_report(best, report.runners_up, None if ranged is None else ranged.choice))
+
+def _write_plan_outputs(
+    best: Plan,
+    report: api.PlanReport,
+    plot: Path | None,
+    export: str | None,
+    out: Path,
+    page: Path | None,
+    ranged: api.RangeReport | None = None,
+) -> tuple[list[str], list[Path]]:
+    """The plan's plots, export and report, written before anything is printed and undone together on a
+    failure (cli/output.LateOutputs): (the export's note lines, the files written)."""
+    from nestplan.report.html import plan_report
+
+    late = LateOutputs()
+    written = late.write(plot, lambda: plots(plot, lambda folder: api.plot_plan(best, folder))) if plot else []
+    notes: list[str] = []
+    if export is not None:
+
+        def write_export() -> list[Path]:
+            with output("--out", out):
+                paths, result = api.export_plan(best, export, out)
+            notes.extend(f"{export}: note: {note}" for note in result.notes)
+            return paths
+
+        written = written + late.write(out, write_export)
+    if page is not None:
+        choice = None if ranged is None else ranged.choice
+        late.write(page, lambda: write_report(page, lambda: plan_report(best, report.runners_up, choice), quiet=True))
+    return notes, written
 
 
 def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None:
@@ -361,6 +390,11 @@ def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None
         f"nowhere, {s.skipped_zero:,} by ZeRO escalation), {s.depths:,} pipeline depths, "
         f"{s.pruned_memory:,} pruned by memory, {s.pruned_bound:,} by the bound, {s.candidates:,} splits "
         "costed"
+        + (
+            f"; {s.unrefined:,} finalists ranked on the search's split, unrefined (bound: planner.REFINED_CELLS)"
+            if s.unrefined
+            else ""
+        )
     )
 
 

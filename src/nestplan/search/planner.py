@@ -24,6 +24,12 @@ from nestplan.strategy.legality import cp_comm_conflict, moe_overlap_conflict
 
 POLISHED = 3  # best plans whose split is polished against the evaluator
 POLISH_BUDGET = 64  # evaluations per polished plan
+# The exact refinement of a finalist's split (Engine.refine) holds and sweeps stages x (layers + 1)^2 cells
+# per bottleneck threshold; the finalists, best proxy first, share this many cells (8 bytes each, a few
+# arrays at a time: a few hundred MB at most). Finalists beyond it keep the split the search ranked
+# (SearchStats.unrefined counts them). Every 32 finalists of a 96-layer model at 96 stages fit in it;
+# a 1,024-layer model's runner-ups would otherwise take minutes and GBs.
+REFINED_CELLS = 2**25
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,21 @@ def _polish(
     return pred
 
 
+def _refined(engine: Engine, finalists: list, num_layers: int, budget: int = REFINED_CELLS) -> list:
+    """The finalists, best proxy first, each refined (``Engine.refine``) while its stages x (layers + 1)^2
+    cells fit in what is left of ``budget``; the others as the search split them, counted in the stats."""
+    out = []
+    for cand in finalists:
+        cells = len(cand.parts) * (num_layers + 1) ** 2
+        if cells <= budget:
+            budget -= cells
+            out.append(engine.refine(cand))
+        else:
+            engine.stats.unrefined += 1
+            out.append(cand)
+    return out
+
+
 def search(
     model: ModelSpec,
     cluster: Cluster,
@@ -184,7 +205,7 @@ def search(
         return pred.peak_memory_bytes_per_device <= capacity
 
     groups = _groups(model, cluster, job, devices, space)
-    finalists = [engine.refine(c) for c in run_best_first(engine, groups, progress)]
+    finalists = _refined(engine, run_best_first(engine, groups, progress), model.num_layers)
 
     def evaluate(dims: ParallelDims, order: tuple[str, ...]) -> Prediction:
         return evaluate_plan(model, cluster, dims, job, order, terms=cost.term_cache)

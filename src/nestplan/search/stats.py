@@ -23,6 +23,7 @@ class SearchStats:
     skipped_bound: int = 0  # groups not searched: their lower bound cannot enter the K best
     depths: int = 0  # (group, depth) pairs considered
     pruned_bound: int = 0  # depths dominated by the K best before their step end was costed
+    unrefined: int = 0  # finalists ranked on the search's split, past the refinement's bound (planner.REFINED_CELLS)
 
     @property
     def enumerated(self) -> int:
