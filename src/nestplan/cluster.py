@@ -50,7 +50,6 @@ keys refused by name, and the devices of the whole network against
 
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -62,7 +61,7 @@ from nestplan import units
 from nestplan.catalog import data_file, entry_path, is_file, names, user_path
 from nestplan.errors import ConfigError, brief
 from nestplan.hardware.accelerator import Accelerator, accelerator_from_dict, load_accelerator
-from nestplan.hardware.facility import DEFAULT_FACILITY, Facility, facility_from_dict, facility_to_dict
+from nestplan.hardware.facility import DEFAULT_FACILITY, Facility, facility_from_dict, facility_to_dict, in_unit
 from nestplan.inputs import Fields, load_object
 from nestplan.network._checks import FILE_UNITS, MAX_NAME_CHARS, read_level
 from nestplan.network.builders import hierarchical, read_torus
@@ -274,17 +273,9 @@ def cluster_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Cluste
 
 
 def _in_unit(value: float, scale: float) -> float:
-    """``value`` (SI) in the unit ``scale`` (1e9 for GB/s): the float that the cluster reader's
-    conversion (``x * scale``) turns back into exactly ``value`` where one lies within two steps
-    of the quotient (always, for a value a file gave), else the quotient."""
-    guess = value / scale
-    candidates = [guess]
-    for direction in (math.inf, -math.inf):
-        step = guess
-        for _ in range(2):
-            step = math.nextafter(step, direction)
-            candidates.append(step)
-    return next((c for c in candidates if float(c) * scale == value), guess)
+    """``value`` (SI) in the unit ``scale`` (1e9 for GB/s): the float the cluster reader's conversion
+    (``x * scale``) turns back into exactly ``value`` (hardware.facility.in_unit), else the quotient."""
+    return in_unit(value, lambda x: float(x) * scale, value / scale)
 
 
 def _accelerator_table(acc: Accelerator) -> dict[str, Any]:

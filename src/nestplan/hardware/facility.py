@@ -144,7 +144,7 @@ def facility_from_dict(data: Mapping[str, Any] | None, origin: str = "cluster") 
 DEFAULT_FACILITY = facility_from_dict(None)
 
 
-def _in_unit(value: float, convert: Callable[[float], float], guess: float) -> float:
+def in_unit(value: float, convert: Callable[[float], float], guess: float) -> float:
     """The float near ``guess`` that ``convert`` (the reader's conversion) turns back into exactly
     ``value``, where one lies within two steps of it (so that a table read and written is unchanged)."""
     candidates = [guess]
@@ -157,11 +157,11 @@ def _in_unit(value: float, convert: Callable[[float], float], guess: float) -> f
 
 
 def _per_day(rate: float) -> float:
-    return _in_unit(rate, lambda x: x / DAY, rate * DAY)
+    return in_unit(rate, lambda x: x / DAY, rate * DAY)
 
 
 def _GBps(value: float) -> float:
-    return _in_unit(value, units.GBps_to_Bps, value / units.GB)
+    return in_unit(value, units.GBps_to_Bps, value / units.GB)
 
 
 def facility_to_dict(facility: Facility) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def facility_to_dict(facility: Facility) -> dict[str, Any]:
         "host_failures_per_day": _per_day(facility.host_failure_rate),
         "link_failures_per_day": _per_day(facility.link_failure_rate),
         "restart_overhead_s": facility.restart_overhead_s,
-        "repair_hours": _in_unit(facility.repair_s, lambda x: x * HOURS, facility.repair_s / HOURS),
+        "repair_hours": in_unit(facility.repair_s, lambda x: x * HOURS, facility.repair_s / HOURS),
         "storage_write_GBps": _GBps(facility.storage_write_Bps),
         "storage_read_GBps": _GBps(facility.storage_read_Bps),
         "storage_aggregate_write_GBps": _GBps(facility.storage_aggregate_write_Bps),
@@ -186,8 +186,8 @@ def facility_to_dict(facility: Facility) -> dict[str, Any]:
     gpu, joule = facility.price_per_gpu_s, facility.price_per_J
     optional = {
         "spare_hosts": facility.spare_hosts,
-        "price_per_gpu_hour_usd": None if gpu is None else _in_unit(gpu, lambda x: x / HOURS, gpu * HOURS),
-        "price_per_kwh_usd": None if joule is None else _in_unit(joule, lambda x: x / KWH, joule * KWH),
+        "price_per_gpu_hour_usd": None if gpu is None else in_unit(gpu, lambda x: x / HOURS, gpu * HOURS),
+        "price_per_kwh_usd": None if joule is None else in_unit(joule, lambda x: x / KWH, joule * KWH),
     }
     return table | {key: value for key, value in optional.items() if value is not None}
 
