@@ -272,9 +272,9 @@ def segment_layers(bridge, model) -> list[int]:
 
 
 def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
-    """The parsed config equals the plan as Megatron-core runs it (``megatron.run_dims``: its own schedule
-    where it lacks the costed one, which the export notes, each stage keeping its costed layers)."""
-    d, job, m, model = megatron.run_dims(plan), plan.job, plan.model, cfg.model
+    """The parsed config equals the plan as costed (an export runs the costed schedule or refuses:
+    test_export_schedules.py), each stage keeping its costed layers."""
+    d, job, m, model = plan.dims, plan.job, plan.model, cfg.model
     degrees = (
         model.tensor_model_parallel_size,
         model.pipeline_model_parallel_size,
