@@ -144,6 +144,13 @@ def select_runs(runs: Sequence[Run], accelerator: str | None, framework: Framewo
         and (framework is None or r.job.settings.framework is framework)
     ]
     left = sorted({(r.cluster.accelerator.name, r.job.settings.framework.value) for r in chosen})
+    if not runs:
+        raise ConfigError(
+            "none of the runs file's rows could be evaluated (nestplan validate says why, row by row)",
+            field="rows",
+            value=0,
+            limit=f">= {MIN_ROWS} rows that evaluate",
+        )
     if len(left) != 1:
         listed = "; ".join(f"{a} {f}" for a, f in pairs) or "none"
         raise ConfigError(

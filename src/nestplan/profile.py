@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Union
@@ -94,6 +95,10 @@ class Profile:
     def factor(self, name: str) -> float:
         return self.factors.get(name, 1.0)
 
+    def serves(self, framework: Framework) -> bool:
+        """Whether this profile describes ``framework``'s kernels: its own, or those it shares (SHARED_KERNELS)."""
+        return self.framework is framework or SHARED_KERNELS.get(framework) is self.framework
+
     def to_toml(self) -> str:
         """The profile as a file (``read_profile`` reads it back)."""
         lines = [
@@ -150,7 +155,7 @@ def calibrated_cluster(cluster: Cluster, framework: Framework, profile: ProfileC
         chosen = catalog_profile(cluster.accelerator.name, framework)
         return cluster if chosen is None else apply_profile(cluster, chosen)
     chosen = profile if isinstance(profile, Profile) else read_profile(profile)
-    if chosen.framework is not framework and SHARED_KERNELS.get(framework) is not chosen.framework:
+    if not chosen.serves(framework):
         raise ConfigError(
             f"profile '{printable(chosen.name)}' was calibrated on {chosen.framework.value} runs, and the job runs "
             f"{framework.value}",
@@ -161,9 +166,10 @@ def calibrated_cluster(cluster: Cluster, framework: Framework, profile: ProfileC
     return apply_profile(cluster, chosen)
 
 
+@lru_cache(maxsize=None)
 def catalog_profile(accelerator: str, framework: Framework) -> Profile | None:
     """The catalog's profile for ``accelerator`` under ``framework`` (or the framework whose kernels it
-    shares), None where the published runs calibrate none."""
+    shares), None where the published runs calibrate none; each read once (the catalog does not change)."""
     for fw in (framework, SHARED_KERNELS.get(framework)):
         if fw is None:
             continue

@@ -17,7 +17,7 @@ from typing import Any
 from nestplan.cost.evaluator import evaluate_plan
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import ConfigError, PlannerError
-from nestplan.profile import NO_PROFILE, SHARED_KERNELS, Profile, ProfileChoice, calibrated_cluster, read_profile
+from nestplan.profile import NO_PROFILE, Profile, ProfileChoice, calibrated_cluster, read_profile
 from nestplan.validate.published import Measured
 from nestplan.validate.rows import Run, Sources, read_runs, run_from_row
 
@@ -142,9 +142,7 @@ def _profile_applies(profile: ProfileChoice, run: Run) -> bool:
         return True
     if not isinstance(profile, Profile):
         return False
-    shares = SHARED_KERNELS.get(run.job.settings.framework) is profile.framework
-    framework_ok = profile.framework is run.job.settings.framework or shares
-    return profile.accelerator == run.cluster.accelerator.name and framework_ok
+    return profile.accelerator == run.cluster.accelerator.name and profile.serves(run.job.settings.framework)
 
 
 def validate(path: str | Path, profile: ProfileChoice = NO_PROFILE) -> list[RowResult]:
