@@ -34,6 +34,7 @@ from nestplan.model.families.common import (
     MAX_VOCAB,
     ConfigFields,
 )
+from nestplan.model.facts import fact_fields, read_facts
 from nestplan.model.spec import ModelSpec
 
 __all__ = [
@@ -89,6 +90,7 @@ def parse_config(data: dict, name: str) -> ModelSpec:
         )
     fields = ConfigFields(data, FAMILIES[family])
     spec = FAMILIES[family].read(fields, _check_model_name(name))
+    spec = dataclasses.replace(spec, facts=read_facts(fields, FAMILIES[family].facts, spec.is_moe))
     fields.check_unread()
     return spec
 
@@ -104,7 +106,8 @@ def config_dict(spec: ModelSpec) -> dict[str, Any]:
 
     It cannot write a ModelSpec that no config.json of its family gives (one built or altered by
     hand, such as a Llama with LayerNorm): a ConfigError names the first such field."""
-    config = {"model_type": spec.family, **FAMILIES[spec.family].write(spec)}
+    family = FAMILIES[spec.family]
+    config = {"model_type": spec.family, **family.write(spec), **fact_fields(spec.facts, family.facts)}
     expected = dataclasses.replace(spec, traced_flops_scale=1.0, traced_activation_scale=1.0)
     read = parse_config(config, spec.name)
     if read != expected:

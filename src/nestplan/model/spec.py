@@ -8,6 +8,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Callable
 
+from nestplan.model.facts import Facts
 from nestplan.model.ssm import Mamba1Shape, Mamba2Shape, MambaShape
 
 
@@ -151,6 +152,9 @@ class ModelSpec:
     # hybrid stacks (Nemotron-H, Jamba): the Mamba mixers' sizes, a Mamba2Shape for Mixer.MAMBA2 blocks or
     # a Mamba1Shape for Mixer.MAMBA1 ones (None without Mamba layers)
     mamba: MambaShape | None = None
+    # what it computes beyond its shapes (norm epsilon, activation, RoPE, router weights): nothing nestplan
+    # counts, all that a framework building it from an export must build (nestplan.model.facts)
+    facts: Facts = Facts()
 
     def __post_init__(self) -> None:
         """The blocks' mixers have their sizes: MLA blocks the latent ranks, Mamba blocks ``mamba``'s shape."""

@@ -27,6 +27,7 @@ from typing import Any, Callable, Collection, Mapping
 
 from nestplan.errors import brief
 from nestplan.inputs import Fields
+from nestplan.model.facts import FactKeys
 from nestplan.model.spec import FFN, Block, Mixer, ModelSpec, QKNorm
 
 # Bounds on a config's sizes: generous, but finite, so that the planner's work stays bounded and
@@ -107,8 +108,9 @@ _LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 class Family:
     """One Hugging Face ``model_type`` nestplan reads: its reader (config.json -> ModelSpec), its writer
     (the inverse, ModelSpec -> config.json fields), transformers' default ``max_position_embeddings``
-    for it, the architecture keys its model applies without changing anything nestplan counts, and
-    the other ``model_type`` values whose configs are read as this one."""
+    for it, the architecture keys its model applies without changing anything nestplan counts, the
+    other ``model_type`` values whose configs are read as this one, and where its config keeps the
+    model's :class:`~nestplan.model.facts.Facts` (norm epsilon, activation, RoPE, router weights)."""
 
     model_type: str
     read: Callable[[ConfigFields, str], ModelSpec]
@@ -116,6 +118,7 @@ class Family:
     max_positions: int
     harmless_keys: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    facts: FactKeys = FactKeys(("rms_norm_eps", 1e-6))  # where its config keeps the Facts, and their defaults
 
 
 class ConfigFields(Fields):

@@ -22,6 +22,7 @@ from nestplan.model.families.common import (
     rotary_fields,
     routing_groups,
 )
+from nestplan.model.facts import FactKeys, RouterKeys, RouterScore
 from nestplan.model.spec import Mixer, ModelSpec
 
 
@@ -128,9 +129,21 @@ def _deepseek_fields(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
+def _facts(score: str, renormalised: bool, scaling: float) -> FactKeys:
+    """DeepSeek's router keys with HF DeepseekV2Config's / DeepseekV3Config's defaults."""
+    keys = RouterKeys(
+        ("scoring_func", RouterScore(score)), ("norm_topk_prob", renormalised), ("routed_scaling_factor", scaling)
+    )
+    return FactKeys(("rms_norm_eps", 1e-6), router=keys)
+
+
 FAMILIES = (
-    Family("deepseek_v2", _read_deepseek, _deepseek_fields, 2048),  # HF DeepseekV2Config
+    Family(
+        "deepseek_v2", _read_deepseek, _deepseek_fields, 2048, facts=_facts("softmax", False, 1.0)
+    ),  # HF DeepseekV2Config
     # Kimi K2's config.json (model_type "kimi_k2", architectures DeepseekV3ForCausalLM: its remote code is
     # DeepSeek-V3's) reads as deepseek_v3
-    Family("deepseek_v3", _read_deepseek, _deepseek_fields, 4096, aliases=("kimi_k2",)),  # HF DeepseekV3Config
+    Family(
+        "deepseek_v3", _read_deepseek, _deepseek_fields, 4096, aliases=("kimi_k2",), facts=_facts("sigmoid", True, 2.5)
+    ),  # HF DeepseekV3Config
 )

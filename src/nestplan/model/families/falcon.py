@@ -14,6 +14,7 @@ from nestplan.model.families.common import (
     decoder_fields,
     dropout_fields,
 )
+from nestplan.model.facts import FactKeys
 from nestplan.model.spec import ModelSpec
 
 
@@ -80,4 +81,12 @@ def _falcon_fields(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-FAMILIES = (Family("falcon", _read_falcon, _falcon_fields, 2048),)  # HF FalconConfig
+FAMILIES = (
+    Family(
+        "falcon",
+        _read_falcon,
+        _falcon_fields,
+        2048,
+        facts=FactKeys(("layer_norm_epsilon", 1e-5), ("activation", "gelu")),
+    ),
+)  # HF FalconConfig

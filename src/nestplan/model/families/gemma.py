@@ -17,6 +17,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
+from nestplan.model.facts import FactKeys
 from nestplan.model.spec import ModelSpec, QKNorm
 
 
@@ -53,8 +54,17 @@ def _gemma_fields(spec: ModelSpec) -> dict[str, Any]:
 
 
 _SOFTCAPPING = ("attn_logit_softcapping", "final_logit_softcapping")
+# HF Gemma2Config / Gemma3TextConfig defaults: Gemma 3 rotates its sliding-window layers at a base of its own
+_GEMMA2 = FactKeys(("rms_norm_eps", 1e-6), ("hidden_activation", "gelu_pytorch_tanh"))
+_GEMMA3 = FactKeys(
+    ("rms_norm_eps", 1e-6),
+    ("hidden_activation", "gelu_pytorch_tanh"),
+    rope_theta=1_000_000.0,
+    local_rope_theta=("rope_local_base_freq", 10_000.0),
+)
+
 FAMILIES = (
-    Family("gemma2", _read_gemma, _gemma_fields, 8192, harmless_keys=_SOFTCAPPING),
-    Family("gemma3", _read_gemma, _gemma_fields, 131072, harmless_keys=_SOFTCAPPING),
-    Family("gemma3_text", _read_gemma, _gemma_fields, 131072, harmless_keys=_SOFTCAPPING),
+    Family("gemma2", _read_gemma, _gemma_fields, 8192, harmless_keys=_SOFTCAPPING, facts=_GEMMA2),
+    Family("gemma3", _read_gemma, _gemma_fields, 131072, harmless_keys=_SOFTCAPPING, facts=_GEMMA3),
+    Family("gemma3_text", _read_gemma, _gemma_fields, 131072, harmless_keys=_SOFTCAPPING, facts=_GEMMA3),
 )

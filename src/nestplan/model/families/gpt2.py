@@ -20,6 +20,7 @@ from nestplan.model.families.common import (
     decoder_fields,
     dropout_fields,
 )
+from nestplan.model.facts import FactKeys
 from nestplan.model.spec import ModelSpec
 
 
@@ -127,7 +128,22 @@ def _bert_fields(spec: ModelSpec) -> dict[str, Any]:
 
 
 FAMILIES = (
-    Family("gpt2", _read_gpt2, _gpt2_fields, 1024),
-    Family("gpt_neox", _read_gpt_neox, _gpt_neox_fields, 2048, harmless_keys=("use_parallel_residual", "rotary_pct")),
-    Family("bert", _read_bert, _bert_fields, 512),
+    Family(
+        "gpt2",
+        _read_gpt2,
+        _gpt2_fields,
+        1024,
+        facts=FactKeys(("layer_norm_epsilon", 1e-5), ("activation_function", "gelu_new"), None),
+    ),
+    Family(
+        "gpt_neox",
+        _read_gpt_neox,
+        _gpt_neox_fields,
+        2048,
+        harmless_keys=("use_parallel_residual", "rotary_pct"),
+        facts=FactKeys(("layer_norm_eps", 1e-5), ("hidden_act", "gelu")),
+    ),
+    Family(
+        "bert", _read_bert, _bert_fields, 512, facts=FactKeys(("layer_norm_eps", 1e-12), ("hidden_act", "gelu"), None)
+    ),
 )

@@ -14,6 +14,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
+from nestplan.model.facts import FactKeys, RouterKeys, RouterScore
 from nestplan.model.spec import ModelSpec
 
 
@@ -61,4 +62,14 @@ def _gpt_oss_fields(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-FAMILIES = (Family("gpt_oss", _read_gpt_oss, _gpt_oss_fields, 131072),)  # HF GptOssConfig
+FAMILIES = (
+    Family(
+        "gpt_oss",
+        _read_gpt_oss,
+        _gpt_oss_fields,
+        131072,
+        facts=FactKeys(
+            ("rms_norm_eps", 1e-5), rope_theta=150000.0, router=RouterKeys((None, RouterScore.SOFTMAX), (None, True))
+        ),
+    ),
+)  # HF GptOssConfig

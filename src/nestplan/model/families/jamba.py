@@ -19,6 +19,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
+from nestplan.model.facts import FactKeys, RouterKeys, RouterScore
 from nestplan.model.spec import FFN, Block, Mixer, ModelSpec
 from nestplan.model.ssm import Mamba1Shape
 
@@ -124,4 +125,14 @@ def _jamba_fields(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-FAMILIES = (Family("jamba", _read_jamba, _jamba_fields, 262144),)
+FAMILIES = (
+    Family(
+        "jamba",
+        _read_jamba,
+        _jamba_fields,
+        262144,
+        facts=FactKeys(
+            ("rms_norm_eps", 1e-6), rope_theta=None, router=RouterKeys((None, RouterScore.SOFTMAX), (None, False))
+        ),
+    ),
+)

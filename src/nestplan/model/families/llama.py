@@ -12,6 +12,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
+from nestplan.model.facts import FactKeys
 from nestplan.model.spec import ModelSpec
 
 
@@ -25,4 +26,4 @@ def llama_fields(spec: ModelSpec) -> dict[str, Any]:
     return {**rotary_fields(spec), "intermediate_size": spec.ffn_hidden_size, "attention_bias": spec.linear_bias}
 
 
-FAMILIES = (Family("llama", _read_llama, llama_fields, 2048),)
+FAMILIES = (Family("llama", _read_llama, llama_fields, 2048, facts=FactKeys(("rms_norm_eps", 1e-6))),)

@@ -17,6 +17,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
+from nestplan.model.facts import FactKeys, RouterKeys, RouterScore
 from nestplan.model.spec import FFN, Block, ModelSpec, QKNorm
 
 
@@ -142,7 +143,12 @@ def _llama4_fields(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
+# HF Llama4TextConfig: a sigmoid of the chosen experts' logits, not renormalised (Llama4TextMoe's router)
+_FACTS = FactKeys(
+    ("rms_norm_eps", 1e-5), rope_theta=500_000.0, router=RouterKeys((None, RouterScore.SIGMOID), (None, False))
+)
+
 FAMILIES = (
-    Family("llama4", _read_llama4, _llama4_fields, 4096 * 32),  # HF Llama4TextConfig
-    Family("llama4_text", _read_llama4, _llama4_fields, 4096 * 32),
+    Family("llama4", _read_llama4, _llama4_fields, 4096 * 32, facts=_FACTS),  # HF Llama4TextConfig
+    Family("llama4_text", _read_llama4, _llama4_fields, 4096 * 32, facts=_FACTS),
 )

@@ -15,6 +15,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
+from nestplan.model.facts import FactKeys, RouterKeys, RouterScore
 from nestplan.model.spec import ModelSpec
 
 
@@ -55,7 +56,12 @@ def _mixtral_fields(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
+# HF MixtralConfig: a softmax over the top-k logits (renormalised), its base 1e6
+_MIXTRAL = FactKeys(
+    ("rms_norm_eps", 1e-5), rope_theta=1_000_000.0, router=RouterKeys((None, RouterScore.SOFTMAX), (None, True))
+)
+
 FAMILIES = (
-    Family("mistral", _read_mistral, mistral_fields, 4096 * 32),
-    Family("mixtral", _read_mixtral, _mixtral_fields, 4096 * 32),
+    Family("mistral", _read_mistral, mistral_fields, 4096 * 32, facts=FactKeys(("rms_norm_eps", 1e-6))),
+    Family("mixtral", _read_mixtral, _mixtral_fields, 4096 * 32, facts=_MIXTRAL),
 )

@@ -14,6 +14,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
+from nestplan.model.facts import FactKeys
 from nestplan.model.spec import ModelSpec
 
 
@@ -39,4 +40,8 @@ def _nemotron_fields(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-FAMILIES = (Family("nemotron", _read_nemotron, _nemotron_fields, 4096),)
+FAMILIES = (
+    Family(
+        "nemotron", _read_nemotron, _nemotron_fields, 4096, facts=FactKeys(("norm_eps", 1e-5), ("hidden_act", "relu2"))
+    ),
+)

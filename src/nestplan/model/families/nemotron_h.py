@@ -26,6 +26,7 @@ from nestplan.model.families.common import (
     expert_counts,
     routing_groups,
 )
+from nestplan.model.facts import FactKeys, RouterKeys, RouterScore
 from nestplan.model.spec import FFN, Block, Mixer, ModelSpec
 from nestplan.model.ssm import Mamba2Shape
 
@@ -281,4 +282,16 @@ def _nemotron_h_expert_fields(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-FAMILIES = (Family("nemotron_h", _read_nemotron_h, _nemotron_h_fields, 4096, harmless_keys=("partial_rotary_factor",)),)
+# HF NemotronHConfig: no rotary positions; its MoE router a sigmoid with a correction bias (DeepSeek-V3's)
+_FACTS = FactKeys(
+    ("layer_norm_epsilon", 1e-5),
+    ("mlp_hidden_act", "relu2"),
+    rope_theta=None,
+    router=RouterKeys((None, RouterScore.SIGMOID), ("norm_topk_prob", True), ("routed_scaling_factor", 1.0)),
+)
+
+FAMILIES = (
+    Family(
+        "nemotron_h", _read_nemotron_h, _nemotron_h_fields, 4096, harmless_keys=("partial_rotary_factor",), facts=_FACTS
+    ),
+)

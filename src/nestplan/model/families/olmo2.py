@@ -10,6 +10,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
 )
 from nestplan.model.families.llama import llama_fields
+from nestplan.model.facts import FactKeys
 from nestplan.model.spec import ModelSpec, QKNorm
 
 
@@ -23,4 +24,4 @@ def _read_olmo2(f: ConfigFields, name: str) -> ModelSpec:
     return ModelSpec(ffn_hidden_size=f.integer("intermediate_size", MAX_FFN), **fields)
 
 
-FAMILIES = (Family("olmo2", _read_olmo2, llama_fields, 2048),)
+FAMILIES = (Family("olmo2", _read_olmo2, llama_fields, 2048, facts=FactKeys(("rms_norm_eps", 1e-5))),)

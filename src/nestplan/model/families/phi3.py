@@ -12,6 +12,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
 )
 from nestplan.model.families.mistral import mistral_fields
+from nestplan.model.facts import FactKeys
 from nestplan.model.spec import ModelSpec
 
 
@@ -34,4 +35,4 @@ def _phi3_fields(spec: ModelSpec) -> dict[str, Any]:
     return {**mistral_fields(spec), "partial_rotary_factor": spec.rotary_fraction}
 
 
-FAMILIES = (Family("phi3", _read_phi3, _phi3_fields, 4096),)
+FAMILIES = (Family("phi3", _read_phi3, _phi3_fields, 4096, facts=FactKeys(("rms_norm_eps", 1e-5))),)

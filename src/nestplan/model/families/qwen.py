@@ -28,6 +28,7 @@ from nestplan.model.families.common import (
     rotary_decoder,
     rotary_fields,
 )
+from nestplan.model.facts import FactKeys, RouterKeys, RouterScore
 from nestplan.model.spec import Block, ModelSpec, QKNorm
 
 
@@ -130,9 +131,13 @@ def _qwen_moe_fields(spec: ModelSpec) -> dict[str, Any]:
     return out
 
 
+# HF Qwen2/Qwen3 configs; their MoE routers softmax over every expert, renormalising where norm_topk_prob
+_DENSE = FactKeys(("rms_norm_eps", 1e-6))
+_MOE = FactKeys(("rms_norm_eps", 1e-6), router=RouterKeys((None, RouterScore.SOFTMAX), ("norm_topk_prob", False)))
+
 FAMILIES = (
-    Family("qwen2", _read_qwen2, _qwen_dense_fields, 32768),
-    Family("qwen2_moe", _read_qwen_moe, _qwen_moe_fields, 32768),
-    Family("qwen3", _read_qwen3, _qwen_dense_fields, 32768),
-    Family("qwen3_moe", _read_qwen_moe, _qwen_moe_fields, 32768),
+    Family("qwen2", _read_qwen2, _qwen_dense_fields, 32768, facts=_DENSE),
+    Family("qwen2_moe", _read_qwen_moe, _qwen_moe_fields, 32768, facts=_MOE),
+    Family("qwen3", _read_qwen3, _qwen_dense_fields, 32768, facts=_DENSE),
+    Family("qwen3_moe", _read_qwen_moe, _qwen_moe_fields, 32768, facts=_MOE),
 )
