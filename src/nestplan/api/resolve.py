@@ -154,6 +154,7 @@ def search_space(
         framework_expert_tp,
         framework_moe_overlap,
         framework_schedules,
+        framework_search_limits,
     )
     from nestplan.search.space import DEFAULT_MEMORY_MARGIN, FSDP_SPACE, SearchSpace
 
@@ -165,6 +166,7 @@ def search_space(
     chosen = tuple(schedules) if schedules is not None else tuple(Schedule)
     kinds = tuple(cp_comm_types) if cp_comm_types is not None else tuple(CpCommType)
     etps = tuple(expert_tp) if expert_tp is not None else SearchSpace().etp
+    limits: dict[str, object] = {}
     if export is not None:
         key = check_framework(export)
         chosen = tuple(s for s in chosen if s in framework_schedules(key))
@@ -174,11 +176,13 @@ def search_space(
             etps = tuple(e for e in etps if e in runs) or runs
         assert model is not None, "an export's search space depends on the model"
         moe_comm_overlap = moe_comm_overlap and framework_moe_overlap(key, model)
+        limits = framework_search_limits(key)
     space = SearchSpace(
         schedules=(Schedule.ONE_F_ONE_B,) + tuple(s for s in chosen if s is not Schedule.ONE_F_ONE_B),
         cp_comm_types=kinds,
         etp=etps,
         moe_comm_overlap=moe_comm_overlap,
         memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin,
+        **limits,
     )
     return replace(space, **FSDP_SPACE) if framework is Framework.FSDP else space

@@ -56,6 +56,16 @@ def framework_expert_tp(framework: str) -> tuple[int | None, ...] | None:
     return EXPORTERS[framework].EXPERT_TP
 
 
+# what a framework runs beyond its schedules, exchanges and expert tensor parallelism, as SearchSpace fields
+SEARCH_LIMITS = {deepspeed.NAME: deepspeed.SEARCH_LIMITS}
+
+
+def framework_search_limits(framework: str) -> dict[str, object]:
+    """The SearchSpace fields that keep ``framework``'s plans to what it runs (its export would refuse the
+    rest): DeepSpeed's Ulysses without tensor or pipeline ranks, its pipeline engine with ZeRO 0 and 1."""
+    return SEARCH_LIMITS.get(framework, {})
+
+
 def framework_moe_overlap(framework: str, model: ModelSpec) -> bool:
     """Whether ``framework`` runs ``model``'s MoE all-to-alls under another microbatch's compute
     (RunSettings.moe_comm_overlap)."""

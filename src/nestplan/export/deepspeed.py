@@ -54,7 +54,7 @@ from nestplan.strategy.legality import cp_exchange_conflict, saved_activations_d
 from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState, Framework
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
-from nestplan.strategy.enums import Recompute, Schedule
+from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
 from nestplan.units import GiB
 
 NAME = "deepspeed"
@@ -63,6 +63,9 @@ PIN = "DeepSpeed >= 0.16.4 JSON config (AutoTP training); validated against deep
 COSTED_SCHEDULES = (Schedule.ONE_F_ONE_B,)  # its pipeline engine's (deepspeed/runtime/pipe/schedule.py)
 CP_EXCHANGES = (CpCommType.A2A,)  # its sequence parallelism is Ulysses (all-to-alls)
 EXPERT_TP = (None,)  # its MoE layer (deepspeed.moe.layer.MoE) takes ep_size from the data-parallel ranks only
+# what its export refuses (_layout_refusals, _refusals), kept out of the search (search.space.SearchSpace):
+# Ulysses beside neither AutoTP nor a pipeline, the pipeline engine with ZeRO 0 and 1 only
+SEARCH_LIMITS = {"cp_alone": True, "pipeline_zero": (ZeroStage.NONE, ZeroStage.OPTIMIZER)}
 # What the export does with every run setting (settings.RunSettings) that differs from its default;
 # tests/unit/test_export_settings.py checks each declaration against the export itself
 SETTINGS = {

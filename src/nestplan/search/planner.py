@@ -16,7 +16,7 @@ from nestplan.model.spec import ModelSpec
 from nestplan.search.engine import Engine, run_best_first
 from nestplan.search.infeasible import infeasible_error
 from nestplan.search.physical import FeasibleMemo, Group, PhysicalSearchModel
-from nestplan.search.space import SearchSpace, even_split, replica_counts, sub_configs, tp_values
+from nestplan.search.space import SearchSpace, deepest_pipeline, even_split, replica_counts, sub_configs, tp_values
 from nestplan.search.stats import SearchStats
 from nestplan.settings import CpCommType
 from nestplan.strategy.dims import ParallelDims
@@ -51,7 +51,7 @@ def _groups(model: ModelSpec, cluster: Cluster, job: Job, devices: int, space: S
         replicas = replica_counts(sub, job, devices)
         for zero in space.zero:
             for d in replicas:
-                depth = min(deepest, devices // (per_replica * d))
+                depth = min(deepest_pipeline(space, sub, zero, deepest), devices // (per_replica * d))
                 group = Group(sub, order, zero, d, job.global_batch_size // (d * per_microbatch), depth)
                 yield key, key + (zero, d), group, zero
 

@@ -42,6 +42,12 @@ class SearchSpace:
     orders: tuple[tuple[str, ...], ...] = field(default=SEARCH_ORDERS)
     min_cp_seq_len: int = 8192  # context parallelism is offered from this sequence length on
     max_pp: int | None = None
+    # context parallelism only where there is neither tensor nor pipeline parallelism (DeepSpeed-Ulysses:
+    # export/deepspeed.py SEARCH_LIMITS)
+    cp_alone: bool = False
+    # the ZeRO stages a pipeline (pp > 1) may use (None: every stage of ``zero``; DeepSpeed's pipeline
+    # engine: 0 and 1)
+    pipeline_zero: tuple[ZeroStage, ...] | None = None
     # pipeline schedules the planner may return: it ranks splits under 1F1B (always in) and tries
     # the others as variants of its finalists (search/planner.py)
     schedules: tuple[Schedule, ...] = (
@@ -81,6 +87,14 @@ class SearchSpace:
         return hbm_bytes * (1.0 - self.memory_margin)
 
 
+def deepest_pipeline(space: SearchSpace, sub: SubGraph, zero: ZeroStage, deepest: int) -> int:
+    """The most stages a plan of ``sub`` and ``zero`` may have: ``deepest``, or 1 where the space runs
+    that context parallelism or ZeRO stage without a pipeline (``cp_alone``, ``pipeline_zero``)."""
+    if space.cp_alone and sub.cp > 1:
+        return 1
+    return 1 if space.pipeline_zero is not None and zero not in space.pipeline_zero else deepest
+
+
 def even_split(layers: int, stages: int) -> tuple[int, ...]:
     """Layers per stage as even as possible (earlier stages take the remainder)."""
     return tuple(layers // stages + (1 if i < layers % stages else 0) for i in range(stages))
@@ -110,6 +124,8 @@ def sub_configs(
             for cp in cps:
                 for ep in eps:
                     if tp * cp * ep > devices or cp_comm_conflict(job, cp, tp, model) is not None:
+                        continue
+                    if space.cp_alone and cp > 1 and tp > 1:
                         continue
                     if not all(aligned(x, unit_sizes) for x in (tp, tp * cp, tp * cp * ep)):
                         continue
