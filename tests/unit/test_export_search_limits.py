@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from nestplan import api
+from nestplan.errors import PlannerError
 from nestplan.export import build, deepspeed
 from nestplan.job import Job
 from nestplan.model.config import load_model
@@ -42,3 +43,26 @@ def test_the_issues_deepspeed_job_plans_what_deepspeed_runs() -> None:
         assert not (d.cp > 1 and (d.pp > 1 or d.tp > 1)) and not (d.pp > 1 and int(d.zero) >= 2)
     files = {f.name for f in build(result.plan, deepspeed.NAME, "test").files}
     assert files >= {"ds_config.json", "launch_deepspeed.sh"}
+
+
+CASES = [
+    ("llama3-8b", "dgx-a100", 16, 128, 32768),
+    ("mixtral-8x7b", "dgx-h100", 64, 256, 4096),
+    ("gpt-oss-20b", "dgx-h100", 16, 128, 8192),
+    ("nemotron-h-8b", "dgx-h100", 16, 256, 8192),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export", ["megatron", "megatron-bridge", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize(("model", "cluster", "devices", "batch", "seq"), CASES)
+def test_plan_for_an_export_is_one_the_export_writes(export, model, cluster, devices, batch, seq) -> None:
+    """Whatever ``plan --export F`` picks, F's export writes (a model F cannot build is refused before)."""
+    spec = load_model(model)
+    try:
+        api.check_exportable(spec, export)
+    except PlannerError as refused:
+        pytest.skip(f"{export} builds no {model}: {refused}")
+    space = api.search_space(export=export, model=spec)
+    result = api.plan(spec, cluster, Job(global_batch_size=batch, seq_len=seq), devices=devices, top=0, space=space)
+    assert build(result.plan, export, "test").files
