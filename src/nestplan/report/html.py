@@ -28,6 +28,7 @@ from nestplan.errors import PlannerError, printable
 from nestplan.export import FRAMEWORKS, build
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.plan import Plan, StageSummary
+from nestplan.report.answer import answer_lines
 from nestplan.report.text import compare_run_cells, fit_verdict, why_lost
 from nestplan.report.run import money
 from nestplan.search.compare import CompareRow
@@ -63,14 +64,18 @@ pre { background: #f6f6f6; border: 1px solid #dddddd; padding: 0.6em; overflow-x
 img { max-width: 100%; border: 1px solid #dddddd; margin: 0.4em 0; }
 .verdict-bad { color: #b00020; font-weight: bold; }
 .note { color: #555555; }
+table.answer { border: 2px solid #2b5d8a; }
+table.answer th { text-align: left; vertical-align: top; }
+table.answer td { text-align: left; white-space: normal; }
 """
 
 
 # -- pages ----------------------------------------------------------------------------------------
-def plan_report(plan: Plan, runners_up: Sequence[Prediction] = (), sizes: SizeChoice | None = None) -> str:
+def plan_report(plan: Plan, runners_up: Sequence[Prediction] | None = None, sizes: SizeChoice | None = None) -> str:
     """The report of ``plan`` (from ``plan`` or ``evaluate``) and, for a search, its runner-ups
-    (best first), its whole run where it has one and the device range it was chosen from: one HTML
-    page that needs nothing else."""
+    (best first; given, even empty, for a searched plan), its whole run where it has one and the device
+    range it was chosen from: one HTML page that needs nothing else, opening with the answer
+    (report/answer.py)."""
     pred = plan.prediction or evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, plan.axis_order)
     title = f"{plan.model.name} on {plan.cluster.name}"
     sections = [
@@ -90,7 +95,7 @@ def plan_report(plan: Plan, runners_up: Sequence[Prediction] = (), sizes: SizeCh
         ("validation", "Validation", _validation_section(plan.cluster.accelerator)),
         ("plan-json", "Plan JSON", _plan_json(plan)),
     ]
-    return _page(f"nestplan report: {title}", _summary(plan), sections)
+    return _page(f"nestplan report: {title}", _answer(plan, runners_up), sections)
 
 
 class Comparison(Protocol):
@@ -157,17 +162,16 @@ def _ms(x: float) -> str:
 
 
 # -- the plan's sections --------------------------------------------------------------------------
-def _summary(plan: Plan) -> str:
-    job, p = plan.job, plan.predicted
-    verdict = fit_verdict(p)
-    shown = _e(verdict) if p.fits else f'<span class="verdict-bad">{_e(verdict)}</span>'
-    return (
-        f"<p>{plan.devices_used} of {plan.cluster.devices} devices of {_e(plan.cluster.name)} "
-        f"({_e(plan.cluster.accelerator.name)}), global batch {job.global_batch_size}, sequence {job.seq_len}, "
-        f"{_e(job.dtype)}; {shown}.</p>\n<p><b>step time {p.step_time_s:.4f} s</b>, "
-        f"{p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}.</p>\n"
-        f"<p>framework {_e(job.settings.framework.value)}; trust: {_e(str(plan.trust['note']))}.</p>"
+def _answer(plan: Plan, runners_up: Sequence[Prediction] | None) -> str:
+    """The page's first lines: what to run, its step, run and memory, and why it beats the alternative."""
+    bad = not plan.predicted.fits
+    rows = "".join(
+        f"<tr><th>{_e(label)}</th>"
+        + ('<td class="verdict-bad">' if bad and label == "memory" else "<td>")
+        + f"{_e(text)}</td></tr>\n"
+        for label, text in answer_lines(plan, runners_up)
     )
+    return f'<section id="answer"><table class="answer"><tbody>\n{rows}</tbody></table></section>'
 
 
 def _plan_section(plan: Plan) -> str:
@@ -354,7 +358,7 @@ def _runners_up_section(best: Prediction, runners_up: Sequence[Prediction]) -> s
 def _exports_section(plan: Plan) -> str:
     parts = [
         "<p>The launch settings of each framework for this plan, as <code>nestplan plan ... --export "
-        "FRAMEWORK --out DIR</code> writes them, with their notes.</p>"
+        "FRAMEWORK --out DIR</code> writes them (open a file's name to read it), with their notes.</p>"
     ]
     for framework in FRAMEWORKS:
         try:
@@ -364,9 +368,7 @@ def _exports_section(plan: Plan) -> str:
             continue
         notes = "".join(f"<li>{_e(note)}</li>" for note in result.notes)
         parts.append(f"<h3>{_e(framework)}</h3>" + (f"<ul>{notes}</ul>" if notes else "<p>no notes</p>"))
-        parts += [
-            f"<details open><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n" for f in result.files
-        ]
+        parts += [f"<details><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n" for f in result.files]
     return "".join(parts)
 
 
