@@ -252,12 +252,15 @@ def _memory_section(plan: Plan) -> str:
 def _plan_figures(pred: Prediction, plan: Plan, folder: Path) -> list[tuple[str, Path]]:
     from nestplan.report.plots import write_plan_plots
 
-    paths = write_plan_plots(pred, plan.cluster.topology, folder, f"{plan.model.name} on {plan.cluster.name}")
+    title = f"{plan.model.name} on {plan.cluster.name}"
+    paths = write_plan_plots(pred, plan.cluster.topology, folder, title, plan.cluster.host_devices)
     captions = (
         "Timeline: the pipeline schedule as the evaluator simulates it, then the step end; its length is "
         "the predicted step time.",
         "Memory per device of every stage, by term, against the device's capacity.",
-        "Placement: every device of the cluster by pipeline stage and data-parallel replica.",
+        "Placement: every device of the cluster by pipeline stage and data-parallel replica; where a node is wide "
+        "(an NVL72 rack) or the cluster large, a cell is a host or a block of devices, as the figure's titles say, "
+        "coloured by its first device.",
     )
     return list(zip(captions, paths))
 
