@@ -1,9 +1,9 @@
 """A self-contained HTML report (``--report`` on ``plan``, ``evaluate`` and ``compare``).
 
 One file that a browser opens with nothing else: the CSS is inline, the figures are PNGs inlined
-as ``data:`` URIs, there is no script and nothing is fetched from the network. A plan's page holds
-the plan (degrees, placement, schedule, job settings), its prediction and breakdown, the memory of
-every stage, the timeline, memory and placement figures, the runner-ups and why each lost, every
+as ``data:`` URIs, there is no script and nothing is fetched from the network. A plan's page opens
+with the answer (report/answer.py), then holds the plan (degrees, placement, schedule, job settings), its
+prediction and breakdown, the memory of every stage, the timeline, memory and placement figures, the runner-ups and why each lost, every
 framework's export with its notes, what nestplan was checked against on the plan's accelerator,
 and the plan JSON itself; a comparison's page holds each case's table and figure.
 
@@ -39,7 +39,7 @@ from nestplan.units import GiB
 from nestplan.version import __version__
 
 # What each catalog accelerator's predictions were checked against (tests/validation; the figures
-# are in the README's "Validation" section). An accelerator not listed has no published runs there.
+# are in docs/validation.md, "The published sets"). An accelerator not listed has no published runs there.
 MEASURED_SETS: Mapping[str, str] = {
     "a100-80gb": "Korthikanti et al. 2022 (Reducing Activation Recomputation in Large Transformer Models) on "
     "DGX A100: iteration times of Table 5, memory per GPU of Figures 1 and 7",
@@ -401,7 +401,7 @@ def _validation_section(accelerator: Accelerator) -> str:
 
 def _validation_paragraph() -> str:
     return (
-        '<p>The errors against each published set are in nestplan\'s README (section "Validation"). How far '
+        '<p>The errors against each published set are in nestplan\'s docs/validation.md. How far '
         "nestplan is from your own cluster: put a few measured steps in a runs file and run "
         "<code>nestplan validate RUNS.json</code>, which predicts each run as it ran and prints its error.</p>"
     )
