@@ -2,10 +2,10 @@
 
 One file that a browser opens with nothing else: the CSS is inline, the figures are PNGs inlined
 as ``data:`` URIs, there is no script and nothing is fetched from the network. A plan's page opens
-with the answer (report/answer.py), then holds the plan (degrees, placement, schedule, job settings), its
-prediction and breakdown, the memory of every stage, the timeline, memory and placement figures, the runner-ups and why each lost, every
-framework's export with its notes, what nestplan was checked against on the plan's accelerator,
-and the plan JSON itself; a comparison's page holds each case's table and figure.
+with the answer (report/answer.py), then holds the plan (degrees, placement, schedule, job settings),
+its prediction and breakdown, the memory of every stage, the timeline, memory and placement figures,
+the runner-ups and why each lost, every framework's export with its notes, what nestplan was checked
+against on the plan's accelerator, and the plan JSON itself; a comparison's page holds each case's table and figure.
 
 Every string that comes from the input (model and cluster names, level names, export files,
 notes) is written through :func:`html.escape`: nothing from the input reaches the page as markup.
@@ -401,7 +401,7 @@ def _validation_section(accelerator: Accelerator) -> str:
 
 def _validation_paragraph() -> str:
     return (
-        '<p>The errors against each published set are in nestplan\'s docs/validation.md. How far '
+        "<p>The errors against each published set are in nestplan's docs/validation.md. How far "
         "nestplan is from your own cluster: put a few measured steps in a runs file and run "
         "<code>nestplan validate RUNS.json</code>, which predicts each run as it ran and prints its error.</p>"
     )
