@@ -9,6 +9,7 @@ Programmer invariants use ``assert`` instead.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -30,6 +31,14 @@ def brief(value: Any, width: int = 60) -> str:
     characters (a 4,000-digit integer or a long list is not quoted whole)."""
     text = printable(repr(value))
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def did_you_mean(name: str, valid: Sequence[str]) -> str:
+    """`` (did you mean 'x' or 'y'?)``: the valid names closest to ``name`` (at most three; difflib's ratio at
+    least 0.6, case and surrounding spaces ignored), or ``""`` where none is close."""
+    by_key = {v.lower(): v for v in valid}
+    close = difflib.get_close_matches(name.strip().lower(), list(by_key), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(by_key[c]) for c in close)}?)" if close else ""
 
 
 class PlannerError(Exception):
@@ -63,14 +72,11 @@ class ConfigError(PlannerError):
 
 class UnknownNameError(ConfigError):
     """A catalog name that does not exist; ``limit`` lists the valid names. The closest of them lead the
-    line ("did you mean"; difflib's ratio, case and surrounding spaces ignored); ``files``: a path to a
+    line (:func:`did_you_mean`); ``files``: a path to a
     file is accepted in the name's place."""
 
     def __init__(self, kind: str, name: str, valid: list[str], files: bool = True) -> None:
-        by_key = {v.lower(): v for v in valid}
-        close = difflib.get_close_matches(name.strip().lower(), list(by_key), n=3, cutoff=0.6)
-        shown = [repr(by_key[c]) for c in close]
-        mean = f" (did you mean {' or '.join(shown)}?)" if close else ""
+        mean = did_you_mean(name, valid)
         files_too = " (or a path to a file)" if files else ""
         super().__init__(
             f"unknown {kind} '{name}'{mean}; valid {kind}s: {', '.join(valid)}{files_too}",

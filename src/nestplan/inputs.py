@@ -22,7 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from nestplan.errors import ConfigError, brief, printable
+from nestplan.errors import ConfigError, brief, did_you_mean, printable
 
 MAX_FILE_BYTES = 16 * 2**20  # the largest input file read: 16 MiB (configs and plans are a few kB)
 MAX_DEPTH = 64  # nesting of JSON/TOML tables and arrays (configs and plans nest 4 deep)
@@ -277,11 +277,12 @@ class Fields:
         return check_string(value, self.name(key), self.origin)
 
     def choice(self, key: str, allowed: Sequence[str], default: Any = MISSING) -> str:
-        """One of the strings ``allowed``."""
+        """One of the strings ``allowed``; a string that is not names the closest of them ("did you mean")."""
         value = self.raw(key, default)
         if not isinstance(value, str) or value not in allowed:
+            mean = did_you_mean(value, allowed) if isinstance(value, str) else ""
             raise self.error(
-                f"field '{self.name(key)}' is {brief(value)}; allowed: {', '.join(allowed)}",
+                f"field '{self.name(key)}' is {brief(value)}; allowed: {', '.join(allowed)}{mean}",
                 self.name(key),
                 brief(value),
                 list(allowed),

@@ -16,7 +16,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from nestplan.errors import ConfigError, brief
+from nestplan.errors import ConfigError, brief, did_you_mean
 
 
 class Framework(str, Enum):
@@ -130,7 +130,9 @@ class Setting:
 
     def check(self, value: Any) -> Any:
         """``value`` as this setting holds it (a choice's string as its Enum member), or a ConfigError
-        naming the setting, the value and what is allowed."""
+        naming the setting, the value and what is allowed (a choice's closest names first: "did you mean").
+        The one check of a setting's value: the CLI's options parse with it, and the job file, the runs
+        file, the plan JSON and ``evaluate --set`` read through it."""
         if value is None and self.optional:
             return None
         if self.kind is bool:
@@ -148,8 +150,12 @@ class Setting:
         if value not in allowed:
             quoted = f"'{value}'" if self.kind == "dtype" else brief(value)
             label = self.name if self.kind == "dtype" else self.label
+            mean = did_you_mean(value, allowed) if isinstance(value, str) else ""
             raise ConfigError(
-                f"{label} {quoted} is not one of {', '.join(allowed)}", field=self.name, value=value, limit=allowed
+                f"{label} {quoted} is not one of {', '.join(allowed)}{mean}",
+                field=self.name,
+                value=value,
+                limit=allowed,
             )
         return value if self.kind == "dtype" else self.kind(value)
 

@@ -18,8 +18,11 @@ from cli_helpers import run_cli
 from nestplan import api
 from nestplan.export import FRAMEWORKS
 from nestplan.job import Job
+from nestplan.cost.run import RunLength
+from nestplan.report.answer import answer_lines, best_alternative, changes
 from nestplan.report.html import compare_report, plan_report
 from nestplan.search.compare import CompareRow
+from nestplan.strategy.describe import describe
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Recompute, ZeroStage
 
@@ -179,6 +182,78 @@ def test_compare_page_has_a_table_and_a_figure_per_case_and_escapes_titles():
     assert "<script" not in page.lower()
     if HAS_MATPLOTLIB:
         assert _attribute_values(case, "src")[0].startswith("data:image/png;base64,")
+
+
+# -- the answer first (report/answer.py) ----------------------------------------------------------
+def _runner_up(best, step_factor: float, order: tuple[str, ...] | None = None, **changed):
+    """``best`` as a runner-up: its step scaled, its placement's rank order or its degrees changed."""
+    placement = best.placement if order is None else replace(best.placement, axis_order=order)
+    return replace(
+        best, step_time_s=best.step_time_s * step_factor, plan=replace(best.plan, **changed), placement=placement
+    )
+
+
+def _why(plan, runners_up) -> str:
+    return dict(answer_lines(plan, runners_up))["why this plan"]
+
+
+def test_the_answer_opens_the_page_before_any_figure(searched):
+    page = plan_report(searched.plan, searched.runners_up)
+    answer = _section(page, "answer")
+    assert page.index('<section id="answer">') < page.index("<nav>") < page.index('<section id="plan">')
+    assert "<img" not in page[: page.index('<section id="pictures">')]
+    p = searched.plan.predicted
+    for label in ("what to run", "predicted step", "memory", "why this plan"):
+        assert f"<th>{label}</th>" in answer
+    assert f"{p.step_time_s:.3f} s, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}" in answer
+    assert html.escape(str(searched.plan.trust["note"]), quote=True) in answer
+    assert describe(searched.plan.dims, searched.plan.axis_order, long=True) in answer
+    assert "fits in memory (" in answer and "% headroom)" in answer
+    assert "whole run" not in answer  # no run asked
+
+
+def test_an_evaluation_says_no_why_and_a_run_gives_its_days_and_cost(evaluated):
+    lines = dict(answer_lines(evaluated))
+    assert "why this plan" not in lines and "whole run" not in lines
+    run = evaluated.with_run(RunLength(tokens=1e11))
+    assert dict(answer_lines(run))["whole run"].startswith(f"{run.run.days:.2f} days, cost ")
+
+
+def test_a_runner_up_differing_only_by_rank_order_is_skipped(searched):
+    plan, best = searched.plan, searched.best
+    twin = _runner_up(best, 1.001, order=("tp", "cp", "ep", "pp", "dp"))
+    other = _runner_up(best, 1.2, recompute=Recompute.FULL, micro_batch_size=4)
+    alternative = best_alternative(plan, [twin, other])
+    assert changes(plan, twin) == ()
+    assert alternative.changes == ("recompute full → none", "mbs 4 → 8")
+    assert alternative.slower_s == pytest.approx(0.2 * best.step_time_s) and not alternative.tie
+    why = _why(plan, [twin, other])
+    assert why.startswith("the best runner-up that differs in more than rank order (recompute full → none, mbs 4 → 8;")
+    assert f"is {0.2 * best.step_time_s:.3f} s (20.0%) slower per step" in why
+
+
+def test_no_runner_up_other_than_rank_order_twins(searched):
+    plan, best = searched.plan, searched.best
+    twins = [_runner_up(best, 1.01, order=("tp", "cp", "ep", "pp", "dp")), _runner_up(best, 1.02)]
+    assert best_alternative(plan, twins) is None
+    assert _why(plan, twins).startswith("no other plan to compare with: the 2 runner-ups kept differ from it in rank")
+    assert _why(plan, ()) == "no runner-up to compare with (--top K keeps K of them)"
+
+
+def test_a_runner_up_within_the_trust_band_is_a_tie(searched):
+    plan, best = searched.plan, searched.best
+    band = float(plan.trust["median_error"])
+    close = _runner_up(best, 1 + band / 2, zero=ZeroStage.NONE)
+    assert best_alternative(plan, [close]).tie
+    assert _why(plan, [close]).startswith("a tie: the best runner-up that differs in more than rank order (ZeRO 0 → 1;")
+    far = _runner_up(best, 1 + 2 * band, zero=ZeroStage.NONE)
+    assert not best_alternative(plan, [far]).tie
+
+
+def test_a_run_setting_is_a_difference(searched):
+    plan, best = searched.plan, searched.best
+    other = replace(_runner_up(best, 1.3), settings=replace(best.settings, tp_comm_overlap=True))
+    assert changes(plan, other) == ("tp comm overlap True → False",)
 
 
 # -- the command line -----------------------------------------------------------------------------

@@ -121,3 +121,31 @@ def test_timeline_of_an_uneven_interleaved_layout_is_the_evaluators() -> None:
     assert pred.stages[0].chunk_forward_s
     pipeline = pred.step_time_s - pred.breakdown_s["dp_sync"] - pred.breakdown_s["optimizer"]
     assert step_timeline(pred).pipeline.makespan_s == pytest.approx(pipeline, rel=1e-9)
+
+
+def test_a_wide_nvlink_domain_is_drawn_a_cell_per_host() -> None:
+    """An NVL72 rack (72 GPUs, hosts of 4) is a row of 18 host cells, not 72 device cells; without hosts, the
+    smallest block that keeps a row at most MAX_ROW_CELLS; a DGX node stays a cell per device."""
+    from nestplan.network.topology import Level, Topology
+    from nestplan.report import plots
+
+    racks = Topology("nvl72", (Level("rack", 72, 900e9, 1e-6), Level("fabric", 8, 50e9, 5e-6)))
+    cells = plots._placement_cells(racks, host=4)
+    assert (cells.block, cells.per_row, cells.what) == (4, 18, "host of 4 devices (its first device)")
+    assert (plots._placement_cells(racks).block, plots._placement_cells(racks).per_row) == (3, 24)
+    nodes = Topology("dgx", (Level("node", 8, 450e9, 1e-6), Level("fabric", 32, 50e9, 5e-6)))
+    assert (plots._placement_cells(nodes, host=8).block, plots._placement_cells(nodes, host=8).per_row) == (1, 8)
+
+
+def test_the_nvl72_placement_figure_stays_page_wide(tmp_path) -> None:
+    """DeepSeek-V3's 512 GPUs on GB200 NVL72 racks: host cells with a colour scale, under ~1,700 px wide."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    dims = ParallelDims(tp=2, sp=True, ep=16, etp=1, pp=4, dp=4, layers_per_stage=(15, 16, 15, 15))
+    evaluation = api.evaluate_full(
+        "deepseek-v3", "gb200-nvl72", dims, Job(global_batch_size=64, seq_len=4096), devices=512
+    )
+    paths = evaluation.plot(tmp_path)
+    with Image.open(paths[2]) as figure:
+        assert figure.size[0] <= 1700

@@ -194,6 +194,5 @@ def plot_plan(plan: Plan, out_dir: str | Path, title: str = "") -> list[Path]:
     from nestplan.report.plots import write_plan_plots
 
     pred = plan.prediction or evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, plan.axis_order)
-    return write_plan_plots(
-        pred, plan.cluster.topology, Path(out_dir), title or f"{plan.model.name} on {plan.cluster.name}"
-    )
+    title = title or f"{plan.model.name} on {plan.cluster.name}"
+    return write_plan_plots(pred, plan.cluster.topology, Path(out_dir), title, plan.cluster.host_devices)

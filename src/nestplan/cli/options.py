@@ -47,8 +47,9 @@ def _setting_option(entry: Setting, searched: bool) -> tuple[object, object]:
     if entry.kind is float:
         low, high = entry.bounds
         return float | None, typer.Option(None, entry.flag, min=low, max=high, help=help_text)
-    kind = str if entry.kind == "dtype" else entry.kind
-    return kind | None, typer.Option(None, entry.flag, help=help_text)
+    # a choice parsed by the field table's own check: one line naming the closest choices, not typer's message
+    choices = "[" + "|".join(entry.choices) + "]"
+    return object, typer.Option(None, entry.flag, parser=entry.check, metavar=choices, help=help_text)
 
 
 def run_setting_options(searched: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:

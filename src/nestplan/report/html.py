@@ -1,11 +1,11 @@
 """A self-contained HTML report (``--report`` on ``plan``, ``evaluate`` and ``compare``).
 
 One file that a browser opens with nothing else: the CSS is inline, the figures are PNGs inlined
-as ``data:`` URIs, there is no script and nothing is fetched from the network. A plan's page holds
-the plan (degrees, placement, schedule, job settings), its prediction and breakdown, the memory of
-every stage, the timeline, memory and placement figures, the runner-ups and why each lost, every
-framework's export with its notes, what nestplan was checked against on the plan's accelerator,
-and the plan JSON itself; a comparison's page holds each case's table and figure.
+as ``data:`` URIs, there is no script and nothing is fetched from the network. A plan's page opens
+with the answer (report/answer.py), then holds the plan (degrees, placement, schedule, job settings),
+its prediction and breakdown, the memory of every stage, the timeline, memory and placement figures,
+the runner-ups and why each lost, every framework's export with its notes, what nestplan was checked
+against on the plan's accelerator, and the plan JSON itself; a comparison's page holds each case's table and figure.
 
 Every string that comes from the input (model and cluster names, level names, export files,
 notes) is written through :func:`html.escape`: nothing from the input reaches the page as markup.
@@ -28,6 +28,7 @@ from nestplan.errors import PlannerError, printable
 from nestplan.export import FRAMEWORKS, build
 from nestplan.hardware.accelerator import Accelerator
 from nestplan.plan import Plan, StageSummary
+from nestplan.report.answer import answer_lines
 from nestplan.report.text import compare_run_cells, fit_verdict, why_lost
 from nestplan.report.run import money
 from nestplan.search.compare import CompareRow
@@ -38,7 +39,7 @@ from nestplan.units import GiB
 from nestplan.version import __version__
 
 # What each catalog accelerator's predictions were checked against (tests/validation; the figures
-# are in the README's "Validation" section). An accelerator not listed has no published runs there.
+# are in docs/validation.md, "The published sets"). An accelerator not listed has no published runs there.
 MEASURED_SETS: Mapping[str, str] = {
     "a100-80gb": "Korthikanti et al. 2022 (Reducing Activation Recomputation in Large Transformer Models) on "
     "DGX A100: iteration times of Table 5, memory per GPU of Figures 1 and 7",
@@ -63,14 +64,18 @@ pre { background: #f6f6f6; border: 1px solid #dddddd; padding: 0.6em; overflow-x
 img { max-width: 100%; border: 1px solid #dddddd; margin: 0.4em 0; }
 .verdict-bad { color: #b00020; font-weight: bold; }
 .note { color: #555555; }
+table.answer { border: 2px solid #2b5d8a; }
+table.answer th { text-align: left; vertical-align: top; }
+table.answer td { text-align: left; white-space: normal; }
 """
 
 
 # -- pages ----------------------------------------------------------------------------------------
-def plan_report(plan: Plan, runners_up: Sequence[Prediction] = (), sizes: SizeChoice | None = None) -> str:
+def plan_report(plan: Plan, runners_up: Sequence[Prediction] | None = None, sizes: SizeChoice | None = None) -> str:
     """The report of ``plan`` (from ``plan`` or ``evaluate``) and, for a search, its runner-ups
-    (best first), its whole run where it has one and the device range it was chosen from: one HTML
-    page that needs nothing else."""
+    (best first; given, even empty, for a searched plan), its whole run where it has one and the device
+    range it was chosen from: one HTML page that needs nothing else, opening with the answer
+    (report/answer.py)."""
     pred = plan.prediction or evaluate_plan(plan.model, plan.cluster, plan.dims, plan.job, plan.axis_order)
     title = f"{plan.model.name} on {plan.cluster.name}"
     sections = [
@@ -90,7 +95,7 @@ def plan_report(plan: Plan, runners_up: Sequence[Prediction] = (), sizes: SizeCh
         ("validation", "Validation", _validation_section(plan.cluster.accelerator)),
         ("plan-json", "Plan JSON", _plan_json(plan)),
     ]
-    return _page(f"nestplan report: {title}", _summary(plan), sections)
+    return _page(f"nestplan report: {title}", _answer(plan, runners_up), sections)
 
 
 class Comparison(Protocol):
@@ -157,17 +162,16 @@ def _ms(x: float) -> str:
 
 
 # -- the plan's sections --------------------------------------------------------------------------
-def _summary(plan: Plan) -> str:
-    job, p = plan.job, plan.predicted
-    verdict = fit_verdict(p)
-    shown = _e(verdict) if p.fits else f'<span class="verdict-bad">{_e(verdict)}</span>'
-    return (
-        f"<p>{plan.devices_used} of {plan.cluster.devices} devices of {_e(plan.cluster.name)} "
-        f"({_e(plan.cluster.accelerator.name)}), global batch {job.global_batch_size}, sequence {job.seq_len}, "
-        f"{_e(job.dtype)}; {shown}.</p>\n<p><b>step time {p.step_time_s:.4f} s</b>, "
-        f"{p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}.</p>\n"
-        f"<p>framework {_e(job.settings.framework.value)}; trust: {_e(str(plan.trust['note']))}.</p>"
+def _answer(plan: Plan, runners_up: Sequence[Prediction] | None) -> str:
+    """The page's first lines: what to run, its step, run and memory, and why it beats the alternative."""
+    bad = not plan.predicted.fits
+    rows = "".join(
+        f"<tr><th>{_e(label)}</th>"
+        + ('<td class="verdict-bad">' if bad and label == "memory" else "<td>")
+        + f"{_e(text)}</td></tr>\n"
+        for label, text in answer_lines(plan, runners_up)
     )
+    return f'<section id="answer"><table class="answer"><tbody>\n{rows}</tbody></table></section>'
 
 
 def _plan_section(plan: Plan) -> str:
@@ -248,12 +252,15 @@ def _memory_section(plan: Plan) -> str:
 def _plan_figures(pred: Prediction, plan: Plan, folder: Path) -> list[tuple[str, Path]]:
     from nestplan.report.plots import write_plan_plots
 
-    paths = write_plan_plots(pred, plan.cluster.topology, folder, f"{plan.model.name} on {plan.cluster.name}")
+    title = f"{plan.model.name} on {plan.cluster.name}"
+    paths = write_plan_plots(pred, plan.cluster.topology, folder, title, plan.cluster.host_devices)
     captions = (
         "Timeline: the pipeline schedule as the evaluator simulates it, then the step end; its length is "
         "the predicted step time.",
         "Memory per device of every stage, by term, against the device's capacity.",
-        "Placement: every device of the cluster by pipeline stage and data-parallel replica.",
+        "Placement: every device of the cluster by pipeline stage and data-parallel replica; where a node is wide "
+        "(an NVL72 rack) or the cluster large, a cell is a host or a block of devices, as the figure's titles say, "
+        "coloured by its first device.",
     )
     return list(zip(captions, paths))
 
@@ -354,7 +361,7 @@ def _runners_up_section(best: Prediction, runners_up: Sequence[Prediction]) -> s
 def _exports_section(plan: Plan) -> str:
     parts = [
         "<p>The launch settings of each framework for this plan, as <code>nestplan plan ... --export "
-        "FRAMEWORK --out DIR</code> writes them, with their notes.</p>"
+        "FRAMEWORK --out DIR</code> writes them (open a file's name to read it), with their notes.</p>"
     ]
     for framework in FRAMEWORKS:
         try:
@@ -364,9 +371,7 @@ def _exports_section(plan: Plan) -> str:
             continue
         notes = "".join(f"<li>{_e(note)}</li>" for note in result.notes)
         parts.append(f"<h3>{_e(framework)}</h3>" + (f"<ul>{notes}</ul>" if notes else "<p>no notes</p>"))
-        parts += [
-            f"<details open><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n" for f in result.files
-        ]
+        parts += [f"<details><summary>{_e(f.name)}</summary><pre>{_e(f.text)}</pre></details>\n" for f in result.files]
     return "".join(parts)
 
 
@@ -396,7 +401,7 @@ def _validation_section(accelerator: Accelerator) -> str:
 
 def _validation_paragraph() -> str:
     return (
-        '<p>The errors against each published set are in nestplan\'s README (section "Validation"). How far '
+        "<p>The errors against each published set are in nestplan's docs/validation.md. How far "
         "nestplan is from your own cluster: put a few measured steps in a runs file and run "
         "<code>nestplan validate RUNS.json</code>, which predicts each run as it ran and prints its error.</p>"
     )

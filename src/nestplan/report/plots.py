@@ -44,6 +44,10 @@ MAX_NODE_ROWS = 32  # the placement figure folds the nodes into columns of this 
 # MAX_NODE_ROWS rows a column, the canvas stays under ~2,700 x 1,100 pixels at 110 dpi.
 MAX_PLACEMENT_CELLS = 1024
 MAX_ROW_CELLS = 32  # cells in one row of the placement figure when a cell is a block of nodes
+# a panel's width at most, inches: at 110 dpi the figure stays ~1,650 px wide, its text legible where the HTML
+# report fits it to the page's 80em
+MAX_PANEL_WIDTH_IN = 6.5
+MAX_ROW_DEVICES = 16  # a node wider (a 72-GPU NVL72 rack) is drawn a cell per host: a row of 72 cells is unreadable
 
 
 @dataclass(frozen=True)
@@ -121,15 +125,18 @@ def plain_text() -> Iterator[None]:
         yield
 
 
-def write_plan_plots(pred: Prediction, topology: Topology, out_dir: Path, title: str) -> list[Path]:
+def write_plan_plots(
+    pred: Prediction, topology: Topology, out_dir: Path, title: str, host: int | None = None
+) -> list[Path]:
     """Write timeline.png, memory.png and placement.png into out_dir, the three or none (nestplan.outputs.staged);
-    returns their paths. The title is drawn as plain text, its invisible characters as escapes."""
+    returns their paths. The title is drawn as plain text, its invisible characters as escapes; ``host``: the
+    cluster's devices per host (the placement's cells where a node is wide)."""
     title = printable(title)
     names = ("timeline.png", "memory.png", "placement.png")
     with plain_text(), outputs.staged(out_dir, "--plot") as stage:
         _timeline_figure(step_timeline(pred), pred, stage / names[0], title)
         _memory_figure(pred, stage / names[1], title)
-        _placement_figure(pred, topology, stage / names[2], title)
+        _placement_figure(pred, topology, stage / names[2], title, host)
     return [out_dir / name for name in names]
 
 
@@ -229,22 +236,32 @@ def _memory_figure(pred: Prediction, path: Path, title: str) -> None:
     _save(fig, path)
 
 
-def _placement_figure(pred: Prediction, topology: Topology, path: Path, title: str) -> None:
+def _placement_figure(pred: Prediction, topology: Topology, path: Path, title: str, host: int | None) -> None:
     import matplotlib
     import matplotlib.pyplot as plt
 
     stage, replica = device_map(pred, topology.devices)
-    cells = _placement_cells(topology)
+    cells = _placement_cells(topology, host)
     rows_total = -(-topology.devices // (cells.block * cells.per_row))
     folds = -(-rows_total // MAX_NODE_ROWS)
     rows = min(rows_total, MAX_NODE_ROWS)
-    fig, axes = plt.subplots(1, 2, figsize=(2 + 2 * max(3.0, 0.35 * cells.per_row * folds), 1.5 + 0.25 * rows))
+    panel_width = min(MAX_PANEL_WIDTH_IN, max(3.0, 0.35 * cells.per_row * folds))
+    fig, axes = plt.subplots(1, 2, figsize=(2 + 2 * panel_width, 1.5 + 0.25 * rows))
     for ax, values, name in ((axes[0], stage, "pipeline stage"), (axes[1], replica, "data-parallel replica")):
         image = _fold(values[:: cells.block].astype(float), cells.per_row, rows, folds)
-        cmap, top = _categories(matplotlib, int(values.max()) + 1)
-        ax.imshow(
-            np.ma.masked_less(image, 0), cmap=cmap, vmin=-0.5, vmax=top - 0.5, aspect="auto", interpolation="nearest"
+        count = int(values.max()) + 1
+        drawn = ax.imshow(
+            np.ma.masked_less(image, 0),
+            cmap=_categories(matplotlib, count),
+            vmin=-0.5,
+            vmax=count - 0.5,
+            aspect="auto",
+            interpolation="nearest",
         )
+        legend = fig.colorbar(drawn, ax=ax, fraction=0.04, pad=0.02)
+        legend.locator = matplotlib.ticker.MaxNLocator(nbins=min(count, 10), integer=True)
+        legend.update_ticks()
+        legend.set_label(name, fontsize=8)
         _draw_levels(ax, topology, rows, cells.block * cells.per_row, folds, cells.per_row)
         ax.set_title(f"{name} of every {cells.what} (white: idle)", fontsize=9)
         ax.set_xlabel(f"{cells.what} in its {cells.row_name}" + (f" ({folds} columns of rows)" if folds > 1 else ""))
@@ -267,12 +284,19 @@ class _Cells:
     row_name: str
 
 
-def _placement_cells(topology: Topology) -> _Cells:
-    """A cell per device, a row per node, up to MAX_PLACEMENT_CELLS devices; beyond, a cell per block of
-    whole nodes (the fewest that keep the cells at most MAX_PLACEMENT_CELLS), MAX_ROW_CELLS cells a row."""
+def _placement_cells(topology: Topology, host: int | None = None) -> _Cells:
+    """A cell per device, a row per node, up to MAX_PLACEMENT_CELLS devices; a node wider than MAX_ROW_DEVICES
+    (a 72-GPU NVL72 rack) a row of a cell per host of ``host`` devices, or per the smallest block that divides
+    it into at most MAX_ROW_CELLS; beyond MAX_PLACEMENT_CELLS devices, a cell per block of whole nodes (the
+    fewest that keep the cells at most MAX_PLACEMENT_CELLS), MAX_ROW_CELLS cells a row."""
     level0 = topology.levels[0]
-    if topology.devices <= MAX_PLACEMENT_CELLS:
+    if topology.devices <= MAX_PLACEMENT_CELLS and level0.size <= MAX_ROW_DEVICES:
         return _Cells(1, level0.size, "device", level0.name)
+    if topology.devices <= MAX_PLACEMENT_CELLS:
+        if host is not None and 1 < host < level0.size and level0.size % host == 0:
+            return _Cells(host, level0.size // host, f"host of {host} devices (its first device)", level0.name)
+        block = next(b for b in range(2, level0.size + 1) if level0.size % b == 0 and level0.size // b <= MAX_ROW_CELLS)
+        return _Cells(block, level0.size // block, f"block of {block} devices (its first device)", level0.name)
     nodes = topology.devices // level0.size
     block = level0.size * -(-nodes // MAX_PLACEMENT_CELLS)
     per_row = min(-(-topology.devices // block), MAX_ROW_CELLS)
@@ -283,8 +307,8 @@ def _categories(matplotlib, n: int):
     """A colour per category (tab20 without its greys) when there are few, else a gradient; idle white."""
     if n <= 18:
         colours = [c for i, c in enumerate(matplotlib.colormaps["tab20"].colors) if i not in (14, 15)]
-        return matplotlib.colors.ListedColormap(colours).with_extremes(bad="white"), 18
-    return matplotlib.colormaps["viridis"].with_extremes(bad="white"), n
+        return matplotlib.colors.ListedColormap(colours[:n]).with_extremes(bad="white")
+    return matplotlib.colormaps["viridis"].with_extremes(bad="white")
 
 
 def _fold(values: np.ndarray, per_node: int, rows: int, folds: int) -> np.ndarray:
