@@ -66,3 +66,27 @@ def test_plan_for_an_export_is_one_the_export_writes(export, model, cluster, dev
     space = api.search_space(export=export, model=spec)
     result = api.plan(spec, cluster, Job(global_batch_size=batch, seq_len=seq), devices=devices, top=0, space=space)
     assert build(result.plan, export, "test").files
+
+
+def test_a_schedule_the_framework_does_not_run_is_said_with_the_way_out() -> None:
+    """Megatron-LM's plain search keeps every schedule nestplan costs; a zero-bubble plan says Megatron-LM
+    does not run it and how to plan for what it runs; a 1F1B plan says nothing."""
+    from dataclasses import replace
+
+    from nestplan.export import exports_running, schedule_caveat
+    from nestplan.strategy.dims import ParallelDims
+    from nestplan.strategy.enums import Schedule
+
+    dims = ParallelDims(tp=8, pp=2, dp=1, zero=1, schedule=Schedule.ZB_H1)
+    plan = api.evaluate_full("llama3-8b", "dgx-h100", dims, Job(global_batch_size=64, seq_len=4096), devices=16).plan
+    assert "megatron" not in exports_running(Schedule.ZB_H1) and "megatron" in exports_running(Schedule.INTERLEAVED)
+    caveat = schedule_caveat(plan)
+    assert "does not run the zb-h1 schedule" in caveat and "--export megatron" in caveat
+    one_f_one_b = api.evaluate_full(
+        "llama3-8b",
+        "dgx-h100",
+        replace(dims, schedule=Schedule.ONE_F_ONE_B),
+        Job(global_batch_size=64, seq_len=4096),
+        devices=16,
+    ).plan
+    assert schedule_caveat(one_f_one_b) == ""

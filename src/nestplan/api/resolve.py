@@ -11,6 +11,7 @@ from nestplan.cluster import Cluster, load_cluster
 from nestplan.job import Job, Optimizer, default_fp8_recipe, make_job, preferred_dtype
 from nestplan.model import ModelSpec, load_model
 from nestplan.errors import ConfigError
+from nestplan.export import EXPORT_FRAMEWORKS, FRAMEWORK_EXPORTS
 from nestplan.settings import CpCommType, Fp8Recipe, Framework, RunSettings
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import Schedule
@@ -88,19 +89,6 @@ def megatron_dp(plan: ParallelDims, devices: int | None) -> ParallelDims | None:
 
 
 DEFAULT_GLOBAL_BATCH = 4096  # the NEST paper's evaluation (section 5.1)
-
-
-# the software each export runs on: Megatron-Bridge runs NeMo's recipes on Megatron-Core
-EXPORT_FRAMEWORKS = {
-    "megatron": Framework.MEGATRON,
-    "megatron-bridge": Framework.NEMO,
-    "torchtitan": Framework.TORCHTITAN,
-    "deepspeed": Framework.DEEPSPEED,
-}
-
-
-# the export each framework's plans are narrowed as (plain FSDP has none: search/space.py FSDP_SPACE)
-FRAMEWORK_EXPORTS = {fw: name for name, fw in EXPORT_FRAMEWORKS.items()}
 
 
 def export_framework(export: str, given: object = None) -> Framework:

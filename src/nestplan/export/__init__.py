@@ -16,12 +16,21 @@ from nestplan.export.common import Export, choose_order
 from nestplan.export.plan import ExportInput
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
-from nestplan.settings import CpCommType
+from nestplan.settings import CpCommType, Framework
 from nestplan.strategy.enums import Schedule
 
 EXPORTERS = {m.NAME: m for m in (megatron, torchtitan, deepspeed, nemo)}
 FRAMEWORKS = tuple(EXPORTERS)
 ALIASES = {alias: nemo.NAME for alias in nemo.ALIASES}  # older framework names, still accepted
+# the software each export runs on: Megatron-Bridge runs NeMo's recipes on Megatron-Core
+EXPORT_FRAMEWORKS = {
+    megatron.NAME: Framework.MEGATRON,
+    nemo.NAME: Framework.NEMO,
+    torchtitan.NAME: Framework.TORCHTITAN,
+    deepspeed.NAME: Framework.DEEPSPEED,
+}
+# the export each framework's plans are narrowed as (plain FSDP has none: search/space.py FSDP_SPACE)
+FRAMEWORK_EXPORTS = {fw: name for name, fw in EXPORT_FRAMEWORKS.items()}
 
 
 def default_order(framework: str) -> tuple[str, ...]:
@@ -70,6 +79,27 @@ def framework_moe_overlap(framework: str, model: ModelSpec) -> bool:
     """Whether ``framework`` runs ``model``'s MoE all-to-alls under another microbatch's compute
     (RunSettings.moe_comm_overlap)."""
     return EXPORTERS[framework].moe_comm_overlap(model)
+
+
+def exports_running(schedule: Schedule) -> tuple[str, ...]:
+    """The exports whose framework runs ``schedule`` as nestplan costs it (the schedule table of
+    docs/workflow.md)."""
+    return tuple(name for name in EXPORTERS if schedule in framework_schedules(name))
+
+
+def schedule_caveat(plan: Plan) -> str:
+    """Where the plan's framework does not run its pipeline schedule (a zero-bubble or V schedule planned for
+    Megatron-LM, whose search keeps every schedule nestplan costs): which exports do, and how to plan for
+    the framework's own; else ""."""
+    framework, schedule = plan.job.settings.framework, plan.dims.schedule
+    export = FRAMEWORK_EXPORTS.get(framework)
+    running = exports_running(schedule)
+    if export is None or export in running:
+        return ""
+    return (
+        f"; {framework.value} does not run the {schedule.value} schedule ({', '.join(running) or 'no export'} "
+        f"does): plan with --export {export} for a plan it runs"
+    )
 
 
 def check_model(framework: str, model: ModelSpec) -> None:

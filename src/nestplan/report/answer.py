@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nestplan.cost.prediction import Prediction
+from nestplan.export import schedule_caveat
 from nestplan.plan import Plan
 from nestplan.profile import is_tie
 from nestplan.report.run import energy, money
@@ -81,7 +82,7 @@ def answer_lines(plan: Plan, runners_up: Sequence[Prediction] | None = None) -> 
             f"{describe(d, plan.axis_order, long=True)}{exchange}; microbatches per replica per step: "
             f"{plan.num_microbatches}; "
             f"{job.settings.framework.value} on {plan.devices_used:,} of {plan.cluster.devices:,} devices of "
-            f"{plan.cluster.name} ({plan.cluster.accelerator.name})",
+            f"{plan.cluster.name} ({plan.cluster.accelerator.name}){schedule_caveat(plan)}",
         ),
         (
             "predicted step",

@@ -180,7 +180,11 @@ def _plan_section(plan: Plan) -> str:
         ("tp", f"{d.tp}" + (" with sequence parallelism" if d.sp_active else "")),
         ("cp", d.cp),
         ("ep", d.ep),
-        ("expert tensor parallelism (etp)", f"{d.expert_tp}; experts over {d.expert_parallel} ranks"),
+        *(
+            [("expert tensor parallelism (etp)", f"{d.expert_tp}; experts over {d.expert_parallel} ranks")]
+            if plan.model.is_moe
+            else []
+        ),
         ("pp", d.pp),
         ("dp", d.dp),
         ("ZeRO stage", int(d.zero)),

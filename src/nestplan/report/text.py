@@ -16,6 +16,7 @@ from rich.text import Text
 
 from nestplan.cost.prediction import Prediction
 from nestplan.errors import printable
+from nestplan.export import schedule_caveat
 from nestplan.model.layers import active_params, total_params
 from nestplan.strategy.describe import describe
 from nestplan.plan import Plan, PredictionSummary
@@ -87,7 +88,10 @@ def render_plan(console: Console, plan: Plan) -> None:
         f"{p.model_tflops_per_device:.1f} model TFLOP/s per device (MFU {p.mfu:.1%}), "
         f"{p.hardware_tflops_per_device:.1f} hardware TFLOP/s"
     )
-    console.print(f"trust: {escape(str(plan.trust['note']))}; framework {job.settings.framework.value}")
+    console.print(
+        f"trust: {escape(str(plan.trust['note']))}; framework {job.settings.framework.value}"
+        + escape(schedule_caveat(plan))
+    )
     console.print(_stage_table(p))
     console.print(_step_table(p))
     console.print(_memory_table(p))
