@@ -304,6 +304,23 @@ def test_other_architectures_build_as_llama_with_the_prediction_quoted(tmp_path,
     assert all(f"{fact} " in note for fact in ("norm", "activation", "gated_mlp", "tied_embeddings", "rope_theta"))
 
 
+@pytest.mark.parametrize(
+    ("name", "dims"),
+    [
+        ("deepseek-v2-lite", ParallelDims(tp=1, ep=4, pp=2, dp=4, zero=1, layers_per_stage=(13, 14))),
+        ("gpt-oss-20b", ParallelDims(tp=2, ep=2, pp=2, dp=4, zero=1)),
+        ("qwen3-235b-a22b", ParallelDims(tp=4, sp=True, ep=2, pp=2, dp=2, zero=1)),
+    ],
+)
+def test_torchtitans_own_models_read_back_pipelined(name, dims, tmp_path, titan) -> None:
+    """DeepSeek-V2-Lite as torchtitan's DeepSeek-V3 model, gpt-oss as its gpt-oss model and Qwen3-MoE as its
+    Qwen3 model, each with expert and pipeline parallelism: torchtitan parses the launch, splits the stages
+    as costed and builds the model nestplan costed, nothing noted about the model."""
+    plan = _fixture_plan(name, 32, dims, seq_len=4096)
+    notes = check_export(plan, tmp_path, titan)
+    assert not any(f"builds {name} as its" in n for n in notes)
+
+
 def test_nodes_renumbered_to_the_costed_order(tmp_path, titan) -> None:
     """Costed pp inside dp (tp-cp-ep-pp-dp): torchtitan's mesh puts pp outermost, but each of its
     node-sized rank blocks is one tp group, so renumbering the nodes puts every torchtitan rank on the

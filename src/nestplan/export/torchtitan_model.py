@@ -78,33 +78,46 @@ def _stages_source(counts: list[int]) -> tuple[str, str]:
     return function, "    config.parallelism.module_fqns_per_model_part = nestplan_stages()\n"
 
 
+# per RoPE scaling torchtitan takes: its RoPE.Config.scaling, and each field it sets from Hugging Face's key
+# with transformers' default (None: required; MAX_POSITIONS: the model's maximum, YaRN's default length)
+MAX_POSITIONS = "max_position_embeddings"
+ROPE_SCALINGS: dict[RopeType, tuple[str, tuple[tuple[str, str, object, type], ...]]] = {
+    RopeType.LLAMA3: (
+        "llama",
+        (
+            ("scaling_factor", "factor", None, float),
+            ("low_freq_factor", "low_freq_factor", None, float),
+            ("high_freq_factor", "high_freq_factor", None, float),
+            ("original_max_position_embeddings", "original_max_position_embeddings", None, int),
+        ),
+    ),
+    RopeType.YARN: (
+        "yarn",
+        (
+            ("rope_factor", "factor", None, float),
+            ("beta_fast", "beta_fast", 32.0, float),
+            ("beta_slow", "beta_slow", 1.0, float),
+            ("original_seq_len", "original_max_position_embeddings", MAX_POSITIONS, int),
+            ("truncate", "truncate", True, bool),
+        ),
+    ),
+}
+
+
 def _rope_source(m: ModelSpec, seq_len: int) -> str:
     """The model's RoPE as its architecture's ``RoPE.Config`` (torchtitan/models/common/rope.py): base, and
-    Llama 3.1's or YaRN's scaling by Hugging Face's parameters (YaRN's defaults as transformers' own: beta_fast
-    32, beta_slow 1, truncate on, original length the model's maximum)."""
+    Llama 3.1's or YaRN's scaling by Hugging Face's parameters (``ROPE_SCALINGS``)."""
     f, arch = m.facts, architecture(m)
     dim = m.qk_rope_head_dim if arch == DEEPSEEK_V3 else m.head_dim
     length = max(int(seq_len), int(m.max_position_embeddings))
     args = [f"dim={int(dim)}", f"max_seq_len={length}", f"theta={float(f.rope_theta or 0.0)!r}"]
     scaling = f.rope_scaling
-    if scaling is not None and scaling.kind is RopeType.LLAMA3:
-        args += [
-            'scaling="llama"',
-            f"scaling_factor={scaling.factor!r}",
-            f"low_freq_factor={float(scaling.get('low_freq_factor')):.12g}",  # type: ignore[arg-type]
-            f"high_freq_factor={float(scaling.get('high_freq_factor')):.12g}",  # type: ignore[arg-type]
-            f"original_max_position_embeddings={int(scaling.get('original_max_position_embeddings'))}",  # type: ignore[arg-type]
-        ]
-    elif scaling is not None and scaling.kind is RopeType.YARN:
-        original = scaling.get("original_max_position_embeddings", m.max_position_embeddings)
-        args += [
-            'scaling="yarn"',
-            f"rope_factor={scaling.factor!r}",
-            f"beta_fast={float(scaling.get('beta_fast', 32.0)):.12g}",  # type: ignore[arg-type]
-            f"beta_slow={float(scaling.get('beta_slow', 1.0)):.12g}",  # type: ignore[arg-type]
-            f"original_seq_len={int(original)}",  # type: ignore[arg-type]
-            f"truncate={bool(scaling.get('truncate', True))}",
-        ]
+    if scaling is not None and scaling.kind in ROPE_SCALINGS:
+        name, fields = ROPE_SCALINGS[scaling.kind]
+        args.append(f'scaling="{name}"')
+        for field, key, default, kind in fields:
+            value = scaling.get(key, m.max_position_embeddings if default == MAX_POSITIONS else default)
+            args.append(f"{field}={kind(value)!r}")
     return f"    rope = {REGISTRIES[arch][0]}.Config({', '.join(args)})\n"
 
 
@@ -216,7 +229,7 @@ def _facts_source(m: ModelSpec) -> str:
             f"        moe.router.route_norm = {bool(router.renormalised)}\n",
             f"        moe.router.route_scale = {float(router.scaling_factor)!r}\n",
             f"        moe.router.num_expert_groups, moe.router.num_limited_groups = {groups[0]}, {groups[1]}\n",
-            f"        moe.router.gate.bias = {arch == GPT_OSS and m.router_bias}   # gpt-oss's router bias\n",
+            f"        moe.router.gate.bias = {arch == GPT_OSS and m.router_bias}   # a bias on the router's logits (gpt-oss)\n",
             f"        moe.load_balance_coeff = {1e-3 if correction else None}   # a correction bias per expert\n",
         ]
         if m.num_shared_experts and (arch == QWEN3 or m.shared_expert_ffn_hidden_size != m.moe_ffn_hidden_size):
@@ -246,10 +259,12 @@ def _model_source(m: ModelSpec, fp8: bool, seq_len: int, compiled: bool) -> tupl
         "from dataclasses import replace\n\n"
         + imports
         + f"from torchtitan.models.common import {rope_class}, RMSNorm\n"
-        + "from torchtitan.models.common.config_utils import make_ffn_config\n"
         + "from torchtitan.models.common.moe import MoE\n"
         + registry_import
     )
+    facts = _facts_source(m)
+    if "make_ffn_config(" in facts:
+        imports += "from torchtitan.models.common.config_utils import make_ffn_config\n"
     vocab, dim = int(m.vocab_size), int(m.hidden_size)
     body = (
         f'    spec = {registry}("{flavor}")   # torchtitan\'s {arch} model, sized and given the facts below\n'
@@ -266,7 +281,7 @@ def _model_source(m: ModelSpec, fp8: bool, seq_len: int, compiled: bool) -> tupl
         + (f"    model = {converter}.build().convert(model)\n" if fp8 else "")
         + '    return replace(spec, flavor="nestplan", model=model)\n'
     )
-    return imports, _facts_source(m) + "def nestplan_model():\n" + body
+    return imports, facts + "def nestplan_model():\n" + body
 
 
 def config_module(inp: ExportInput, m: ModelSpec, compiled: bool) -> str:
