@@ -138,8 +138,9 @@ def test_a_small_model_named_like_a_shipped_one_exports_its_own_architecture(cap
 def test_a_shipped_architecture_under_another_name_exports_as_that_model(capsys, tmp_path) -> None:
     from nestplan.model.config import config_dict, load_model
 
-    path = tmp_path / "mine.json"
-    path.write_text(json.dumps({**config_dict(load_model("llama3-8b")), "name": "my-own-run"}), encoding="utf-8")
+    path = tmp_path / "mine.json"  # torchtitan's 8B flavour is Llama 3.1's (its "llama" RoPE scaling)
+    path.write_text(json.dumps({**config_dict(load_model("llama3.1-8b")), "name": "my-own-run"}), encoding="utf-8")
     titan = _export(capsys, tmp_path, str(path), "torchtitan")
     assert '    return model_registry("8B")\n' in titan and "config_registry.llama3_8b()" in titan
+    path.write_text(json.dumps({**config_dict(load_model("llama3-8b")), "name": "my-own-run"}), encoding="utf-8")
     assert "RECIPE=llama3_8b_pretrain_config" in _export(capsys, tmp_path, str(path), "nemo")

@@ -12,8 +12,8 @@ Where the costed order differs, the launch script renumbers the nodes when that 
 on its costed device, else a note quotes the prediction under torchtitan's order.
 ZeRO maps onto FSDP2: ZeRO 0 replicates (DDP), ZeRO 3 shards parameters and reshards after
 forward, ZeRO 1 and 2 shard without resharding (FSDP2 has no optimizer-only sharding).
-What torchtitan runs differently (all-gathered K/V for context parallelism, rowwise FP8, another
-architecture as a Llama-architecture stand-in) is noted with nestplan's prediction for it; a ZB-H1 plan
+What torchtitan runs differently (all-gathered K/V for context parallelism, rowwise FP8, a fact its model of
+the architecture cannot express, named as ``stated_facts`` names it: torchtitan_arch) is noted with nestplan's prediction for it; a ZB-H1 plan
 (torch.distributed.pipelining has no single-chunk zero-bubble schedule) is refused, naming 1F1B's prediction.
 """
 
@@ -41,17 +41,10 @@ from nestplan.export.common import (
     sbatch_lines,
     torchrun_prologue,
 )
-from nestplan.export.megatron_hybrid import hybrid_stack
 from nestplan.export.plan import ExportInput
 from nestplan.export.torchtitan_notes import job_notes
-from nestplan.export.torchtitan_model import (
-    CONFIG_FUNCTION,
-    CONFIG_MODULE,
-    MODEL_CONFIGS,
-    _differences,
-    config_module,
-    llama_stand_in,
-)
+from nestplan.export.torchtitan_arch import architecture, differences, run_model
+from nestplan.export.torchtitan_model import CONFIG_FUNCTION, CONFIG_MODULE, MODEL_CONFIGS, config_module
 from nestplan.export.torchtitan_split import layers_per_stage_flag, listed_split, stage_weights
 from nestplan.export.torchtitan_split import titan_split as titan_split  # re-exported: the split lives there
 from nestplan.job import Job
@@ -184,18 +177,18 @@ def _checkpoint(plan: Plan) -> tuple[str, list[str]]:
 
 def _run_job(plan: Plan) -> tuple[ModelSpec, ParallelDims, Job, list[str]]:
     """The model, degrees and job torchtitan 0.3.0 runs for the plan where they differ in what nestplan
-    can cost, and what differs: a model of another architecture is built as a Llama-architecture one
-    of its sizes (``run_model``); without pp, ZeRO 1 runs as ZeRO 2 (FSDP2 reduce-scatters gradients each
+    can cost, and what differs: a model is built as torchtitan's model of its architecture, with what that
+    cannot express built otherwise (``torchtitan_arch.run_model``, the facts named in the note); without pp, ZeRO 1 runs as ZeRO 2 (FSDP2 reduce-scatters gradients each
     microbatch; with pp, torch's pipeline stages defer that to the last one, as ZeRO 1); its context parallelism all-gathers K/V (FlexAttention with ``flex_cp_allgather``;
     0.3.0 has no ring or all-to-all option); its float8 linears (torchao) scale from the current amax
     (rowwise; nestplan's closest recipe is tensorwise current scaling) and keep parameters in the
     training dtype."""
-    model, changes = run_model(plan.model), []
+    pipelined = plan.dims.pp > 1
+    model, changes = run_model(plan.model, pipelined), []
     if model != plan.model:
         changes.append(
-            f"torchtitan 0.3.0 has no {plan.model.family} architecture "
-            f"({', '.join(_differences(plan.model))}): it builds a Llama-architecture decoder of "
-            f"{plan.model.name}'s sizes (SwiGLU hidden {model.ffn_hidden_size}, untied head, no dropout)"
+            f"torchtitan 0.3.0 builds {plan.model.name} as its {architecture(plan.model)} model, which cannot "
+            f"express: {'; '.join(differences(plan.model, pipelined))}"
         )
     dims, sharding = _run_sharding(plan)
     job, moe = _run_moe(plan.job)
@@ -402,48 +395,41 @@ def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
     return (
         flags,
         ckpt,
-        notes + ep_notes + dp_notes + pipe_notes + ckpt_notes + compile_notes + job_notes(p) + _run_note(p),
+        notes
+        + ep_notes
+        + dp_notes
+        + pipe_notes
+        + ckpt_notes
+        + compile_notes
+        + job_notes(p)
+        + model_notes(p)
+        + _run_note(p),
     )
 
 
 def check_model(m: ModelSpec) -> None:
-    """A model torchtitan 0.3.0 has nothing close to (``run_model``): refused."""
+    """A model torchtitan 0.3.0 has nothing close to (``torchtitan_arch.run_model``): refused."""
     run_model(m)
 
 
-def run_model(m: ModelSpec) -> ModelSpec:
-    """The model torchtitan 0.3.0 builds for ``m``: ``m`` itself where it is of torchtitan's architecture,
-    else a Llama-architecture decoder of ``m``'s sizes (``llama_stand_in``). Refused where torchtitan has
-    nothing close: an encoder, MoE with shared experts
-    or dense layers between, heads that do not tile the hidden size, latent or chunked attention, a hybrid
-    stack of Mamba layers (Nemotron-H, Jamba: torchtitan has no Mamba mixer)."""
-    blockers = [
-        (not m.causal, "bidirectional attention"),
-        (m.num_shared_experts > 0, "shared experts"),
-        (m.is_moe and len(m.moe_layers) != m.num_layers, "dense layers between MoE layers"),
-        (not m.is_moe and m.head_dim * m.num_heads != m.hidden_size, "a head size other than hidden / heads"),
-        (m.is_mla, "multi-head latent attention"),
-        (m.attention_chunk_size is not None, "chunked attention"),
-        (m.is_hybrid, hybrid_stack(m)),
-    ]
-    missing = [what for bad, what in blockers if bad]
-    if missing:
-        raise refuse(
-            TITLE,
-            f"torchtitan 0.3.0 builds Llama-architecture decoders and Qwen3-MoE blocks; {m.name} "
-            f"has {', '.join(missing)}",
-            "model",
-            m.name,
-        )
-    if not _differences(m):
-        return m
-    return llama_stand_in(m)
+def model_notes(plan: Plan) -> list[str]:
+    """The stated facts torchtitan builds otherwise where the model nestplan costs stays the same (YaRN's
+    temperature): the ones that change it are in the prediction's note (``_run_note``)."""
+    pipelined = plan.dims.pp > 1
+    if run_model(plan.model, pipelined) != plan.model:
+        return []
+    named = differences(plan.model, pipelined)
+    return (
+        [f"torchtitan 0.3.0 builds {plan.model.name} as its {architecture(plan.model)} model: {'; '.join(named)}"]
+        if named
+        else []
+    )
 
 
 def export(inp: ExportInput) -> Export:
     flags, ckpt, notes = all_flags(inp)
     remap = node_order(inp)
-    module = config_module(inp, run_model(inp.model), ("--compile.enable", None) in flags)
+    module = config_module(inp, run_model(inp.model, inp.plan.dims.pp > 1), ("--compile.enable", None) in flags)
     notes = [*notes, *stack_notes(inp.plan, Framework.TORCHTITAN)]
     text = (
         "#!/usr/bin/env bash\n"

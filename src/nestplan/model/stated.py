@@ -42,6 +42,8 @@ def stated_facts(m: ModelSpec) -> dict[str, object]:
     }
     if f.local_rope_theta is not None:
         facts["local_rope_theta"] = f.local_rope_theta
+    if m.mtp_layers:  # DeepSeek-V3's multi-token-prediction modules (section 2.2), which nestplan costs
+        facts["mtp_layers"] = m.mtp_layers
     if m.is_moe and f.router is not None:
         facts |= {
             "router_score": f.router.score.value,
