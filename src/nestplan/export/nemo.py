@@ -188,7 +188,8 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
         ("model.gated_linear_unit", m.gated_mlp),
         ("model.add_bias_linear", m.linear_bias),
         ("model.add_qkv_bias", m.linear_bias or m.qkv_bias),
-        ("model.qk_layernorm", m.qk_norm in ("head", "full")),
+        # MLA's qk_layernorm is its query and key/value latents' RMSNorms (DeepSeek's q_a/kv_a_layernorm)
+        ("model.qk_layernorm", m.is_mla or m.qk_norm in ("head", "full")),
         ("model.qk_l2_norm", m.qk_norm == "l2"),  # Llama 4's weightless QK-norm
         ("model.mtp_num_layers", m.mtp_layers or None),
         ("model.attention_backend", "flash" if plan.job.settings.flash_attention else "unfused"),
@@ -312,8 +313,9 @@ def _optimizer_state(plan: Plan, notes: list[str]) -> Items:
     cannot write, so a note asks for it."""
     flags, state_notes = megatron.optimizer_state_flags(plan)
     notes += state_notes
-    if not flags:
-        return []
+    if not flags:  # not costed: off and fp32 state, whatever the recipe set (DeepSeek-V3's keeps bf16)
+        fp32 = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+        return [("optimizer.use_precision_aware_optimizer", False)] + [(f"optimizer.{k}", "float32") for k in fp32]
     if plan.job.settings.optimizer_state is OptimizerState.BF16:
         notes.append(
             "nestplan costed bf16 Adam moments: set optimizer.exp_avg_dtype and optimizer.exp_avg_sq_dtype "

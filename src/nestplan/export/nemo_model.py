@@ -167,6 +167,8 @@ def _norm_and_activation(m: ModelSpec, notes: list[str]) -> Items:
     return [
         ("model.layernorm_epsilon", m.facts.norm_eps),
         ("model.activation_func", name),
+        ("model.glu_linear_offset", 0.0),  # the activation as stated (gpt-oss's recipe adds 1 to the linear half)
+        ("model.activation_func_clamp_value", None),
         ("model.bias_activation_fusion", fusion),
     ]
 
@@ -254,7 +256,10 @@ def _mla_rope(m: ModelSpec, scaling: RopeScaling | None, notes: list[str]) -> It
         notes.append(
             f"rope_scaling: Megatron-core's MLA takes RoPE or YaRN; {m.name}'s {scaling.kind.value} is not built"
         )
-    return [("model.rope_type", "rope")]
+    # MLA scales its softmax by YaRN's mscale whatever rope_type is (multi_latent_attention.py): factor 1 keeps it 1
+    return [("model.rope_type", "rope"), ("model.rotary_scaling_factor", 1.0), ("model.mscale", 1.0)] + [
+        ("model.mscale_all_dim", 1.0)
+    ]
 
 
 def mla_fields(m: ModelSpec) -> Items:
