@@ -55,7 +55,7 @@ from planned_cases import issue_plans as planned_issue_plans
 from nestplan import api
 from nestplan.catalog import entry_path
 from nestplan.errors import ConfigError
-from nestplan.export import check_framework, megatron, nemo
+from nestplan.export import check_framework, megatron, nemo, nemo_model
 from nestplan.export.plan import ExportInput
 from nestplan.job import Job
 from nestplan.plan import Plan
@@ -350,7 +350,7 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
         m.gated_mlp,
     )
     assert (model.vocab_size, model.share_embeddings_and_output_weights, model.add_bias_linear) == (
-        m.vocab_size,
+        nemo_model.padded_vocab(m, d.tp),  # the model's own, padded only where tp does not divide it
         m.tied_embeddings,
         m.linear_bias,
     )
