@@ -676,7 +676,6 @@ def test_exports_of_sinks_l2_norm_and_nope_layers():
         ("falcon", "nemo", "in parallel"),
         ("llama4", "megatron", "chunked local attention"),
         ("llama4", "nemo", "chunked local attention"),
-        ("deepseek", "nemo", "multi-head latent attention"),
         ("llama4", "torchtitan", "chunked attention"),
     ],
 )

@@ -26,7 +26,8 @@ Stand-ins, for what needs a GPU, a process group, the network or Python 3.12:
   FusedAdam and reads its signature, a module holding a FusedAdam of that signature stands in for one test.
   Where the config checks TE (``is_te_min_version``, ``get_te_version`` in transformer_config.py and
   optimizer_config.py) it answers as TE 2.17.1, and its fused RoPE kernel (``rope_utils.fused_apply_rotary_pos_emb``, whose
-  presence the recipes' ``apply_rope_fusion`` needs) is a function never called here;
+  presence the recipes' ``apply_rope_fusion`` needs) and its fused MoE permutations (``moe_utils.fused_permute``
+  and the four beside it, which ``moe_permute_fusion`` needs) are a function never called here;
 - the recipes' model configs from the Hugging Face hub (``AutoBridge.from_hf_pretrained("meta-llama/...")``,
   no network here) are nestplan's catalog config.json of that model, from a local folder;
 - ``megatron.bridge.recipes``' ``__init__`` (which imports every model family's recipes, diffusion
@@ -54,7 +55,7 @@ from planned_cases import issue_plans as planned_issue_plans
 from nestplan import api
 from nestplan.catalog import entry_path
 from nestplan.errors import ConfigError
-from nestplan.export import check_framework, megatron, nemo
+from nestplan.export import check_framework, megatron, nemo, nemo_model
 from nestplan.export.plan import ExportInput
 from nestplan.job import Job
 from nestplan.plan import Plan
@@ -71,14 +72,32 @@ pytest.importorskip(
 if importlib.util.find_spec("megatron.bridge") is None:
     pytest.skip("Megatron-Bridge 0.6.2 unpacked on PYTHONPATH is needed: see .ci/run", allow_module_level=True)
 
+# Transformer Engine's fused MoE permutations, whose presence TransformerConfig checks (moe_utils.py)
+FUSED_PERMUTATION = (
+    "fused_permute",
+    "fused_permute_with_probs",
+    "fused_sort_chunks_by_index",
+    "fused_sort_chunks_by_index_with_probs",
+    "fused_unpermute",
+)
 TE_VERSION = "2.17.1"  # Megatron-Bridge 0.6.2's uv.lock: transformer-engine 2.17.1+4329ff84
 BRIDGE_VERSION = "Megatron-Bridge 0.6.2 over megatron-core 0.19.2"
-# the Hugging Face ids the Llama recipes load (megatron/bridge/recipes/llama/h100/*.py) -> nestplan's catalog
+# the Hugging Face ids the recipes nestplan names load (megatron/bridge/recipes/*/h100/*.py) -> nestplan's catalog
 HF_MODELS = {
     "meta-llama/Llama-2-7b-hf": "llama2-7b",
     "meta-llama/Meta-Llama-3-8B": "llama3-8b",
     "meta-llama/Meta-Llama-3-70B": "llama3-70b",
+    "meta-llama/Meta-Llama-3.1-8B": "llama3.1-8b",
+    "meta-llama/Meta-Llama-3.1-70B": "llama3.1-70b",
     "meta-llama/Meta-Llama-3.1-405B": "llama3.1-405b",
+    "Qwen/Qwen3-8B": "qwen3-8b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "openai/gpt-oss-20b": "gpt-oss-20b",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+    "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+    "moonshotai/Kimi-K2-Instruct": "kimi-k2",
 }
 FP8_RECIPE_NAMES = {
     Fp8Recipe.DELAYED: "delayed",
@@ -119,11 +138,16 @@ def _import_bridge() -> types.SimpleNamespace:
         package.__path__ = list(recipes.submodule_search_locations)
         sys.modules.setdefault("megatron.bridge.recipes", package)
         from megatron.bridge import AutoBridge
-        from megatron.bridge.recipes.gpt import vanilla_gpt
+        from megatron.bridge.recipes.deepseek import deepseek_v2, deepseek_v3
+        from megatron.bridge.recipes.gpt import gpt3_175b, vanilla_gpt
+        from megatron.bridge.recipes.gpt_oss import gpt_oss
+        from megatron.bridge.recipes.kimi import kimi_k2
         from megatron.bridge.recipes.llama import llama2, llama3
+        from megatron.bridge.recipes.qwen import qwen3, qwen3_moe
         from megatron.bridge.training import config
         from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
         from megatron.core.models.common.embeddings import rope_utils
+        from megatron.core.transformer.moe import moe_utils
         from megatron.core.optimizer import optimizer_config
         from megatron.core.transformer import transformer_config
         from megatron.core.transformer.enums import LayerType
@@ -136,10 +160,22 @@ def _import_bridge() -> types.SimpleNamespace:
         core_utils._te_version = None  # cached from the stand-in; asked again below through the monkeypatch
     return types.SimpleNamespace(
         AutoBridge=AutoBridge,
-        recipe_modules=(llama2, llama3, vanilla_gpt),
+        recipe_modules=(
+            llama2,
+            llama3,
+            vanilla_gpt,
+            gpt3_175b,
+            qwen3,
+            qwen3_moe,
+            gpt_oss,
+            deepseek_v2,
+            deepseek_v3,
+            kimi_k2,
+        ),
         config=config,
         override=process_config_with_overrides,
         rope_utils=rope_utils,
+        moe_utils=moe_utils,
         optimizer_config=optimizer_config,
         transformer_config=transformer_config,
         decoder=LayerType.decoder,
@@ -162,6 +198,8 @@ def bridge(monkeypatch, tmp_path_factory) -> types.SimpleNamespace:
     monkeypatch.setattr(BRIDGE.transformer_config, "is_te_min_version", at_least)
     monkeypatch.setattr(BRIDGE.transformer_config, "get_te_version", lambda: version)
     monkeypatch.setattr(BRIDGE.rope_utils, "fused_apply_rotary_pos_emb", _fused_rope_stand_in)
+    for name in FUSED_PERMUTATION:  # the MoE recipes' moe_permute_fusion checks that TE has them
+        monkeypatch.setattr(BRIDGE.moe_utils, name, _fused_rope_stand_in)
     monkeypatch.setattr(BRIDGE.optimizer_config, "is_te_min_version", at_least)
     folders = tmp_path_factory.mktemp("hf")
     original = BRIDGE.AutoBridge.from_hf_pretrained.__func__
@@ -178,7 +216,7 @@ def bridge(monkeypatch, tmp_path_factory) -> types.SimpleNamespace:
 
 
 def _fused_rope_stand_in(*args, **kwargs):
-    raise AssertionError("Transformer Engine's fused RoPE is a stand-in: nothing here runs a model")
+    raise AssertionError("Transformer Engine's fused kernels are stand-ins: nothing here runs a model")
 
 
 def _stand_in_fused_adam(monkeypatch) -> None:
@@ -312,7 +350,7 @@ def assert_config_is_the_plan(bridge, cfg, plan: Plan) -> None:
         m.gated_mlp,
     )
     assert (model.vocab_size, model.share_embeddings_and_output_weights, model.add_bias_linear) == (
-        m.vocab_size,
+        nemo_model.padded_vocab(m, d.tp),  # the model's own, padded only where tp does not divide it
         m.tied_embeddings,
         m.linear_bias,
     )

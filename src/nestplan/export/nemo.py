@@ -29,8 +29,9 @@ from nestplan.export.common import (
     shell_word,
     torchrun_prologue,
 )
+from nestplan.export.nemo_model import GENERIC_MLA_RECIPE, GENERIC_RECIPE, check_model, fact_fields, recipe
+from nestplan.export.nemo_model import position_embedding, rotary_percent
 from nestplan.export.plan import ExportInput
-from nestplan.model.config import catalog_architecture
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.settings import CpCommType, Fp8Recipe, OptimizerState, Framework
@@ -65,17 +66,7 @@ SETTINGS = {
     "optimizer_state": sets("optimizer.use_precision_aware_optimizer, optimizer.store_param_remainders"),
 }
 moe_comm_overlap = megatron.moe_comm_overlap  # Megatron-core runs it
-# Library recipes of Megatron-Bridge 0.6.2 (megatron/bridge/recipes/llama/llama2.py, llama3.py) for the
-# catalog models they were written for, chosen for a model of that architecture whatever its name
-# (model.config.catalog_architecture); any other decoder runs the generic GPT recipe
-# (megatron/bridge/recipes/gpt/vanilla_gpt.py), every model field being overridden either way.
-RECIPES = {
-    "llama2-7b": "llama2_7b_pretrain_config",
-    "llama3-8b": "llama3_8b_pretrain_config",
-    "llama3-70b": "llama3_70b_pretrain_config",
-    "llama3.1-405b": "llama31_405b_pretrain_config",
-}
-GENERIC_RECIPE = "vanilla_gpt_pretrain_config"
+__all__ = ["check_model", "recipe"]  # the model's side (nemo_model.py), asked for by name here
 # Megatron-Bridge's mixed-precision recipes per FP8 scaling (megatron/bridge/training/mixed_precision.py)
 FP8_RECIPES = {
     Fp8Recipe.DELAYED: "with_fp8_delayed_scaling",
@@ -86,11 +77,6 @@ FP8_RECIPES = {
 _HYDRA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a string Hydra's override grammar reads unquoted
 _HYDRA_QUOTABLE = re.compile(r"[A-Za-z0-9_.*|+()-]*")  # no quote, backslash or $: literal in Hydra's double quotes
 Items = list[tuple[str, object]]
-
-
-def recipe(model: ModelSpec) -> str:
-    """The recipe function ``run_recipe.py --recipe`` loads for this model: its architecture's, never its name's."""
-    return RECIPES.get(catalog_architecture(model, RECIPES), GENERIC_RECIPE)
 
 
 def _value(v: object) -> str:
@@ -107,17 +93,6 @@ def _value(v: object) -> str:
         return text
     assert _HYDRA_QUOTABLE.fullmatch(text), f"override values are nestplan's own words: {text!r}"
     return f'"{text}"'
-
-
-def check_model(m: ModelSpec) -> None:
-    """A model Megatron-Bridge's recipes cannot build: an encoder, what Megatron-core's GPT cannot, MLA."""
-    if not m.causal:
-        raise refuse(TITLE, f"Megatron-Bridge has no encoder (BERT) recipe for {m.name}", "model", m.name)
-    missing = megatron.unbuildable(m) or (
-        "multi-head latent attention (the generic recipe's GPTModelProvider has no MLA fields)" if m.is_mla else None
-    )
-    if missing:
-        raise refuse(TITLE, f"Megatron-Bridge cannot build {missing} of {m.name}", "model", m.name)
 
 
 def check(inp: ExportInput) -> None:
@@ -167,7 +142,7 @@ def overrides(inp: ExportInput) -> tuple[Items, list[str]]:
                     [job.settings.cp_a2a_size, d.cp // job.settings.cp_a2a_size],
                 )
             )
-    notes += _model_notes(inp.model, job.seq_len)
+    notes += _model_notes(inp.model, p)
     out += _pipeline_split(p) + model_fields(inp.model, p) + _recompute(p) + _zero(p, notes) + _job(p, notes)
     out += _framework(p, notes)
     if order == REPLICA_MAJOR:  # Megatron-core's tp-cp-ep-pp-dp order (--use-tp-pp-dp-mapping)
@@ -197,8 +172,8 @@ def _pipeline_split(plan: Plan) -> Items:
 
 def model_fields(m: ModelSpec, plan: Plan) -> Items:
     """Every architecture field of Megatron-Bridge's GPTModelProvider (Megatron-core TransformerConfig
-    names), so that the recipe's model is the one nestplan costed."""
-    attention = megatron.attention_options(m)
+    names) and every stated fact (nemo_model.fact_fields), so that the recipe's model is the one nestplan
+    costed."""
     items: Items = [
         ("model.num_layers", m.num_layers),
         ("model.hidden_size", m.hidden_size),
@@ -206,54 +181,50 @@ def model_fields(m: ModelSpec, plan: Plan) -> Items:
         ("model.num_attention_heads", m.num_heads),
         ("model.num_query_groups", m.num_kv_heads),
         ("model.kv_channels", m.head_dim),
-        ("model.vocab_size", m.vocab_size),
         ("model.share_embeddings_and_output_weights", m.tied_embeddings),
-        ("model.position_embedding_type", "learned_absolute" if m.learned_position_embeddings else "rope"),
+        ("model.position_embedding_type", position_embedding(m)),
         ("model.normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
         ("model.layernorm_zero_centered_gamma", m.family == "nemotron"),  # HF NemotronConfig's LayerNorm1p
         ("model.gated_linear_unit", m.gated_mlp),
-        ("model.activation_func", _activation(m)),
         ("model.add_bias_linear", m.linear_bias),
         ("model.add_qkv_bias", m.linear_bias or m.qkv_bias),
-        ("model.qk_layernorm", attention.qk_layernorm),
-        ("model.window_size", None if attention.window is None else list(attention.window)),
+        # MLA's qk_layernorm is its query and key/value latents' RMSNorms (DeepSeek's q_a/kv_a_layernorm)
+        ("model.qk_layernorm", m.is_mla or m.qk_norm in ("head", "full")),
+        ("model.qk_l2_norm", m.qk_norm == "l2"),  # Llama 4's weightless QK-norm
+        ("model.mtp_num_layers", m.mtp_layers or None),
         ("model.attention_backend", "flash" if plan.job.settings.flash_attention else "unfused"),
     ]
     if not m.learned_position_embeddings:
-        items.append(("model.rotary_percent", m.rotary_fraction))
-    if m.qk_norm == "l2":  # Llama 4's weightless QK-norm
-        items.append(("model.qk_l2_norm", True))
+        items.append(("model.rotary_percent", rotary_percent(m)))
     if not all(block.rope for block in m.blocks):  # 1: a layer without rotary positions
         items.append(("model.no_rope_freq", [0 if block.rope else 1 for block in m.blocks]))
     if m.attention_sinks:  # a learned logit per head in the softmax (gpt-oss)
         items.append(("model.softmax_type", "learnable"))
     if not m.dropout:
         items += [("model.attention_dropout", 0.0), ("model.hidden_dropout", 0.0)]
-    return items + _moe_fields(m, plan)
+    return items + fact_fields(m, plan)[0] + _moe_fields(m, plan)
 
 
-def _model_notes(m: ModelSpec, seq_len: int) -> list[str]:
-    notes = list(megatron.attention_options(m).notes)
-    if catalog_architecture(m, RECIPES) is None:
+def _model_notes(m: ModelSpec, plan: Plan) -> list[str]:
+    """What the recipe builds otherwise, each note naming its fact (stated_facts)."""
+    notes = fact_fields(m, plan)[1]
+    if m.qk_norm == "full":
         notes.append(
-            f"Megatron-Bridge 0.6.2 has no recipe of the architecture of {m.name}: its generic GPT recipe ({GENERIC_RECIPE}) "
-            "runs with every model field nestplan costs set to nestplan's model; what it does not "
-            "model (RoPE base, norm epsilon, tokenizer, data) stays the generic recipe's: set it for yours"
+            f"qk_norm: {m.name} normalises the whole query and key width (OLMo 2); Megatron-core's qk_layernorm "
+            "normalises per head (the same FLOPs and memory to nestplan's precision, other weights)"
         )
+    if recipe(m) in (GENERIC_RECIPE, GENERIC_MLA_RECIPE):
+        notes.append(
+            f"Megatron-Bridge 0.6.2 has no recipe of the architecture of {m.name}: {recipe(m)} runs with every "
+            "model field and stated fact set to nestplan's model; its tokenizer and data stay the recipe's: set yours"
+        )
+    seq_len = plan.job.seq_len
     if m.learned_position_embeddings and seq_len != m.max_position_embeddings:
         notes.append(
             f"Megatron-Bridge sizes the learned position table by the sequence length ({seq_len}); "
             f"nestplan costed the model's {m.max_position_embeddings} positions"
         )
     return notes
-
-
-def _activation(m: ModelSpec) -> str:
-    """Megatron-Bridge's activation names (megatron/bridge/utils/activation_map.py): SwiGLU's silu,
-    Nemotron's squared ReLU, GPT's and BERT's GeLU."""
-    if m.gated_mlp:
-        return "silu"
-    return "squared_relu" if m.family == "nemotron" else "gelu"
 
 
 def _moe_fields(m: ModelSpec, plan: Plan) -> Items:
@@ -267,11 +238,8 @@ def _moe_fields(m: ModelSpec, plan: Plan) -> Items:
         ("model.moe_grouped_gemm", plan.job.dtype == "bf16"),
         ("model.moe_layer_freq", [1 if m.is_moe_layer(i) else 0 for i in range(m.num_layers)]),
     ]
-    if m.num_shared_experts:
-        items.append(
-            ("model.moe_shared_expert_intermediate_size", m.num_shared_experts * m.shared_expert_ffn_hidden_size)
-        )
-    return items
+    shared = m.num_shared_experts * m.shared_expert_ffn_hidden_size  # Megatron-core: one MLP of them all
+    return items + [("model.moe_shared_expert_intermediate_size", shared or None)]
 
 
 def _precision_recipe(job) -> str:
@@ -345,8 +313,9 @@ def _optimizer_state(plan: Plan, notes: list[str]) -> Items:
     cannot write, so a note asks for it."""
     flags, state_notes = megatron.optimizer_state_flags(plan)
     notes += state_notes
-    if not flags:
-        return []
+    if not flags:  # not costed: off and fp32 state, whatever the recipe set (DeepSeek-V3's keeps bf16)
+        fp32 = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+        return [("optimizer.use_precision_aware_optimizer", False)] + [(f"optimizer.{k}", "float32") for k in fp32]
     if plan.job.settings.optimizer_state is OptimizerState.BF16:
         notes.append(
             "nestplan costed bf16 Adam moments: set optimizer.exp_avg_dtype and optimizer.exp_avg_sq_dtype "
