@@ -135,6 +135,8 @@ def read_facts(p, m: ModelSpec, stated: dict) -> dict[str, object]:
         "linear_bias": p.add_bias_linear,
         "qkv_bias": p.add_qkv_bias and not p.add_bias_linear,
         "local_rope_theta": p.rotary_base,  # one base for every layer
+        "glu_clamp": p.activation_func_clamp_value,
+        "glu_linear_offset": p.glu_linear_offset,
     }
     if p.num_moe_experts:
         facts |= _router_facts(p, m)

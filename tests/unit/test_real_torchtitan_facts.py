@@ -27,6 +27,7 @@ from torchtitan.models.common.nn_modules import LayerNorm  # noqa: E402
 from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher  # noqa: E402
 from torchtitan.models.deepseek_v3.model import Attention as LatentAttention  # noqa: E402
 from torchtitan.models.gpt_oss.model import Attention as SinkAttention  # noqa: E402
+from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts  # noqa: E402
 
 from nestplan import api  # noqa: E402
 from nestplan.errors import PlannerError  # noqa: E402
@@ -118,6 +119,7 @@ def titan_facts(model, m, stated: dict) -> dict:
     first = attentions[0]
     latent, sinks = isinstance(first, LatentAttention.Config), isinstance(first, SinkAttention.Config)
     ffns = [cfg for _, cfg, _, _ in model.traverse(FeedForward.Config)]
+    oss = [cfg for _, cfg, _, _ in model.traverse(GptOssGroupedExperts.Config)]
     eps = {cfg.eps for _, cfg, _, _ in model.traverse(RMSNorm.Config)}
     assert len(eps) == 1, eps
     head_dim = (
@@ -129,7 +131,8 @@ def titan_facts(model, m, stated: dict) -> dict:
     facts = {
         "norm": "rmsnorm" if not any(True for _ in model.traverse(LayerNorm.Config)) else "layernorm",
         "norm_eps": eps.pop(),
-        "activation": "silu",  # FeedForward.forward, GroupedExperts.forward and gpt-oss's swiglu: F.silu / x*sigmoid
+        # FeedForward.forward and GroupedExperts.forward: F.silu; gpt-oss's swiglu: x * sigmoid(1.702 x)
+        "activation": "quick_gelu" if oss else "silu",
         "gated_mlp": all(f.w3 is not None for f in ffns),
         "vocab_size": model.tok_embeddings.num_embeddings,
         "tied_embeddings": model.enable_weight_tying,
@@ -153,6 +156,8 @@ def titan_facts(model, m, stated: dict) -> dict:
     }
     if any(True for _ in model.traverse(MoE.Config)):
         facts |= _router_facts(model, m)
+    if oss:  # gpt-oss's swiglu clamps both halves at swiglu_limit and adds 1 to the linear half (addcmul)
+        facts |= {"glu_clamp": oss[0].swiglu_limit, "glu_linear_offset": 1.0}
     if getattr(model, "mtp_layers", None):
         facts["mtp_layers"] = len(model.mtp_layers)
     return {name: facts.get(name) for name in stated}

@@ -167,8 +167,8 @@ def _norm_and_activation(m: ModelSpec, notes: list[str]) -> Items:
     return [
         ("model.layernorm_epsilon", m.facts.norm_eps),
         ("model.activation_func", name),
-        ("model.glu_linear_offset", 0.0),  # the activation as stated (gpt-oss's recipe adds 1 to the linear half)
-        ("model.activation_func_clamp_value", None),
+        ("model.glu_linear_offset", m.facts.glu_linear_offset),  # gpt-oss: the linear half plus 1
+        ("model.activation_func_clamp_value", m.facts.glu_clamp),  # gpt-oss: both halves clamped at 7
         ("model.bias_activation_fusion", fusion),
     ]
 

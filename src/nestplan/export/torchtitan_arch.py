@@ -104,7 +104,9 @@ def built_model(m: ModelSpec, pipelined: bool = False) -> ModelSpec:
     keeps_scaling = f.rope_scaling is not None and f.rope_scaling.kind in SCALINGS
     facts = replace(
         f,
-        activation=f.activation if f.activation in SILU else "silu",
+        activation=f.activation if f.activation in SILU or arch == GPT_OSS else "silu",
+        glu_clamp=f.glu_clamp if arch == GPT_OSS else None,
+        glu_linear_offset=f.glu_linear_offset if arch == GPT_OSS else 0.0,
         rope_theta=f.rope_theta if f.rope_theta is not None else DEFAULT_THETA,
         rope_scaling=f.rope_scaling if keeps_scaling else None,
         local_rope_theta=None,

@@ -53,7 +53,8 @@ REGISTRIES = {
     GPT_OSS: (
         "CosSinRoPE",
         "from torchtitan.models.gpt_oss import _build_gptoss_layers, _make_gptoss_attn_config\n"
-        "from torchtitan.models.gpt_oss import model_registry as gptoss_registry\n",
+        "from torchtitan.models.gpt_oss import model_registry as gptoss_registry\n"
+        "from torchtitan.models.gpt_oss.moe import GptOssGroupedExperts\n",
         "gptoss_registry",
         "20b",
     ),
@@ -239,6 +240,11 @@ def _facts_source(m: ModelSpec) -> str:
                 "w1_param_init=moe.router.gate.param_init,\n"
                 "                                             w2w3_param_init=moe.router.gate.param_init)\n"
             )
+    if m.facts.glu_clamp is not None and architecture(m) == GPT_OSS:  # gpt-oss's swiglu: both halves clamped
+        lines += [
+            "    for _, experts, _, _ in model.traverse(GptOssGroupedExperts.Config):\n",
+            f"        experts.swiglu_limit = {float(m.facts.glu_clamp)!r}\n",
+        ]
     return "".join(lines) + "    return model\n\n\n"
 
 

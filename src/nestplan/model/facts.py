@@ -121,7 +121,9 @@ class Router:
 class Facts:
     """What a model computes beyond its shapes: ``norm_eps``, the MLP ``activation``, the rotary base
     (``rope_theta``; None without rotary positions) and scaling, a second base for sliding-window layers
-    (Gemma 3's ``rope_local_base_freq``), and the ``router`` of a mixture of experts (None for dense)."""
+    (Gemma 3's ``rope_local_base_freq``), the ``router`` of a mixture of experts (None for dense), and a
+    gated MLP's clamp and linear offset (gpt-oss: both halves clamped at ``glu_clamp``, the linear half
+    plus ``glu_linear_offset``; HF GptOssExperts)."""
 
     norm_eps: float = 1e-6
     activation: str = "silu"
@@ -129,6 +131,8 @@ class Facts:
     rope_scaling: RopeScaling | None = None
     local_rope_theta: float | None = None
     router: Router | None = None
+    glu_clamp: float | None = None
+    glu_linear_offset: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -144,14 +148,16 @@ class RouterKeys:
 @dataclass(frozen=True)
 class FactKeys:
     """Where a family's config.json keeps its facts and transformers' defaults for them. ``rope_theta``
-    None: the family has no rotary positions (its config's rope keys, if any, are not read)."""
+    None: the family has no rotary positions (its config's rope keys, if any, are not read); an
+    ``activation`` key None: the family's model computes its own, whatever the config says."""
 
     norm_eps: tuple[str, float]
-    activation: tuple[str, str] = ("hidden_act", "silu")
+    activation: tuple[str | None, str] = ("hidden_act", "silu")
     rope_theta: float | None = 10000.0
     local_rope_theta: tuple[str, float] | None = None
     router: RouterKeys | None = None
     theta_key: str = "rope_theta"
+    glu: tuple[str, float, float] | None = None  # (the clamp's key, its default, the fixed linear offset)
 
 
 def read_facts(f: Fields, keys: FactKeys, moe: bool) -> Facts:
@@ -163,11 +169,13 @@ def read_facts(f: Fields, keys: FactKeys, moe: bool) -> Facts:
     local = _local_theta(f, keys.local_rope_theta) if keys.local_rope_theta and theta is not None else None
     return Facts(
         norm_eps=f.number(eps_key, 0.0, 1.0, eps_default),
-        activation=f.choice(act_key, ACTIVATIONS, act_default),
+        activation=f.choice(act_key, ACTIVATIONS, act_default) if act_key else act_default,
         rope_theta=theta,
         rope_scaling=scaling,
         local_rope_theta=local,
         router=_router(f, keys.router) if moe and keys.router is not None else None,
+        glu_clamp=f.number(keys.glu[0], 0.0, MAX_ROPE_FACTOR, keys.glu[1]) if keys.glu else None,
+        glu_linear_offset=keys.glu[2] if keys.glu else 0.0,
     )
 
 
@@ -267,7 +275,11 @@ def _refuse_unknown(f: Fields, allowed: frozenset[str], key: str) -> None:
 
 def fact_fields(facts: Facts, keys: FactKeys) -> dict[str, Any]:
     """``facts`` as the config.json fields :func:`read_facts` reads back (the inverse)."""
-    fields: dict[str, Any] = {keys.norm_eps[0]: facts.norm_eps, keys.activation[0]: facts.activation}
+    fields: dict[str, Any] = {keys.norm_eps[0]: facts.norm_eps}
+    if keys.activation[0]:
+        fields[keys.activation[0]] = facts.activation
+    if keys.glu and facts.glu_clamp is not None:
+        fields[keys.glu[0]] = facts.glu_clamp
     if facts.rope_theta is not None:
         fields[keys.theta_key] = facts.rope_theta
         if facts.rope_scaling is not None:

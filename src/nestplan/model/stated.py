@@ -40,6 +40,8 @@ def stated_facts(m: ModelSpec) -> dict[str, object]:
         "linear_bias": m.linear_bias,
         "qkv_bias": m.qkv_bias,
     }
+    if f.glu_clamp is not None or f.glu_linear_offset:
+        facts |= {"glu_clamp": f.glu_clamp, "glu_linear_offset": f.glu_linear_offset}
     if f.local_rope_theta is not None:
         facts["local_rope_theta"] = f.local_rope_theta
     if m.mtp_layers:  # DeepSeek-V3's multi-token-prediction modules (section 2.2), which nestplan costs

@@ -23,8 +23,7 @@ def _read_gpt_oss(f: ConfigFields, name: str) -> ModelSpec:
     MoE with ``num_local_experts`` experts of ``intermediate_size`` whose gate/up and down projections
     have biases, a router with a bias, biased attention projections, one learned sink logit per head,
     ``sliding_window`` (default 128) on the layers ``layer_types`` names (default every other layer
-    from the first). Read and harmless: swiglu_limit, swiglu_alpha (the clamp of its SwiGLU: the
-    gated MLP's FLOPs)."""
+    from the first). Its experts' GLU (``swiglu_limit``, a clamp) is a fact (model.facts: glu_clamp)."""
     fields = rotary_decoder(f, name, head_dim_default=64)
     num_layers = len(fields["blocks"])
     experts, top_k = expert_counts(f, "num_local_experts")
@@ -69,7 +68,11 @@ FAMILIES = (
         _gpt_oss_fields,
         131072,
         facts=FactKeys(
-            ("rms_norm_eps", 1e-5), rope_theta=150000.0, router=RouterKeys((None, RouterScore.SOFTMAX), (None, True))
+            ("rms_norm_eps", 1e-5),
+            (None, "quick_gelu"),  # HF GptOssExperts: gate * sigmoid(1.702 gate), whatever hidden_act says
+            rope_theta=150000.0,
+            router=RouterKeys((None, RouterScore.SOFTMAX), (None, True)),
+            glu=("swiglu_limit", 7.0, 1.0),  # both halves clamped at swiglu_limit, the linear half plus 1
         ),
     ),
 )  # HF GptOssConfig
