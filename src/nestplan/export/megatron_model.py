@@ -30,7 +30,7 @@ def position_embedding_type(m: ModelSpec) -> str:
 @dataclass(frozen=True)
 class AttentionOptions:
     """What Megatron-core's TransformerConfig sets for a model's attention beyond its shape:
-    Q/K/V biases (``add_qkv_bias``), a per-head RMSNorm of queries and keys (``qk_layernorm``), a
+    Q/K/V biases (``add_qkv_bias``), a per-head RMSNorm of queries and keys or MLA's latent norms (``qk_layernorm``), a
     sliding window (``window_size`` = (w - 1, 0): a query sees itself and the w - 1 keys before it,
     FlashAttention's convention) on every layer or, with ``windowed`` (1 per window layer:
     TransformerConfig.window_attn_skip_freq as a list), on some, and notes for what it cannot build."""
@@ -61,7 +61,16 @@ def attention_options(m: ModelSpec, per_layer: bool = False) -> AttentionOptions
             f"window: {m.name} mixes sliding-window and full-attention layers; this export gives Megatron-core "
             "no window, so every layer attends to the whole sequence (slower than costed at long sequences)"
         )
-    return AttentionOptions(m.qkv_bias and not m.linear_bias, m.qk_norm != "none", window, tuple(notes), windowed)
+    # MLA's latent norms are Megatron-core's qk_layernorm there (MLASelfAttention's q_layernorm, kv_layernorm);
+    # without a query latent it would also norm q_proj's input (mla_qk_norm_config.py, _resolve_mla_qk_layernorm)
+    qk_layernorm = m.qk_norm != "none" or (m.is_mla and m.q_lora_rank > 0)
+    if m.is_mla and not m.q_lora_rank:
+        notes.append(
+            f"attention_variant: Megatron-core's MLA norms the key/value latent only with qk_layernorm, which without "
+            f"a query latent also norms q_proj's input; left out, so {m.name}'s kv latent norm "
+            f"({m.kv_lora_rank} parameters a layer) is not built"
+        )
+    return AttentionOptions(m.qkv_bias and not m.linear_bias, qk_layernorm, window, tuple(notes), windowed)
 
 
 def mla_flags(m: ModelSpec) -> Flags:
