@@ -181,6 +181,24 @@ def differing(m: ModelSpec, found: dict[str, object]) -> list[str]:
 
 
 # ---------------------------------------------------------------- the model, built
+# the build's stand-ins (docstring): the whole model on one rank, parameters on the meta device, no CUDA kernels
+ONE_RANK = {
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 1,
+    "expert_tensor_parallel_size": 1,
+    "sequence_parallel": False,
+    "tp_comm_overlap": False,
+    "transformer_impl": "local",
+    "use_cpu_initialization": True,
+    "perform_initialization": False,
+    "persist_layer_norm": False,
+    "gradient_accumulation_fusion": False,
+    "layernorm_zero_centered_gamma": False,
+}
+
+
 class CoreAttentionStandIn(torch.nn.Module):
     """The core attention (softmax(QK^T)V) holds no parameters: a parameterless module in its place."""
 
@@ -192,14 +210,15 @@ class CoreAttentionStandIn(torch.nn.Module):
 def one_process_group():
     import torch.distributed as dist
 
-    if not dist.is_initialized():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=1, rank=0)
+    assert not dist.is_initialized()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=1, rank=0)
     parallel_state.initialize_model_parallel()
     yield ProcessGroupCollection.use_mpu_process_groups()
     parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()  # the tests after this module make their own
 
 
 def built_parameters(args, config, groups, monkeypatch) -> int:
@@ -208,22 +227,7 @@ def built_parameters(args, config, groups, monkeypatch) -> int:
     optimizer, updates them) and nestplan counts as parameters (Hugging Face's e_score_correction_bias)."""
     monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
     monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: None)
-    whole = dataclasses.replace(
-        config,
-        tensor_model_parallel_size=1,
-        pipeline_model_parallel_size=1,
-        context_parallel_size=1,
-        expert_model_parallel_size=1,
-        expert_tensor_parallel_size=1,
-        sequence_parallel=False,
-        tp_comm_overlap=False,
-        transformer_impl="local",
-        use_cpu_initialization=True,
-        perform_initialization=False,
-        persist_layer_norm=False,
-        gradient_accumulation_fusion=False,
-        layernorm_zero_centered_gamma=False,
-    )
+    whole = dataclasses.replace(config, **ONE_RANK)
     for name, value in vars(config).items():  # _apply_yarn_config_from_args's attributes, beside the fields
         if name.startswith("yarn_"):
             setattr(whole, name, value)
