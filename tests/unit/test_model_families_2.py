@@ -646,7 +646,8 @@ def test_exports_of_sinks_l2_norm_and_nope_layers():
         "num_local_experts": 4,
         "hidden_size": 512,
     }
-    values = dict(megatron.all_flags(_export_input(parse_config(oss, "g")))[0])
+    biased_experts = ParallelDims(tp=2, sp=True, ep=2, etp=1, dp=2)  # Megatron-core: MoE biases need etp 1
+    values = dict(megatron.all_flags(_export_input(parse_config(oss, "g"), biased_experts))[0])
     assert values["--softmax-type"] == "learnable" and "--disable-bias-linear" not in values  # biased router
     llama4 = {
         "model_type": "llama4_text",

@@ -184,7 +184,11 @@ OVERRIDDEN = ("cp", "tp", "zero_stage", "layers_per_stage", "etp", "moe_comm_ove
 
 def _export(plan: Plan, tmp_path: Path) -> tuple[dict, tuple[str, ...]]:
     paths, result = api.export_plan(plan, "deepspeed", tmp_path)
-    assert [p.name for p in paths] == ["ds_config.json", "launch_deepspeed.sh"]
+    assert [p.name for p in paths] == [
+        "ds_config.json",
+        "launch_deepspeed.sh",
+        "config.json",
+    ]  # the model: its own test
     return json.loads(paths[0].read_text()), tuple(result.notes)
 
 

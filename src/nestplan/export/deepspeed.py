@@ -52,6 +52,8 @@ from nestplan.export.plan import ExportInput
 from nestplan.job import Job
 from nestplan.strategy.legality import cp_exchange_conflict, saved_activations_distributed
 from nestplan.settings import CpCommType, MoeDispatcher, OptimizerState, Framework
+from nestplan.errors import ConfigError
+from nestplan.model.config import config_dict
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 from nestplan.strategy.enums import Recompute, Schedule, ZeroStage
@@ -417,12 +419,30 @@ def _launcher_line(inp: ExportInput) -> str:
     )
 
 
+MODEL_FILE = "config.json"
+
+
+def model_file(m: ModelSpec) -> tuple[ExportFile | None, str]:
+    """DeepSpeed trains the model the user's script builds, not one ds_config.json describes: the model as
+    nestplan read it (``config_dict``, a Hugging Face config.json) for that script to build, and the note
+    saying so; where nestplan cannot write the model as its family's config.json, the note says that."""
+    try:
+        text = json.dumps(config_dict(m), indent=2) + "\n"
+    except ConfigError as why:
+        return None, f"{MODEL_FILE}: not written ({why}); the training script must build {m.name} as costed"
+    return ExportFile(MODEL_FILE, text), (
+        f"{MODEL_FILE} is {m.name} as nestplan costed it: the training script builds the model from it "
+        f"(transformers: AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(<this folder>)))"
+    )
+
+
 def export(inp: ExportInput) -> Export:
     p = inp.plan
     check(p, inp.model.num_heads)
     notes = notes_for(inp)
     text = json.dumps(config(p), indent=2) + "\n"
-    notes = [*notes, *stack_notes(inp.plan, Framework.DEEPSPEED)]
+    model, model_note = model_file(inp.model)
+    notes = [*notes, model_note, *stack_notes(inp.plan, Framework.DEEPSPEED)]
     launch = (
         "#!/usr/bin/env bash\n"
         + sbatch_lines(inp)
@@ -430,6 +450,5 @@ def export(inp: ExportInput) -> Export:
         + "set -euo pipefail\n"
         + _launcher_line(inp)
     )
-    return Export(
-        NAME, (ExportFile("ds_config.json", text), ExportFile("launch_deepspeed.sh", launch, True)), tuple(notes)
-    )
+    files = (ExportFile("ds_config.json", text), ExportFile("launch_deepspeed.sh", launch, True))
+    return Export(NAME, files + ((model,) if model else ()), tuple(notes))

@@ -38,6 +38,7 @@ from nestplan.export.common import (
     sbatch_lines,
     torchrun_prologue,
 )
+from nestplan.export.megatron_facts import fact_flags, moe_bias_refusal
 from nestplan.export.megatron_hybrid import (
     FP8_IN_PROJ_MULTIPLE,
     HYBRID_SCRIPT,
@@ -369,13 +370,10 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
         ("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"),
         ("--attention-backend", "flash" if job.settings.flash_attention else "unfused"),
     ]
-    if m.gated_mlp:
-        flags.append(("--swiglu", None))
-    if m.family in ("nemotron", "nemotron_h"):  # squared-ReLU MLPs (HF NemotronConfig; NemotronH's relu2)
-        flags.append(("--squared-relu", None))
+    flags += model_facts(m, plan)[0]  # norm epsilon, activation, rotary base and scaling, vocabulary padding
     if m.family == "nemotron":  # LayerNorm with a zero-centred gamma (HF NemotronConfig)
         flags.append(("--apply-layernorm-1p", None))
-    if position_embedding_type(m) == "rope" and m.rotary_fraction < 1 and not m.is_mla:
+    if position_embedding_type(m) in ("rope", "yarn") and m.rotary_fraction < 1 and not m.is_mla:
         flags.append(("--rotary-percent", m.rotary_fraction))
     if not m.linear_bias:
         flags.append(("--disable-bias-linear", None))
@@ -391,8 +389,21 @@ def model_flags(m: ModelSpec, plan: Plan) -> Flags:
     return flags
 
 
+def model_facts(m: ModelSpec, plan: Plan) -> tuple[Flags, list[str]]:
+    """The model's facts as flags (export.megatron_facts), and the notes on those Megatron-LM builds otherwise."""
+    return fact_flags(m, plan.dims.tp, position_embedding_type(m) in ("rope", "yarn"))
+
+
+def model_notes(plan: Plan) -> list[str]:
+    """What Megatron-core builds otherwise of the model: attention, facts and, for a hybrid, the stack."""
+    m = plan.model
+    notes = list(attention_options(m, per_layer=True).notes) + model_facts(m, plan)[1]
+    return notes + (hybrid_notes(plan) if m.is_hybrid else [])
+
+
 def check(inp: ExportInput) -> None:
     check_schedule(inp.plan, TITLE, NAME)
+    moe_bias_refusal(inp.model, inp.plan.dims.expert_tp)
     job, ep = inp.plan.job, inp.plan.dims.ep
     if job.dtype not in ("bf16", "fp16", "fp32"):
         raise refuse(TITLE, f"Megatron-LM trains in bf16, fp16 or fp32, not {job.dtype}", "dtype", job.dtype)
@@ -416,10 +427,9 @@ def all_flags(inp: ExportInput) -> tuple[Flags, list[str]]:
     par, notes = parallel_flags(inp)
     train, train_notes = training_flags(inp.plan)
     framework, framework_notes = framework_flags(inp.plan)
-    model_notes = list(attention_options(inp.model).notes) + (hybrid_notes(inp.plan) if inp.model.is_hybrid else [])
     return (
         par + model_flags(inp.model, inp.plan) + train + framework,
-        notes + train_notes + framework_notes + model_notes,
+        notes + train_notes + framework_notes + model_notes(inp.plan),
     )
 
 
@@ -454,8 +464,7 @@ def export(inp: ExportInput) -> Export:
     placement = [(rank_order.FILE_NAME, nodes), (rank_order.RANK_FILE_NAME, ranks)]
     order = choose_order(p, orders(p))
     notes += [placement_note(p, order, name) for name, text in placement if text is not None]
-    notes += train_notes + framework_notes + list(attention_options(m).notes)
-    notes += hybrid_notes(p) if m.is_hybrid else []
+    notes += train_notes + framework_notes + model_notes(p)
     script = entry_point(m)
     data = [("--tokenizer-type", "NullTokenizer"), ("--vocab-size", m.vocab_size), ("--mock-data", None)]
     notes = [*notes, *stack_notes(inp.plan, Framework.MEGATRON)]
