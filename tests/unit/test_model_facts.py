@@ -110,3 +110,13 @@ def test_stated_facts_name_what_an_export_must_carry() -> None:
     assert facts["router_scaling_factor"] == 2.5 and facts["routing_groups"] == (8, 4)
     assert facts["rope_scaling"]["rope_type"] == "yarn" and facts["attention_variant"] == "mla"
     assert "router_score" not in stated_facts(load_model("llama3-8b"))
+
+
+def test_qwen3_moe_as_transformers_5_writes_it() -> None:
+    """transformers 5's Qwen3MoeConfig saves its expert count as num_local_experts (its attribute_map)."""
+    config = config_dict(load_model("qwen3-235b-a22b"))
+    config["num_local_experts"] = config.pop("num_experts")
+    assert parse_config(config, "qwen3-235b-a22b") == load_model("qwen3-235b-a22b")
+    config["num_experts"] = 64  # both, disagreeing: the older key is read, the other refused by name
+    with pytest.raises(ConfigError, match="num_local_experts"):
+        parse_config(config, "qwen3-235b-a22b")

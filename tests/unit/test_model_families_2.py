@@ -96,8 +96,9 @@ def test_deepseek_v3_mtp_module_makes_the_published_checkpoint_size():
     assert L.total_params(spec) + with_copies == pytest.approx(685e9, rel=0.005)
     assert with_copies == pytest.approx(14e9, rel=0.05)  # "14B", two significant figures
     shared = L.mtp_params(spec, own_embedding_and_head=False)
-    # embed_tokens, and shared_head: its norm and vocabulary projection
-    assert with_copies - shared == L.embedding_params(spec) + (spec.vocab_size + 1) * spec.hidden_size
+    # the copies: embed_tokens and shared_head's vocabulary projection (shared_head.norm is the module's own)
+    assert with_copies - shared == L.embedding_params(spec) + spec.vocab_size * spec.hidden_size
+    assert shared == 2 * spec.hidden_size**2 + 3 * spec.hidden_size + L.block_params(spec, 60).total
     assert L.mtp_params(load_model("kimi-k2"), True) == 0
 
 

@@ -153,6 +153,9 @@ def megatron_facts(m: ModelSpec, args, config, model_config) -> dict[str, object
         "linear_bias": config.add_bias_linear,
         "qkv_bias": config.add_qkv_bias and not config.add_bias_linear,  # biases on Q/K/V alone
         "local_rope_theta": float(base) if rotary else None,
+        "glu_clamp": config.activation_func_clamp_value,
+        "glu_linear_offset": config.glu_linear_offset,
+        "mtp_layers": config.mtp_num_layers or 0,
     }
     return facts | (router_facts(m, config) if config.num_moe_experts else {})
 
@@ -249,10 +252,8 @@ def explained_parameters(m: ModelSpec, noted: list[str], tp: int) -> int:
     extra = rows * m.hidden_size * (1 if m.tied_embeddings else 2)
     if "block_norms" in noted:
         extra -= (m.block_norms - GPT_LAYER_NORMS) * m.hidden_size * m.num_layers
-    if m.mtp_layers:  # built by Megatron (--mtp-num-layers), costed apart from total_params; the module's own
-        # final norm (MultiTokenPredictionLayer.final_layernorm, HF's shared_head.norm) is not in mtp_params:
-        # reported to the lead as a nestplan miscount
-        extra += mtp_params(m, own_embedding_and_head=False) + m.mtp_layers * m.hidden_size
+    if m.mtp_layers:  # built by Megatron (--mtp-num-layers), costed apart from total_params
+        extra += mtp_params(m, own_embedding_and_head=False)
     if m.is_mla and not m.q_lora_rank:  # the kv latent norm left out (noted under attention_variant)
         extra -= m.kv_lora_rank * m.num_layers
     if "qk_norm" in noted:  # per head (2 head_dim) instead of over the query and key widths

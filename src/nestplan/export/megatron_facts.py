@@ -45,9 +45,22 @@ def activation_flags(m: ModelSpec) -> tuple[Flags, list[str]]:
             if act == "quick_gelu"
             else [f"activation: Megatron-LM gates quick GELU (--quick-geglu) for {m.name}'s gated {act}"]
         )
-        return [("--quick-geglu", None)], note
+        return [("--quick-geglu", None)], note + _glu_notes(m)
     what = f"{'a gated' if gated else 'an'} MLP with {act}"
     raise refuse("Megatron-LM", f"Megatron-LM's command line builds no {what} ({m.name})", "activation", act)
+
+
+def _glu_notes(m: ModelSpec) -> list[str]:
+    """gpt-oss's clamp and linear offset: TransformerConfig fields (activation_func_clamp_value,
+    glu_linear_offset) that no Megatron-LM argument sets (megatron/training/arguments.py)."""
+    f, notes = m.facts, []
+    if f.glu_clamp is not None:
+        notes.append(
+            f"glu_clamp: Megatron-LM's command line sets no clamp; it builds none for {m.name}'s {f.glu_clamp}"
+        )
+    if f.glu_linear_offset:
+        notes.append(f"glu_linear_offset: Megatron-LM's command line adds no {f.glu_linear_offset} to the linear half")
+    return notes
 
 
 def vocab_multiple(vocab: int, tp: int) -> int:

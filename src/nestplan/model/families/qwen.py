@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from nestplan.inputs import MISSING
+from nestplan.errors import brief
 from nestplan.model.families.common import (
     MAX_FFN,
     MAX_LAYERS,
@@ -65,11 +66,25 @@ def _read_qwen3(f: ConfigFields, name: str) -> ModelSpec:
     )
 
 
+def _experts_key(f: ConfigFields) -> str:
+    """Where the expert count is: num_experts, or num_local_experts as transformers 5 writes Qwen3-MoE's
+    (Qwen3MoeConfig.attribute_map); both, disagreeing, is refused."""
+    if f.family != "qwen3_moe" or not f.has("num_local_experts"):
+        return "num_experts"
+    if f.has("num_experts") and f.raw("num_experts") != f.raw("num_local_experts"):
+        raise f.error(
+            "num_local_experts and num_experts disagree (transformers 5 reads num_local_experts)",
+            "num_local_experts",
+            brief(f.raw("num_local_experts")),
+        )
+    return "num_local_experts"
+
+
 def _read_qwen_moe(f: ConfigFields, name: str) -> ModelSpec:
     """qwen2_moe (one shared expert, Q/K/V biases) and qwen3_moe (no shared expert, QK-norm)."""
     fields = rotary_decoder(f, name)
     num_layers = len(fields["blocks"])
-    experts, top_k = expert_counts(f, "num_experts")
+    experts, top_k = expert_counts(f, _experts_key(f))
     expert_ffn = f.integer("moe_intermediate_size", MAX_FFN)
     step = f.integer("decoder_sparse_step", MAX_LAYERS, default=1)
     dense_only = f.layer_indices("mlp_only_layers", num_layers)

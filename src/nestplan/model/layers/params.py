@@ -120,18 +120,20 @@ def active_params(spec: ModelSpec) -> float:
 def mtp_params(spec: ModelSpec, own_embedding_and_head: bool) -> float:
     """Parameters of the multi-token-prediction modules (DeepSeek-V3, arXiv 2412.19437 section 2.2):
     each an RMSNorm of the hidden state and of the next token's embedding, a projection M (2h x h),
-    one block (like the last one) and, with ``own_embedding_and_head``, the copies of the embedding
+    one block (like the last one), its own norm before the shared head (Hugging Face's
+    ``shared_head.norm``, Megatron-core's ``MultiTokenPredictionLayer.final_layernorm``) and, with
+    ``own_embedding_and_head``, the copies of the embedding
     and output head the Hugging Face checkpoint stores with it (``embed_tokens``, ``shared_head``;
     the paper shares them with the main model). Not part of ``total_params``."""
-    copies = embedding_params(spec) + head_params(spec, separate_copy=True) if own_embedding_and_head else 0
+    copies = embedding_params(spec) + spec.vocab_size * spec.hidden_size if own_embedding_and_head else 0
     module = mtp_own_params_per_device(spec, Shard()) + block_params(spec, spec.num_layers - 1).total + copies
     return spec.mtp_layers * module
 
 
 def mtp_own_params_per_device(spec: ModelSpec, shard: Shard) -> float:
     """What one MTP module adds on a device besides its block and the shared embedding and head: the
-    projection M (split over tp) and the two norms (``mtp_params``)."""
-    return 2 * spec.hidden_size * spec.hidden_size / shard.tp + 2 * _norm_params(spec)
+    projection M (split over tp) and its three norms (``mtp_params``)."""
+    return 2 * spec.hidden_size * spec.hidden_size / shard.tp + 3 * _norm_params(spec)
 
 
 def block_params_per_device(spec: ModelSpec, layer: int, shard: Shard) -> ParamCount:
