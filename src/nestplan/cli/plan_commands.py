@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from nestplan import api
 from nestplan.cli.app import app
@@ -378,10 +379,12 @@ def _write_plan_outputs(
 
 
 def _render_report(console: Console, best: Plan, report: api.PlanReport) -> None:
+    from nestplan.report.answer import why_this_plan
     from nestplan.report.text import render_plan, render_runners_up, render_schedules
 
     render_plan(console, best)
     render_runners_up(console, report.best, report.runners_up, best.trust)
+    console.print(f"why this plan: {escape(why_this_plan(best, report.runners_up))}")
     render_schedules(console, report.best, report.schedule_alternatives())
     s = report.stats
     console.print(

@@ -100,11 +100,11 @@ def answer_lines(plan: Plan, runners_up: Sequence[Prediction] | None = None) -> 
         )
     lines.append(("memory", fit_verdict(p)))
     if runners_up is not None:
-        lines.append(("why this plan", _why(plan, runners_up)))
+        lines.append(("why this plan", why_this_plan(plan, runners_up)))
     return lines
 
 
-def _why(plan: Plan, runners_up: Sequence[Prediction]) -> str:
+def why_this_plan(plan: Plan, runners_up: Sequence[Prediction]) -> str:
     """Against the first runner-up that differs in more than rank order: what differs and by how much it is
     slower, a tie within the trust band; or that no runner-up kept differs in more."""
     alternative = best_alternative(plan, runners_up)
