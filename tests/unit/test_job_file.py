@@ -50,6 +50,8 @@ def test_plan_from_the_file_is_the_plan_from_the_flags(capsys, job) -> None:
     from_flags, _ = _json(capsys, ["plan", *FLAGS, *SEARCH])
     assert from_file.pop("job_file") == {"path": str(job), "contents": json.loads(json.dumps(_toml(job)))}
     assert from_file["search"].pop("solve_time_s") and from_flags["search"].pop("solve_time_s")
+    for stats in (from_file["search_stats"], from_flags["search_stats"]):  # every counter, unrefined finalists too
+        assert stats["enumerated"] > 0 and stats["unrefined"] == 0
     assert from_file == from_flags and len(from_file["runners_up"]) == 2
 
 

@@ -344,8 +344,10 @@ def test_export_of_a_config_json_plan_on_a_cluster_file_needs_nothing_else(capsy
     saved.write_text(out)
     data = json.loads(out)
     assert data["schema"] == SCHEMA and data["model_config"]["model_type"] == "qwen3_moe"
-    # --json prints the plan file itself, and its runner-ups (which the plan reader does not read back)
-    assert isinstance(data.pop("runners_up"), list) and Plan.from_dict(data).to_dict() == data
+    # --json prints the plan file itself, its runner-ups and the search's counters (which the plan reader
+    # does not read back)
+    assert isinstance(data.pop("runners_up"), list) and data.pop("search_stats")["enumerated"] > 0
+    assert Plan.from_dict(data).to_dict() == data
     code, out, err = run_cli(capsys, ["export", str(saved), "--framework", "megatron", "--out", str(tmp_path / "d")])
     assert code == 0, err
     script = (tmp_path / "d" / "launch_megatron.sh").read_text()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +101,11 @@ class PlanReport:
             }
             for p in self.runners_up
         ]
-        return best.to_dict() | {"runners_up": runners}
+        # the search's counters (its time is the plan's search.solve_time_s); unrefined: finalists ranked on the
+        # search's split, past the refinement's bound
+        counters = {key: value for key, value in asdict(self.stats).items() if key != "solve_time_s"}
+        stats = counters | {"enumerated": self.stats.enumerated}
+        return best.to_dict() | {"runners_up": runners, "search_stats": stats}
 
     def plot(self, out_dir: str | Path) -> list[Path]:
         """Write the best plan's timeline.png, memory.png and placement.png (needs matplotlib)."""

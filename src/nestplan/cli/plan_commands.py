@@ -334,7 +334,8 @@ def _show_plan(
         say(note)
     console = make_console()
     if as_json:
-        runners = {"runners_up": report.to_dict()["runners_up"]}
+        reported = report.to_dict()
+        runners = {key: reported[key] for key in ("runners_up", "search_stats")}
         ranges = {} if ranged is None else {"devices_range": range_json(ranged.choice)}
         print_json(best.to_dict() | runners | ranges | _named(job_file))
     else:
