@@ -203,3 +203,27 @@ def test_step_floor_never_exceeds_the_step_of_uneven_layouts(name, devices, tp, 
         )
         step = evaluate_plan(model, cluster, dims, job).step_time_s
         assert step_floor_s(model, cluster, dims, job) <= step, (layout, v)
+
+
+@pytest.mark.parametrize(("name", "zero"), [("deepseek-v2-lite", ZeroStage.OPTIMIZER), ("gemma2-9b", ZeroStage.NONE)])
+def test_least_stage_bytes_never_exceeds_the_fullest_stage(name, zero) -> None:
+    """The search's floor (stage.least_stage_bytes, which refuses a group before its depths are split) is
+    below the evaluator's fullest stage for every split it covers: random splits over 1 .. 8 stages."""
+    model = api.resolve_model(name)
+    cluster = api.resolve_cluster("h100-spine-leaf", 64)
+    job = Job(global_batch_size=64, seq_len=4096)
+    ep = 8 if model.is_moe else 1
+    sub = SubGraph(tp=1, sp=False, cp=1, ep=ep, micro_batch_size=1, recompute=Recompute.NONE)
+    rng = np.random.default_rng(7)
+    for pp in (1, 2, 4, 8):
+        replicas = 64 // (ep * pp)
+        group = Group(sub, REPLICA_MAJOR, zero, replicas, job.global_batch_size // (replicas * ep), pp)
+        cost = PhysicalSearchModel(model, cluster, job, 64)
+        terms, ctx = cost.memory_terms(group), cost._stage_context(group)
+        inflight = stage.first_stage_in_flight(min(group.microbatches, model.num_layers), model.num_layers)
+        floor = stage.least_stage_bytes(ctx, terms, cost._kinds, pp, float(inflight[:pp].min()))
+        for _ in range(5):
+            cuts = np.sort(rng.choice(np.arange(1, model.num_layers), pp - 1, replace=False))
+            parts = tuple(int(n) for n in np.diff(np.concatenate([[0], cuts, [model.num_layers]])))
+            pred = evaluate_plan(model, cluster, group.dims(pp, parts), job, REPLICA_MAJOR)
+            assert floor <= max(s.peak_memory_bytes for s in pred.stages) * (1 + 1e-12)

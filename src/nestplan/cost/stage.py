@@ -376,6 +376,20 @@ def position_memory(
     )
 
 
+def least_stage_bytes(
+    ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray, depth: int, fewest_in_flight: float
+) -> float:
+    """A floor on the fullest stage of any split of the blocks over ``depth`` or fewer stages
+    (``position_memory``'s bytes): each stage holds the reserved bytes, and together they hold every
+    block's, the embedding's and the head's states all step and every block's activations for at least
+    ``fewest_in_flight`` microbatches (the fewest any of those stages keeps; transients are never
+    negative), so the fullest holds at least the reserved bytes plus that sum's mean over ``depth``."""
+    blocks = block_arrays(ctx, terms, kind_index)
+    held = blocks.states.sum() + blocks.activations.sum() * fewest_in_flight
+    held += ctx.state_bytes(terms.embedding.params) + ctx.state_bytes(terms.head.params)
+    return ctx.reserved_bytes + held / depth
+
+
 def block_memory(
     ctx: StageContext, terms: GraphTerms, kind_index: np.ndarray, pp: int, microbatches: int
 ) -> np.ndarray:

@@ -22,10 +22,15 @@ from nestplan.job import Job
 from nestplan.model.spec import ModelSpec
 from nestplan.strategy.placement import EXPERT_GROUP_KEYS, TopologyPlacements
 from nestplan.search.engine import SearchCostModel, StageTables
-from nestplan.search.partition import fitting_depths
+from nestplan.search.partition import FIT_RELATIVE_TOLERANCE, fitting_depths
 from nestplan.strategy.dims import ParallelDims
 from nestplan.strategy.enums import ZeroStage
 from nestplan.strategy.subgraph import SubGraph
+
+
+# a depth is refused by stage.least_stage_bytes only this far past the capacity: the floor sums in another
+# order than fitting_depths, so it must not refuse what that check would find fitting to the last bit
+FLOOR_SLACK = 1e-9
 
 
 @dataclass
@@ -229,6 +234,10 @@ class PhysicalSearchModel(SearchCostModel):
             t = self.memory_terms(g)
             held = {(ctx.node_state_bytes(b), b.activations, b.transient) for b in t.blocks.values()}
             if len(held) > 1:
+                deepest = min(g.max_depth, L)
+                floor = stage.least_stage_bytes(ctx, t, self._kinds, deepest, float(inflight[:deepest].min()))
+                if floor > ctx.capacity_bytes * (1 + FIT_RELATIVE_TOLERANCE) * (1 + FLOOR_SLACK):
+                    return np.zeros(deepest, dtype=bool)  # not even the deepest split's mean fits: no depth does
                 memory = stage.position_memory(ctx, t, self._kinds, inflight)
                 return fitting_depths(memory, ctx.capacity_bytes, g.max_depth)
             block = next(iter(t.blocks.values()))
