@@ -137,6 +137,7 @@ def read_facts(p, m: ModelSpec, stated: dict) -> dict[str, object]:
         "local_rope_theta": p.rotary_base,  # one base for every layer
         "glu_clamp": p.activation_func_clamp_value,
         "glu_linear_offset": p.glu_linear_offset,
+        "mtp_layers": p.mtp_num_layers or 0,
     }
     if p.num_moe_experts:
         facts |= _router_facts(p, m)
