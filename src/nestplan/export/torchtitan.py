@@ -392,19 +392,8 @@ def all_flags(inp: ExportInput) -> tuple[Flags, str, list[str]]:
             f"torchtitan ships no tokenizer for {inp.model.name}: give --hf-assets-path the folder of its "
             f"Hugging Face tokenizer ({inp.model.vocab_size} tokens); the config's default is Llama 3.1's"
         )
-    return (
-        flags,
-        ckpt,
-        notes
-        + ep_notes
-        + dp_notes
-        + pipe_notes
-        + ckpt_notes
-        + compile_notes
-        + job_notes(p)
-        + model_notes(p)
-        + _run_note(p),
-    )
+    notes += [*ep_notes, *dp_notes, *pipe_notes, *ckpt_notes, *compile_notes, *job_notes(p), *model_notes(p)]
+    return flags, ckpt, notes + _run_note(p)
 
 
 def check_model(m: ModelSpec) -> None:
