@@ -27,6 +27,7 @@ import test_real_megatron_bridge as real  # the stand-ins, the fixture and run_r
 import torch
 from test_real_megatron_bridge import bridge  # noqa: F401  (the fixture)
 
+from megatron_router import router_facts
 from nestplan import api
 from nestplan.errors import ConfigError
 from nestplan.export import nemo
@@ -35,7 +36,7 @@ from nestplan.job import Job
 from nestplan.model.config import load_model, model_names
 from nestplan.model.layers.params import total_params
 from nestplan.model.spec import ModelSpec
-from nestplan.model.stated import DROPLESS, stated_facts
+from nestplan.model.stated import stated_facts
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 
@@ -140,27 +141,8 @@ def read_facts(p, m: ModelSpec, stated: dict) -> dict[str, object]:
         "mtp_layers": p.mtp_num_layers or 0,
     }
     if p.num_moe_experts:
-        facts |= _router_facts(p, m)
+        facts |= router_facts(p, m)
     return facts
-
-
-def _router_facts(p, m: ModelSpec) -> dict[str, object]:
-    """Megatron-core's router (moe_utils.topk_routing_with_score_function): a sigmoid scores every expert and
-    renormalises more than one chosen weight; a softmax after the top-k renormalises, one before it
-    (pre_softmax) scores every expert and does not. Shared experts are one MLP of their summed width."""
-    sigmoid = p.moe_router_score_function == "sigmoid"
-    shared = p.moe_shared_expert_intermediate_size or 0
-    return {
-        "router_score": p.moe_router_score_function,
-        "router_top_k": p.moe_router_topk,
-        "router_renormalised": p.moe_router_topk > 1 if sigmoid else not p.moe_router_pre_softmax,
-        "router_scaling_factor": p.moe_router_topk_scaling_factor or 1.0,
-        "router_scores_all_experts": sigmoid or p.moe_router_pre_softmax,
-        "routing_groups": (p.moe_router_num_groups or 1, p.moe_router_group_topk or 1),
-        "shared_experts": shared // m.shared_expert_ffn_hidden_size if shared else 0,
-        "router_bias": p.moe_router_enable_expert_bias or p.add_bias_linear,
-        "capacity": DROPLESS if p.moe_expert_capacity_factor is None else p.moe_expert_capacity_factor,
-    }
 
 
 # ---------------------------------------------------------------- the model on the meta device

@@ -28,13 +28,14 @@ import torch
 from planned_cases import evaluated
 from test_real_megatron import Launch, megatron_args
 
+from megatron_router import router_facts
 from nestplan.errors import PlannerError
 from nestplan.export import megatron
 from nestplan.export.megatron_facts import GPT_LAYER_NORMS, padded_vocab
 from nestplan.model.config import model_names
 from nestplan.model.layers.params import mtp_params, total_params
 from nestplan.model.spec import ModelSpec
-from nestplan.model.stated import DROPLESS, attention_variant, stated_facts
+from nestplan.model.stated import attention_variant, stated_facts
 from nestplan.plan import Plan
 from nestplan.strategy.dims import ParallelDims
 
@@ -157,25 +158,7 @@ def megatron_facts(m: ModelSpec, args, config, model_config) -> dict[str, object
         "glu_linear_offset": config.glu_linear_offset,
         "mtp_layers": config.mtp_num_layers or 0,
     }
-    return facts | (router_facts(m, config) if config.num_moe_experts else {})
-
-
-def router_facts(m: ModelSpec, config) -> dict[str, object]:
-    """The router as moe_utils.topk_routing_with_score_function computes it."""
-    sigmoid = config.moe_router_score_function == "sigmoid"
-    k = config.moe_router_topk
-    shared = config.moe_shared_expert_intermediate_size or 0
-    return {
-        "router_score": config.moe_router_score_function,
-        "router_top_k": k,
-        "router_renormalised": k > 1 if sigmoid else not config.moe_router_pre_softmax,
-        "router_scaling_factor": config.moe_router_topk_scaling_factor or 1.0,
-        "router_scores_all_experts": sigmoid or config.moe_router_pre_softmax,
-        "routing_groups": (config.moe_router_num_groups or 1, config.moe_router_group_topk or 1),
-        "shared_experts": shared // m.shared_expert_ffn_hidden_size if shared else 0,
-        "router_bias": config.moe_router_enable_expert_bias or config.add_bias_linear,
-        "capacity": DROPLESS if config.moe_expert_capacity_factor is None else config.moe_expert_capacity_factor,
-    }
+    return facts | (router_facts(config, m) if config.num_moe_experts else {})
 
 
 def differing(m: ModelSpec, found: dict[str, object]) -> list[str]:
