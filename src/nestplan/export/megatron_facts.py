@@ -12,7 +12,7 @@ megatron/training/vocab_utils.py (``calculate_padded_vocab_size``)."""
 from __future__ import annotations
 
 from nestplan.export.common import refuse
-from nestplan.model.facts import RopeScaling, RopeType, RouterScore
+from nestplan.model.facts import SILU, RopeScaling, RopeType, RouterScore
 from nestplan.model.spec import ModelSpec
 
 Flags = list[tuple[str, object]]
@@ -22,9 +22,10 @@ LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_p
 # MLATransformerConfig's YaRN fields that no Megatron-LM flag sets, with their values
 MLA_YARN_FIXED = {"beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 4096, "truncate": True}
 YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}  # transformers' _compute_yarn_parameters
-MEGATRON_VOCAB_MULTIPLE = 128  # --make-vocab-size-divisible-by's default, the most it is set to here
+# --make-vocab-size-divisible-by's default: the most this export sets it to, and the value the Megatron-Bridge
+# export keeps (nemo_model.padded_vocab)
+MEGATRON_VOCAB_MULTIPLE = 128
 TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate")  # GELU's tanh approximations
-SILU = ("silu", "swish")
 
 
 def activation_flags(m: ModelSpec) -> tuple[Flags, list[str]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from nestplan.export import megatron
 from nestplan.export.common import refuse
+from nestplan.export.megatron_facts import LLAMA3_FIXED, MEGATRON_VOCAB_MULTIPLE, YARN_DEFAULTS
 from nestplan.export.megatron_model import position_embedding_type
 from nestplan.model.config import catalog_architecture
 from nestplan.model.facts import RopeScaling, RopeType, RouterScore
@@ -67,8 +68,6 @@ ACTIVATIONS = {
 }
 # what Megatron-Bridge builds for an activation it does not have, the nearest of its own
 NEAREST_ACTIVATIONS = {"gelu_accurate": "fast_gelu", "relu6": "relu"}
-# Megatron-core's Llama 3.1 frequency bands (RotaryEmbedding._apply_scaling's fixed arguments)
-LLAMA3_BANDS = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 # Hugging Face's YaRN keys -> GPTModelProvider's fields and MLATransformerConfig's (model_bridge.py's two
 # YARN mappings), with the defaults Hugging Face's _compute_yarn_parameters takes for an absent key
 YARN_FIELDS = (
@@ -79,12 +78,11 @@ YARN_FIELDS = (
         "original_max_position_embeddings",
         None,
     ),
-    ("beta_fast", "yarn_beta_fast", "beta_fast", 32.0),
-    ("beta_slow", "yarn_beta_slow", "beta_slow", 1.0),
+    ("beta_fast", "yarn_beta_fast", "beta_fast", YARN_DEFAULTS["beta_fast"]),
+    ("beta_slow", "yarn_beta_slow", "beta_slow", YARN_DEFAULTS["beta_slow"]),
     ("mscale", "yarn_mscale", "mscale", 1.0),
     ("mscale_all_dim", "yarn_mscale_all_dim", "mscale_all_dim", 0.0),
 )
-VOCAB_MULTIPLE = 128  # Megatron's make_vocab_size_divisible_by default (times tp: calculate_padded_vocab_size)
 
 
 def recipe(m: ModelSpec) -> str:
@@ -135,7 +133,7 @@ def padded_vocab(m: ModelSpec, tp: int) -> int:
     embedding needs."""
     if m.vocab_size % tp == 0:
         return m.vocab_size
-    multiple = VOCAB_MULTIPLE * tp
+    multiple = MEGATRON_VOCAB_MULTIPLE * tp
     return -(-m.vocab_size // multiple) * multiple
 
 
@@ -178,13 +176,13 @@ def _vocabulary(m: ModelSpec, tp: int, notes: list[str]) -> Items:
     vocab = padded_vocab(m, tp)
     if vocab != m.vocab_size:
         notes.append(
-            f"vocab_size: {m.vocab_size} padded to {vocab} (a multiple of {VOCAB_MULTIPLE} x tp {tp}, as "
+            f"vocab_size: {m.vocab_size} padded to {vocab} (a multiple of {MEGATRON_VOCAB_MULTIPLE} x tp {tp}, as "
             "Megatron-core pads it); the padded rows are parameters nestplan does not count"
         )
     return [
         ("tokenizer.use_tokenizer_vocab_size", False),
         ("model.vocab_size", vocab),
-        ("model.make_vocab_size_divisible_by", VOCAB_MULTIPLE),
+        ("model.make_vocab_size_divisible_by", MEGATRON_VOCAB_MULTIPLE),
     ]
 
 
@@ -225,9 +223,9 @@ def _rope(m: ModelSpec, notes: list[str]) -> Items:
     if scaling.kind is RopeType.LINEAR:
         return items + [("model.seq_len_interpolation_factor", scaling.factor)]
     if scaling.kind is RopeType.LLAMA3:
-        bands = {k: scaling.get(k) for k in LLAMA3_BANDS}
-        if bands != LLAMA3_BANDS:
-            notes.append(f"rope_scaling: Megatron-core's Llama 3.1 bands are {LLAMA3_BANDS}; {m.name} states {bands}")
+        bands = {k: scaling.get(k) for k in LLAMA3_FIXED}
+        if bands != LLAMA3_FIXED:
+            notes.append(f"rope_scaling: Megatron-core's Llama 3.1 bands are {LLAMA3_FIXED}; {m.name} states {bands}")
         return items + [("model.rope_scaling_factor", scaling.factor), ("model.seq_len_interpolation_factor", None)]
     return items + [("model.seq_len_interpolation_factor", None)] + _yarn(m, scaling, notes, mla=False)
 

@@ -21,14 +21,13 @@ from dataclasses import replace
 
 from nestplan.export.common import refuse
 from nestplan.export.megatron_hybrid import hybrid_stack
-from nestplan.model.facts import RopeType, RouterScore
+from nestplan.model.facts import SILU, RopeType, RouterScore
 from nestplan.model.spec import ModelSpec, QKNorm
 from nestplan.model.stated import stated_facts
 
 TITLE = "torchtitan"
 LLAMA3, QWEN3, DEEPSEEK_V3, GPT_OSS = "llama3", "qwen3", "deepseek_v3", "gpt_oss"
 SWIGLU_MULTIPLE = 256  # Llama's FFN sizes are multiples of 256 (Touvron et al. 2023, Llama 2's multiple_of)
-SILU = ("silu", "swish")  # torchtitan's FeedForward and GroupedExperts compute F.silu (feed_forward.py, moe.py)
 DEFAULT_THETA = 10000.0  # RoPE.Config.theta's default: what torchtitan rotates by where a model states no base
 SCALINGS = (RopeType.LLAMA3, RopeType.YARN)  # RoPE.Config.scaling "llama" and "yarn"
 
@@ -104,6 +103,7 @@ def built_model(m: ModelSpec, pipelined: bool = False) -> ModelSpec:
     keeps_scaling = f.rope_scaling is not None and f.rope_scaling.kind in SCALINGS
     facts = replace(
         f,
+        # torchtitan's FeedForward and GroupedExperts compute F.silu (feed_forward.py, moe.py); gpt-oss's swiglu its own
         activation=f.activation if f.activation in SILU or arch == GPT_OSS else "silu",
         glu_clamp=f.glu_clamp if arch == GPT_OSS else None,
         glu_linear_offset=f.glu_linear_offset if arch == GPT_OSS else 0.0,

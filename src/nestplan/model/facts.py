@@ -75,6 +75,9 @@ ACTIVATIONS = (
 )
 
 
+SILU = ("silu", "swish")  # transformers' two names of x * sigmoid(x) (ACT2FN)
+
+
 class RouterScore(StrEnum):
     """How a router turns logits into expert weights: a softmax (over every expert or over the chosen ones,
     ``ModelSpec.router_scores_all_experts``) or a sigmoid per expert (DeepSeek-V3, Llama 4)."""
@@ -156,7 +159,6 @@ class FactKeys:
     rope_theta: float | None = 10000.0
     local_rope_theta: tuple[str, float] | None = None
     router: RouterKeys | None = None
-    theta_key: str = "rope_theta"
     glu: tuple[str, float, float] | None = None  # (the clamp's key, its default, the fixed linear offset)
 
 
@@ -226,7 +228,7 @@ def _rope_of(f: Fields, keys: FactKeys, key: str, table: Any) -> tuple[float, Ro
     if table is not None and not isinstance(table, dict):
         raise f.error(f"field '{key}' must be an object, got {type(table).__name__}", key, None, "an object")
     nested = Fields(table or {}, f.origin, f"{key}.")
-    theta_default = f.number(keys.theta_key, 1.0, MAX_ROPE_THETA, keys.rope_theta)
+    theta_default = f.number("rope_theta", 1.0, MAX_ROPE_THETA, keys.rope_theta)
     theta = nested.number("rope_theta", 1.0, MAX_ROPE_THETA, theta_default) if table else theta_default
     kind = nested.raw("rope_type", nested.raw("type", "default")) if table else "default"
     if kind == "default":
@@ -281,7 +283,7 @@ def fact_fields(facts: Facts, keys: FactKeys) -> dict[str, Any]:
     if keys.glu and facts.glu_clamp is not None:
         fields[keys.glu[0]] = facts.glu_clamp
     if facts.rope_theta is not None:
-        fields[keys.theta_key] = facts.rope_theta
+        fields["rope_theta"] = facts.rope_theta
         if facts.rope_scaling is not None:
             fields["rope_scaling"] = facts.rope_scaling.as_dict()
     if keys.local_rope_theta and facts.local_rope_theta is not None:
