@@ -1,7 +1,8 @@
 """The best-first search's two shortcuts against what they replace (hypothesis, small random instances).
 
 A group's lower bound (search/physical.py ``lower_bound``, tightened to the depths that fit)
-never exceeds the proxy of any split the enumeration finds for it; the memory-only check
+never exceeds the proxy of any split the enumeration finds for it, and the first, looser bound
+(every depth; ZeRO 2 and 3 on ZeRO 0's terms) never exceeds the tightened one; the memory-only check
 (``fits``, and ``feasible_depths`` depth by depth) says what the engine's ``run_group`` says; and the best-first run returns the sequential run's candidates, in the same
 order, ties included (the two rank-grid orders often tie exactly at one replica).
 """
@@ -31,6 +32,7 @@ def _bound_below_every_split(inst) -> None:
     cost = PhysicalSearchModel(model, cluster, job, cluster.devices)
     for _, _, group, _ in _groups(model, cluster, job, cluster.devices, EVERY_ZERO_SPACE):
         bound = cost.lower_bound(group)
+        assert cost.lower_bound(group, fitted=False) <= bound, group
         for e in enumerate_group(cost, group, cluster.accelerator.hbm_bytes):
             assert bound <= e.pipeline_s + cost.extras(group, e.parts), (group, e.parts)
 

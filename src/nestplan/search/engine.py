@@ -317,48 +317,71 @@ def run_best_first(
 
     Needs a cost model with ``lower_bound(group, fitted)``, a lower bound of the proxy of every
     split of every depth of the group (with ``fitted``: of every depth where a split fits in
-    memory), and (optionally) ``fits(group)``, the memory-only check. A first pass decides which
-    groups run() would search (the ZeRO rule needs only whether some group of a configuration
-    fits) and bounds each; the second takes them cheapest bound first, each with its place in the
-    sequential order (so ties break as in run()). A group met for the first time is checked for
-    memory (skipped when nothing fits) and its bound tightened to the depths that fit; if that
-    moves it back, it waits its turn again. The search stops at the first group whose bound cannot
-    enter the K best: every group still waiting has a bound no smaller.
+    memory), and (optionally) ``fits(group)``, the memory-only check. A first pass bounds every
+    group; the second takes them cheapest bound first, each with its place in the sequential order
+    (so ties break as in run()). A group met for the first time is checked as run() would check it,
+    but only now: skipped when nothing of it fits, or when a group of its configuration at a lower
+    ZeRO stage fits (from ``escalate_from`` on; ``_Escalation``); then its bound is tightened
+    to the depths that fit, and if that moves it back, it waits its turn again. The search stops
+    at the first group whose bound cannot enter the K best: every group still waiting has a bound
+    no smaller, and is never checked for memory.
     """
     start = time.perf_counter()
-    lowest_fit: dict = {}
+    escalation = _Escalation(engine, escalate_from)
     queue = []
-    configurations = set()
     for i, (cfg_key, key, group, zero) in enumerate(groups):
         if progress is not None:
             progress(i)  # the first pass: the second searches only the groups the bound leaves
-        configurations.add(cfg_key)
-        if zero >= escalate_from and lowest_fit.get(cfg_key, zero) < zero:
-            engine.stats.skipped_zero += 1
-            continue  # a lower ZeRO stage already fits this configuration
-        checked = False
-        if lowest_fit.get(cfg_key, zero + 1) > zero:
-            if not engine.fits(group):
-                engine.stats.skipped_memory += 1
-                continue  # no split of any depth fits: run_group would keep nothing
-            lowest_fit[cfg_key] = zero
-            checked = True
-        queue.append((engine.model.lower_bound(group, fitted=False), i, checked, key, group))
+        escalation.add(cfg_key, zero, group)
+        queue.append((engine.model.lower_bound(group, fitted=False), i, True, cfg_key, zero, key, group))
     heapq.heapify(queue)
     while queue:
-        bound, i, checked, key, group = heapq.heappop(queue)
+        bound, i, first, cfg_key, zero, key, group = heapq.heappop(queue)
         if engine.dominated(bound, i):
             engine.stats.skipped_bound += len(queue) + 1
             break
-        if checked is not None:  # first time at the front: check the memory, tighten the bound
-            if not checked and not engine.fits(group):
+        if first:  # first time at the front: check the escalation and the memory, tighten the bound
+            if not engine.fits(group):
                 engine.stats.skipped_memory += 1
+                continue
+            if escalation.lower_stage_fits(cfg_key, zero):
+                engine.stats.skipped_zero += 1
                 continue
             tight = engine.model.lower_bound(group, fitted=True)
             if tight > bound:
-                heapq.heappush(queue, (tight, i, None, key, group))
+                heapq.heappush(queue, (tight, i, False, cfg_key, zero, key, group))
                 continue
         engine.run_group(group, key, order=i)
-    engine.stats.configurations = len(configurations)
+    engine.stats.configurations = len(escalation.stages)
     engine.stats.solve_time_s = time.perf_counter() - start
     return engine.best()
+
+
+class _Escalation:
+    """run()'s ZeRO rule, asked only for the groups the best-first search reaches: a group at ZeRO
+    stage z >= ``escalate_from`` is skipped when some group of its configuration at a stage below z
+    fits (run() meets those first, and raises the stage only for a configuration that fits nowhere
+    below). Whether a stage's groups fit is checked once per configuration and stage, when first
+    asked, stopping at the first that fits."""
+
+    def __init__(self, engine: Engine, escalate_from: int) -> None:
+        self.engine, self.escalate_from = engine, escalate_from
+        self.stages: dict[object, dict[int, list]] = {}  # configuration -> ZeRO stage -> its groups
+        self._fits: dict[tuple[object, int], bool] = {}  # (configuration, stage) -> whether a group fits
+        self._last: tuple = (None, None, [])  # the configuration and stage added to last, and its groups
+
+    def add(self, cfg_key: object, zero: int, group: object) -> None:
+        if cfg_key is not self._last[0] or zero != self._last[1]:  # the search yields them in runs
+            self._last = (cfg_key, zero, self.stages.setdefault(cfg_key, {}).setdefault(zero, []))
+        self._last[2].append(group)
+
+    def lower_stage_fits(self, cfg_key: object, zero: int) -> bool:
+        if zero < self.escalate_from:
+            return False
+        return any(self._stage_fits(cfg_key, z) for z in sorted(self.stages[cfg_key]) if z < zero)
+
+    def _stage_fits(self, cfg_key: object, zero: int) -> bool:
+        found = self._fits.get((cfg_key, zero))
+        if found is None:
+            found = self._fits[(cfg_key, zero)] = any(self.engine.fits(g) for g in self.stages[cfg_key][zero])
+        return found

@@ -9,7 +9,7 @@ or memory term of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import numpy as np
 
 from nestplan.cluster import Cluster
@@ -267,11 +267,18 @@ class PhysicalSearchModel(SearchCostModel):
         ceil(L / p) and the bottleneck is >= the mean cycle, so (m - 1) * max(those) + embedding +
         head + blocks bounds it. Each bound falls with p and none exceeds depth 1's, so the bound
         of the deepest depth that fits bounds them all (depth P without ``fitted``). The step end
-        (extras) is >= 0. The result is shrunk by 1e-9 against rounding."""
-        key = self._terms_key(g)
+        (extras) is >= 0. The result is shrunk by 1e-9 against rounding.
+
+        Without ``fitted``, a group at ZeRO 2 or 3 is bounded by its terms at ZeRO 0: those stages only add
+        their collectives' exposed seconds to a node's (terms._zero_exposed), so the bound stays below, and
+        it needs no terms of the group's own replica count (the best-first search bounds every group before
+        it knows which it will reach)."""
+        below = not fitted and g.zero >= ZeroStage.GRADIENTS
+        key = (g.sub, g.order, ZeroStage.NONE, 0) if below else self._terms_key(g)
         sums = self._cycle_sums.get(key)
         if sums is None:
-            sums = self._cycle_sums[key] = stage.cycle_sums(self.terms(g), self._kind_counts)
+            terms = self.terms(replace(g, zero=ZeroStage.NONE) if below else g)
+            sums = self._cycle_sums[key] = stage.cycle_sums(terms, self._kind_counts)
         ends = sums.embedding + sums.head
         depths = self.feasible_depths(g) if fitted else None
         deepest = g.max_depth if depths is None or not depths.any() else int(np.flatnonzero(depths)[-1]) + 1
