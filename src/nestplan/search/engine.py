@@ -340,7 +340,7 @@ def run_best_first(
         if engine.dominated(bound, i):
             engine.stats.skipped_bound += len(queue) + 1
             break
-        if first:  # first time at the front: check the escalation and the memory, tighten the bound
+        if first:  # first time at the front: check the memory and the escalation, tighten the bound
             if not engine.fits(group):
                 engine.stats.skipped_memory += 1
                 continue
