@@ -12,7 +12,7 @@ megatron/training/vocab_utils.py (``calculate_padded_vocab_size``)."""
 from __future__ import annotations
 
 from nestplan.export.common import refuse
-from nestplan.model.facts import SILU, RopeScaling, RopeType, RouterScore
+from nestplan.model.facts import SILU, YARN_DEFAULTS, RopeScaling, RopeType, RouterScore
 from nestplan.model.spec import ModelSpec
 
 Flags = list[tuple[str, object]]
@@ -21,7 +21,6 @@ Flags = list[tuple[str, object]]
 LLAMA3_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 # MLATransformerConfig's YaRN fields that no Megatron-LM flag sets, with their values
 MLA_YARN_FIXED = {"beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 4096, "truncate": True}
-YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}  # transformers' _compute_yarn_parameters
 # --make-vocab-size-divisible-by's default: the most this export sets it to, and the value the Megatron-Bridge
 # export keeps (nemo_model.padded_vocab)
 MEGATRON_VOCAB_MULTIPLE = 128
@@ -153,7 +152,7 @@ def _scaling(name: str, s: RopeScaling | None) -> tuple[Flags, list[str]]:
             ("--yarn-beta-fast", s.get("beta_fast", YARN_DEFAULTS["beta_fast"])),
             ("--yarn-beta-slow", s.get("beta_slow", YARN_DEFAULTS["beta_slow"])),
         ]
-        if not s.get("truncate", True):
+        if not s.get("truncate", YARN_DEFAULTS["truncate"]):
             flags.append(("--no-yarn-correction-range-round-to-int", None))
         return flags, _yarn_attention_note(name, s)
     return [], [

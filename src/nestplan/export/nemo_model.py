@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from nestplan.export import megatron
 from nestplan.export.common import refuse
-from nestplan.export.megatron_facts import LLAMA3_FIXED, MEGATRON_VOCAB_MULTIPLE, YARN_DEFAULTS
+from nestplan.export.megatron_facts import LLAMA3_FIXED, MEGATRON_VOCAB_MULTIPLE, block_norm_notes
 from nestplan.export.megatron_model import position_embedding_type
 from nestplan.model.config import catalog_architecture
-from nestplan.model.facts import RopeScaling, RopeType, RouterScore
+from nestplan.model.facts import YARN_DEFAULTS, RopeScaling, RopeType, RouterScore
 from nestplan.model.spec import ModelSpec
 from nestplan.plan import Plan
 
@@ -146,12 +146,7 @@ def fact_fields(m: ModelSpec, plan: Plan) -> tuple[Items, list[str]]:
         items += mla_fields(m)
     if m.is_moe:
         items += _router(m, notes)
-    if m.block_norms != 2:
-        notes.append(
-            f"block_norms: {m.name} has {m.block_norms} norms per block; Megatron-core's GPT layer builds 2 "
-            "(pre-attention and pre-MLP)"
-        )
-    return items, notes
+    return items, notes + block_norm_notes(m)
 
 
 def _norm_and_activation(m: ModelSpec, notes: list[str]) -> Items:
@@ -242,7 +237,9 @@ def _yarn(m: ModelSpec, scaling: RopeScaling, notes: list[str], mla: bool) -> It
             value = m.max_position_embeddings  # transformers' default
         items.append((f"model.{mla_field if mla else gpt_field}", value))
     if not mla:
-        items.append(("model.yarn_correction_range_round_to_int", bool(scaling.get("truncate", True))))
+        items.append(
+            ("model.yarn_correction_range_round_to_int", bool(scaling.get("truncate", YARN_DEFAULTS["truncate"])))
+        )
     return items
 
 

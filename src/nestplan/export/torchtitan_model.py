@@ -17,7 +17,7 @@ from nestplan.export.plan import ExportInput
 from nestplan.export.torchtitan_arch import DEEPSEEK_V3, GPT_OSS, LLAMA3, QWEN3, architecture
 from nestplan.export.torchtitan_split import listed_split
 from nestplan.model.config import catalog_architecture
-from nestplan.model.facts import RopeType
+from nestplan.model.facts import YARN_DEFAULTS, RopeType
 from nestplan.model.spec import ModelSpec, QKNorm
 
 # catalog model: (torchtitan's config_registry function lending the run settings, its model flavor, its
@@ -96,10 +96,10 @@ ROPE_SCALINGS: dict[RopeType, tuple[str, tuple[tuple[str, str, object, type], ..
         "yarn",
         (
             ("rope_factor", "factor", None, float),
-            ("beta_fast", "beta_fast", 32.0, float),
-            ("beta_slow", "beta_slow", 1.0, float),
+            ("beta_fast", "beta_fast", YARN_DEFAULTS["beta_fast"], float),
+            ("beta_slow", "beta_slow", YARN_DEFAULTS["beta_slow"], float),
             ("original_seq_len", "original_max_position_embeddings", MAX_POSITIONS, int),
-            ("truncate", "truncate", True, bool),
+            ("truncate", "truncate", YARN_DEFAULTS["truncate"], bool),
         ),
     ),
 }

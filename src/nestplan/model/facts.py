@@ -56,6 +56,8 @@ LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers 5's per-la
 _LIST_KEYS = frozenset({"short_factor", "long_factor"})
 _FLAG_KEYS = frozenset({"truncate"})
 _INTEGER_KEYS = frozenset({"original_max_position_embeddings"})
+# YaRN's parameters a config may leave out, with the values transformers then takes (_compute_yarn_parameters)
+YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
 
 # Activations of transformers' ACT2FN that published decoders use ("relu2": squared ReLU, Nemotron)
 ACTIVATIONS = (

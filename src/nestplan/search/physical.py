@@ -128,8 +128,10 @@ class PhysicalSearchModel(SearchCostModel):
         return found
 
     @staticmethod
-    def _terms_key(g: Group) -> tuple:
-        return g.sub, g.order, terms_zero(g.zero), g.replicas if g.zero >= ZeroStage.GRADIENTS else 0
+    def _terms_key(g: Group, zero: ZeroStage | None = None) -> tuple:
+        """The key of ``terms`` for ``g``, or for ``g`` at ZeRO stage ``zero``."""
+        zero = g.zero if zero is None else zero
+        return g.sub, g.order, terms_zero(zero), g.replicas if zero >= ZeroStage.GRADIENTS else 0
 
     def memory_terms(self, g: Group) -> GraphTerms:
         """Node terms whose memory fields (params, activations, transients) are the group's own: those
@@ -274,7 +276,7 @@ class PhysicalSearchModel(SearchCostModel):
         it needs no terms of the group's own replica count (the best-first search bounds every group before
         it knows which it will reach)."""
         below = not fitted and g.zero >= ZeroStage.GRADIENTS
-        key = (g.sub, g.order, ZeroStage.NONE, 0) if below else self._terms_key(g)
+        key = self._terms_key(g, ZeroStage.NONE if below else None)
         sums = self._cycle_sums.get(key)
         if sums is None:
             terms = self.terms(replace(g, zero=ZeroStage.NONE) if below else g)
